@@ -1,0 +1,227 @@
+"""The canonical case: one batch of masked GAE inputs, as `shared/design/semantics.md` defines it.
+
+A case is B rows padded to T positions. Masks are bool tensors of shape [B, T]; rewards and
+values are float64 tensors of shape [B, T]; the score is float64 of shape [B]. `dtype` names the
+precision the case is *run* in; the float64 tensors hold the values exactly as that dtype rounds
+them (see `Case.build`), so what a corpus file shows is what a target receives.
+
+Validation happens on construction: a bad case never reaches a target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+
+
+class CaseError(ValueError):
+    """A case that violates the canonical format; the message says which field and why."""
+
+
+def dtype_name(name: str) -> str:
+    """Normalise `fp32`/`float32`/`torch.float32` to the canonical dtype name."""
+    key = name.removeprefix("torch.")
+    key = DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise CaseError(f"dtype {name!r} is not one of {sorted(DTYPES)} (or fp32/bf16/fp16/fp64)")
+    return key
+
+
+def quantize(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Round float64 `x` to `dtype` and back: the exact numbers a target in `dtype` receives."""
+    return x.to(DTYPES[dtype_name(dtype)]).to(torch.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """B x T masked GAE inputs.
+
+    attention[b, t]     bool, a real token (assistant or observation); one contiguous run per row
+    trainable[b, t]     bool, the loss mask; trainable <= attention
+    token_rewards[b, t] float64, dense per-token shaping, defined everywhere
+    values[b, t]        float64, critic values; arbitrary ("poison") where trainable is 0
+    score[b]            float64, the outcome reward of the row
+    gamma, lam          discount and GAE lambda in [0, 1]
+    dtype               the precision a target runs the case in
+    """
+
+    attention: torch.Tensor
+    trainable: torch.Tensor
+    token_rewards: torch.Tensor
+    values: torch.Tensor
+    score: torch.Tensor
+    gamma: float
+    lam: float
+    dtype: str = "float32"
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        object.__setattr__(self, "gamma", float(self.gamma))
+        object.__setattr__(self, "lam", float(self.lam))
+        _validate(self)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        *,
+        trainable: Sequence[Sequence[int]] | torch.Tensor,
+        attention: Sequence[Sequence[int]] | torch.Tensor | None = None,
+        token_rewards: Sequence[Sequence[float]] | torch.Tensor | None = None,
+        values: Sequence[Sequence[float]] | torch.Tensor | None = None,
+        score: Sequence[float] | torch.Tensor | None = None,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        dtype: str = "float32",
+    ) -> "Case":
+        """Build a case from nested lists or tensors, rounding the floats to `dtype`.
+
+        Omitted fields default to: attention = every position real, rewards/values/score = 0.
+        """
+        tr = _as_bool(trainable, "trainable")
+        if tr.dim() != 2:
+            raise CaseError(f"trainable must be 2-D [B, T], got shape {list(tr.shape)}")
+        att = torch.ones_like(tr) if attention is None else _as_bool(attention, "attention")
+        zeros = torch.zeros(tr.shape, dtype=torch.float64)
+        rew = zeros if token_rewards is None else _as_f64(token_rewards, "token_rewards")
+        val = zeros if values is None else _as_f64(values, "values")
+        sc = torch.zeros(tr.shape[0], dtype=torch.float64) if score is None else _as_f64(score, "score")
+        name = dtype_name(dtype)
+        return cls(
+            attention=att,
+            trainable=tr,
+            token_rewards=quantize(rew, name),
+            values=quantize(val, name),
+            score=quantize(sc, name),
+            gamma=gamma,
+            lam=lam,
+            dtype=name,
+        )
+
+    # -- views ----------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.trainable.shape[0]), int(self.trainable.shape[1]))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def replace(self, **changes) -> "Case":
+        """A validated copy with `changes` applied (floats are rounded to the case's dtype)."""
+        name = dtype_name(changes.get("dtype", self.dtype))
+        for key in ("token_rewards", "values", "score"):
+            if key in changes:
+                changes[key] = quantize(_as_f64(changes[key], key), name)
+            elif name != self.dtype:
+                changes[key] = quantize(getattr(self, key), name)
+        changes.setdefault("meta", {})
+        return replace(self, **changes)
+
+    def inputs(self, device: str | torch.device = "cpu") -> dict:
+        """The canonical keyword inputs a target receives, in the case's dtype on `device`.
+
+        Masks are float tensors of the same dtype (1.0 / 0.0), as frameworks pass them.
+        """
+        dt = self.torch_dtype
+        return {
+            "token_rewards": self.token_rewards.to(device=device, dtype=dt),
+            "values": self.values.to(device=device, dtype=dt),
+            "trainable": self.trainable.to(device=device, dtype=dt),
+            "attention": self.attention.to(device=device, dtype=dt),
+            "score": self.score.to(device=device, dtype=dt),
+            "gamma": self.gamma,
+            "lam": self.lam,
+        }
+
+    def poison_mask(self) -> torch.Tensor:
+        """Positions whose values and token rewards must never matter (trainable == 0)."""
+        return ~self.trainable
+
+    def has_nonfinite_poison(self) -> bool:
+        poison = self.poison_mask()
+        return bool(
+            (~torch.isfinite(self.values[poison])).any() or (~torch.isfinite(self.token_rewards[poison])).any()
+        )
+
+    def summary(self) -> str:
+        b, t = self.shape
+        return f"B={b} T={t} gamma={self.gamma:g} lam={self.lam:g} dtype={self.dtype}"
+
+
+def _as_bool(x, name: str) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.dtype != torch.bool:
+        if t.is_floating_point() and not torch.isin(t, torch.tensor([0.0, 1.0], dtype=t.dtype)).all():
+            raise CaseError(f"{name} must hold only 0 and 1")
+        if not t.is_floating_point() and not torch.isin(t, torch.tensor([0, 1], dtype=t.dtype)).all():
+            raise CaseError(f"{name} must hold only 0 and 1")
+        t = t != 0
+    return t.clone()
+
+
+def _as_f64(x, name: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(x, dtype=torch.float64).clone()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise CaseError(f"{name} is not a numeric array: {exc}") from None
+
+
+def _validate(c: Case) -> None:
+    for name in ("attention", "trainable"):
+        t = getattr(c, name)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
+            raise CaseError(f"{name} must be a bool tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    for name in ("token_rewards", "values", "score"):
+        t = getattr(c, name)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float64:
+            raise CaseError(f"{name} must be a float64 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if c.trainable.dim() != 2:
+        raise CaseError(f"trainable must be 2-D [B, T], got shape {list(c.trainable.shape)}")
+    b, t = c.trainable.shape
+    if b == 0 or t == 0:
+        raise CaseError(f"empty batch: shape [B={b}, T={t}]; a case needs at least one row and one position")
+    for name in ("attention", "token_rewards", "values"):
+        shape = list(getattr(c, name).shape)
+        if shape != [b, t]:
+            raise CaseError(f"shape mismatch: {name} has shape {shape}, trainable has [{b}, {t}]")
+    if list(c.score.shape) != [b]:
+        raise CaseError(f"shape mismatch: score has shape {list(c.score.shape)}, expected [{b}] (one per row)")
+    outside = c.trainable & ~c.attention
+    if outside.any():
+        pos = [list(p) for p in outside.nonzero().tolist()[:5]]
+        raise CaseError(f"trainable outside attention at [row, position] {pos}: trainable must be <= attention")
+    for row in range(b):
+        real = c.attention[row].nonzero().flatten()
+        if real.numel() and int(real[-1] - real[0] + 1) != real.numel():
+            raise CaseError(
+                f"attention of row {row} is not contiguous ({_bits(c.attention[row])}): "
+                "real tokens must form one run, padding only on the left and/or right"
+            )
+    for name, v in (("gamma", c.gamma), ("lam", c.lam)):
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise CaseError(f"{name}={v!r} is outside [0, 1]")
+    live = c.trainable
+    for name in ("token_rewards", "values"):
+        bad = live & ~torch.isfinite(getattr(c, name))
+        if bad.any():
+            pos = [list(p) for p in bad.nonzero().tolist()[:5]]
+            raise CaseError(f"{name} is not finite at trainable positions {pos}: only masked positions may hold NaN/inf")
+    if not torch.isfinite(c.score).all():
+        raise CaseError("score must be finite in every row")
+
+
+def _bits(row: torch.Tensor) -> str:
+    return "".join("1" if x else "0" for x in row.tolist())

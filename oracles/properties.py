@@ -1,0 +1,485 @@
+"""The properties of the spec, as checks that run an estimator on a case and return verdicts.
+
+A `Run` maps a `Case` to (advantages, returns), both [B, T], or raises. The property ids below are
+the vocabulary of every output of the tool. Checks that need perturbed reruns (poison, row
+independence, gap invariance) build those cases themselves; `judge` runs every check that
+applies to a case and returns one verdict per property.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.reference import Whitening, classic_gae_loop, masked_whiten, reference
+from oracles.tolerance import FLOOR, Bounds, bounds, mismatches
+
+Run = Callable[[Case], "tuple[torch.Tensor, torch.Tensor]"]
+
+# Priority order: when one case violates several, the first listed names the finding.
+PROPERTIES: tuple[str, ...] = (
+    "no-crash",
+    "poison-nonfinite",
+    "poison",
+    "score-kept",
+    "telescoping",
+    "all-trainable",
+    "gap-invariance",
+    "row-independence",
+    "masked-zero",
+    "deterministic",
+    "reference",
+)
+INVARIANT = {
+    "reference": "outputs at trainable positions equal the float64 reference of the declared contract",
+    "poison": "finite values / token rewards at non-trainable positions never change trainable outputs",
+    "poison-nonfinite": "NaN / inf values at non-trainable positions never reach trainable outputs",
+    "row-independence": "a row's outputs do not depend on the other rows (permuting rows, adding an all-masked row)",
+    "score-kept": "with gamma = 0 the advantage at the last trainable token is r' + score - V there",
+    "telescoping": "with gamma = lam = 1, A_t = sum of r' over trainable positions >= t, minus V_t",
+    "all-trainable": "with every position real and trainable, outputs equal classic GAE",
+    "masked-zero": "advantages at non-trainable positions are 0",
+    "no-crash": "valid inputs give finite outputs of shape [B, T] or a documented, clear error",
+    "deterministic": "the same input twice gives bitwise the same output on CPU",
+    "gap-invariance": "inserting non-trainable tokens leaves the trainable outputs unchanged (compressed only)",
+}
+SEVERITY = {p: "high" for p in PROPERTIES} | {"poison-nonfinite": "low", "masked-zero": "low", "deterministic": "medium"}
+POISON_PROBE = 100.0
+MAX_REPORTED = 32
+
+
+class TargetFailure(Exception):
+    """A target run that produced no output: `kind` is 'exception', 'crash' or 'hang'."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a target promises: its contract, whether it whitens inside, whether masked advantages
+    are zero, which errors are documented behaviour, and the inputs it can express."""
+
+    contract: str = "compressed"
+    whitening: Whitening | None = None
+    masked_zero: bool = True
+    documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
+    domain: Domain = field(default_factory=Domain)
+
+
+@dataclass
+class Verdict:
+    """The outcome of one property on one case."""
+
+    property: str
+    status: str  # "pass" | "fail" | "n/a"
+    message: str = ""
+    output: str = ""  # "advantages" | "returns" | ""
+    positions: list = field(default_factory=list)  # [[b, t], ...]
+    expected: list = field(default_factory=list)
+    observed: list = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict:
+        return {
+            "property": self.property,
+            "status": self.status,
+            "message": self.message,
+            "output": self.output,
+            "positions": self.positions,
+            "expected": self.expected,
+            "observed": self.observed,
+        }
+
+
+def _ok(prop: str, msg: str = "") -> Verdict:
+    return Verdict(prop, "pass", msg)
+
+
+def _na(prop: str, msg: str) -> Verdict:
+    return Verdict(prop, "n/a", msg)
+
+
+def _diff(prop: str, name: str, bad: torch.Tensor, expected: torch.Tensor, observed: torch.Tensor, msg: str) -> Verdict:
+    pos = bad.nonzero().tolist()[:MAX_REPORTED]
+    return Verdict(
+        prop,
+        "fail",
+        f"{msg} ({int(bad.sum())} position(s) of {name})",
+        name,
+        [list(p) for p in pos],
+        [float(expected[b, t]) for b, t in pos],
+        [float(observed[b, t]) for b, t in pos],
+    )
+
+
+def _call(run: Run, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    out = run(case)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TargetFailure("exception", f"returned {type(out).__name__}, expected (advantages, returns)")
+    adv, ret = out
+    shape = list(case.shape)
+    for name, x in (("advantages", adv), ("returns", ret)):
+        if not isinstance(x, torch.Tensor) or list(x.shape) != shape:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TargetFailure("exception", f"{name} has shape {got}, expected {shape}")
+    return adv.detach().to("cpu", torch.float64), ret.detach().to("cpu", torch.float64)
+
+
+def _compare(prop, case, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.0) -> Verdict:
+    for name, exp, obs, bound in (("advantages", exp_adv, adv, bnd.advantages), ("returns", exp_ret, ret, bnd.returns)):
+        if exp is None:
+            continue
+        bad = mismatches(obs, exp, bound * scale, where)
+        if bad.any():
+            return _diff(prop, name, bad, exp, obs, msg)
+    return _ok(prop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Perturbed twins.
+# ---------------------------------------------------------------------------------------------
+def sanitized(case: Case, probe: float | None = None) -> Case:
+    """`case` with every value (and token reward) at non-trainable positions set to 0, or to
+    `probe` when given: the twin a poison check compares against."""
+    fill = 0.0 if probe is None else probe
+    dead = case.poison_mask()
+    values = torch.where(dead, torch.full_like(case.values, fill), case.values)
+    rewards = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
+    return case.replace(values=values, token_rewards=rewards)
+
+
+def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
+    """Rows reversed plus one poisoned row without trainable tokens in the middle; returns the twin
+    and, for each original row, its index in the twin."""
+    b_rows, t_len = case.shape
+    perm = list(reversed(range(b_rows)))
+    insert_at = b_rows // 2
+    real = domain.all_masked_rows
+    extra_att = torch.full((1, t_len), real, dtype=torch.bool)
+    extra_val = torch.full((1, t_len), POISON_PROBE, dtype=torch.float64)
+    extra_rew = extra_val.clone() if domain.masked_rewards else torch.zeros(1, t_len, dtype=torch.float64)
+
+    def stack(x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        rows = x[perm]
+        return torch.cat([rows[:insert_at], extra, rows[insert_at:]], dim=0)
+
+    twin = case.replace(
+        attention=stack(case.attention, extra_att),
+        trainable=stack(case.trainable, torch.zeros(1, t_len, dtype=torch.bool)),
+        values=stack(case.values, extra_val),
+        token_rewards=stack(case.token_rewards, extra_rew),
+        score=torch.cat([case.score[perm][:insert_at], torch.ones(1, dtype=torch.float64), case.score[perm][insert_at:]]),
+    )
+    where = torch.empty(b_rows, dtype=torch.long)
+    for new_pos, old in enumerate(perm):
+        where[old] = new_pos if new_pos < insert_at else new_pos + 1
+    return twin, where
+
+
+def with_inserted_gap(case: Case) -> tuple[Case, int] | None:
+    """Insert one non-trainable column right after the first trainable token of the first row
+    with two or more, poisoned; it is a real token where both neighbours are real. None if no
+    row has two trainable tokens."""
+    b_rows, t_len = case.shape
+    counts = case.trainable.sum(dim=1)
+    rows = (counts >= 2).nonzero().flatten()
+    if not rows.numel():
+        return None
+    row = int(rows[0])
+    p = int(case.trainable[row].nonzero()[0]) + 1
+    att_col = case.attention[:, p - 1] & case.attention[:, p]
+
+    def ins(x: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x[:, :p], col[:, None], x[:, p:]], dim=1)
+
+    probe = torch.full((b_rows,), POISON_PROBE, dtype=torch.float64)
+    twin = case.replace(
+        attention=ins(case.attention, att_col),
+        trainable=ins(case.trainable, torch.zeros(b_rows, dtype=torch.bool)),
+        values=ins(case.values, probe),
+        token_rewards=ins(case.token_rewards, torch.zeros(b_rows, dtype=torch.float64)),
+    )
+    return twin, p
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge.
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Base:
+    case: Case
+    adv: torch.Tensor
+    ret: torch.Tensor
+    ref_adv: torch.Tensor
+    ref_ret: torch.Tensor
+    bounds: Bounds
+
+
+def expected_outputs(case: Case, declared: Declared) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The float64 reference of the declared contract, whitened as the target whitens; None when
+    the target's whitening is undefined for this case (too few trainable positions)."""
+    adv, ret = reference(case, declared.contract)
+    if declared.whitening is not None:
+        try:
+            adv = masked_whiten(adv, case.trainable, declared.whitening)
+        except ValueError:
+            return None
+    return adv, ret
+
+
+def _whiten_like(adv: torch.Tensor, case: Case, declared: Declared) -> torch.Tensor:
+    return adv if declared.whitening is None else masked_whiten(adv, case.trainable, declared.whitening)
+
+
+def _documented(declared: Declared, exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TargetFailure) and exc.kind != "exception":
+        return False
+    detail = exc.detail if isinstance(exc, TargetFailure) else text
+    return any(re.search(p, detail) or re.search(p, text) for p in declared.documented_errors)
+
+
+def judge(run: Run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None) -> list[Verdict]:
+    """Run `case` (and the perturbed twins it needs) through `run`; one verdict per property, in
+    the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
+    want = set(only or PROPERTIES)
+    verdicts: dict[str, Verdict] = {}
+    try:
+        adv, ret = _call(run, case)
+    except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
+        if _documented(declared, exc):
+            verdicts["no-crash"] = _ok("no-crash", f"documented error: {exc}")
+        else:
+            verdicts["no-crash"] = Verdict("no-crash", "fail", _describe(exc))
+        return _ordered(verdicts, "the base run raised")
+
+    if case.has_nonfinite_poison():
+        # Attribute everything on this case to the non-finite poison; the finite twin is drawn
+        # as an example of its own.
+        if "poison-nonfinite" in want:
+            verdicts["poison-nonfinite"] = _check_poison(run, case, declared, adv, ret, nonfinite=True)
+        verdicts["no-crash"] = _ok("no-crash")
+        return _ordered(verdicts, "checked for non-finite poison only")
+
+    live = case.trainable
+    bad = live & ~(torch.isfinite(adv) & torch.isfinite(ret))
+    if bad.any():
+        obs = torch.where(torch.isfinite(adv), ret, adv)
+        verdicts["no-crash"] = _diff("no-crash", "advantages", bad, torch.zeros_like(adv), obs, "non-finite output on finite inputs")
+        return _ordered(verdicts, "the base run gave non-finite outputs")
+    verdicts["no-crash"] = _ok("no-crash")
+
+    exp = expected_outputs(case, declared)
+    if exp is None:
+        verdicts["reference"] = _na("reference", "the target's whitening is undefined for < 2 trainable positions")
+        return _ordered(verdicts, "whitening undefined")
+    ref_adv, ref_ret = exp
+    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening)
+    base = _Base(case, adv, ret, ref_adv, ref_ret, bnd)
+
+    checks = {
+        "reference": lambda: _compare(
+            "reference", case, ref_adv, ref_ret, bnd, adv, ret, live, f"differs from the {declared.contract} reference"
+        ),
+        "masked-zero": lambda: _check_masked_zero(base, declared),
+        "poison": lambda: _check_poison(run, case, declared, adv, ret, nonfinite=False),
+        "row-independence": lambda: _check_rows(run, base, declared),
+        "gap-invariance": lambda: _check_gap(run, base, declared),
+        "score-kept": lambda: _check_score_kept(base, declared),
+        "telescoping": lambda: _check_telescoping(base, declared),
+        "all-trainable": lambda: _check_all_trainable(base, declared),
+        "deterministic": lambda: _check_deterministic(run, base, device),
+    }
+    for prop, check in checks.items():
+        if prop not in want:
+            continue
+        try:
+            verdicts[prop] = check()
+        except Exception as exc:  # noqa: BLE001 - a rerun that fails is a verdict of that property
+            verdicts[prop] = Verdict(prop, "fail", f"perturbed rerun failed: {_describe(exc)}")
+    return _ordered(verdicts, "")
+
+
+def _ordered(verdicts: dict[str, Verdict], why_missing: str) -> list[Verdict]:
+    return [verdicts.get(p) or _na(p, why_missing or "not requested") for p in PROPERTIES]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TargetFailure):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
+    if not declared.masked_zero:
+        return _na("masked-zero", "the target documents non-zero advantages at masked positions")
+    dead = ~base.case.trainable
+    if not dead.any():
+        return _na("masked-zero", "no non-trainable position")
+    _, atol = FLOOR[base.case.dtype]
+    bad = dead & ~(base.adv.abs() <= atol)
+    if bad.any():
+        return _diff("masked-zero", "advantages", bad, torch.zeros_like(base.adv), base.adv, "non-zero advantage at a masked position")
+    return _ok("masked-zero")
+
+
+def _check_poison(run: Run, case: Case, declared: Declared, adv, ret, nonfinite: bool) -> Verdict:
+    prop = "poison-nonfinite" if nonfinite else "poison"
+    dead = case.poison_mask()
+    if not dead.any():
+        return _na(prop, "no non-trainable position to poison")
+    if nonfinite:
+        probe, clean = case, sanitized(case)
+    else:
+        poison_rewards = declared.domain.masked_rewards
+        has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
+        clean = sanitized(case)
+        probe = case if has_poison else _poisoned(case, poison_rewards)
+        if not poison_rewards:
+            clean = clean.replace(token_rewards=case.token_rewards)
+        if case.lam == 1.0:  # a leak telescopes away at lam = 1: probe at lam = 0.5
+            probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
+    if probe is case and case.lam < 1.0:
+        p_adv, p_ret = adv, ret
+    else:
+        p_adv, p_ret = _call(run, probe)
+    c_adv, c_ret = _call(run, clean)
+    exp = expected_outputs(clean, declared)
+    if exp is None:
+        return _na(prop, "whitening undefined for this case")
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
+    what = "non-finite" if nonfinite else "finite"
+    return _compare(
+        prop, probe, c_adv, c_ret, bnd, p_adv, p_ret, case.trainable, f"{what} poison under the mask changed the output", 2.0
+    )
+
+
+def _poisoned(case: Case, rewards: bool) -> Case:
+    dead = case.poison_mask()
+    fill = torch.full_like(case.values, POISON_PROBE)
+    return case.replace(
+        values=torch.where(dead, fill, case.values),
+        token_rewards=torch.where(dead, fill, case.token_rewards) if rewards else case.token_rewards,
+    )
+
+
+def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
+    twin, where = with_extra_row(base.case, declared.domain)
+    t_adv, t_ret = _call(run, twin)
+    return _compare(
+        "row-independence",
+        base.case,
+        base.adv,
+        base.ret,
+        base.bounds,
+        t_adv[where],
+        t_ret[where],
+        base.case.trainable,
+        "reversing the rows and adding a row without trainable tokens changed a row's output",
+        2.0,
+    )
+
+
+def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
+    if declared.contract != "compressed":
+        return _na("gap-invariance", "applies to the compressed contract only")
+    made = with_inserted_gap(base.case)
+    if made is None:
+        return _na("gap-invariance", "no row has two trainable tokens")
+    twin, p = made
+    why = declared.domain.rejects(twin)
+    if why:
+        return _na("gap-invariance", f"the target cannot express the twin: {why}")
+    t_adv, t_ret = _call(run, twin)
+    keep = [i for i in range(twin.shape[1]) if i != p]
+    return _compare(
+        "gap-invariance",
+        base.case,
+        base.adv,
+        base.ret,
+        base.bounds,
+        t_adv[:, keep],
+        t_ret[:, keep],
+        base.case.trainable,
+        f"inserting a non-trainable token at position {p} changed the output",
+        2.0,
+    )
+
+
+def _last_trainable(case: Case) -> torch.Tensor:
+    pos = torch.arange(case.shape[1]).expand_as(case.trainable)
+    last = torch.where(case.trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
+    return (pos == last[:, None]) & case.trainable
+
+
+def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
+    case = base.case
+    if case.gamma != 0.0:
+        return _na("score-kept", "applies at gamma = 0")
+    if not case.trainable.any():
+        return _na("score-kept", "no trainable token")
+    last = _last_trainable(case)
+    # at gamma = 0 every advantage is its own TD error r' - V; the score joins at the last token
+    raw = torch.where(case.trainable, case.token_rewards - case.values, torch.zeros_like(case.values))
+    raw = raw + torch.where(last, case.score[:, None], torch.zeros_like(raw))
+    expected = _whiten_like(raw, case, declared)
+    bad = mismatches(base.adv, expected, base.bounds.advantages, last)
+    if bad.any():
+        return _diff("score-kept", "advantages", bad, expected, base.adv, "the outcome reward is not kept at the last trainable token")
+    return _ok("score-kept")
+
+
+def _check_telescoping(base: _Base, declared: Declared) -> Verdict:
+    case = base.case
+    if not (case.gamma == 1.0 and case.lam == 1.0):
+        return _na("telescoping", "applies at gamma = lam = 1")
+    zero = torch.zeros_like(case.values)
+    r = torch.where(case.trainable, case.token_rewards, zero)
+    r = r + torch.where(_last_trainable(case), case.score[:, None], zero)
+    suffix = r.flip(1).cumsum(1).flip(1)
+    raw = torch.where(case.trainable, suffix - case.values, zero)
+    expected = _whiten_like(raw, case, declared)
+    bad = mismatches(base.adv, expected, base.bounds.advantages, case.trainable)
+    if bad.any():
+        return _diff("telescoping", "advantages", bad, expected, base.adv, "A_t != sum of later rewards - V_t at gamma = lam = 1")
+    return _ok("telescoping")
+
+
+def _check_all_trainable(base: _Base, declared: Declared) -> Verdict:
+    case = base.case
+    if not bool(case.trainable.all()):
+        return _na("all-trainable", "applies when every position is real and trainable")
+    adv = torch.zeros_like(case.values)
+    ret = torch.zeros_like(case.values)
+    for b in range(case.shape[0]):
+        rewards = case.token_rewards[b].tolist()
+        rewards[-1] += float(case.score[b])
+        a, r = classic_gae_loop(rewards, case.values[b].tolist(), case.gamma, case.lam)
+        adv[b] = torch.tensor(a, dtype=torch.float64)
+        ret[b] = torch.tensor(r, dtype=torch.float64)
+    adv = _whiten_like(adv, case, declared)
+    return _compare(
+        "all-trainable", case, adv, ret, base.bounds, base.adv, base.ret, case.trainable, "differs from classic GAE with no mask"
+    )
+
+
+def _check_deterministic(run: Run, base: _Base, device: str) -> Verdict:
+    if device != "cpu":
+        return _na("deterministic", f"bitwise determinism is a CPU property (device {device})")
+    adv2, ret2 = _call(run, base.case)
+    for name, a, b in (("advantages", base.adv, adv2), ("returns", base.ret, ret2)):
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        if not same.all():
+            return _diff("deterministic", name, ~same, a, b, "a second run gave different bits")
+    return _ok("deterministic")
