@@ -11,6 +11,7 @@ set `maskfuzz fuzz` runs with no target named: release pins only, so it needs no
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 from oracles.domain import Domain
@@ -62,7 +63,7 @@ class TargetSpec:
         return tuple(p for p in self.pins if p.default)
 
 
-_COMMON_HEAVY = (
+COMMON_HEAVY = (
     "ray",
     "vllm",
     "sglang",
@@ -80,175 +81,35 @@ _COMMON_HEAVY = (
     "tensordict",
 )
 
-REGISTRY: dict[str, TargetSpec] = {}
+# One adapter module per target; each defines `SPEC`, its registry entry (one place per target).
+ADAPTER_MODULES: dict[str, str] = {
+    "roll": "targets.adapters.roll",
+    "miles": "targets.adapters.miles",
+    "slime": "targets.adapters.slime",
+    "verl": "targets.adapters.verl",
+    "openrlhf": "targets.adapters.openrlhf",
+    "trl": "targets.adapters.trl",
+    "nemo-rl": "targets.adapters.nemo_rl",
+    "areal": "targets.adapters.areal",
+    "skyrl": "targets.adapters.skyrl",
+    "torchrl": "targets.adapters.torchrl",
+}
 
 
-def register(spec: TargetSpec) -> TargetSpec:
-    if spec.id in REGISTRY:
-        raise ValueError(f"target {spec.id!r} registered twice")
-    REGISTRY[spec.id] = spec
-    return spec
+def registry() -> dict[str, TargetSpec]:
+    """Every registered target, by id (adapter modules import no upstream code at import time)."""
+    out = {}
+    for target_id, module in ADAPTER_MODULES.items():
+        spec = importlib.import_module(module).SPEC
+        if spec.id != target_id or spec.adapter != module:
+            raise RuntimeError(f"{module}.SPEC says id={spec.id!r} adapter={spec.adapter!r}; expected {target_id!r}, {module!r}")
+        out[target_id] = spec
+    return out
 
 
 def get(target_id: str) -> TargetSpec:
-    try:
-        return REGISTRY[target_id]
-    except KeyError:
-        known = ", ".join(sorted(REGISTRY))
-        raise KeyError(f"unknown target {target_id!r}; known targets: {known}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Entries. Each block is owned by its adapter (targets/adapters/<name>.py).
-# ---------------------------------------------------------------------------------------------
-# BEGIN verl
-register(
-    TargetSpec(
-        id="verl",
-        adapter="targets.adapters.verl",
-        own=("verl",),
-        contract="compressed",
-        git_url="https://github.com/volcengine/verl.git",
-        package="verl",
-        pins=(
-            Pin("0.4.1", "last 0.4 release", default=True),
-            Pin("0.9.1", "newest release", default=True),
-        ),
-        whitening=Whitening(unbiased=True, eps=1e-8),
-        stand_ins=_COMMON_HEAVY,
-        deny=("torch_npu",),
-    )
-)
-# END verl
-
-# BEGIN openrlhf
-register(
-    TargetSpec(
-        id="openrlhf",
-        adapter="targets.adapters.openrlhf",
-        own=("openrlhf",),
-        contract="dense",
-        git_url="https://github.com/OpenRLHF/OpenRLHF.git",
-        package="openrlhf",
-        pins=(Pin("0.11.2", "newest release", default=True),),
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END openrlhf
-
-# BEGIN miles
-register(
-    TargetSpec(
-        id="miles",
-        adapter="targets.adapters.miles",
-        own=("miles",),
-        contract="compressed",
-        git_url="https://github.com/radixark/miles.git",
-        package="miles-rl",
-        pins=(
-            Pin("0.0.2", "only usable release (May 2026), old location miles/utils/ppo_utils.py", default=True),
-            Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
-        ),
-        stand_ins=_COMMON_HEAVY,
-        deny=("fla",),
-    )
-)
-# END miles
-
-# BEGIN slime
-register(
-    TargetSpec(
-        id="slime",
-        adapter="targets.adapters.slime",
-        own=("slime",),
-        contract="compressed",
-        git_url="https://github.com/THUDM/slime.git",
-        stand_ins=_COMMON_HEAVY,
-        deny=("fla",),
-    )
-)
-# END slime
-
-# BEGIN roll
-register(
-    TargetSpec(
-        id="roll",
-        adapter="targets.adapters.roll",
-        own=("roll",),
-        contract="dense",
-        git_url="https://github.com/alibaba/ROLL.git",
-        pins=(Pin("c09bc8bc9f43", "the seed report 000: masked critic values bootstrap", kind="git"),),
-        entries=("default", "agentic"),
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END roll
-
-# BEGIN trl
-register(
-    TargetSpec(
-        id="trl",
-        adapter="targets.adapters.trl",
-        own=("trl",),
-        contract="dense",
-        git_url="https://github.com/huggingface/trl.git",
-        package="trl",
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END trl
-
-# BEGIN nemo-rl
-register(
-    TargetSpec(
-        id="nemo-rl",
-        adapter="targets.adapters.nemo_rl",
-        own=("nemo_rl",),
-        contract="compressed",
-        git_url="https://github.com/NVIDIA-NeMo/RL.git",
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END nemo-rl
-
-# BEGIN areal
-register(
-    TargetSpec(
-        id="areal",
-        adapter="targets.adapters.areal",
-        own=("areal",),
-        contract="dense",
-        git_url="https://github.com/inclusionAI/AReaL.git",
-        package="areal",
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END areal
-
-# BEGIN skyrl
-register(
-    TargetSpec(
-        id="skyrl",
-        adapter="targets.adapters.skyrl",
-        own=("skyrl", "skyrl_train"),
-        contract="compressed",
-        git_url="https://github.com/NovaSky-AI/SkyRL.git",
-        package="skyrl-train",
-        stand_ins=_COMMON_HEAVY,
-    )
-)
-# END skyrl
-
-# BEGIN torchrl
-register(
-    TargetSpec(
-        id="torchrl",
-        adapter="targets.adapters.torchrl",
-        own=("torchrl",),
-        contract="dense",
-        git_url="https://github.com/pytorch/rl.git",
-        package="torchrl",
-        entries=("default", "vec"),
-    )
-)
-# END torchrl
+    """The spec of `target_id`; KeyError naming the known targets otherwise."""
+    if target_id not in ADAPTER_MODULES:
+        known = ", ".join(sorted(ADAPTER_MODULES))
+        raise KeyError(f"unknown target {target_id!r}; known targets: {known}")
+    return registry()[target_id]
