@@ -35,6 +35,9 @@ class TargetSpec:
     contract: str  # "compressed" | "dense": what the framework intends
     git_url: str | None = None
     package: str | None = None  # PyPI distribution name, when there are releases
+    # extra `pip download` options for its release wheels, e.g. ("--python-version", "3.12") for a
+    # pure-python wheel tagged for another Python; compiled wheels (torchrl) need none
+    pip_args: tuple[str, ...] = ()
     pins: tuple[Pin, ...] = ()
     entries: tuple[str, ...] = ("default",)  # entry points; the first is the default
     whitening: Whitening | None = None
