@@ -77,6 +77,10 @@ class History(Protocol):
         """Commits in (old, new], oldest first (`git rev-list --reverse old..new`)."""
         ...
 
+    def describe(self, rev: str) -> Commit:
+        """The commit `rev` names, with its date and subject."""
+        ...
+
     def checkout(self, commit: str) -> Path:
         """A worktree of `commit` (a full hash), created if needed."""
         ...
@@ -253,6 +257,11 @@ class CachedRepo:
                 h, date, subject = line.split("\x00", 2)
                 commits.append(Commit(h, date, subject))
         return commits
+
+    def describe(self, rev: str) -> Commit:
+        full = self.resolve(rev)
+        h, date, subject = self.repo().git.log("-1", "--format=%H%x00%cI%x00%s", full, "--").split("\x00", 2)
+        return Commit(h, date, subject)
 
     def checkout(self, commit: str) -> Path:
         """The worktree of `commit` (a full hash), created in a scratch folder and moved into place

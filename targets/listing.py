@@ -1,0 +1,83 @@
+"""What `maskfuzz targets` shows: every target, its contract, entries, pins and their availability.
+
+`rows()` gives plain data (also the `--json` output); `render()` formats it as text. Availability
+is checked without a network (`targets.acquire.available_offline`): a pin is offline when its
+code is already in the cache or resolvable from a local --repo.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from targets import acquire as acquire_mod
+from targets import cache as cachemod
+from targets.registry import TargetSpec, registry
+
+
+def rows(repos: Mapping[str, Path] | None = None, cache: Path | None = None,
+         specs: Mapping[str, TargetSpec] | None = None) -> list[dict]:
+    """One dict per target: id, contract, whitening, source, entries, pins (rev, label, kind,
+    default, offline), and whether a --repo was given for it."""
+    cache = Path(cache) if cache is not None else cachemod.cache_dir()
+    repos = repos or {}
+    specs = registry() if specs is None else specs
+    out = []
+    for tid, spec in specs.items():
+        pins = []
+        for p in spec.pins:
+            pins.append({
+                "rev": p.rev,
+                "label": p.label,
+                "kind": acquire_mod.pin_kind(spec, p.rev, repos),
+                "default": p.default,
+                "offline": acquire_mod.available_offline(spec, p.rev, repos, cache),
+            })  # fmt: skip
+        out.append({
+            "id": tid,
+            "contract": spec.contract,
+            "whitens": spec.whitening is not None,
+            "git_url": spec.git_url,
+            "package": spec.package,
+            "repo": str(repos[tid]) if tid in repos else None,
+            "entries": list(spec.entries),
+            "pins": pins,
+            "notes": spec.notes,
+        })  # fmt: skip
+    return out
+
+
+def render(data: list[dict], cache: Path | None = None) -> str:
+    """Human-readable listing: one block per target, `*` marks a default pin."""
+    lines = []
+    width = max([len(_short(p["rev"])) for t in data for p in t["pins"]] + [8])
+    for t in data:
+        source = []
+        if t["repo"]:
+            source.append(f"--repo {t['repo']}")
+        elif t["git_url"]:
+            source.append(t["git_url"])
+        if t["package"]:
+            source.append(f"pypi:{t['package']}")
+        whitens = ", whitens" if t["whitens"] else ""
+        lines.append(f"{t['id']}  ({t['contract']}{whitens})  {'  '.join(source)}")
+        entries = list(t["entries"])
+        entries[0] += " (default)"
+        lines.append(f"    entries: {', '.join(entries)}")
+        if not t["pins"]:
+            lines.append(f"    pins: none registered; name one, e.g. {t['id']}@<commit>")
+        for p in t["pins"]:
+            mark = "*" if p["default"] else " "
+            where = "offline" if p["offline"] else "needs network"
+            lines.append(f"  {mark} {_short(p['rev']):<{width}} {p['kind']:<8} {where:<14} {p['label']}")
+    n_pins = sum(len(t["pins"]) for t in data)
+    n_off = sum(p["offline"] for t in data for p in t["pins"])
+    cache = Path(cache) if cache is not None else cachemod.cache_dir()
+    lines.append("")
+    lines.append(f"{len(data)} targets, {n_pins} pins ({n_off} available offline); * = in the default fuzz set; cache: {cache}")
+    return "\n".join(lines)
+
+
+def _short(rev: str) -> str:
+    """Full hashes shortened to 12 characters in the text listing (JSON keeps them whole)."""
+    return rev[:12] if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev) else rev
