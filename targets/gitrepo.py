@@ -283,6 +283,8 @@ class CachedRepo:
                 repo.git.worktree("prune")  # forget worktrees whose folders a crash or a person removed
                 repo.git.worktree("add", "--detach", str(staged), commit)
                 final.parent.mkdir(parents=True, exist_ok=True)
+                if final.exists():
+                    cachemod.remove(final)  # a leftover without .git: never trusted, and `move` would nest into it
                 repo.git.worktree("move", str(staged), str(final))
             except git.GitCommandError as exc:
                 self._drop(staged)
