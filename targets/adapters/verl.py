@@ -1,11 +1,43 @@
-"""Adapter for verl: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for verl: `verl/trainer/ppo/core_algos.py::compute_gae_advantage_return`.
+
+The function takes `(token_level_rewards, values, <mask>, gamma, lam)`, all [B, T] over the
+right-padded response window, and returns `(advantages, returns)`; the advantages are whitened
+inside with `verl.utils.torch_functional.masked_whiten` over the mask (the whole batch). The mask
+argument is `eos_mask` in 0.1 ... 0.3.x and `response_mask` from 0.4.0 (#878); the adapter reads
+the signature at each pin and passes the name that pin uses.
+
+Two behaviours across the releases (read at each pin, nothing is assumed):
+
+* 0.1 ... 0.4.1: a plain GAE loop over all T positions; the mask is used for whitening only.
+* 0.5.0 ... 0.9.1 (commit 0332866, #2337 "mask out observation token in GAE"): values and TD
+  errors of masked ("observation") positions are skipped; the carry passes through them.
+
+Score placement is verl's own code: the naive reward manager (`verl/workers/reward_manager/
+naive.py::NaiveRewardManager.__call__` from 0.2, `verl/trainer/main_ppo.py::RewardManager` in
+0.1) writes the score at `valid_response_length - 1`, with `valid_response_length` the number of
+attended response tokens: the last *attended* response token, which is an observation token when
+a multi-turn episode ends in a tool response. The adapter runs that code on a DataProto built from
+the case, with a scorer that returns 1.0, to learn the position, and puts the case's score there
+in the case's dtype (the manager's own tensor is float32, which would round a float64 score).
+"""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
 from oracles.reference import Whitening
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+
+_GAE = ("verl.trainer.ppo.core_algos", "compute_gae_advantage_return")
+# First commit whose GAE skips masked positions, and its parent (the last plain-loop commit).
+_MASKING_COMMIT = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"
+_BEFORE_MASKING = "11ee5125d269d657f1edf101d627b4b599eaceae"
 
 SPEC = TargetSpec(
     id="verl",
@@ -15,14 +47,142 @@ SPEC = TargetSpec(
     git_url="https://github.com/volcengine/verl.git",
     package="verl",
     pins=(
-        Pin("0.4.1", "last 0.4 release", default=True),
+        Pin("0.1", "first release; mask argument named eos_mask; plain GAE loop"),
+        Pin("0.4.1", "last release before #2337: plain GAE loop, mask used only for whitening", default=True),
+        Pin("0.5.0", "first release with #2337 (GAE skips values and TD errors of masked tokens)", default=True),
         Pin("0.9.1", "newest release", default=True),
+        Pin(_MASKING_COMMIT, "#2337 [algo] feat: mask out observation token in GAE", kind="git"),
+        Pin(_BEFORE_MASKING, "parent of #2337: last commit with the plain GAE loop", kind="git"),
     ),
+    # verl_F.masked_whiten: (x - masked_mean) * rsqrt(masked_var(unbiased=True) + 1e-8), shift_mean=True,
+    # identical in 0.1 ... 0.9.1 (0.4+ divides the mean by mask.sum() + 1e-8, a 1e-8 relative change).
     whitening=Whitening(unbiased=True, eps=1e-8),
-    stand_ins=COMMON_HEAVY,
+    masked_zero=False,
+    masked_zero_why=(
+        "compute_gae_advantage_return whitens the whole [B, T] advantage tensor, so masked positions hold "
+        "(carry - mean) / std, never zeroed (0.5+ also carries lastgaelam through masked positions on purpose); "
+        "verl's own test tests/trainer/ppo/test_core_algos_on_cpu.py::test_multi_turn_compute_gae_advantage_return "
+        "multiplies returns by response_mask before comparing, and the policy loss aggregates with response_mask"
+    ),
+    documented_errors=(
+        # verl/utils/torch_functional.py::masked_var (unbiased) with < 2 masked elements in the batch
+        r"ValueError: At least one element in the mask has to be 1",
+        r"ValueError: The sum of the mask is one, which can cause a division by zero",
+    ),
+    # Missing heavy packages imported at module level by verl, none touched by the GAE math or the
+    # reward manager's placement: pkg_resources (verl/__init__.py 0.4.x, an NPU version check),
+    # pandas (verl/protocol.py), orjson (verl/utils/tracking.py, 0.9), psutil (memory utilities).
+    stand_ins=COMMON_HEAVY + ("pkg_resources", "pandas", "orjson", "psutil"),
     deny=("torch_npu",),
+    domain=Domain(
+        left_padding=False,
+        why={
+            "left_padding": (
+                "verl's response window is right-padded (prompts are left-padded, responses right-padded); "
+                "the reward manager places the score at attention_mask[prompt_length:].sum() - 1, which is only "
+                "the last real token when the response starts at position 0"
+            ),
+        },
+    ),
+    notes=(
+        "Contract: compressed, what verl intends since #2337 (0.5.0): 'skip values and TD-error on observation "
+        "tokens' (core_algos.py); its test checks that values at masked positions do not change the outputs. "
+        "0.1 ... 0.4.1 run a plain GAE loop over every position and use the mask only for whitening; they relied on "
+        "the critic (dp_critic.py: values = values * response_mask) and apply_kl_penalty (kld * response_mask) to "
+        "zero masked values and rewards upstream, so at those pins poison and gap findings are what the function "
+        "itself does, not necessarily what the whole pipeline feeds it. Masks are passed as int64, as verl's "
+        "pipeline does (attention_mask slices; agent_loop.py builds response_mask with dtype=torch.int64). "
+        "The score goes where verl's reward manager puts it (last attended response token), so with a masked "
+        "observation tail it lands on a masked position: 0.5+ then drops it (lastgaelam is not updated there)."
+    ),
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the verl adapter is not built yet")
+class _NoTokenizer:
+    """The reward manager decodes ids to text for its scorer and for printing; our scorer ignores text."""
+
+    def decode(self, *args, **kwargs) -> str:
+        return ""
+
+    def batch_decode(self, ids, *args, **kwargs) -> list[str]:
+        return ["" for _ in ids]
+
+
+def _marker_score(*args, **kwargs) -> float:
+    """The scorer handed to verl's reward manager: 1.0 for every row, so the non-zero entry of the
+    reward tensor it returns marks the position its placement code chose."""
+    return 1.0
+
+
+def _score_placer(root: Path):
+    """verl's own score placement at this pin: a function (attention [B, T] bool) -> bool [B, T]
+    marking, per row, the position where the reward manager writes the score; and where it lives."""
+    from verl import DataProto  # the pin's own DataProto (verl/protocol.py)
+
+    try:
+        naive = import_from(root, "verl.workers.reward_manager.naive")
+        manager = naive.NaiveRewardManager(tokenizer=_NoTokenizer(), num_examine=0, compute_score=_marker_score)
+        where = "verl/workers/reward_manager/naive.py::NaiveRewardManager.__call__"
+    except NotPresent:
+        # 0.1: the manager is a class in main_ppo.py that picks its scorer by data source through the
+        # module-level _select_rm_score_fn; we point that at the marker scorer (the placement is untouched).
+        main_ppo = import_from(root, "verl.trainer.main_ppo")
+        if not hasattr(main_ppo, "RewardManager"):
+            raise NotPresent("no reward manager at this pin (verl.workers.reward_manager.naive, verl.trainer.main_ppo)")
+        main_ppo._select_rm_score_fn = lambda data_source: _marker_score
+        manager = main_ppo.RewardManager(tokenizer=_NoTokenizer(), num_examine=0)
+        where = "verl/trainer/main_ppo.py::RewardManager.__call__"
+
+    def place(attention: torch.Tensor) -> torch.Tensor:
+        b_rows, t_len = attention.shape
+        prompt = torch.ones(b_rows, 1, dtype=torch.long)  # one real prompt token per row
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": prompt,
+                "responses": torch.zeros(b_rows, t_len, dtype=torch.long),
+                "attention_mask": torch.cat([prompt, attention.to(torch.long)], dim=1),
+            },
+            non_tensors={
+                "data_source": ["maskfuzz"] * b_rows,
+                "reward_model": [{"ground_truth": ""} for _ in range(b_rows)],
+            },
+        )
+        out = manager(data)
+        reward = out["reward_tensor"] if isinstance(out, dict) else out
+        return reward != 0
+
+    return place, where
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    if entry not in (None, "default"):
+        raise ValueError(f"verl has one entry point, 'default'; got {entry!r}")
+    gae, where = function_from(root, [_GAE])
+    params = list(inspect.signature(gae).parameters)
+    mask_arg = next((p for p in ("response_mask", "eos_mask") if p in params), None)
+    expected = {"token_level_rewards", "values", "gamma", "lam"}
+    if mask_arg is None or not expected <= set(params):
+        # a changed signature must fail loudly, never be called with guessed names
+        raise RuntimeError(f"{where} has parameters {params}; expected {sorted(expected)} and response_mask/eos_mask")
+    place, place_where = _score_placer(root)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        dt = case.torch_dtype
+        at_score = place(case.attention).to(device)
+        score = case.score.to(device=device, dtype=dt)
+        rewards = case.token_rewards.to(device=device, dtype=dt)
+        rewards = rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
+        adv, ret = gae(
+            token_level_rewards=rewards,
+            values=case.values.to(device=device, dtype=dt),
+            **{mask_arg: case.trainable.to(device=device, dtype=torch.long)},
+            gamma=case.gamma,
+            lam=case.lam,
+        )
+        return adv, ret
+
+    notes = [
+        f"called with mask argument {mask_arg!r} (int64, as verl passes it)",
+        f"score placed by verl's {place_where} (last attended response token), moved into the case's dtype",
+    ]
+    return Loaded(run, where, notes)
