@@ -1,0 +1,744 @@
+"""The corpus: one shrunk finding per JSON file, bit-exact, reviewable, and never executed on load.
+
+A file lives at `<root>/<target>/<property>-<id>.json` and holds (format `maskfuzz-corpus`,
+version 1; `corpus/README.md` is the full description):
+
+    the canonical case   masks as "0"/"1" strings per row, floats bit-exact (see `encode_float`)
+    where it failed      target, entry point, the pin as asked and as resolved
+    what failed          the property, the verdict (output, positions, expected, observed,
+                         message), the other failing properties
+    how it was found     seed, date, Hypothesis / torch / maskfuzz versions, device
+
+`id` is a hash of the case content, the target (with its entry point) and the property, so the
+same counterexample found twice has one name. `record` de-duplicates findings by
+(target, property, `signature`) and keeps the smallest case of each signature.
+
+Loading parses JSON only (no pickle, no torch.load): a corrupt, truncated or newer file raises
+`CorpusError` naming the file and the field, and is never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import sys
+import warnings
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from oracles.case import DTYPES, Case, CaseError, quantize
+from oracles.properties import PROPERTIES, Verdict
+
+FORMAT = "maskfuzz-corpus"
+VERSION = 1
+LEDGER_NAME = "ledger.json"
+OUTPUTS = ("advantages", "returns", "")
+STATUSES = ("fail", "pass", "n/a")
+
+_U64 = (1 << 64) - 1
+_EXP = 0x7FF0000000000000
+_NAN = 0x7FF8000000000000  # what float("nan") is; any other NaN is written as hex bits
+_INF = 0x7FF0000000000000
+_NINF = 0xFFF0000000000000
+_HEX = re.compile(r"0x[0-9a-fA-F]{16}")
+
+
+class CorpusError(ValueError):
+    """An unreadable corpus (or ledger) file: `path` and `field` say where, the message says why."""
+
+    def __init__(self, message: str, path: Path | str | None = None, field: str | None = None):
+        self.message = message
+        self.path = Path(path) if path is not None else None
+        self.field = field
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"{self.path}: " if self.path is not None else ""
+        what = f"field {self.field!r}: " if self.field else ""
+        return f"{where}{what}{self.message}"
+
+    def at(self, path: Path | str) -> "CorpusError":
+        """The same error, naming `path` (used when a decoder without a file raised it)."""
+        return CorpusError(self.message, path, self.field)
+
+
+# ---------------------------------------------------------------------------------------------
+# Floats: finite as JSON numbers (repr round-trips float64 exactly), non-finite as strings.
+# ---------------------------------------------------------------------------------------------
+def _bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def encode_bits(u: int) -> float | str:
+    """The JSON value of the float64 with bit pattern `u` (0 <= u < 2**64).
+
+    Finite: the float itself (json writes repr, which reads back to the same bits, -0.0 included).
+    +inf / -inf / the default quiet NaN: "inf" / "-inf" / "nan". Any other NaN (a sign bit or a
+    payload): its 16 hex digits, "0x7ff8000000000001", so nothing is lost.
+    """
+    if (u & _EXP) != _EXP:
+        return struct.unpack("<d", struct.pack("<Q", u))[0]
+    return {_INF: "inf", _NINF: "-inf", _NAN: "nan"}.get(u) or f"0x{u:016x}"
+
+
+def encode_float(x: float) -> float | str:
+    return encode_bits(_bits(float(x)))
+
+
+def decode_bits(v: Any, where: str) -> int:
+    """The float64 bit pattern of a JSON value written by `encode_bits` (or a plain JSON integer)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise CorpusError(f"expected a number or one of 'nan', 'inf', '-inf', '0x<16 hex digits>', got {v!r}", field=where)
+    if isinstance(v, str):
+        named = {"nan": _NAN, "inf": _INF, "-inf": _NINF}.get(v)
+        if named is not None:
+            return named
+        if _HEX.fullmatch(v):
+            return int(v, 16)
+        raise CorpusError(f"{v!r} is not a float: expected a number or 'nan', 'inf', '-inf', '0x<16 hex digits>'", field=where)
+    if isinstance(v, int):
+        if float(v) != v:
+            raise CorpusError(f"integer {v} is not exactly a float64", field=where)
+        v = float(v)
+    if not math.isfinite(v):  # e.g. 1e999 in the file: json reads it as inf
+        raise CorpusError(f"number out of float64 range (write 'inf' / '-inf' for infinities)", field=where)
+    return _bits(v)
+
+
+def decode_float(v: Any, where: str) -> float:
+    return struct.unpack("<d", struct.pack("<Q", decode_bits(v, where)))[0]
+
+
+def _tensor_rows(t: torch.Tensor) -> list:
+    """float64 [B, T] or [B] -> nested JSON values, bit-exact (read through an int64 view)."""
+    ints = t.detach().to("cpu").contiguous().view(torch.int64)
+    if ints.dim() == 1:
+        return [encode_bits(i & _U64) for i in ints.tolist()]
+    return [[encode_bits(i & _U64) for i in row] for row in ints.tolist()]
+
+
+def _signed(u: int) -> int:
+    return u - (1 << 64) if u >= (1 << 63) else u
+
+
+def _floats(v: Any, where: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """Nested JSON values -> float64 tensor of `shape`, built from the bit patterns."""
+    if len(shape) == 1:
+        _list(v, where, shape[0])
+        bits = [_signed(decode_bits(x, f"{where}[{i}]")) for i, x in enumerate(v)]
+    else:
+        _list(v, where, shape[0])
+        bits = []
+        for b, row in enumerate(v):
+            _list(row, f"{where}[{b}]", shape[1])
+            bits.extend(_signed(decode_bits(x, f"{where}[{b}][{t}]")) for t, x in enumerate(row))
+    return torch.tensor(bits, dtype=torch.int64).view(torch.float64).reshape(shape)
+
+
+def _masks(v: Any, where: str, shape: tuple[int, int]) -> torch.Tensor:
+    _list(v, where, shape[0])
+    rows = []
+    for b, row in enumerate(v):
+        if not isinstance(row, str) or len(row) != shape[1] or set(row) - {"0", "1"}:
+            raise CorpusError(f"row {b} must be a string of {shape[1]} characters '0'/'1', got {row!r}", field=f"{where}[{b}]")
+        rows.append([c == "1" for c in row])
+    return torch.tensor(rows, dtype=torch.bool).reshape(shape)
+
+
+def _list(v: Any, where: str, n: int | None = None) -> list:
+    if not isinstance(v, list):
+        raise CorpusError(f"expected a list, got {type(v).__name__}", field=where)
+    if n is not None and len(v) != n:
+        raise CorpusError(f"expected {n} items (from 'shape'), got {len(v)}", field=where)
+    return v
+
+
+def _get(d: dict, key: str, kind: type | tuple, where: str = "", optional: bool = False) -> Any:
+    name = f"{where}.{key}" if where else key
+    if key not in d:
+        if optional:
+            return None
+        raise CorpusError("missing", field=name)
+    v = d[key]
+    if optional and v is None:
+        return None
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+        want = " or ".join(k.__name__ for k in kinds)
+        raise CorpusError(f"expected {want}, got {type(v).__name__} {v!r}"[:200], field=name)
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# The case.
+# ---------------------------------------------------------------------------------------------
+def case_to_json(case: Case) -> dict:
+    """The canonical case as JSON data: masks as '0'/'1' strings per row, floats bit-exact.
+    (`case.meta` is not part of the canonical content and is not written.)"""
+    return {
+        "dtype": case.dtype,
+        "gamma": encode_float(case.gamma),
+        "lam": encode_float(case.lam),
+        "shape": list(case.shape),
+        "attention": ["".join("1" if x else "0" for x in row) for row in case.attention.tolist()],
+        "trainable": ["".join("1" if x else "0" for x in row) for row in case.trainable.tolist()],
+        "token_rewards": _tensor_rows(case.token_rewards),
+        "values": _tensor_rows(case.values),
+        "score": _tensor_rows(case.score),
+    }
+
+
+def case_from_json(d: Any, where: str = "case") -> Case:
+    """The `Case` written by `case_to_json`, bit for bit. Raises CorpusError naming the field.
+
+    The floats must already be numbers of the case's dtype (the file shows exactly what a target
+    receives); a hand-edited 0.1 in a bfloat16 case is rejected rather than silently rounded.
+    """
+    if not isinstance(d, dict):
+        raise CorpusError(f"expected an object, got {type(d).__name__}", field=where)
+    dtype = _get(d, "dtype", str, where)
+    if dtype not in DTYPES:
+        raise CorpusError(f"{dtype!r} is not one of {sorted(DTYPES)}", field=f"{where}.dtype")
+    shape = _list(_get(d, "shape", list, where), f"{where}.shape", 2)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        raise CorpusError(f"expected two positive integers [B, T], got {shape!r}", field=f"{where}.shape")
+    b, t = shape
+    fields_ = {
+        "attention": _masks(_get(d, "attention", list, where), f"{where}.attention", (b, t)),
+        "trainable": _masks(_get(d, "trainable", list, where), f"{where}.trainable", (b, t)),
+        "token_rewards": _floats(_get(d, "token_rewards", list, where), f"{where}.token_rewards", (b, t)),
+        "values": _floats(_get(d, "values", list, where), f"{where}.values", (b, t)),
+        "score": _floats(_get(d, "score", list, where), f"{where}.score", (b,)),
+    }
+    for key in ("token_rewards", "values", "score"):
+        x = fields_[key]
+        ok = ~torch.isfinite(x) | (quantize(x, dtype) == x)
+        if not ok.all():
+            pos = [int(i) for i in (~ok).nonzero()[0].tolist()]
+            idx = "".join(f"[{i}]" for i in pos)
+            val, near = float(x[tuple(pos)]), float(quantize(x, dtype)[tuple(pos)])
+            raise CorpusError(
+                f"{val!r} is not a {dtype} number (nearest {near!r}); a case holds exactly what the target receives",
+                field=f"{where}.{key}{idx}",
+            )
+    gamma = decode_float(_get(d, "gamma", (int, float, str), where), f"{where}.gamma")
+    lam = decode_float(_get(d, "lam", (int, float, str), where), f"{where}.lam")
+    try:
+        return Case(**fields_, gamma=gamma, lam=lam, dtype=dtype)
+    except CaseError as exc:
+        raise CorpusError(f"not a valid case: {exc}", field=where) from None
+
+
+def case_size(case: Case) -> tuple[int, int]:
+    """How big a counterexample is, smaller first: (B * T, number of non-zero floats)."""
+    b, t = case.shape
+    nnz = sum(int((x != 0).sum()) for x in (case.token_rewards, case.values, case.score))  # NaN != 0
+    return (b * t, nnz)
+
+
+# ---------------------------------------------------------------------------------------------
+# The failure signature: what makes two findings "the same bug" for de-duplication.
+# ---------------------------------------------------------------------------------------------
+DTYPE_CLASS = {"float64": "f64", "float32": "f32", "bfloat16": "half", "float16": "half"}
+_EXC_NAME = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt))\b")
+
+
+def position_kind(case: Case, b: int, t: int) -> str:
+    """The structural role of position [b, t] in its row:
+
+    padding          not a real token
+    masked-real      a real token that is not trainable (observation, tool output, gap)
+    last-trainable   the last trainable token of the row (where the score lands)
+    before-gap       a trainable token followed by a non-trainable one, with more trainable later
+    trainable        any other trainable token
+    """
+    if not bool(case.attention[b, t]):
+        return "padding"
+    row = case.trainable[b]
+    if not bool(row[t]):
+        return "masked-real"
+    if not bool(row[t + 1 :].any()):
+        return "last-trainable"
+    return "trainable" if bool(row[t + 1]) else "before-gap"
+
+
+def failure_kind(message: str) -> str:
+    """For failures without positions (crashes, exceptions): 'crash', 'hang', the exception type
+    named in the message, or 'nonfinite'; '' when the message names none of them."""
+    rerun = message.startswith("perturbed rerun failed")
+    text = message.split(":", 1)[1].strip() if rerun else message
+    if re.match(r"(crash|hang)\b", text):
+        kind = text.split(None, 1)[0].rstrip(":")
+    elif (m := _EXC_NAME.search(text)) is not None:
+        kind = m.group(1)
+    elif "non-finite output" in text:
+        kind = "nonfinite"
+    else:
+        kind = ""
+    return f"rerun-{kind}" if rerun and kind else kind
+
+
+def signature(prop: str, verdict: Verdict, case: Case) -> str:
+    """The failure signature used to de-duplicate findings of one (target, property):
+
+        <property>|<output>|<kinds of the positions involved, sorted, '+'-joined>|<dtype class>[|<failure kind>]
+
+    e.g. "poison|advantages|last-trainable+trainable|f32" or "no-crash|-|-|f32|IndexError".
+    Two findings with the same signature are taken to be the same bug; `record` keeps the smaller.
+    The dtype class groups bfloat16 and float16 ("half"): rounding bugs look alike in both.
+    """
+    kinds = sorted({position_kind(case, int(b), int(t)) for b, t in verdict.positions})
+    parts = [prop, verdict.output or "-", "+".join(kinds) or "-", DTYPE_CLASS[case.dtype]]
+    kind = failure_kind(verdict.message)
+    if kind:
+        parts.append(kind)
+    return "|".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Found:
+    """How a finding was found (informative; not part of the id)."""
+
+    seed: int | str | None = None
+    date: str = ""
+    hypothesis: str | None = None
+    torch: str | None = None
+    maskfuzz: str | None = None
+    device: str = "cpu"
+
+    @classmethod
+    def now(cls, seed: int | str | None = None, device: str = "cpu") -> "Found":
+        return cls(
+            seed=seed,
+            date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            hypothesis=_version("hypothesis"),
+            torch=torch.__version__,
+            maskfuzz=_version("maskfuzz"),
+            device=device,
+        )
+
+
+def _version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def target_key(target: str, entry_point: str | None) -> str:
+    """'verl' or 'torchrl:vec': the target with its entry point (None / 'default' are omitted)."""
+    return f"{target}:{entry_point}" if entry_point and entry_point != "default" else target
+
+
+def entry_id(case: Case, key: str, prop: str) -> str:
+    """16 hex digits of sha256 over the canonical case JSON, the target key and the property."""
+    blob = json.dumps({"case": case_to_json(case), "target": key, "property": prop}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One corpus finding. `pin` is the pin as asked (a version, tag, branch or short hash),
+    `resolved` what it resolved to (full commit hash or 'NAME==VERSION')."""
+
+    target: str
+    pin: str
+    property: str
+    case: Case
+    verdict: Verdict
+    entry_point: str | None = None
+    resolved: str | None = None
+    also: tuple[str, ...] = ()
+    found: Found = field(default_factory=Found)
+    path: Path | None = None  # where it was loaded from / saved to
+
+    @property
+    def key(self) -> str:
+        return target_key(self.target, self.entry_point)
+
+    @property
+    def id(self) -> str:
+        return entry_id(self.case, self.key, self.property)
+
+    @property
+    def signature(self) -> str:
+        return signature(self.property, self.verdict, self.case)
+
+    @property
+    def relpath(self) -> Path:
+        return Path(self.target) / f"{self.property}-{self.id}.json"
+
+    def to_json(self) -> dict:
+        v = self.verdict
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "id": self.id,
+            "target": self.target,
+            "entry_point": self.entry_point,
+            "pin": self.pin,
+            "resolved": self.resolved,
+            "property": self.property,
+            "also": list(self.also),
+            "signature": self.signature,
+            "case": case_to_json(self.case),
+            "verdict": {
+                "status": v.status,
+                "output": v.output,
+                "message": v.message,
+                "positions": [[int(b), int(t)] for b, t in v.positions],
+                "expected": [encode_float(x) for x in v.expected],
+                "observed": [encode_float(x) for x in v.observed],
+            },
+            "found": {
+                "seed": self.found.seed,
+                "date": self.found.date,
+                "hypothesis": self.found.hypothesis,
+                "torch": self.found.torch,
+                "maskfuzz": self.found.maskfuzz,
+                "device": self.found.device,
+            },
+        }
+
+
+def entry_from_json(d: Any) -> Entry:
+    """Validate and decode a parsed corpus file. Raises CorpusError naming the field."""
+    if not isinstance(d, dict):
+        raise CorpusError(f"expected a JSON object at the top level, got {type(d).__name__}")
+    fmt = _get(d, "format", str)
+    if fmt != FORMAT:
+        raise CorpusError(f"expected {FORMAT!r}, got {fmt!r}: not a maskfuzz corpus entry", field="format")
+    version = _get(d, "version", int)
+    if version > VERSION:
+        raise CorpusError(f"version {version} is newer than this maskfuzz reads ({VERSION}): upgrade maskfuzz", field="version")
+    if version < 1:
+        raise CorpusError(f"version {version} is not a valid format version", field="version")
+    target = _get(d, "target", str)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", target):
+        raise CorpusError(f"{target!r} is not a target id", field="target")
+    prop = _get(d, "property", str)
+    if prop not in PROPERTIES:
+        raise CorpusError(f"unknown property {prop!r}; known: {', '.join(PROPERTIES)}", field="property")
+    also = _list(_get(d, "also", list), "also")
+    for i, p in enumerate(also):
+        if p not in PROPERTIES:
+            raise CorpusError(f"unknown property {p!r}", field=f"also[{i}]")
+    case = case_from_json(d.get("case"), "case")
+    verdict = _verdict_from_json(_get(d, "verdict", dict), prop, case)
+    fd = _get(d, "found", dict)
+    found = Found(
+        seed=_get(fd, "seed", (int, str), "found", optional=True),
+        date=_get(fd, "date", str, "found"),
+        hypothesis=_get(fd, "hypothesis", str, "found", optional=True),
+        torch=_get(fd, "torch", str, "found", optional=True),
+        maskfuzz=_get(fd, "maskfuzz", str, "found", optional=True),
+        device=_get(fd, "device", str, "found"),
+    )
+    entry = Entry(
+        target=target,
+        pin=_get(d, "pin", str),
+        property=prop,
+        case=case,
+        verdict=verdict,
+        entry_point=_get(d, "entry_point", str, optional=True),
+        resolved=_get(d, "resolved", str, optional=True),
+        also=tuple(also),
+        found=found,
+    )
+    stored = _get(d, "id", str)
+    if stored != entry.id:
+        raise CorpusError(
+            f"{stored!r} does not match the content (hash {entry.id!r}): the case, target or property was edited; "
+            "save the edited entry again (maskfuzz computes the id) instead of editing the file",
+            field="id",
+        )
+    _get(d, "signature", str)  # informative: recomputed on use, so a stale one is not an error
+    return entry
+
+
+def _verdict_from_json(d: dict, prop: str, case: Case) -> Verdict:
+    status = _get(d, "status", str, "verdict")
+    if status not in STATUSES:
+        raise CorpusError(f"expected one of {STATUSES}, got {status!r}", field="verdict.status")
+    output = _get(d, "output", str, "verdict")
+    if output not in OUTPUTS:
+        raise CorpusError(f"expected one of {OUTPUTS}, got {output!r}", field="verdict.output")
+    positions = _list(_get(d, "positions", list, "verdict"), "verdict.positions")
+    b_max, t_max = case.shape
+    for i, p in enumerate(positions):
+        ok = isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+        if not ok or not (0 <= p[0] < b_max and 0 <= p[1] < t_max):
+            raise CorpusError(f"expected [row, position] inside the case's shape {[b_max, t_max]}, got {p!r}", field=f"verdict.positions[{i}]")
+    numbers = {}
+    for key in ("expected", "observed"):
+        vals = _list(_get(d, key, list, "verdict"), f"verdict.{key}")
+        if vals and len(vals) != len(positions):
+            raise CorpusError(f"{len(vals)} numbers for {len(positions)} positions", field=f"verdict.{key}")
+        numbers[key] = [decode_float(x, f"verdict.{key}[{i}]") for i, x in enumerate(vals)]
+    return Verdict(
+        property=prop,
+        status=status,
+        message=_get(d, "message", str, "verdict"),
+        output=output,
+        positions=[list(p) for p in positions],
+        expected=numbers["expected"],
+        observed=numbers["observed"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Text: strict JSON in, pretty JSON out (one row per line, so a diff is reviewable).
+# ---------------------------------------------------------------------------------------------
+def _no_constant(name: str):
+    raise CorpusError(f"non-standard JSON constant {name}; write non-finite floats as \"nan\", \"inf\", \"-inf\"")
+
+
+def _no_duplicates(pairs: list) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise CorpusError("appears twice in one object", field=k)
+        out[k] = v
+    return out
+
+
+def parse_json(text: str | bytes, path: Path | str | None = None) -> Any:
+    """Strict JSON (no NaN/Infinity literals, no duplicate keys); CorpusError naming the file."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except CorpusError as exc:
+        raise exc.at(path) if path is not None else exc
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path) from None
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
+
+
+def dumps(data: Any) -> str:
+    """Pretty JSON: objects one key per line; a list of numbers on one line; a list of lists or of
+    strings one item per line (so each row of a case, mask or floats, is one line)."""
+    return _pretty(data, 0) + "\n"
+
+
+def _pretty(v: Any, level: int) -> str:
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        items = [f"{inner}{json.dumps(k)}: {_pretty(x, level + 1)}" for k, x in v.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(v, list):
+        if v and (any(isinstance(x, (list, dict)) for x in v) or all(isinstance(x, str) for x in v)):
+            return "[\n" + ",\n".join(inner + _pretty(x, level + 1) for x in v) + "\n" + pad + "]"
+        return "[" + ", ".join(_pretty(x, level + 1) for x in v) + "]"
+    return json.dumps(v, allow_nan=False, ensure_ascii=False)
+
+
+def load(path: Path | str) -> Entry:
+    """Read one corpus file. Raises CorpusError naming the file (and the field); never writes."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path) from None
+    try:
+        entry = entry_from_json(parse_json(data))
+    except CorpusError as exc:
+        raise exc.at(path) from None
+    return _with_path(entry, path)
+
+
+def _with_path(entry: Entry, path: Path) -> Entry:
+    object.__setattr__(entry, "path", path)
+    return entry
+
+
+def save(entry: Entry, root: Path | str) -> Path:
+    """Write `entry` to `<root>/<target>/<property>-<id>.json` atomically and return the path.
+
+    An existing file of the same id is left alone (same content by construction); an unreadable
+    one is never overwritten (CorpusError).
+    """
+    path = Path(root) / entry.relpath
+    if path.exists():
+        load(path)  # raises CorpusError for a corrupt file: keep it for a human to look at
+        return _with_path(entry, path).path
+    text = dumps(entry.to_json())
+    entry_from_json(parse_json(text))  # what is written must read back
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a reader never sees half a file
+    return _with_path(entry, path).path
+
+
+def discover(paths: Iterable[Path | str]) -> list[Path]:
+    """Corpus files under `paths` (files as given; directories searched recursively for *.json,
+    skipping the ledger and hidden files), sorted, without repeats."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(
+                f for f in sorted(p.rglob("*.json")) if f.name != LEDGER_NAME and not any(s.startswith(".") for s in f.relative_to(p).parts)
+            )
+        else:
+            out.append(p)
+    seen: set[Path] = set()
+    return [f for f in out if not (f.resolve() in seen or seen.add(f.resolve()))]
+
+
+def load_all(paths: Iterable[Path | str]) -> tuple[list[Entry], list[CorpusError]]:
+    """Every readable entry under `paths`, and one CorpusError per file that is not."""
+    entries, errors = [], []
+    for f in discover(paths):
+        try:
+            entries.append(load(f))
+        except CorpusError as exc:
+            errors.append(exc)
+    return entries, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# The store (after Hypothesis' database.py: save / fetch / delete) and de-duplicating `record`.
+# ---------------------------------------------------------------------------------------------
+class Store(ABC):
+    """Where corpus entries live. `fetch` yields the entries of one (target key, property)."""
+
+    @abstractmethod
+    def save(self, entry: Entry) -> Path: ...
+
+    @abstractmethod
+    def fetch(self, key: str, prop: str) -> Iterator[Entry]: ...
+
+    @abstractmethod
+    def delete(self, entry: Entry) -> None: ...
+
+    def protected(self) -> set[str]:
+        """Ids that must not be replaced (triaged in a ledger)."""
+        return set()
+
+
+class DirectoryStore(Store):
+    """The corpus directory: `<root>/<target>/<property>-<id>.json`, `<root>/ledger.json`."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    def save(self, entry: Entry) -> Path:
+        return save(entry, self.root)
+
+    def fetch(self, key: str, prop: str) -> Iterator[Entry]:
+        target = key.split(":", 1)[0]
+        for f in sorted((self.root / target).glob(f"{prop}-*.json")):
+            try:
+                entry = load(f)
+            except CorpusError as exc:  # a corrupt neighbour must not stop a fuzzing night
+                warnings.warn(f"skipping unreadable corpus file: {exc}", stacklevel=2)
+                continue
+            if entry.key == key and entry.property == prop:
+                yield entry
+
+    def delete(self, entry: Entry) -> None:
+        (self.root / entry.relpath).unlink(missing_ok=True)
+
+    def protected(self) -> set[str]:
+        from fuzz.ledger import Ledger  # the ledger imports CorpusError from here
+
+        path = self.root / LEDGER_NAME
+        if not path.exists():
+            return set()
+        return set(Ledger.load(path).entries)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What `record` did: action 'new' | 'replaced' | 'duplicate'; `path` is the entry that now
+    stands for the signature; `replaced` the file it superseded (action 'replaced')."""
+
+    action: str
+    path: Path
+    entry: Entry
+    replaced: Path | None = None
+
+
+def entry_from_finding(finding: Any, found: Found | None = None) -> Entry:
+    """An Entry from an engine finding: any object with .target, .pin, .resolved, .property,
+    .case, .verdict, .also, .seed (optional: .entry_point / .entry, .device). `.target` may be
+    'torchrl:vec' or an object with .target / .entry; `.pin` a string or an object with .rev."""
+    target, entry_point = finding.target, getattr(finding, "entry_point", None) or getattr(finding, "entry", None)
+    if not isinstance(target, str):
+        target, entry_point = target.target, getattr(target, "entry", None) or entry_point
+    if ":" in target:
+        target, entry_point = target.split(":", 1)
+    pin = finding.pin if isinstance(finding.pin, str) else finding.pin.rev
+    device = getattr(finding, "device", "cpu")
+    return Entry(
+        target=target,
+        pin=str(pin),
+        property=finding.property,
+        case=finding.case,
+        verdict=finding.verdict,
+        entry_point=None if entry_point in (None, "default") else entry_point,
+        resolved=getattr(finding, "resolved", None),
+        also=tuple(p for p in (getattr(finding, "also", ()) or ()) if p != finding.property),
+        found=found or Found.now(getattr(finding, "seed", None), device),
+    )
+
+
+def record(finding: Any, root: Path | str | Store) -> Recorded:
+    """Store a finding unless one with the same (target, property, signature) is there already.
+
+    - no entry with that signature: write it ('new');
+    - one with a larger case (by `case_size`: fewer B*T, then fewer non-zero floats) that no
+      ledger names: write the new one and delete the old ('replaced');
+    - otherwise keep what is there ('duplicate'; the path is the existing entry's).
+    A triaged entry (its id is in the ledger) is never replaced: its id is what the ledger means.
+    """
+    store = root if isinstance(root, Store) else DirectoryStore(root)
+    entry = finding if isinstance(finding, Entry) else entry_from_finding(finding)
+    sig = entry.signature
+    same = [e for e in store.fetch(entry.key, entry.property) if e.id == entry.id or e.signature == sig]
+    if not same:
+        return Recorded("new", store.save(entry), entry)
+    best = min(same, key=lambda e: case_size(e.case))
+    if best.id == entry.id or case_size(entry.case) >= case_size(best.case):
+        return Recorded("duplicate", best.path or store.save(best), best)
+    try:
+        triaged = store.protected()
+    except CorpusError as exc:  # cannot tell which entries are triaged: change nothing
+        warnings.warn(f"not replacing a corpus entry, the ledger is unreadable: {exc}", stacklevel=2)
+        return Recorded("duplicate", best.path or store.save(best), best)
+    if any(e.id in triaged for e in same):
+        return Recorded("duplicate", best.path or store.save(best), best)
+    path = store.save(entry)
+    for old in same:
+        store.delete(old)
+    return Recorded("replaced", path, entry, best.path)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m fuzz.corpus FILE...` validates files
+    bad = 0
+    for f in discover(sys.argv[1:] or ["corpus"]):
+        try:
+            e = load(f)
+            print(f"ok   {f}  {e.key}@{e.pin} {e.property} {e.signature}")
+        except CorpusError as exc:
+            bad += 1
+            print(f"BAD  {exc}")
+    sys.exit(2 if bad else 0)
