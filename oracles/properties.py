@@ -16,7 +16,7 @@ import torch
 
 from oracles.case import Case
 from oracles.domain import Domain
-from oracles.reference import Whitening, classic_gae_loop, masked_whiten, reference
+from oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
 from oracles.tolerance import FLOOR, Bounds, bounds, mismatches
 
 Run = Callable[[Case], "tuple[torch.Tensor, torch.Tensor]"]
@@ -179,7 +179,7 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
         trainable=stack(case.trainable, torch.zeros(1, t_len, dtype=torch.bool)),
         values=stack(case.values, extra_val),
         token_rewards=stack(case.token_rewards, extra_rew),
-        score=torch.cat([case.score[perm][:insert_at], torch.ones(1, dtype=torch.float64), case.score[perm][insert_at:]]),
+        score=torch.cat([case.score[perm][:insert_at], torch.full((1,), POISON_PROBE, dtype=torch.float64), case.score[perm][insert_at:]]),
     )
     where = torch.empty(b_rows, dtype=torch.long)
     for new_pos, old in enumerate(perm):
@@ -417,19 +417,13 @@ def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
     )
 
 
-def _last_trainable(case: Case) -> torch.Tensor:
-    pos = torch.arange(case.shape[1]).expand_as(case.trainable)
-    last = torch.where(case.trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
-    return (pos == last[:, None]) & case.trainable
-
-
 def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
     case = base.case
     if case.gamma != 0.0:
         return _na("score-kept", "applies at gamma = 0")
     if not case.trainable.any():
         return _na("score-kept", "no trainable token")
-    last = _last_trainable(case)
+    last = last_trainable(case.trainable)
     # at gamma = 0 every advantage is its own TD error r' - V; the score joins at the last token
     raw = torch.where(case.trainable, case.token_rewards - case.values, torch.zeros_like(case.values))
     raw = raw + torch.where(last, case.score[:, None], torch.zeros_like(raw))
@@ -446,7 +440,7 @@ def _check_telescoping(base: _Base, declared: Declared) -> Verdict:
         return _na("telescoping", "applies at gamma = lam = 1")
     zero = torch.zeros_like(case.values)
     r = torch.where(case.trainable, case.token_rewards, zero)
-    r = r + torch.where(_last_trainable(case), case.score[:, None], zero)
+    r = r + torch.where(last_trainable(case.trainable), case.score[:, None], zero)
     suffix = r.flip(1).cumsum(1).flip(1)
     raw = torch.where(case.trainable, suffix - case.values, zero)
     expected = _whiten_like(raw, case, declared)

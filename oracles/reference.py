@@ -136,12 +136,10 @@ def gae_packed(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: f
     return adv, adv + values
 
 
-def _last_trainable_onehot(trainable: torch.Tensor) -> torch.Tensor:
+def last_trainable(trainable: torch.Tensor) -> torch.Tensor:
     """bool [B, T]: True at the last trainable position of each row (none for K = 0 rows)."""
-    t_len = trainable.shape[1]
-    pos = torch.arange(t_len).expand_as(trainable)
-    last = torch.where(trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
-    return pos == last[:, None]
+    after = trainable.flip(1).cumsum(1).flip(1)  # trainable positions at or after t
+    return trainable & (after == 1)
 
 
 @dataclass(frozen=True)
@@ -171,7 +169,7 @@ def recursion(case: Case, contract: str) -> Recursion:
         raise ValueError(f"unknown contract {contract!r}; expected one of {CONTRACTS}")
     tr = case.trainable
     zero = torch.zeros((), dtype=torch.float64)
-    rewards = case.token_rewards + torch.where(_last_trainable_onehot(tr), case.score[:, None], zero)
+    rewards = case.token_rewards + torch.where(last_trainable(tr), case.score[:, None], zero)
     if contract == "compressed":
         # a stable sort puts each row's trainable positions first, in order
         order = torch.sort((~tr).to(torch.int8), dim=1, stable=True).indices

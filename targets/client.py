@@ -70,6 +70,7 @@ class Worker:
             [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         )
         env.setdefault("PYTHONHASHSEED", "0")
+        env.setdefault("OMP_NUM_THREADS", "1")  # one worker per target: no intra-op thread contention
         env.update(self.spec.env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(

@@ -1,0 +1,213 @@
+"""The fuzzing engine: draw cases inside a target's domain, judge each, let Hypothesis shrink.
+
+`fuzz_target(run, declared, ...)` drives Hypothesis with `judge` as the test body. A failing case
+raises an exception type of its own per property id, so Hypothesis' multi-bug tracking shrinks
+each violated property separately; the last failing call for a property is its minimal example
+(Hypothesis replays each minimal example once at the end). A target's exception, crash, hang or
+non-finite output is a verdict (`no-crash`), never a crash of the tool.
+
+With a time budget the search runs in batches of fresh seeds until the budget is spent; a
+property already found is no longer raised, so later batches look for the others.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hyp_seed
+from hypothesis.errors import Flaky
+
+from fuzz.strategies import Sizes, cases
+
+try:
+    _GROUP = BaseExceptionGroup  # Python >= 3.11
+except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
+    from exceptiongroup import BaseExceptionGroup as _GROUP
+from oracles.case import Case
+from oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
+
+
+@dataclass
+class Finding:
+    """A shrunk counterexample: `case` violates `property` on `target`@`pin`."""
+
+    target: str
+    pin: str
+    resolved: str
+    property: str
+    case: Case
+    verdict: Verdict
+    also: list[str] = field(default_factory=list)  # other properties the case violates
+    seed: int | None = None
+
+    def to_dict(self) -> dict:
+        from fuzz.corpus import case_to_json
+
+        b, t = self.case.shape
+        return {
+            "property": self.property,
+            "shape": [b, t],
+            "output": self.verdict.output,
+            "message": self.verdict.message,
+            "positions": self.verdict.positions,
+            "expected": self.verdict.expected,
+            "observed": self.verdict.observed,
+            "also": self.also,
+            "case": case_to_json(self.case),
+        }
+
+
+@dataclass
+class FuzzResult:
+    target: str
+    pin: str
+    examples: int = 0  # test-case executions, shrinking included
+    generated: int = 0  # executions before the first failure of each batch
+    seconds: float = 0.0
+    first_failure_s: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
+    failed: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
+    notes: list[str] = field(default_factory=list)
+    _found: dict = field(default_factory=dict, repr=False)  # property -> (case, verdict, also, seed)
+
+    def finding(self, prop: str) -> Finding | None:
+        return next((f for f in self.findings if f.property == prop), None)
+
+
+class PropertyViolation(AssertionError):
+    """Base of the per-property exception types Hypothesis tracks as distinct bugs."""
+
+
+_VIOLATIONS = {p: type(f"Violation_{p.replace('-', '_')}", (PropertyViolation,), {}) for p in PROPERTIES}
+
+Progress = Callable[[FuzzResult], None]
+
+
+def base_settings(max_examples: int, derandomize: bool = False) -> settings:
+    return settings(
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        derandomize=derandomize,
+        report_multiple_bugs=True,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        print_blob=False,
+    )
+
+
+def fuzz_target(
+    run: Run,
+    declared: Declared,
+    *,
+    target: str,
+    pin: str = "",
+    resolved: str = "",
+    max_examples: int = 200,
+    seed: int = 0,
+    budget: float | None = None,
+    sizes: Sizes = Sizes(),
+    nonfinite: bool = True,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    batch: int = 100,
+    derandomize: bool = False,
+) -> FuzzResult:
+    """Fuzz `run` against `declared` and return the shrunk findings, one per violated property.
+
+    Without `budget`: one search of `max_examples` examples. With `budget` (seconds): batches
+    of `batch` examples with seeds seed, seed+1, ... until the budget is spent (checked between
+    batches) or `max_examples` examples were generated."""
+    result = FuzzResult(target, pin)
+    with _single_thread():
+        _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch, derandomize)
+    for prop in PROPERTIES:
+        if prop in result._found:
+            case, verdict, also, used_seed = result._found[prop]
+            result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))
+    return result
+
+
+@contextmanager
+def _single_thread():
+    """Oracle tensors are small: intra-op threads only add contention (10x slower under load)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch, derandomize):
+    start = clock()
+    strategy = cases(declared.domain, sizes, nonfinite)
+    found = result._found
+    batch_no = 0
+    while True:
+        todo = max_examples - result.generated
+        if budget is not None:
+            todo = min(todo, batch)
+        if todo <= 0:
+            break
+        current_seed = seed + batch_no
+        _search(run, declared, strategy, todo, current_seed, device, found, result, start, clock, progress, derandomize)
+        batch_no += 1
+        if budget is None or clock() - start >= budget:
+            break
+        if len(found) == len(PROPERTIES):
+            break
+    result.seconds = clock() - start
+
+
+def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, derandomize) -> None:
+    known = set(found)
+    raise_for = tuple(p for p in PROPERTIES if p not in known)
+    latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
+    state = {"failing": False}
+
+    def body(case: Case) -> None:
+        verdicts = judge(run, case, declared, device=device)
+        result.examples += 1
+        if not state["failing"]:
+            result.generated += 1
+        failing = [v for v in verdicts if v.failed]
+        for v in verdicts:
+            if v.status != "n/a":
+                result.checked[v.property] += 1
+            if v.failed:
+                result.failed[v.property] += 1
+        if progress is not None:
+            progress(result)
+        first = next((v for v in failing if v.property in raise_for), None)
+        if first is None:
+            return
+        if result.first_failure_s is None:
+            result.first_failure_s = clock() - start
+        state["failing"] = True
+        also = [v.property for v in failing if v is not first]
+        latest[first.property] = (case, first, also, seed)
+        raise _VIOLATIONS[first.property](f"{first.property}: {first.message}")
+
+    test = hyp_seed(seed)(base_settings(n, derandomize)(given(strategy)(body)))
+    try:
+        test()
+    except (PropertyViolation, Flaky, _GROUP) as exc:
+        if isinstance(exc, Flaky):
+            result.notes.append(f"seed {seed}: Hypothesis reported a flaky failure: {str(exc)[:200]}")
+    for prop, rec in latest.items():
+        old = found.get(prop)
+        if old is None or _size(rec[0]) < _size(old[0]):
+            found[prop] = rec
+
+
+def _size(case: Case) -> tuple[int, int]:
+    b, t = case.shape
+    return (b * t, int(case.trainable.sum()))
