@@ -1,21 +1,265 @@
-"""Adapter for areal: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for AReaL (inclusionAI/AReaL): `PPOActor._compute_advantages(data)`, AReaL's own score
+placement, KL reward and masked GAE in one method.
+
+Where: `areal/trainer/ppo/actor.py::PPOActor._compute_advantages` (1.0.x and git main),
+`areal/engine/ppo/actor.py::PPOActor.compute_advantages` (0.3 - 0.5, mutates `data` and may
+return None). The method is found by name and checked by structure (a `for t in
+reversed(range(...))` loop assigning `lastgaelam`); it is compiled from the file at the pin and
+called with `self` a namespace holding exactly the attributes it reads. `areal.trainer.ppo.actor`
+itself is not imported: it pulls in AReaL's controller / RPC / logging stack (colorlog, aiohttp,
+...), whose import-time set-up fails with stand-ins. `KLEstimator` is AReaL's own class, compiled
+from `areal/utils/data.py` at the pin.
+
+`self` (the attributes `__init__` derives from `PPOActorConfig`, with its defaults unless said):
+  config.overlong_reward_penalty = False, config.use_decoupled_loss = False,
+  config.recompute_logprob = False (old log-probs come rolled from `data["logprobs"]`),
+  reward_bias = 0.0, reward_scaling = 1.0, reward_norm = None, adv_norm = None (the defaults),
+  reward_clip = inf (default 20.0: clipping the score is a reward transform, not masking),
+  kl_estimator = KLEstimator("k1") (default), kl_ctl = a power of two (see below; default 0.1),
+  mask_no_eos_with_zero = False (default), discount = gamma, gae_lambda = lam.
+
+`data` is laid out as AReaL's rollout batches are: per row, P = 2 prompt tokens, then the
+response, then right padding, in one [B, L] tensor with L = P + T + 1:
+  input_ids      1 on prompt and real response tokens, 0 on padding
+  attention_mask prompt + the real window tokens (bool)
+  loss_mask      1 on trainable window tokens (token coordinates)
+  logprobs       0 (token coordinates; the method rolls them by -1)
+  ref_logp       token_rewards / kl_ctl at rolled index P - 1 + k (log-prob coordinates: index t
+                 scores token t + 1, as AReaL's engines return them), float32 like AReaL's logprobs
+  values         the window values at rolled index P - 1 + k, 0 elsewhere
+  rewards        the score [B]
+Window position k is rolled index P - 1 + k (the action that produces response token k). The
+extra trailing pad column keeps every row shorter than L, so no row takes AReaL's "no EOS"
+(truncated) path, which bootstraps from the value after the window: the canonical case has no such
+value. With old log-probs 0 the KL reward is `-kl_ctl * clamp(0 - ref_logp, -10, 10)`, which is
+exactly `token_rewards` while |token_rewards| / kl_ctl <= 10; kl_ctl is the smallest power of two
+(>= 1) that keeps it there, so the division is exact.
+"""
 
 from __future__ import annotations
 
+import ast
+import math
+import types
 from pathlib import Path
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.properties import Declared
+from targets.adapters.base import Loaded, NotPresent
+from targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
+from targets.registry import Pin, TargetSpec
+
+PROMPT = 2  # prompt tokens before the response window
+KL_CLAMP = 10.0  # KLEstimator clamps the log-ratio to [-10, 10]; token rewards are scaled inside it
+METHODS: tuple[tuple[str, str], ...] = (  # (file, method of PPOActor) in the order they are looked at
+    ("areal/trainer/ppo/actor.py", "_compute_advantages"),
+    ("areal/engine/ppo/actor.py", "_compute_advantages"),
+    ("areal/engine/ppo/actor.py", "compute_advantages"),
+)
+SELF_SET = (
+    "config",
+    "reward_bias",
+    "reward_scaling",
+    "reward_clip",
+    "reward_norm",
+    "kl_ctl",
+    "kl_estimator",
+    "mask_no_eos_with_zero",
+    "discount",
+    "gae_lambda",
+    "adv_norm",
+)
+# read only inside `if self.config.overlong_reward_penalty:` (False here)
+CONFIG_SET = ("overlong_reward_penalty", "overlong_tokens", "overlong_penalty_factor", "max_new_tokens",
+              "use_decoupled_loss", "recompute_logprob")
 
 SPEC = TargetSpec(
     id="areal",
     adapter="targets.adapters.areal",
     own=("areal",),
-    contract="dense",
+    # the loop skips masked tokens: `nextvalues` and `lastgaelam` are carried over positions with
+    # loss_mask 0 ("Skip tokens that do not contribute to the loss")
+    contract="compressed",
     git_url="https://github.com/inclusionAI/AReaL.git",
     package="areal",
-    stand_ins=COMMON_HEAVY,
+    pins=(
+        Pin("1.0.4", "the only release on PyPI (method identical to git main)", default=True),
+        Pin("4aef98d8d818af55b43621aaadba047ae10f4e77", "git main as mirrored (May 2026)", kind="git"),
+        Pin("b0ebd07b61d01122cf21579295c61863c969d3b1", "v0.3.4: areal/engine/ppo/actor.py::PPOActor.compute_advantages", kind="git"),
+    ),
+    whitening=None,  # adv_norm defaults to None (PPOActorConfig); the adapter keeps it off
+    masked_zero=False,
+    masked_zero_why=(
+        "the loop keeps lastgaelam where loss_mask is 0, so a masked position holds the advantage of the next "
+        "trainable token (0 after the last one); AReaL's loss multiplies by loss_mask"
+    ),
+    stand_ins=(),  # no areal module is imported: the method and KLEstimator are compiled from source
+    domain=Domain(
+        dtypes=("float32", "bfloat16", "float16"),
+        left_padding=False,
+        why={
+            "dtypes": "KLEstimator casts log-probs to float32 and the rewards tensor is float32, so float64 inputs "
+            "are rounded to float32 before the recursion",
+            "left_padding": "AReaL rows are prompt + response, right-padded: the response window starts right "
+            "after the prompt",
+        },
+    ),
+    notes=(
+        "score at attention length - 2 in rolled coordinates = the last real (attended) response token, not the "
+        "last trainable one; adv_norm (off by default) is not exercised"
+    ),
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the areal adapter is not built yet")
+def declared_for(entry: str | None = None) -> Declared:
+    return SPEC.declared()
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    if entry not in (None, "", "default"):
+        raise ValueError(f"areal has one entry (default), got {entry!r}")
+    tree = SourceTree(Path(root), SPEC.own)
+    path, method = _locate(tree)
+    rel = tree.rel(path)
+    _check_reads(rel, method)
+    fn = tree.function(path, method)
+    ns = tree.resolve(path, ["KLEstimator"])
+    if "KLEstimator" not in ns:
+        why = tree.unresolved.get(f"{rel}::KLEstimator", "not imported by the module")
+        raise BlockNotFound(f"areal: {rel} has no KLEstimator to build self.kl_estimator from ({why})")
+    kl_estimator = ns["KLEstimator"]("k1")
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        data, kl_ctl = _data(case, device)
+        me = _self(case, kl_estimator, kl_ctl)
+        out = fn(me, data)
+        out = data if out is None else out  # 0.3 - 0.5 mutate `data` and return None
+        cols = slice(PROMPT - 1, PROMPT - 1 + case.shape[1])
+        return out["advantages"][:, cols], out["returns"][:, cols]
+
+    notes = [
+        f"{rel}::PPOActor.{method.name} (line {method.lineno}) compiled from source, decorators dropped, "
+        "called with self = namespace of: " + ", ".join(SELF_SET),
+        "self.kl_estimator = KLEstimator('k1') compiled from " + tree.provenance.get(_kl_key(tree), "source"),
+        f"data: prompt of {PROMPT} tokens + window + 1 pad column; window k = rolled index {PROMPT - 1} + k",
+        "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
+    ]
+    if tree.unresolved:
+        notes.append("unresolved (unused) names: " + "; ".join(f"{k}: {v}" for k, v in sorted(tree.unresolved.items())))
+    return Loaded(run, f"{rel}::PPOActor.{method.name}", notes)
+
+
+def _kl_key(tree: SourceTree) -> str:
+    return next((k for k in sorted(tree.provenance) if k.endswith("::KLEstimator") and "(ClassDef)" in tree.provenance[k]), "")
+
+
+def _locate(tree: SourceTree) -> tuple[Path, ast.FunctionDef]:
+    """The PPOActor method holding the GAE loop; NotPresent when there is no PPOActor with an
+    advantage method, BlockNotFound when there is one but the loop is not in it."""
+    seen = []
+    for rel, name in METHODS:
+        path = Path(tree.root, rel)
+        if not path.is_file():
+            continue
+        cls = find_class(tree.file(path).tree, "PPOActor")
+        method = find_method(cls, name) if cls is not None else None
+        if method is None:
+            continue
+        seen.append(f"{rel}::PPOActor.{name}")
+        if find_gae_loop(method) is not None:
+            return path, method
+    if not seen:
+        looked = ", ".join(f"{rel}::PPOActor.{name}" for rel, name in METHODS)
+        raise NotPresent(f"no PPOActor advantage method at this pin; looked for {looked}")
+    raise BlockNotFound(
+        f"areal: {', '.join(seen)} exist(s) but none holds the GAE loop (`for t in reversed(range(...))` assigning "
+        "lastgaelam); the adapter must learn the new shape before this pin can be tested"
+    )
+
+
+def _check_reads(rel: str, method: ast.FunctionDef) -> None:
+    """Fail loudly when the method reads an attribute of self the adapter does not provide."""
+    reads, config = set(), set()
+    for n in ast.walk(method):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            reads.add(n.attr)
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "config"
+            and isinstance(n.value.value, ast.Name)
+            and n.value.value.id == "self"
+        ):
+            config.add(n.attr)
+    unknown = sorted(reads - set(SELF_SET)) + [f"config.{c}" for c in sorted(config - set(CONFIG_SET))]
+    if unknown:
+        raise BlockNotFound(f"areal: {rel}::PPOActor.{method.name} reads self.{', self.'.join(unknown)}, which the adapter does not set")
+
+
+def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:
+    config = types.SimpleNamespace(
+        overlong_reward_penalty=False,
+        overlong_tokens=None,
+        overlong_penalty_factor=None,
+        max_new_tokens=None,
+        use_decoupled_loss=False,
+        recompute_logprob=False,
+    )
+    return types.SimpleNamespace(
+        config=config,
+        reward_bias=0.0,
+        reward_scaling=1.0,
+        reward_clip=math.inf,
+        reward_norm=None,
+        kl_ctl=kl_ctl,
+        kl_estimator=kl_estimator,
+        mask_no_eos_with_zero=False,
+        discount=case.gamma,
+        gae_lambda=case.lam,
+        adv_norm=None,
+    )
+
+
+def kl_scale(token_rewards: torch.Tensor, trainable: torch.Tensor) -> float:
+    """The smallest power of two >= 1 with |token_rewards| / scale <= KL_CLAMP at trainable
+    positions (masked ones are zeroed by AReaL before the clamp)."""
+    live = token_rewards[trainable.bool() & torch.isfinite(token_rewards)]
+    top = float(live.abs().max()) if live.numel() else 0.0
+    scale = 1.0
+    while top / scale > KL_CLAMP:
+        scale *= 2.0
+    return scale
+
+
+def _data(case: Case, device: str) -> tuple[dict, float]:
+    """AReaL's padded batch dict for `case` (see the module docstring) and the kl_ctl it needs."""
+    if case.attention.any(dim=1).logical_and(~case.attention[:, 0]).any():
+        raise ValueError("AReaL cannot express a left-padded response window (outside its domain)")
+    x = case.inputs(device)
+    b_rows, t_len = case.shape
+    length = PROMPT + t_len + 1
+    win = slice(PROMPT, PROMPT + t_len)  # token coordinates of the window
+    rolled = slice(PROMPT - 1, PROMPT - 1 + t_len)  # log-prob / value coordinates of the window
+    att = torch.zeros(b_rows, length, dtype=torch.bool, device=device)
+    att[:, :PROMPT] = True
+    att[:, win] = case.attention.to(device)
+    loss_mask = torch.zeros(b_rows, length, dtype=torch.int32, device=device)
+    loss_mask[:, win] = case.trainable.to(device=device, dtype=torch.int32)
+    scale = kl_scale(case.token_rewards, case.trainable)
+    ref_logp = torch.zeros(b_rows, length, dtype=torch.float32, device=device)
+    ref_logp[:, rolled] = x["token_rewards"].float() / scale
+    values = torch.zeros(b_rows, length, dtype=case.torch_dtype, device=device)
+    values[:, rolled] = x["values"]
+    data = {
+        "input_ids": att.long(),
+        "attention_mask": att,
+        "loss_mask": loss_mask,
+        "logprobs": torch.zeros(b_rows, length, dtype=torch.float32, device=device),
+        "ref_logp": ref_logp,
+        "values": values,
+        "rewards": x["score"].clone(),
+    }
+    return data, scale

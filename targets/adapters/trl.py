@@ -1,10 +1,75 @@
-"""Adapter for trl: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for TRL (huggingface/trl): the GAE of its PPO trainers, taken from the source at the pin.
+
+Two entries:
+
+* `train` (default): TRL's PPO has no advantage function; the GAE is inline in
+  `PPOTrainer.train()` (`trl/experimental/ppo/ppo_trainer.py` from 0.26, `trl/trainer/ppo_trainer.py`
+  0.12-0.25, `PPOv2Trainer.train()` in `trl/trainer/ppov2_trainer.py` up to 0.12). The adapter parses
+  that file, finds the loop by its structure (`for t in reversed(range(...))` assigning
+  `lastgaelam`, inside `train`), and runs the sibling statements from `response_idxs = ...` (the
+  padding masks, TRL's KL reward, the score placed at `sequence_lengths + 1`, the optional reward
+  whitening) through the last assignment of `advantages` / `returns` after the loop (whitening,
+  masked fill). `sequence_lengths` come from TRL's own line
+  `sequence_length = first_true_indices(postprocessed_response == pad_token_id) - 1`, also taken
+  from `train()`. Helpers the block calls (`masked_whiten`, `first_true_indices`,
+  `INVALID_LOGPROB`) are compiled from their own files at the pin (see `extract`).
+* `compute_advantages`: the standalone `PPOTrainer.compute_advantages(values, rewards, mask)` of
+  the old PPO trainer (`trl/trainer/ppo_trainer.py`, up to 0.11.x), with its score placement
+  `PPOTrainer.compute_rewards` (score at the last mask token) and `_kl_penalty`, each compiled
+  from the class at the pin and called with `self` a namespace carrying the attributes they read.
+
+Conversion (both entries). The canonical response window is TRL's response tensor; a row's
+response is its trainable run (tokens 1, pad 0). Token rewards enter where TRL makes its only
+per-token reward, the KL penalty: `logprobs = 0`, `ref_logprobs = token_rewards`, estimator k1 and
+`kl_coef = 1`, so `-kl_coef * (logprobs - ref_logprobs)` is exactly `token_rewards`; TRL's own
+masking (`INVALID_LOGPROB` fill at padding) then zeroes them where it does. `whiten_rewards` is
+False (TRL's default). No trl module is imported, so no stand-ins are needed.
+
+If the file and trainer class exist but the block is not found, `load` raises `BlockNotFound` (a
+load error that names the file); with no PPO trainer at all (trl >= 1.13) it raises `NotPresent`.
+"""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import types
 from pathlib import Path
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.properties import Declared
+from oracles.reference import Whitening
+from targets.adapters.base import Loaded, NotPresent
+from targets.adapters.extract import (
+    Block,
+    BlockNotFound,
+    SourceTree,
+    assigned_names,
+    attribute_reads,
+    block_free_names,
+    find_class,
+    find_gae_loop,
+    find_method,
+)
+from targets.registry import Pin, TargetSpec
+
+PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
+TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
+    ("trl/experimental/ppo/ppo_trainer.py", "PPOTrainer"),
+    ("trl/trainer/ppo_trainer.py", "PPOTrainer"),
+    ("trl/trainer/ppov2_trainer.py", "PPOv2Trainer"),
+)
+OLD_FILE, OLD_CLASS = "trl/trainer/ppo_trainer.py", "PPOTrainer"
+BLOCK_INPUTS = ("responses", "sequence_lengths", "logprobs", "ref_logprobs", "values", "scores", "args")
+ARGS_SET = ("gamma", "lam", "kl_coef", "kl_estimator", "whiten_rewards")
+
+_RESPONSE_ONLY = (
+    "TRL derives its masks from sequence_lengths (the first pad token of the generated response): "
+    "a response is one run of tokens followed by padding, every token before the first pad is trained on"
+)
 
 SPEC = TargetSpec(
     id="trl",
@@ -13,9 +78,253 @@ SPEC = TargetSpec(
     contract="dense",
     git_url="https://github.com/huggingface/trl.git",
     package="trl",
-    stand_ins=COMMON_HEAVY,
+    pins=(
+        Pin("1.12.0", "newest release with a PPO trainer (trl/experimental/ppo; 1.13.0 dropped it)", default=True),
+        Pin("0.11.4", "last 0.11: PPOv2Trainer.train inline GAE and the old standalone compute_advantages", default=True),
+        Pin("0.19.1", "PPOTrainer in trl/trainer/ppo_trainer.py with the k1/k3 KL estimator"),
+        Pin("f2cd57710ae345ea6428ae95363267fcf38a3dc8", "git main as mirrored (v1.9.0-26, Jul 2026)", kind="git"),
+        Pin("1.16.0", "newest release: ships no PPO trainer at all (skips with that reason)"),
+    ),
+    entries=("train", "compute_advantages"),
+    # train(): `advantages = masked_whiten(advantages, ~padding_mask)`; masked_var is unbiased
+    # (Bessel mask_sum / (mask_sum - 1)) and masked_whiten adds 1e-8 under the rsqrt.
+    whitening=Whitening(unbiased=True, eps=1e-8),
+    masked_zero=True,  # train(): `advantages = torch.masked_fill(advantages, padding_mask, 0)`
+    # masked_var raises this ValueError when no token of the batch is trained on
+    documented_errors=(r"ValueError: The sum of the mask is zero",),
+    stand_ins=(),  # no trl module is imported: the block and its helpers are compiled from source
+    domain=Domain(
+        gaps=False,
+        masked_real_tail=False,
+        leading_mask=False,
+        left_padding=False,
+        why={
+            "gaps": _RESPONSE_ONLY + "; there is no token mask that could leave a gap",
+            "masked_real_tail": _RESPONSE_ONLY + "; no real token after the response can be masked",
+            "leading_mask": "the response window starts at the first generated token, which is trained on",
+            "left_padding": "responses are right-padded (queries are left-padded, outside the window)",
+        },
+    ),
+    notes=(
+        "train(): TRL places the score at sequence_lengths + 1 (the first pad slot) and keeps the value there "
+        "(padding_mask_p1), while the policy trains on positions <= sequence_lengths (padding_mask)."
+    ),
 )
 
+# Declarations that differ for the old standalone compute_advantages (see `spec_for`).
+ENTRY_OVERRIDES: dict[str, dict] = {
+    "compute_advantages": {
+        "masked_zero": False,
+        "masked_zero_why": (
+            "compute_advantages ends with masked_whiten(advantages, mask) over every position and no masked "
+            "fill: masked positions hold -mean/std; the loss (masked_mean over mask) ignores them"
+        ),
+        # the old PPOTrainer.step takes response_masks, so gaps and masked tails are expressible
+        "domain": Domain(),
+        "notes": "old PPOTrainer: compute_rewards puts the score at mask.nonzero()[-1] (last trainable token)",
+    },
+}
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the trl adapter is not built yet")
+
+def spec_for(entry: str | None) -> TargetSpec:
+    """SPEC with the declarations of `entry` applied (the registry holds one SPEC per target)."""
+    return dataclasses.replace(SPEC, **ENTRY_OVERRIDES.get(_entry(entry), {}))
+
+
+def declared_for(entry: str | None) -> Declared:
+    return spec_for(entry).declared()
+
+
+def _entry(entry: str | None) -> str:
+    if entry in (None, "", "default"):
+        return SPEC.entries[0]
+    if entry not in SPEC.entries:
+        raise ValueError(f"trl has no entry {entry!r}; entries: {', '.join(SPEC.entries)}")
+    return entry
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    entry = _entry(entry)
+    tree = SourceTree(Path(root), SPEC.own)
+    if entry == "train":
+        return _load_train(tree)
+    return _load_compute_advantages(tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry `train`: the inline block of PPOTrainer.train().
+# ---------------------------------------------------------------------------------------------
+def _trainers(tree: SourceTree) -> list[tuple[Path, ast.FunctionDef, str]]:
+    """Each (file, train FunctionDef, "Class.train") of a PPO trainer class with a train() method."""
+    out = []
+    for rel, cls_name in TRAIN_FILES:
+        path = Path(tree.root, rel)
+        if not path.is_file():
+            continue
+        cls = find_class(tree.file(path).tree, cls_name)
+        method = find_method(cls, "train") if cls is not None else None
+        if method is not None:
+            out.append((path, method, f"{cls_name}.train"))
+    return out
+
+
+def _load_train(tree: SourceTree) -> Loaded:
+    trainers = _trainers(tree)
+    if not trainers:
+        looked = ", ".join(f"{rel}::{cls}.train" for rel, cls in TRAIN_FILES)
+        raise NotPresent(f"no PPO trainer at this pin (trl >= 1.13 ships none); looked for {looked}")
+    for path, train, qual in trainers:
+        located = find_gae_loop(train)
+        if located is not None:
+            break
+    else:
+        where = ", ".join(f"{tree.rel(p)}::{q}" for p, _, q in trainers)
+        raise BlockNotFound(
+            f"trl: {where} exist(s) but no GAE loop (`for t in reversed(range(...))` assigning lastgaelam) was found "
+            "in train(); the adapter must learn the new shape before this pin can be tested"
+        )
+    stmts, loop_at = located
+    rel = tree.rel(path)
+    block = _gae_block(tree, path, rel, stmts, loop_at)
+    seq = _sequence_length_block(tree, path, rel, train)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        x = case.inputs(device)
+        tokens = torch.where(case.trainable.to(device), 1, PAD_ID).long()
+        tok = types.SimpleNamespace(pad_token_id=PAD_ID)
+        seq_ns = seq.run(**{name: tokens if name == "postprocessed_response" else tok for name in seq.bound})
+        args = types.SimpleNamespace(gamma=case.gamma, lam=case.lam, kl_coef=1.0, kl_estimator="k1", whiten_rewards=False)
+        out = block.run(
+            responses=tokens,
+            sequence_lengths=seq_ns["sequence_length"],
+            logprobs=torch.zeros_like(x["values"]),
+            ref_logprobs=x["token_rewards"].clone(),
+            values=x["values"].clone(),
+            scores=x["score"].clone(),
+            args=args,
+        )
+        return out["advantages"], out["returns"]
+
+    notes = [
+        f"block {rel}:{block.first_line}-{block.last_line} of {qual} run from source "
+        f"(from `response_idxs = ...` through the masked fill of advantages)",
+        f"sequence_lengths from {rel}:{seq.first_line} (TRL's first_true_indices line, pad_token_id={PAD_ID})",
+        "token_rewards enter as ref_logprobs with logprobs = 0, kl_coef = 1, kl_estimator = 'k1'; whiten_rewards = False",
+        "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
+    ]
+    if tree.unresolved:
+        notes.append("unresolved (unused) names: " + "; ".join(f"{k}: {v}" for k, v in sorted(tree.unresolved.items())))
+    return Loaded(run, f"{rel}::{qual} (lines {block.first_line}-{block.last_line})", notes)
+
+
+def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], loop_at: int) -> Block:
+    """The statements from the padding masks through the final advantages of train()."""
+    start = None
+    for first_name in ("response_idxs", "padding_mask"):
+        start = next((i for i in range(loop_at - 1, -1, -1) if first_name in _targets(stmts[i])), None)
+        if start is not None:
+            break
+    if start is None:
+        raise BlockNotFound(f"trl: {rel}:{stmts[loop_at].lineno}: no `response_idxs`/`padding_mask` assignment before the GAE loop")
+    end = loop_at
+    while end + 1 < len(stmts) and _targets(stmts[end + 1]) & {"advantages", "returns"}:
+        end += 1
+    block = stmts[start : end + 1]
+    after = set().union(*(_targets(s) for s in stmts[loop_at + 1 : end + 1])) if end > loop_at else set()
+    if not {"advantages", "returns"} <= after:
+        raise BlockNotFound(f"trl: {rel}:{stmts[loop_at].lineno}: the GAE loop is not followed by assignments of advantages and returns")
+    free = block_free_names(block)
+    needed = {"sequence_lengths", "values", "scores"}
+    if not needed <= free or "padding_mask" not in set().union(*(assigned_names(s) for s in block)):
+        raise BlockNotFound(
+            f"trl: {rel}:{block[0].lineno}-{block[-1].end_lineno}: the block does not read {sorted(needed - free)} "
+            "or does not build padding_mask; it is not the masking + GAE block the adapter knows"
+        )
+    unknown_args = sorted(set().union(*(attribute_reads(s, "args") for s in block)) - set(ARGS_SET))
+    if unknown_args:
+        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads args.{', args.'.join(unknown_args)}, which the adapter does not set")
+    bound = [n for n in BLOCK_INPUTS if n in free]
+    extra = sorted(n for n in free - set(BLOCK_INPUTS) if n in {"self", "accelerator", "model"})
+    if extra:
+        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {extra}; the adapter binds only {BLOCK_INPUTS}")
+    return tree.block(path, block, bound)
+
+
+def _sequence_length_block(tree: SourceTree, path: Path, rel: str, train: ast.FunctionDef) -> Block:
+    """TRL's `sequence_length = first_true_indices(... == pad_token_id) - 1` line of train()."""
+    for node in ast.walk(train):
+        if isinstance(node, ast.Assign) and "sequence_length" in _targets(node):
+            calls = {c.func.id for c in ast.walk(node.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            if "first_true_indices" in calls:
+                free = block_free_names([node])
+                bound = sorted(free & {"postprocessed_response", "processing_class", "tokenizer"})
+                if "postprocessed_response" not in bound:
+                    raise BlockNotFound(f"trl: {rel}:{node.lineno}: the sequence-length line does not read postprocessed_response")
+                return tree.block(path, [node], bound)
+    raise BlockNotFound(f"trl: {rel}: train() has no `sequence_length = first_true_indices(...)` line")
+
+
+def _targets(stmt: ast.stmt) -> set[str]:
+    """Plain names a top-level assignment statement stores (not names inside nested blocks)."""
+    if isinstance(stmt, ast.Assign):
+        return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+        return {stmt.target.id}
+    return set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry `compute_advantages`: the old PPOTrainer's methods (up to 0.11.x).
+# ---------------------------------------------------------------------------------------------
+CONFIG_SET = ("gamma", "lam", "whiten_rewards", "kl_penalty")
+
+
+def _load_compute_advantages(tree: SourceTree) -> Loaded:
+    path = Path(tree.root, OLD_FILE)
+    cls = find_class(tree.file(path).tree, OLD_CLASS) if path.is_file() else None
+    method = find_method(cls, "compute_advantages") if cls is not None else None
+    if method is None:
+        raise NotPresent(f"no {OLD_FILE}::{OLD_CLASS}.compute_advantages at this pin (the standalone method exists up to 0.11.x)")
+    rel = tree.rel(path)
+    if find_gae_loop(method) is None:
+        raise BlockNotFound(f"trl: {rel}::{OLD_CLASS}.compute_advantages has no GAE loop (lastgaelam over reversed(range(...)))")
+    nodes = {}
+    for name in ("compute_advantages", "compute_rewards", "_kl_penalty"):
+        node = find_method(cls, name)
+        if node is None:
+            raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} has compute_advantages but no {name}; the adapter needs TRL's own score placement")
+        nodes[name] = node
+    config_reads = set()
+    for node in nodes.values():
+        config_reads |= {
+            n.attr
+            for n in ast.walk(node)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "config"
+            and isinstance(n.value.value, ast.Name)
+            and n.value.value.id == "self"
+        }
+    if config_reads - set(CONFIG_SET):
+        raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} methods read self.config.{sorted(config_reads - set(CONFIG_SET))}, not set by the adapter")
+    fns = {name: tree.function(path, node) for name, node in nodes.items()}
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        x = case.inputs(device)
+        config = types.SimpleNamespace(gamma=case.gamma, lam=case.lam, whiten_rewards=False, kl_penalty="kl")
+        me = types.SimpleNamespace(config=config, kl_ctl=types.SimpleNamespace(value=1.0))
+        me._kl_penalty = types.MethodType(fns["_kl_penalty"], me)
+        # masks are integer in TRL (derived from the attention mask)
+        mask = case.trainable.to(device).long()
+        rewards, _, _ = fns["compute_rewards"](me, x["score"].clone(), torch.zeros_like(x["values"]), x["token_rewards"].clone(), mask)
+        _, advantages, returns = fns["compute_advantages"](me, x["values"].clone(), rewards, mask)
+        return advantages, returns
+
+    notes = [
+        f"{rel}::{OLD_CLASS}.compute_rewards -> compute_advantages compiled from source (lines "
+        f"{nodes['compute_rewards'].lineno}, {nodes['compute_advantages'].lineno}), self = namespace with "
+        "config.{gamma, lam, whiten_rewards=False, kl_penalty='kl'}, kl_ctl.value = 1.0, _kl_penalty (TRL's own)",
+        "token_rewards enter as ref_logprobs with logprobs = 0 (kl = logprob - ref_logprob, reward = -kl); mask = trainable as long",
+        "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
+    ]
+    return Loaded(run, f"{rel}::{OLD_CLASS}.compute_advantages", notes)
