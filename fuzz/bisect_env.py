@@ -1,0 +1,356 @@
+"""The real histories and evaluators behind `fuzz.bisect`.
+
+Histories (`fuzz.bisect.Repository`):
+  * `CommitHistory`: a target's cached git clone (`targets.acquire.history`, gitpython), or any
+    local repository (`local_history`); lists (old, new] oldest first, optionally first parents only.
+  * `ReleaseHistory`: a target's released versions (from `pip index versions NAME` or given),
+    ordered by PEP 440, restricted to [old, new].
+
+Evaluators (`fuzz.bisect.Evaluator`), each judging one corpus case's property at a revision:
+  * `TargetEvaluator`: a registered target opened at the revision with
+    `targets.session.open_target` (its worker runs the framework's own code), judged with
+    `oracles.properties.judge(..., only=(property,))`; the git worktree is removed afterwards.
+  * `CallableEvaluator`: a user's function `MODULE:FUNC` (canonical keyword signature, see
+    `targets.adapters.callable`) imported from the revision's worktree of a local repository, in
+    the same isolated worker.
+
+Verdict mapping (`outcome_of`): the property fails -> bad, passes -> good; the target cannot be
+set up, the function is missing, or the property does not apply -> skip.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Protocol
+
+from fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
+from oracles.case import Case
+
+
+class CaseEntry(Protocol):
+    """What the evaluators need of a corpus entry (`fuzz.corpus.Entry` has these)."""
+
+    case: Case
+    property: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Git history.
+# ---------------------------------------------------------------------------------------------
+class CommitHistory:
+    """A target's git history (`targets.gitrepo.History`, normally the cached clone that
+    `targets.acquire.history` returns) as a bisection `Repository`.
+
+    `revisions` lists (old, new] oldest first as the acquisition module does (`git log --reverse
+    old..new`, with `--first-parent` on request); `old` must be an ancestor of `new`."""
+
+    def __init__(self, history):
+        self.history = history
+
+    def resolve(self, rev: str) -> str:
+        from targets import acquire, gitrepo
+
+        try:
+            return acquire.resolve_revision(self.history, rev)
+        except gitrepo.GitError as exc:
+            raise BisectError(str(exc)) from None
+
+    def describe(self, rev: str) -> Revision:
+        full = self.resolve(rev)
+        if hasattr(self.history, "describe"):
+            c = self.history.describe(full)
+            return Revision(c.hash, c.date, c.subject)
+        repo = self._git()
+        if repo is None:
+            return Revision(full)
+        commit = repo.commit(full)
+        return Revision(full, commit.committed_datetime.isoformat(), commit.summary)
+
+    def _git(self):
+        """The gitpython Repo behind the history, when it has one (a fake may not)."""
+        get = getattr(self.history, "repo", None)
+        return get() if callable(get) else None
+
+    def revisions(self, old: str, new: str, first_parent: bool = False) -> list[Revision]:
+        a, b = self.resolve(old), self.resolve(new)
+        repo = self._git()
+        if a == b or (repo is not None and not repo.is_ancestor(a, b)):
+            raise BisectError(f"{new} ({b[:12]}) does not descend from {old} ({a[:12]}); give --old an ancestor of --new")
+        commits = self.history.revisions(a, b, first_parent=first_parent)
+        if not commits or commits[-1].hash != b:
+            raise BisectError(f"cannot list ({a[:12]}, {b[:12]}]")
+        return [Revision(c.hash, c.date, c.subject) for c in commits]
+
+    def remove_worktree(self, rev: str) -> None:
+        self.history.remove_worktree(rev)
+
+
+def local_history(path: str | Path, name: str = "local", cache: Path | None = None):
+    """A `targets.gitrepo.CachedRepo` over a local clone or bare mirror that is no registered
+    target (e.g. the repository of a `--callable` function): cached as `local-<name>`."""
+    from targets import cache as cachemod
+    from targets import gitrepo
+
+    cache = Path(cache) if cache is not None else cachemod.cache_dir()
+    try:
+        return gitrepo.CachedRepo(f"local-{name}", cache, str(Path(path).expanduser()), local=True)
+    except gitrepo.GitError as exc:
+        raise BisectError(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Released versions.
+# ---------------------------------------------------------------------------------------------
+_PEP440 = re.compile(
+    r"^\s*v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_l>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d*))?"
+    r"(?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d*))?"
+    r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d*))?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?\s*$",
+    re.IGNORECASE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+
+def pep440_key(version: str) -> tuple:
+    """A sort key ordering versions as PEP 440 does (epoch, release without trailing zeros,
+    dev < a < b < rc < final < post); local labels are ignored. ValueError if not a version."""
+    m = _PEP440.match(version)
+    if not m:
+        raise ValueError(f"not a PEP 440 version: {version!r}")
+    release = [int(x) for x in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    post_n = m["post_n1"] or m["post_n2"]
+    has_post = m["post_n1"] is not None or m["post_l"] is not None
+    if m["pre_l"]:
+        pre = (0, _PRE_RANK[m["pre_l"].lower()], int(m["pre_n"] or 0))
+    elif m["dev_l"] and not has_post:
+        pre = (-1,)  # 1.0.dev1 sorts before 1.0a1
+    else:
+        pre = (1,)
+    post = (int(post_n or 0),) if has_post else (-1,)
+    dev = (0, int(m["dev_n"] or 0)) if m["dev_l"] else (1,)
+    return (int(m["epoch"] or 0), tuple(release), pre, post, dev)
+
+
+def version_key(version: str):
+    """`packaging.version.Version` when packaging is installed, else `pep440_key`."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return pep440_key(version)
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise ValueError(f"not a PEP 440 version: {version!r}") from None
+
+
+def released_versions(package: str, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> list[str]:
+    """The versions of `package` on the package index, via `python -m pip index versions`.
+
+    Raises BisectError with pip's message when the index cannot be reached."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
+    proc = runner(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r"Available versions:\s*(.+)", proc.stdout or "")
+    if proc.returncode != 0 or not m:
+        detail = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise BisectError(f"cannot list the releases of {package}: {' / '.join(detail[-2:]) or 'no output'}")
+    return [v.strip() for v in m.group(1).split(",") if v.strip()]
+
+
+class ReleaseHistory:
+    """A package's released versions in PEP 440 order, as a history: revisions(old, new) are
+    the versions v with old < v <= new (both ends must be releases)."""
+
+    def __init__(self, versions: Iterable[str], package: str = ""):
+        keyed = {}
+        for v in versions:
+            try:
+                keyed.setdefault(version_key(v), v)
+            except ValueError:
+                continue  # not a version: never a bisection point
+        self.versions = [keyed[k] for k in sorted(keyed)]
+        self.package = package
+
+    @classmethod
+    def from_index(cls, package: str, runner=subprocess.run) -> "ReleaseHistory":
+        return cls(released_versions(package, runner), package)
+
+    def _index(self, version: str) -> int:
+        try:
+            key = version_key(version)
+        except ValueError:
+            raise BisectError(f"{version!r} is not a version") from None
+        for i, v in enumerate(self.versions):
+            if version_key(v) == key:
+                return i
+        shown = ", ".join(self.versions) or "none"
+        raise BisectError(f"{self.package or 'the package'} has no release {version}; releases: {shown}")
+
+    def describe(self, rev: str) -> Revision:
+        v = self.versions[self._index(rev)]
+        return Revision(v, subject=f"{self.package} {v}".strip())
+
+    def revisions(self, old: str, new: str, first_parent: bool = False) -> list[Revision]:
+        lo, hi = self._index(old), self._index(new)
+        if hi <= lo:
+            raise BisectError(f"{new} is not a later release than {old}")
+        return [Revision(v, subject=f"{self.package} {v}".strip()) for v in self.versions[lo + 1 : hi + 1]]
+
+    def is_release(self, rev: str) -> bool:
+        try:
+            self._index(rev)
+        except BisectError:
+            return False
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging one case at one revision.
+# ---------------------------------------------------------------------------------------------
+def outcome_of(verdicts: list, prop: str) -> Outcome:
+    """Map the judge's verdicts to good / bad / skip for property `prop`.
+
+    A property the judge could not reach (the base run crashed before it, or n/a) is a skip with
+    the reason, unless `prop` is itself the one that failed."""
+    by_id = {v.property: v for v in verdicts}
+    v = by_id.get(prop)
+    if v is not None and v.status == "fail":
+        return Outcome(BAD, f"{prop} fails: {v.message}")
+    if v is not None and v.status == "pass":
+        return Outcome(GOOD)
+    crash = by_id.get("no-crash")
+    if crash is not None and crash.status == "fail":
+        return Outcome(SKIP, f"{prop} not judged: no-crash fails ({crash.message})")
+    why = v.message if v is not None else "no verdict"
+    return Outcome(SKIP, f"{prop} does not apply: {why}")
+
+
+def _judge(run, case: Case, declared, device: str, prop: str) -> Outcome:
+    from oracles.properties import judge
+
+    return outcome_of(judge(run, case, declared, device, only=(prop,)), prop)
+
+
+class TargetEvaluator:
+    """Judges `entry.case` on a registered target at each revision: a git hash, or a release
+    version when `releases=True` (opened as the pin `==VERSION`, so a `--repo` for the target
+    never turns a version into a git revision).
+
+    `opener(ref, repos=..., device=..., timeout=...)` is `targets.session.open_target` and
+    `ref_factory(target, entry, pin)` is `targets.session.TargetRef` unless injected.
+    `cleanup(revision_id)` runs after each evaluation (for git: the cached clone's
+    `remove_worktree`), so a long bisection keeps at most one checkout on disk."""
+
+    def __init__(
+        self,
+        entry: CaseEntry,
+        target: str,
+        *,
+        target_entry: str | None = None,
+        repos: dict | None = None,
+        releases: bool = False,
+        device: str = "cpu",
+        timeout: float = 60.0,
+        opener: Callable | None = None,
+        ref_factory: Callable | None = None,
+        cleanup: Callable[[str], None] | None = None,
+    ):
+        self.entry = entry
+        self.target = target
+        self.target_entry = target_entry
+        self.repos = repos
+        self.releases = releases
+        self.device = device
+        self.timeout = timeout
+        self._opener = opener
+        self._ref_factory = ref_factory
+        self.cleanup = cleanup
+
+    def _session(self):
+        if self._opener is None or self._ref_factory is None:
+            from targets import session
+
+            self._opener = self._opener or session.open_target
+            self._ref_factory = self._ref_factory or session.TargetRef
+        return self._opener, self._ref_factory
+
+    def __call__(self, revision: Revision) -> Outcome:
+        start = time.perf_counter()
+        try:
+            opener, make_ref = self._session()
+            pin = f"=={revision.id}" if self.releases else revision.id
+            ref = make_ref(self.target, self.target_entry, pin)
+            with opener(ref, repos=self.repos, device=self.device, timeout=self.timeout) as handle:
+                out = _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
+        except Exception as exc:  # noqa: BLE001 - Skip / SetupError / anything else: not judged here
+            out = Outcome(SKIP, _skip_reason(exc))
+        finally:
+            _cleanup(self.cleanup, revision)
+        out.seconds = time.perf_counter() - start
+        return out
+
+
+def _cleanup(cleanup: Callable[[str], None] | None, revision: Revision) -> None:
+    if cleanup is not None:
+        try:
+            cleanup(revision.id)
+        except Exception:  # noqa: BLE001 - a leftover worktree must not fail the bisection
+            pass
+
+
+def _skip_reason(exc: BaseException) -> str:
+    kind = type(exc).__name__
+    label = {"Skip": "not present", "SetupError": "cannot set up", "RefError": "cannot set up"}.get(kind, kind)
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    # the first line says what and what to do; the last one is the error the worker hit
+    text = lines[0] + (f" [... {lines[-1]}]" if len(lines) > 1 else "") if lines else ""
+    return f"{label}: {text}"[:600]
+
+
+class CallableEvaluator:
+    """Judges `entry.case` on a user's function `MODULE:FUNC` (canonical keyword signature, see
+    `targets.adapters.callable`) imported from a git history at each revision: the revision's
+    worktree (`history.checkout`, below `subdir`) goes first on the worker's sys.path
+    (`targets.session.open_callable`), and is removed after the evaluation."""
+
+    def __init__(
+        self,
+        entry: CaseEntry,
+        history,
+        function: str,
+        declared,
+        *,
+        subdir: str = "",
+        device: str = "cpu",
+        timeout: float = 60.0,
+    ):
+        self.entry = entry
+        self.history = history  # targets.gitrepo.History
+        self.function = function
+        self.declared = declared
+        self.subdir = subdir
+        self.device = device
+        self.timeout = timeout
+
+    def __call__(self, revision: Revision) -> Outcome:
+        from targets.session import open_callable
+
+        start = time.perf_counter()
+        try:
+            root = self.history.checkout(revision.id) / self.subdir
+            with open_callable(
+                self.function, declared=self.declared, device=self.device, timeout=self.timeout, path=root
+            ) as handle:
+                out = _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
+        except Exception as exc:  # noqa: BLE001 - missing module / import error / git: a skip
+            out = Outcome(SKIP, _skip_reason(exc))
+        finally:
+            _cleanup(self.history.remove_worktree, revision)
+        out.seconds = time.perf_counter() - start
+        return out

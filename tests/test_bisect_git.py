@@ -1,0 +1,320 @@
+"""Bisection over git histories built here with gitpython: a tiny fake framework whose masked GAE
+is right, then wrong (the cause), unimportable for a while, then right again (the fix).
+
+Revisions are walked and checked out by the real machinery (`targets.gitrepo.CachedRepo` over a
+local repository, via `fuzz.bisect_env.CommitHistory`). Most tests judge each revision with a
+light evaluator that imports the fake framework from the revision's worktree in a plain Python
+subprocess (no torch: ~50 ms) and compares with the float64 reference; one test runs the whole
+command line with the real worker (`targets.adapters.callable`) and `oracles.properties.judge`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import git
+import pytest
+
+from fuzz import bisect_env
+from fuzz.bisect import BAD, CAUSE, FIX, FOUND, GOOD, INCONCLUSIVE, SKIP, Outcome, Revision, bisect, evaluation_bound
+from oracles.case import Case
+from oracles.reference import compressed_loop
+
+# -- the fake framework, one source text per state of its history -------------------------------
+_COMMON = '''
+def compute(*, token_rewards, values, trainable, attention, score, gamma, lam):
+    """Canonical keyword signature (targets.adapters.callable): [B, T] tensors -> (adv, ret)."""
+    import torch
+
+    adv = torch.tensor(gae(token_rewards.tolist(), values.tolist(), trainable.tolist(), score.tolist(), gamma, lam),
+                       dtype=torch.float64)
+    return adv, (adv + values.double()) * trainable.double()
+'''
+GOOD_SRC = '''
+def gae(rewards, values, mask, score, gamma, lam):
+    """GAE over the trainable positions of each row only (the compressed contract)."""
+    out = []
+    for r, v, m, s in zip(rewards, values, mask, score):
+        idx = [t for t, x in enumerate(m) if x]
+        adv = [0.0] * len(r)
+        nxt_v = nxt_a = 0.0
+        for k in reversed(range(len(idx))):
+            t = idx[k]
+            delta = r[t] + (s if k == len(idx) - 1 else 0.0) + gamma * nxt_v - v[t]
+            nxt_a = delta + gamma * lam * nxt_a
+            adv[t], nxt_v = nxt_a, v[t]
+        out.append(adv)
+    return out
+''' + _COMMON
+BUGGY_SRC = '''
+def gae(rewards, values, mask, score, gamma, lam):
+    """Mask-blind: every position is a transition, masked values leak into the recursion."""
+    out = []
+    for r, v, m, s in zip(rewards, values, mask, score):
+        last = max([t for t, x in enumerate(m) if x], default=-1)
+        adv = [0.0] * len(r)
+        nxt_v = nxt_a = 0.0
+        for t in reversed(range(len(r))):
+            delta = r[t] + (s if t == last else 0.0) + gamma * nxt_v - v[t]
+            nxt_a = delta + gamma * lam * nxt_a
+            adv[t], nxt_v = nxt_a * m[t], v[t]
+        out.append(adv)
+    return out
+''' + _COMMON
+BROKEN_SRC = "def gae(rewards, values, mask, score, gamma, lam)\n    return None  # half-done refactor: a SyntaxError\n"
+FLAKY_SRC = (
+    """
+import os
+
+
+def gae(rewards, values, mask, score, gamma, lam):
+    \"\"\"Right on even calls, off by one on odd calls (a call counter in the file $FAKEFW_COUNTER).\"\"\"
+    path = os.environ["FAKEFW_COUNTER"]
+    n = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    open(path, "w").write(str(n))
+    return [[a + n % 2 for a in row] for row in _right(rewards, values, mask, score, gamma, lam)]
+"""
+    + GOOD_SRC.replace("def gae(", "def _right(").replace("def compute(", "def _unused(")
+    + _COMMON
+)
+STATES = {"good": GOOD_SRC, "bad": BUGGY_SRC, "broken": BROKEN_SRC, "flaky": FLAKY_SRC}
+WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
+
+# B=1, T=6 with a masked gap whose values are poison: the mask-blind version differs.
+CASE = Case.build(
+    trainable=[[1, 1, 0, 0, 1, 1]],
+    token_rewards=[[0.5, 0.0, 9.0, 9.0, 0.0, 1.0]],
+    values=[[1.0, 2.0, 50.0, 60.0, 3.0, 4.0]],
+    score=[1.0],
+    gamma=0.9,
+    lam=0.8,
+    dtype="float64",
+)
+
+
+class Entry:
+    case = CASE
+    property = "reference"
+
+
+def build(path: Path, states: list[str]) -> tuple[git.Repo, list[str]]:
+    """A repository whose commit i holds fakefw in states[i]; returns (repo, hashes)."""
+    repo = git.Repo.init(path)
+    shas = []
+    for i, state in enumerate(states):
+        commit(repo, state, f"commit {i}: fakefw is {state}", day=i + 1)
+        shas.append(repo.head.commit.hexsha)
+    return repo, shas
+
+
+def commit(repo: git.Repo, state: str, message: str, day: int, parents=None) -> str:
+    pkg = Path(repo.working_tree_dir) / "fakefw"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(STATES[state])
+    repo.index.add(["fakefw/__init__.py"])
+    when = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=day - 1)
+    date = f"{int(when.timestamp())} +0000"  # git's internal format: gitpython reads it exactly
+    c = repo.index.commit(message, author=WHO, committer=WHO, author_date=date, commit_date=date, parent_commits=parents)
+    return c.hexsha
+
+
+SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import fakefw
+args = json.loads(sys.argv[2])
+print(json.dumps(fakefw.gae(*args)))
+"""
+
+
+class ImportEvaluator:
+    """Checks the revision out, imports fakefw from it in a plain Python subprocess, compares its
+    advantages with the float64 compressed reference; an import failure is a skip."""
+
+    def __init__(self, history, case: Case = CASE):
+        self.history = history
+        self.case = case
+        self.calls: list[str] = []
+        self.most_worktrees = 0
+
+    def __call__(self, rev: Revision) -> Outcome:
+        self.calls.append(rev.id)
+        root = self.history.checkout(rev.id)
+        self.most_worktrees = max(self.most_worktrees, len(self.history.worktrees()))
+        c = self.case
+        args = [c.token_rewards.tolist(), c.values.tolist(), c.trainable.tolist(), c.score.tolist(), c.gamma, c.lam]
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", SCRIPT, str(root), json.dumps(args)], capture_output=True, text=True, timeout=60
+            )
+        finally:
+            self.history.remove_worktree(rev.id)
+        if proc.returncode != 0:
+            return Outcome(SKIP, proc.stderr.strip().splitlines()[-1])
+        got = json.loads(proc.stdout)
+        ref, _ = compressed_loop(c)
+        live = c.trainable
+        ok = all(abs(got[b][t] - float(ref[b, t])) < 1e-9 for b, t in live.nonzero().tolist())
+        return Outcome(GOOD if ok else BAD)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(d))
+    return d
+
+
+def history_of(path: Path, cache: Path) -> bisect_env.CommitHistory:
+    return bisect_env.CommitHistory(bisect_env.local_history(path, "fakefw", cache))
+
+
+HISTORY = ["good"] * 6 + ["bad", "bad", "bad", "broken", "broken", "bad", "good", "good", "good"]
+#           c0..c5          c6 cause            c9, c10 unimportable    c12 fix
+
+
+def test_cause_and_fix_through_unimportable_commits(tmp_path, cache):
+    _, shas = build(tmp_path / "repo", HISTORY)
+    hist = history_of(tmp_path / "repo", cache)
+
+    ev = ImportEvaluator(hist.history)
+    res = bisect(hist, ev, shas[0], shas[11])
+    assert (res.result, res.kind, res.commit.id) == (FOUND, CAUSE, shas[6])
+    assert res.commit.subject == "commit 6: fakefw is bad" and res.commit.date.startswith("2024-01-07")
+    assert res.evaluations == len(ev.calls) <= evaluation_bound(11, res.skips) == math.ceil(math.log2(11)) + res.skips + 2
+
+    ev = ImportEvaluator(hist.history)
+    res = bisect(hist, ev, shas[6], shas[14])
+    assert (res.result, res.kind, res.commit.id) == (FOUND, FIX, shas[12])
+    assert res.evaluations <= res.bound()
+    skipped = [t for t in res.tested if t.outcome.verdict == SKIP]
+    assert skipped, "the probes should have met an unimportable commit"
+    assert all(t.revision.id in (shas[9], shas[10]) and "SyntaxError" in t.outcome.reason for t in skipped)
+    # every worktree was removed after its evaluation: never more than one on disk
+    assert ev.most_worktrees == 1 and hist.history.worktrees() == []
+
+
+def test_skips_next_to_the_answer_are_inconclusive(tmp_path, cache):
+    states = ["good"] * 4 + ["broken", "broken"] + ["bad"] * 5  # the bug may be in c4, c5 or c6
+    _, shas = build(tmp_path / "repo", states)
+    hist = history_of(tmp_path / "repo", cache)
+    res = bisect(hist, ImportEvaluator(hist.history), shas[0], shas[10])
+    assert res.result == INCONCLUSIVE and res.kind == CAUSE and res.commit is None
+    assert [r.id for r in res.candidates] == shas[4:7]
+    assert res.skips == 2 and res.evaluations <= res.bound()
+    d = res.to_dict()
+    assert d["result"] == "inconclusive" and [c["id"] for c in d["candidates"]] == shas[4:7]
+
+
+def test_flaky_commit_needs_runs(tmp_path, cache, monkeypatch):
+    # c1..c10: the first probe is c5, which gives a wrong answer on every odd call
+    states = ["good"] * 5 + ["flaky", "good", "good"] + ["bad"] * 3
+    _, shas = build(tmp_path / "repo", states)
+    hist = history_of(tmp_path / "repo", cache)
+
+    monkeypatch.setenv("FAKEFW_COUNTER", str(tmp_path / "counter-1"))
+    once = bisect(hist, ImportEvaluator(hist.history), shas[0], shas[10])
+    assert once.tested[2].revision.id == shas[5] and once.tested[2].outcome.verdict == BAD
+    assert once.result == FOUND and once.commit.id == shas[5], "one run believes the flaky commit"
+
+    monkeypatch.setenv("FAKEFW_COUNTER", str(tmp_path / "counter-3"))
+    res = bisect(hist, ImportEvaluator(hist.history), shas[0], shas[10], runs=3)
+    flaky = res.tested[2].outcome
+    assert res.tested[2].revision.id == shas[5]
+    assert flaky.verdict == SKIP and flaky.flaky and flaky.runs == [BAD, GOOD, BAD] and "flaky" in flaky.reason
+    assert (res.result, res.kind, res.commit.id) == (FOUND, CAUSE, shas[8])
+    assert all(t.outcome.runs == [t.outcome.verdict] * 3 for t in res.tested if not t.outcome.flaky)
+
+
+def test_merges_with_and_without_first_parent(tmp_path, cache):
+    """main: m0 m1 m2 m3 M m4, side (from m1): s1 (the bug) s2, merged at M. The side branch is
+    dated after m3, so both orders are consistent."""
+    repo = git.Repo.init(tmp_path / "repo")
+    m0 = commit(repo, "good", "m0", 1)
+    m1 = commit(repo, "good", "m1", 2)
+    m2 = commit(repo, "good", "m2", 3)
+    m3 = commit(repo, "good", "m3", 4)
+    repo.head.reset(m1, index=True, working_tree=True)
+    s1 = commit(repo, "bad", "s1: the bug, on a side branch", 5)
+    s2 = commit(repo, "bad", "s2", 6)
+    repo.head.reset(m3, index=True, working_tree=True)
+    merge = commit(repo, "bad", "Merge side into main", 7, parents=[repo.commit(m3), repo.commit(s2)])
+    m4 = commit(repo, "bad", "m4", 8)
+    hist = history_of(tmp_path / "repo", cache)
+
+    linear = [r.id for r in hist.revisions(m0, m4, first_parent=True)]
+    assert linear == [m1, m2, m3, merge, m4]
+    res = bisect(hist, ImportEvaluator(hist.history), m0, m4, first_parent=True)
+    assert (res.result, res.commit.id, res.commit.subject) == (FOUND, merge, "Merge side into main")
+    assert res.evaluations <= evaluation_bound(5, res.skips)
+
+    full = [r.id for r in hist.revisions(m0, m4)]
+    assert set(full) == {m1, m2, m3, s1, s2, merge, m4} and full[-1] == m4
+    res = bisect(hist, ImportEvaluator(hist.history), m0, m4)
+    assert (res.result, res.commit.id) == (FOUND, s1)
+    assert res.evaluations <= evaluation_bound(7, res.skips)
+
+
+def test_thousand_commits_keep_one_worktree(tmp_path, cache):
+    """1000 commits (made with git fast-import), the bug at commit 737: log2 probes, one worktree."""
+    path = tmp_path / "repo"
+    git.Repo.init(path)
+    blobs = {s: STATES[s].encode() for s in ("good", "bad")}
+    stream = []
+    for i in range(1000):
+        data = blobs["bad" if i >= 737 else "good"] + f"\nREVISION = {i}\n".encode()
+        stream.append(
+            b"commit refs/heads/master\n"
+            + f"committer t <t@x> {1_700_000_000 + 60 * i} +0000\n".encode()
+            + f"data {len(f'c{i}')}\nc{i}\n".encode()
+            + f"M 100644 inline fakefw/__init__.py\ndata {len(data)}\n".encode()
+            + data
+            + b"\n"
+        )
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=b"".join(stream), check=True)
+    repo = git.Repo(path)
+    shas = [c.hexsha for c in repo.iter_commits("master", reverse=True)]
+    assert len(shas) == 1000
+    hist = history_of(path, cache)
+    ev = ImportEvaluator(hist.history)
+    res = bisect(hist, ev, shas[0], shas[-1])
+    assert res.result == FOUND and res.commit.id == shas[737] and res.commit.subject == "c737"
+    assert res.revisions == 999 and res.evaluations <= math.ceil(math.log2(999)) + 2 == 12
+    assert ev.most_worktrees == 1 and hist.history.worktrees() == []
+    left = list((cache / "git" / "local-fakefw" / "worktrees").glob("*"))
+    assert left == []
+
+
+def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
+    """`maskfuzz bisect CASE --callable fakefw:compute --source REPO`: real worker, real judge."""
+    from fuzz import corpus
+    from fuzz.cli import main
+    from oracles.properties import Verdict
+
+    states = ["good"] * 3 + ["bad", "broken", "bad", "bad"]
+    _, shas = build(tmp_path / "repo", states)
+    entry = corpus.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
+    case_file = corpus.save(entry, tmp_path / "corpus")
+    out = tmp_path / "bisect.json"
+    argv = [
+        "bisect", str(case_file), "--callable", "fakefw:compute", "--source", str(tmp_path / "repo"),
+        "--old", shas[0][:10], "--new", shas[-1], "--json", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert shas[3] in text and "commit 3: fakefw is bad" in text
+    d = json.loads(out.read_text())
+    assert d["result"] == "found" and d["kind"] == "cause" and d["commit"]["id"] == shas[3]
+    assert d["old"]["verdict"] == GOOD and d["new"]["verdict"] == BAD
+    assert d["evaluations"] == len(d["tested"]) <= evaluation_bound(6, d["skips"])
+    assert all(t["seconds"] > 0 for t in d["tested"])
+    for t in d["tested"]:
+        state = states[shas.index(t["revision"]["id"])]
+        assert t["verdict"] == {"good": GOOD, "bad": BAD, "broken": SKIP}[state], t
+    print(f"\n[real worker] {d['evaluations']} evaluations, {d['seconds_per_evaluation']:.2f} s each", file=sys.stderr)
+
