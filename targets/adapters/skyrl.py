@@ -1,21 +1,152 @@
-"""Adapter for skyrl: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for SkyRL: `compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lambd)`.
+
+Where the function lives (the repository is a monorepo; the importable package sits in a subdirectory):
+
+    skyrl/backends/skyrl_train/utils/ppo_utils.py           git, 2026-02-15 .. HEAD   (package `skyrl`)
+    skyrl/skyrl/backends/skyrl_train/utils/ppo_utils.py     git, 2026-02-12 .. 02-15  (nested package dir)
+    skyrl-train/skyrl_train/utils/ppo_utils.py              git, 2025-06 .. 2026-03   (package `skyrl_train`)
+    skyrl_train/utils/ppo_utils.py                          PyPI `skyrl-train` 0.1.0 .. 0.3.1 wheels
+
+How SkyRL feeds it (read at the pins; `skyrl_train/trainer.py` in releases, `skyrl/train/trainer.py` at HEAD):
+
+* `response_mask` is the response indicator (1 for every real response token, observations
+  included; 0 for padding), *not* the loss mask: `trainer.compute_advantages_and_returns` passes
+  `data["response_mask"]`. The canonical `attention` is that mask; `trainable` is SkyRL's
+  `loss_mask`, which the GAE function never sees.
+* A scalar reward is placed on the last token of the response: `postprocess_generator_output` does
+  `per_token_reward = [0.0] * len(response); per_token_reward[-1] = float(reward)`. That is the
+  last *real* token (an observation tail keeps the score on the observation). The line lives in a
+  trainer method that needs ray and a full config, so the adapter applies the same one-line rule and
+  `load` checks that the pin's trainer source still contains it (fails loudly if it changed).
+* Dense shaping (the KL penalty) is added to those rewards; `convert_prompts_responses_to_batch_tensors`
+  leaves rewards 0 at padding, so the case's token rewards reach SkyRL at real tokens only.
+* Values are the critic's outputs at every response position, padding included (the value head
+  runs on pad tokens unless sample packing re-pads with zeros): passed as the case gives them.
+
+The function runs plain GAE over every position and whitens the advantages inside with
+`masked_whiten(advantages, response_mask)` (unbiased variance, eps 1e-8, mean shifted out).
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.reference import Whitening
+from targets.adapters.base import Loaded, NotPresent, function_from
+from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+
+# The function's own module, newest layout first.
+_CANDIDATES = [
+    ("skyrl.backends.skyrl_train.utils.ppo_utils", "compute_gae_advantage_return"),
+    ("skyrl_train.utils.ppo_utils", "compute_gae_advantage_return"),
+]
+# Where the trainer that places the scalar reward lives, per layout (relative to the import root).
+_TRAINERS = ("skyrl/train/trainer.py", "skyrl_train/trainer.py")
+_PLACEMENT = "per_token_reward[-1] = float(reward)"
 
 SPEC = TargetSpec(
     id="skyrl",
     adapter="targets.adapters.skyrl",
-    own=("skyrl", "skyrl_train"),
-    contract="compressed",
+    own=("skyrl", "skyrl_train", "skyrl_gym"),
+    contract="dense",
     git_url="https://github.com/NovaSky-AI/SkyRL.git",
     package="skyrl-train",
-    stand_ins=COMMON_HEAVY,
+    pins=(
+        Pin("0.3.1", "latest skyrl-train release on PyPI (wheel tagged for Python 3.12, pure Python)", default=True),
+        Pin("0.1.0", "first skyrl-train release on PyPI"),
+        Pin("HEAD", "upstream main: the skyrl/backends/skyrl_train layout", kind="git"),
+        Pin("skyrl_train-v0.4.0", "last tagged skyrl-train release in the old skyrl-train/ layout", kind="git"),
+    ),
+    whitening=Whitening(unbiased=True, eps=1e-8, shift_mean=True),
+    documented_errors=(
+        # masked_var raises these itself, on purpose, when the response mask has < 2 tokens
+        r"ValueError: At least one element in the mask has to be 1",
+        r"ValueError: The sum of the mask is one",
+    ),
+    # jaxtyping only annotates; loguru logs; the rest serve config, tinker and gym modules the import chain
+    # pulls in at HEAD (skyrl.train.config imports skyrl_gym, which imports pandas and requests)
+    stand_ins=COMMON_HEAVY + ("jaxtyping", "loguru", "yaml", "pydantic", "cloudpathlib", "pandas", "requests"),
+    domain=Domain(
+        # Every canonical input has a SkyRL counterpart: multi-turn responses carry observation
+        # tokens (loss_mask 0) anywhere in the response, padding sits right (releases) or left (HEAD)
+        # of the response window, and zero-variance filtering zeroes whole loss masks.
+        why={},
+    ),
+    # the wheels say Requires-Python ==3.12.* but are pure Python (py3-none-any) and import on 3.11
+    pip_args=("--python-version", "3.12"),
+    notes=(
+        "contract: the loop walks every response position as a transition, unmasked (adapted from TRL's "
+        "loop, whose callers zero masked values first): 'dense' is what it computes when masked values and "
+        "rewards are 0. response_mask is SkyRL's response indicator (canonical attention), not the loss mask."
+    ),
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the skyrl adapter is not built yet")
+def _import_roots(root: Path) -> list[Path]:
+    """The directories that make the pin's packages importable, most specific first."""
+    roots = []
+    for sub in ("skyrl-train", "skyrl-gym"):  # monorepo subprojects with their own package dirs
+        if (root / sub).is_dir():
+            roots.append(root / sub)
+    if (root / "skyrl" / "skyrl").is_dir():  # the short-lived nested layout
+        roots.append(root / "skyrl")
+    return roots
+
+
+def _check_placement(import_roots: list[Path]) -> str:
+    """Insist that the pin's trainer still places the scalar reward on the last response token.
+
+    Returns the trainer path that was checked. Raises RuntimeError when the rule changed (the
+    adapter must then be updated, not silently keep the old rule)."""
+    for base in import_roots:
+        for rel in _TRAINERS:
+            path = base / rel
+            if path.is_file():
+                if _PLACEMENT not in path.read_text(encoding="utf-8", errors="replace"):
+                    raise RuntimeError(
+                        f"{path} no longer contains {_PLACEMENT!r}: SkyRL's score placement changed at this pin; "
+                        "update targets/adapters/skyrl.py"
+                    )
+                return str(path)
+    raise RuntimeError(f"no SkyRL trainer found under {[str(b) for b in import_roots]} to check the score placement")
+
+
+def framework_inputs(case: Case, device: str) -> dict:
+    """The tensors SkyRL passes to its GAE, [B, T] each in the case's dtype.
+
+    token_level_rewards: the case's token rewards at real tokens (0 at padding), plus the score on
+    the last real token of the row; values: as given; response_mask: attention."""
+    x = case.inputs(device)
+    attention = case.attention.to(device)
+    rewards = torch.where(attention, x["token_rewards"], torch.zeros_like(x["token_rewards"]))
+    pos = torch.arange(case.shape[1], device=device).expand(case.shape)
+    last_real = torch.where(attention, pos, torch.full_like(pos, -1)).max(dim=1).values
+    at_last = (pos == last_real[:, None]) & attention
+    rewards = rewards + torch.where(at_last, x["score"][:, None], torch.zeros_like(rewards))
+    return {"token_level_rewards": rewards, "values": x["values"], "response_mask": x["attention"]}
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    if entry not in (None, "default"):
+        raise NotPresent(f"skyrl has no entry {entry!r}; entries: default")
+    import_roots = _import_roots(Path(root))
+    for extra in reversed(import_roots):
+        sys.path.insert(0, str(extra))
+    fn, where = function_from(root, _CANDIDATES)
+    trainer = _check_placement(import_roots + [Path(root)])
+
+    def run(case: Case, device: str):
+        kw = framework_inputs(case, device)
+        adv, ret = fn(**kw, gamma=case.gamma, lambd=case.lam)
+        return adv, ret
+
+    notes = [
+        f"score placed on the last real response token, the rule of {Path(trainer).relative_to(Path(root))}",
+        "response_mask = attention (SkyRL's response indicator); rewards 0 at padding",
+    ]
+    return Loaded(run=run, where=where, notes=notes)

@@ -1,10 +1,48 @@
-"""Adapter for torchrl: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for torchrl: the functional GAE in `torchrl/objectives/value/functional.py`.
+
+Entries: "default" is `generalized_advantage_estimate` (a reverse loop), "vec" is
+`vec_generalized_advantage_estimate` (with scalar gamma and lambda it runs `_fast_vec_gae`: rows are
+split into trajectories at `done`, padded, and filtered with a truncated geometric series).
+
+torchrl has no token mask. The episode is described by `done` / `terminated` flags, so an LLM row
+maps onto one trajectory that ends at its last trainable token:
+
+    reward[b, t, 0]           token_rewards[b, t], plus the score at the last trainable token L_b
+    state_value[b, t, 0]      values[b, t]
+    next_state_value[b, t, 0] values[b, t + 1], and 0 after the end of the row (t = T - 1)
+    done = terminated         True at t = L_b only (rows without a trainable token have no flag)
+
+`terminated` at L_b gives the zero bootstrap after the last trainable token (the value at L_b + 1
+is multiplied by 0) and `done` cuts the lambda recursion there, so what follows L_b (an
+observation tail, padding) is, for torchrl, the start of another trajectory that never reaches the
+trainable tokens. Positions before the first trainable token (a masked head, left padding) only
+feed advantages at earlier positions. The inputs this mapping can *not* express are gaps: a
+non-trainable token between trainable ones would be an ordinary transition with its (poison)
+value and reward, because torchrl has nothing to mark it. `SPEC.domain` excludes gaps for that
+reason, and the contract is `dense` (every position of the trajectory is a transition).
+
+torchrl computes advantages at every position, so positions after `done` get the advantages of
+their own trajectory: `masked_zero=False`.
+
+Importing `torchrl` with a torch it was not built against only warns about its C++ extension
+(`torchrl._torchrl`, used by prioritized replay buffers); the functional GAE is pure torch.
+Releases 0.2.0 and 0.4.0 do not import with torch 2.13 / tensordict 0.15 (0.2 loads the extension
+eagerly, 0.4 needs `tensordict._tensordict`), so the release pins start at 0.6.0.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from targets.adapters.base import Loaded, NotPresent, function_from
+from targets.registry import Pin, TargetSpec
+
+_MODULE = "torchrl.objectives.value.functional"
+_ENTRIES = {"default": "generalized_advantage_estimate", "vec": "vec_generalized_advantage_estimate"}
 
 SPEC = TargetSpec(
     id="torchrl",
@@ -13,9 +51,66 @@ SPEC = TargetSpec(
     contract="dense",
     git_url="https://github.com/pytorch/rl.git",
     package="torchrl",
+    pins=(
+        Pin("0.14.1", "latest torchrl release (declares tensordict < 0.15; imports with 0.15.3)", default=True),
+        Pin("0.12.0", "an intermediate release"),
+        Pin("0.10.1", "an intermediate release"),
+        Pin("0.8.1", "an intermediate release"),
+        Pin("0.6.0", "oldest release that imports with torch 2.13 and tensordict 0.15"),
+        Pin("HEAD", "upstream main", kind="git"),
+    ),
     entries=("default", "vec"),
+    masked_zero=False,
+    masked_zero_why=(
+        "torchrl has no token mask: every position is a transition with its own advantage, and positions "
+        "after `done` (an observation tail, padding) start a new trajectory with advantages of their own"
+    ),
+    domain=Domain(
+        gaps=False,
+        why={
+            "gaps": "torchrl has no token mask; a non-trainable token inside a trajectory can only be an ordinary "
+            "transition with its own value and reward, so gaps are not expressible",
+        },
+    ),
+    notes=(
+        "row -> one trajectory ending at the last trainable token (done = terminated there); "
+        "next_state_value = values shifted left with 0 after the row; score added at the last trainable token"
+    ),
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the torchrl adapter is not built yet")
+def framework_inputs(case: Case, device: str) -> dict:
+    """torchrl's keyword inputs for `case`: float tensors [B, T, 1] in the case's dtype, bool flags [B, T, 1]."""
+    x = case.inputs(device)
+    b_rows, t_len = case.shape
+    trainable = case.trainable.to(device)
+    pos = torch.arange(t_len, device=device).expand(b_rows, t_len)
+    last = torch.where(trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
+    end = (pos == last[:, None]) & trainable  # all False in a row without trainable tokens
+    reward = x["token_rewards"] + torch.where(end, x["score"][:, None], torch.zeros_like(x["token_rewards"]))
+    values = x["values"]
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    return {
+        "state_value": values.unsqueeze(-1),
+        "next_state_value": next_values.unsqueeze(-1),
+        "reward": reward.unsqueeze(-1),
+        "done": end.unsqueeze(-1),
+        "terminated": end.clone().unsqueeze(-1),
+    }
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    name = _ENTRIES.get(entry or "default")
+    if name is None:
+        raise NotPresent(f"torchrl has no entry {entry!r}; entries: {', '.join(_ENTRIES)}")
+    fn, where = function_from(root, [(_MODULE, name)])
+
+    def run(case: Case, device: str):
+        adv, ret = fn(case.gamma, case.lam, **framework_inputs(case, device))
+        return adv.squeeze(-1), ret.squeeze(-1)
+
+    notes = [
+        "done = terminated at the last trainable token of each row; next_state_value = values shifted, 0 after the row",
+        "gamma and lambda passed as Python floats, as the functional API documents (scalars)",
+    ]
+    return Loaded(run=run, where=where, notes=notes)
