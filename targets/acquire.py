@@ -145,7 +145,10 @@ def resolve_revision(repo: gitrepo.History, rev: str) -> str:
 
 def _acquire_git(spec: TargetSpec, pin: str, repos: Mapping[str, Path], cache: Path) -> Checkout:
     where = f"{spec.id}@{pin}"
-    repo = history(spec, repos, cache)
+    try:
+        repo = history(spec, repos, cache)
+    except AcquireError as exc:
+        raise AcquireError(f"{where}: {exc}") from None
     fix = f"give --repo {spec.id}=/path/to/clone" if not repo.local else f"check it with `git -C {repo.source} log`"
     try:
         full = resolve_revision(repo, pin)

@@ -74,10 +74,22 @@ def lock(key: str, cache: Path | None = None, timeout: float | None = None) -> I
         os.close(fd)  # closing the descriptor releases the flock
 
 
+STALE_SECONDS = 24 * 3600  # a scratch folder this old belongs to a process that was killed
+
+
 def scratch(cache: Path, prefix: str) -> Path:
-    """A fresh empty directory under `<cache>/tmp`, on the same filesystem as its final place."""
+    """A fresh empty directory under `<cache>/tmp`, on the same filesystem as its final place.
+
+    Scratch folders older than a day (left by killed processes) are removed on the way."""
     base = Path(cache) / "tmp"
     base.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in base.iterdir():
+        try:
+            if now - old.stat().st_mtime > STALE_SECONDS:
+                remove(old)
+        except OSError:
+            pass  # another process removed it first
     return Path(tempfile.mkdtemp(prefix=f"{_safe(prefix)}-", dir=base))
 
 

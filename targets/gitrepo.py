@@ -174,6 +174,8 @@ class CachedRepo:
         try:
             git.Repo.clone_from(self.source, tmp / "repo.git", bare=True, env=dict(os.environ, **_GIT_ENV))
             self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+            if self.git_dir.exists():
+                cachemod.remove(self.git_dir)  # a clone without HEAD is incomplete: never trusted
             os.rename(tmp / "repo.git", self.git_dir)
         except git.GitCommandError as exc:
             raise self._unreachable("clone", exc) from None

@@ -261,3 +261,28 @@ def test_pin_kind_rules():
     assert acq.pin_kind(s, "abc1234", None) == "git"
     assert acq.pin_kind(spec(), "3.1", None) == "git"  # no package: the upstream revision
     assert not acq.is_version("1234567") and acq.is_version("0.2") and acq.is_version("1.0rc1")
+
+
+def test_no_source_at_all_asks_for_a_repo(cache):
+    with pytest.raises(acq.AcquireError, match=r"^toy@main: toy has no upstream git URL; give --repo toy="):
+        acq.acquire(spec(), "main", None, cache)
+
+
+def test_cache_dir_lock_and_stale_scratch(tmp_path):
+    from targets import cache as cachemod
+
+    assert cachemod.cache_dir({"MASKFUZZ_CACHE": "/a", "XDG_CACHE_HOME": "/b"}) == Path("/a")
+    assert cachemod.cache_dir({"XDG_CACHE_HOME": "/b"}) == Path("/b/maskfuzz")
+    assert cachemod.cache_dir({}) == Path.home() / ".cache" / "maskfuzz"
+    with cachemod.lock("git-toy", tmp_path):
+        with pytest.raises(cachemod.LockTimeout, match="another process holds"):
+            with cachemod.lock("git-toy", tmp_path, timeout=0.2):  # a second open file: flock conflicts
+                pass
+        with cachemod.lock("git-other", tmp_path, timeout=0.2):  # other keys are independent
+            pass
+    with cachemod.lock("git-toy", tmp_path, timeout=0.2):  # released with the block
+        pass
+    old = cachemod.scratch(tmp_path, "killed")
+    os.utime(old, (0, 0))  # as if a killed process left it long ago
+    fresh = cachemod.scratch(tmp_path, "new")
+    assert not old.exists() and fresh.is_dir() and fresh.parent == tmp_path / "tmp"
