@@ -28,10 +28,11 @@ import struct
 import sys
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -66,7 +67,7 @@ class CorpusError(ValueError):
         what = f"field {self.field!r}: " if self.field else ""
         return f"{where}{what}{self.message}"
 
-    def at(self, path: Path | str) -> "CorpusError":
+    def at(self, path: Path | str) -> CorpusError:
         """The same error, naming `path` (used when a decoder without a file raised it)."""
         return CorpusError(self.message, path, self.field)
 
@@ -97,20 +98,24 @@ def encode_float(x: float) -> float | str:
 def decode_bits(v: Any, where: str) -> int:
     """The float64 bit pattern of a JSON value written by `encode_bits` (or a plain JSON integer)."""
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise CorpusError(f"expected a number or one of 'nan', 'inf', '-inf', '0x<16 hex digits>', got {v!r}", field=where)
+        raise CorpusError(
+            f"expected a number or one of 'nan', 'inf', '-inf', '0x<16 hex digits>', got {v!r}", field=where
+        )
     if isinstance(v, str):
         named = {"nan": _NAN, "inf": _INF, "-inf": _NINF}.get(v)
         if named is not None:
             return named
         if _HEX.fullmatch(v):
             return int(v, 16)
-        raise CorpusError(f"{v!r} is not a float: expected a number or 'nan', 'inf', '-inf', '0x<16 hex digits>'", field=where)
+        raise CorpusError(
+            f"{v!r} is not a float: expected a number or 'nan', 'inf', '-inf', '0x<16 hex digits>'", field=where
+        )
     if isinstance(v, int):
         if float(v) != v:
             raise CorpusError(f"integer {v} is not exactly a float64", field=where)
         v = float(v)
     if not math.isfinite(v):  # e.g. 1e999 in the file: json reads it as inf
-        raise CorpusError(f"number out of float64 range (write 'inf' / '-inf' for infinities)", field=where)
+        raise CorpusError("number out of float64 range (write 'inf' / '-inf' for infinities)", field=where)
     return _bits(v)
 
 
@@ -149,7 +154,9 @@ def _masks(v: Any, where: str, shape: tuple[int, int]) -> torch.Tensor:
     rows = []
     for b, row in enumerate(v):
         if not isinstance(row, str) or len(row) != shape[1] or set(row) - {"0", "1"}:
-            raise CorpusError(f"row {b} must be a string of {shape[1]} characters '0'/'1', got {row!r}", field=f"{where}[{b}]")
+            raise CorpusError(
+                f"row {b} must be a string of {shape[1]} characters '0'/'1', got {row!r}", field=f"{where}[{b}]"
+            )
         rows.append([c == "1" for c in row])
     return torch.tensor(rows, dtype=torch.bool).reshape(shape)
 
@@ -172,7 +179,7 @@ def _get(d: dict, key: str, kind: type | tuple, where: str = "", optional: bool 
     if optional and v is None:
         return None
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+    if (isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds):
         want = " or ".join(k.__name__ for k in kinds)
         raise CorpusError(f"expected {want}, got {type(v).__name__} {v!r}"[:200], field=name)
     return v
@@ -319,7 +326,7 @@ class Found:
     device: str = "cpu"
 
     @classmethod
-    def now(cls, seed: int | str | None = None, device: str = "cpu") -> "Found":
+    def now(cls, seed: int | str | None = None, device: str = "cpu") -> Found:
         return cls(
             seed=seed,
             date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -346,7 +353,9 @@ def target_key(target: str, entry_point: str | None) -> str:
 
 def entry_id(case: Case, key: str, prop: str) -> str:
     """16 hex digits of sha256 over the canonical case JSON, the target key and the property."""
-    blob = json.dumps({"case": case_to_json(case), "target": key, "property": prop}, sort_keys=True, separators=(",", ":"))
+    blob = json.dumps(
+        {"case": case_to_json(case), "target": key, "property": prop}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -424,7 +433,9 @@ def entry_from_json(d: Any) -> Entry:
         raise CorpusError(f"expected {FORMAT!r}, got {fmt!r}: not a maskfuzz corpus entry", field="format")
     version = _get(d, "version", int)
     if version > VERSION:
-        raise CorpusError(f"version {version} is newer than this maskfuzz reads ({VERSION}): upgrade maskfuzz", field="version")
+        raise CorpusError(
+            f"version {version} is newer than this maskfuzz reads ({VERSION}): upgrade maskfuzz", field="version"
+        )
     if version < 1:
         raise CorpusError(f"version {version} is not a valid format version", field="version")
     target = _get(d, "target", str)
@@ -482,7 +493,10 @@ def _verdict_from_json(d: dict, prop: str, case: Case) -> Verdict:
     for i, p in enumerate(positions):
         ok = isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
         if not ok or not (0 <= p[0] < b_max and 0 <= p[1] < t_max):
-            raise CorpusError(f"expected [row, position] inside the case's shape {[b_max, t_max]}, got {p!r}", field=f"verdict.positions[{i}]")
+            raise CorpusError(
+                f"expected [row, position] inside the case's shape {[b_max, t_max]}, got {p!r}",
+                field=f"verdict.positions[{i}]",
+            )
     numbers = {}
     for key in ("expected", "observed"):
         vals = _list(_get(d, key, list, "verdict"), f"verdict.{key}")
@@ -504,7 +518,7 @@ def _verdict_from_json(d: dict, prop: str, case: Case) -> Verdict:
 # Text: strict JSON in, pretty JSON out (one row per line, so a diff is reviewable).
 # ---------------------------------------------------------------------------------------------
 def _no_constant(name: str):
-    raise CorpusError(f"non-standard JSON constant {name}; write non-finite floats as \"nan\", \"inf\", \"-inf\"")
+    raise CorpusError(f'non-standard JSON constant {name}; write non-finite floats as "nan", "inf", "-inf"')
 
 
 def _no_duplicates(pairs: list) -> dict:
@@ -527,7 +541,9 @@ def parse_json(text: str | bytes, path: Path | str | None = None) -> Any:
     except UnicodeDecodeError as exc:
         raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path) from None
     except json.JSONDecodeError as exc:
-        raise CorpusError(f"not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
+        raise CorpusError(
+            f"not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno} column {exc.colno}", path
+        ) from None
 
 
 def dumps(data: Any) -> str:
@@ -595,7 +611,9 @@ def discover(paths: Iterable[Path | str]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             out.extend(
-                f for f in sorted(p.rglob("*.json")) if f.name != LEDGER_NAME and not any(s.startswith(".") for s in f.relative_to(p).parts)
+                f
+                for f in sorted(p.rglob("*.json"))
+                if f.name != LEDGER_NAME and not any(s.startswith(".") for s in f.relative_to(p).parts)
             )
         else:
             out.append(p)

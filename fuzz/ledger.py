@@ -61,7 +61,12 @@ def _pin_matches(written: str, pin: str, resolved: str | None) -> bool:
     if written in (pin, resolved):
         return True
     for other in (pin, resolved):
-        if other and _HASH.fullmatch(written) and _HASH.fullmatch(other) and (other.startswith(written) or written.startswith(other)):
+        if (
+            other
+            and _HASH.fullmatch(written)
+            and _HASH.fullmatch(other)
+            and (other.startswith(written) or written.startswith(other))
+        ):
             return True
     return False
 
@@ -74,7 +79,7 @@ class Ledger:
     path: Path | None = None
 
     @classmethod
-    def load(cls, path: Path | str) -> "Ledger":
+    def load(cls, path: Path | str) -> Ledger:
         """Read a ledger; a missing file is an empty ledger. CorpusError naming file and field."""
         path = Path(path)
         if not path.exists():
@@ -103,7 +108,8 @@ class Ledger:
             "format": FORMAT,
             "version": VERSION,
             "entries": {
-                i: {k: {"expect": e.expect, "reason": e.reason} for k, e in pins.items()} for i, pins in self.entries.items()
+                i: {k: {"expect": e.expect, "reason": e.reason} for k, e in pins.items()}
+                for i, pins in self.entries.items()
             },
         }
 
@@ -124,7 +130,9 @@ def _entries_from_json(d: object) -> dict[str, dict[str, Expectation]]:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise CorpusError(f"expected a positive integer, got {version!r}", field="version")
     if version > VERSION:
-        raise CorpusError(f"version {version} is newer than this maskfuzz reads ({VERSION}): upgrade maskfuzz", field="version")
+        raise CorpusError(
+            f"version {version} is newer than this maskfuzz reads ({VERSION}): upgrade maskfuzz", field="version"
+        )
     raw = d.get("entries")
     if not isinstance(raw, dict):
         raise CorpusError(f"expected an object of entry id -> pins, got {type(raw).__name__}", field="entries")
@@ -134,7 +142,9 @@ def _entries_from_json(d: object) -> dict[str, dict[str, Expectation]]:
         if not re.fullmatch(r"[0-9a-f]{16}", entry_id):
             raise CorpusError("an entry id is 16 hex digits (the 'id' of a corpus file)", field=where)
         if not isinstance(pins, dict):
-            raise CorpusError(f"expected an object of 'target@pin' -> expectation, got {type(pins).__name__}", field=where)
+            raise CorpusError(
+                f"expected an object of 'target@pin' -> expectation, got {type(pins).__name__}", field=where
+            )
         out[entry_id] = {}
         for key, exp in pins.items():
             here = f"{where}.{key}"
@@ -143,7 +153,9 @@ def _entries_from_json(d: object) -> dict[str, dict[str, Expectation]]:
             except ValueError as exc:
                 raise CorpusError(str(exc), field=here) from None
             if not isinstance(exp, dict) or exp.get("expect") not in EXPECTS:
-                raise CorpusError(f"expected {{\"expect\": \"fails\" | \"passes\", \"reason\": \"...\"}}, got {exp!r}", field=here)
+                raise CorpusError(
+                    f'expected {{"expect": "fails" | "passes", "reason": "..."}}, got {exp!r}', field=here
+                )
             reason = exp.get("reason")
             if not isinstance(reason, str) or not reason.strip():
                 raise CorpusError("every expectation needs a non-empty 'reason'", field=f"{here}.reason")

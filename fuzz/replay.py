@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterable, Iterator
+from typing import Any
 
 from fuzz.corpus import LEDGER_NAME, CorpusError, Entry, encode_float, signature
 from fuzz.ledger import Expectation, Ledger
@@ -37,7 +38,7 @@ BAD = ("fail", "fixed", "error")
 NO_CUDA = "no CUDA device"
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(post|dev|rc|a|b)\d*)*")
 
-Opener = Callable[[str, "str | None", str, "dict | None", str], ContextManager[Any]]
+Opener = Callable[[str, "str | None", str, "dict | None", str], AbstractContextManager]
 
 
 class Unavailable(Exception):
@@ -51,7 +52,9 @@ class Unavailable(Exception):
 
 
 @contextmanager
-def open_handle(target: str, entry_point: str | None, pin: str, repos: dict | None = None, device: str = "cpu") -> Iterator[Any]:
+def open_handle(
+    target: str, entry_point: str | None, pin: str, repos: dict | None = None, device: str = "cpu"
+) -> Iterator[Any]:
     """The default opener: `targets.session.open_target`, its Skip / SetupError as Unavailable."""
     try:
         from targets import session
@@ -66,7 +69,7 @@ def open_handle(target: str, entry_point: str | None, pin: str, repos: dict | No
         except session.Skip as exc:
             raise Unavailable(str(getattr(exc, "reason", None) or exc), "absent") from None
         except session.SetupError as exc:
-            raise Unavailable(f"cannot set up {target}@{pin}: {exc}", "setup") from None
+            raise Unavailable(str(exc), "setup") from None  # its message names target and pin
         yield handle
 
 
@@ -233,7 +236,11 @@ def judge_entry(run: Any, declared: Any, entry: Entry, device: str = "cpu", dtyp
     if not v.failed and crash.failed:
         v = crash
     if v.failed:
-        note = "" if signature(entry.property, v, case) == entry.signature or dtype else " (fails differently than recorded)"
+        note = (
+            ""
+            if signature(entry.property, v, case) == entry.signature or dtype
+            else " (fails differently than recorded)"
+        )
         return Judged("fail", f"{v.property}: {v.message}{note}", v)
     if v.status == "n/a":
         return Judged("n/a", f"{v.property} does not apply: {v.message}", v)
@@ -287,7 +294,9 @@ def replay(
     return [outcomes[i] for i in range(len(jobs))]
 
 
-def replay_one(job: Job, cache: HandleCache, *, device: str = "cpu", dtype: str | None = None, cuda_available: bool = False) -> Outcome:
+def replay_one(
+    job: Job, cache: HandleCache, *, device: str = "cpu", dtype: str | None = None, cuda_available: bool = False
+) -> Outcome:
     e = job.entry
     out = Outcome(job, "skip", device=device, dtype=dtype or e.case.dtype)
     if device == "cuda" and not cuda_available:
@@ -331,7 +340,17 @@ def summary(outcomes: list[Outcome], errors: list[CorpusError] = (), device: str
     rows = [("STATUS", "TARGET@PIN", "PROPERTY", "ID", "DTYPE", "TIME", "NOTE")]
     for o in outcomes:
         e = o.job.entry
-        rows.append((o.status.upper() if o.status in BAD else o.status, f"{e.key}@{o.job.pin}", e.property, e.id, o.dtype, f"{o.seconds:.1f}s", o.message[:100]))
+        rows.append(
+            (
+                o.status.upper() if o.status in BAD else o.status,
+                f"{e.key}@{o.job.pin}",
+                e.property,
+                e.id,
+                o.dtype,
+                f"{o.seconds:.1f}s",
+                o.message[:100],
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     c = counts(outcomes)
@@ -344,7 +363,9 @@ def summary(outcomes: list[Outcome], errors: list[CorpusError] = (), device: str
     elif c["skip"]:
         lines.append(f"WARNING: {c['skip']} replay(s) SKIPPED, not checked (see NOTE)")
     if device == "cuda" and any(o.message == NO_CUDA for o in outcomes):
-        lines.append(f"WARNING: --device cuda but {NO_CUDA}: {sum(o.message == NO_CUDA for o in outcomes)} replay(s) not run")
+        lines.append(
+            f"WARNING: --device cuda but {NO_CUDA}: {sum(o.message == NO_CUDA for o in outcomes)} replay(s) not run"
+        )
     if c["fixed"]:
         lines.append("FIXED entries pass where the ledger expects a failure: update corpus/ledger.json")
     return "\n".join(lines)

@@ -43,17 +43,21 @@ JOBS = rp.plan(ENTRIES, LEDGER)
 def _param(job: rp.Job):
     marks = [pytest.mark.xdist_group(f"{job.entry.key}@{job.pin}")]
     if job.expect and job.expect.fails:
-        why = f"ledger: fails at {job.entry.key}@{job.pin}: {job.expect.reason} (if this passes it was fixed: update {LEDGER_NAME})"
+        where = f"{job.entry.key}@{job.pin}"
+        why = f"ledger: fails at {where}: {job.expect.reason} (if this passes it was fixed: update {LEDGER_NAME})"
         marks.append(pytest.mark.xfail(strict=True, reason=why))
     return pytest.param(job, id=f"{job.entry.key}@{job.pin}-{job.entry.property}-{job.entry.id}", marks=marks)
 
 
-PARAMS = [_param(j) for j in JOBS] or [pytest.param(None, id="empty", marks=pytest.mark.skip(reason=f"{ROOT} has no entries yet: nothing to replay"))]
+PARAMS = [_param(j) for j in JOBS] or [
+    pytest.param(None, id="empty", marks=pytest.mark.skip(reason=f"{ROOT} has no entries yet: nothing to replay"))
+]
 
 
 def test_corpus_directory_and_ledger_parse():
     assert ROOT.is_dir(), f"the corpus directory {ROOT} does not exist"
-    assert (ROOT / LEDGER_NAME).is_file(), f"{ROOT / LEDGER_NAME} is missing (an empty ledger is {{\"format\": \"maskfuzz-ledger\", \"version\": 1, \"entries\": {{}}}})"
+    empty = '{"format": "maskfuzz-ledger", "version": 1, "entries": {}}'
+    assert (ROOT / LEDGER_NAME).is_file(), f"{ROOT / LEDGER_NAME} is missing (an empty ledger is {empty})"
     assert LEDGER_ERROR is None, str(LEDGER_ERROR)
     assert REPOS_ERROR is None, f"MASKFUZZ_REPOS: {REPOS_ERROR}"
 
@@ -63,7 +67,9 @@ def test_every_corpus_file_is_readable():
 
 
 def test_entries_live_where_their_content_says():
-    misplaced = [f"{e.path} should be {ROOT / e.relpath}" for e in ENTRIES if e.path.resolve() != (ROOT / e.relpath).resolve()]
+    misplaced = [
+        f"{e.path} should be {ROOT / e.relpath}" for e in ENTRIES if e.path.resolve() != (ROOT / e.relpath).resolve()
+    ]
     assert not misplaced, "\n".join(misplaced)
 
 
@@ -85,7 +91,9 @@ def test_replay(job: rp.Job, open_targets: rp.HandleCache):
     if DEVICE == "cuda" and not torch.cuda.is_available():
         pytest.skip(rp.NO_CUDA)
     if rp.pin_kind(e.target, job.pin) == "git" and e.target not in REPOS:
-        pytest.skip(f"{e.key}@{job.pin} is a git pin: set MASKFUZZ_REPOS={e.target}=/path/to/clone-or-mirror to replay it")
+        pytest.skip(
+            f"{e.key}@{job.pin} is a git pin: set MASKFUZZ_REPOS={e.target}=/path/to/clone-or-mirror to replay it"
+        )
     try:
         handle = open_targets.get(e.target, e.entry_point, job.pin)
     except rp.Unavailable as exc:

@@ -136,7 +136,11 @@ def test_negative_zero_and_nan_payloads_survive_a_file(tmp_path: Path):
 
 
 def test_file_is_pretty_one_row_per_line(tmp_path: Path):
-    case = Case.build(trainable=[[1, 1, 0, 0], [1, 0, 1, 0]], attention=[[1, 1, 1, 0], [1, 1, 1, 1]], values=[[0, 0, 100, 7], [1, 2, 3, 4]])
+    case = Case.build(
+        trainable=[[1, 1, 0, 0], [1, 0, 1, 0]],
+        attention=[[1, 1, 1, 0], [1, 1, 1, 1]],
+        values=[[0, 0, 100, 7], [1, 2, 3, 4]],
+    )
     path = save(_entry(case), tmp_path)
     lines = path.read_text().splitlines()
     assert '      "1110",' in lines and '      "1111"' in lines  # one mask row per line
@@ -260,8 +264,15 @@ def _assert_rejected(path: Path, field: str | None, needle: str) -> None:
 
 
 def _entry(case: Case, prop: str = "poison", pin: str = "0.4.1", **kw) -> Entry:
-    b, t = case.shape
-    verdict = Verdict(prop, "fail", "finite poison under the mask changed the output", "advantages", [[0, 0], [0, min(1, t - 1)]], [0.95, 1.0], [5.7, 6.0])
+    t = case.shape[1]
+    verdict = Verdict(
+        prop,
+        "fail",
+        "finite poison under the mask changed the output",
+        "advantages",
+        [[0, 0], [0, min(1, t - 1)]],
+        [0.95, 1.0],
+        [5.7, 6.0],
+    )
     found = Found(seed=7, date="2026-01-02T03:04:05Z", hypothesis="6.0", torch="2.13.0", maskfuzz="0.1.0")
     return Entry(target="verl", pin=pin, property=prop, case=case, verdict=verdict, found=found, **kw)
-

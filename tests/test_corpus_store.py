@@ -27,20 +27,41 @@ from oracles.properties import Verdict
 
 def poison_verdict(positions) -> Verdict:
     n = len(positions)
-    return Verdict("poison", "fail", "finite poison under the mask changed the output", "advantages", positions, [1.0] * n, [6.0] * n)
+    return Verdict(
+        "poison",
+        "fail",
+        "finite poison under the mask changed the output",
+        "advantages",
+        positions,
+        [1.0] * n,
+        [6.0] * n,
+    )
 
 
 def finding(case: Case, verdict: Verdict, target="verl", pin="0.4.1", prop=None, **kw):
     return SimpleNamespace(
-        target=target, pin=pin, resolved=f"verl=={pin}", property=prop or verdict.property, case=case, verdict=verdict,
-        also=kw.pop("also", ["reference"]), seed=kw.pop("seed", 1), **kw,
+        target=target,
+        pin=pin,
+        resolved=f"verl=={pin}",
+        property=prop or verdict.property,
+        case=case,
+        verdict=verdict,
+        also=kw.pop("also", ["reference"]),
+        seed=kw.pop("seed", 1),
+        **kw,
     )
 
 
 # A masked padding slot with a poisoned value, as a small and as a larger case: same bug, same signature.
-SMALL = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], lam=0.95)
-LARGE = Case.build(trainable=[[1, 1, 0, 0]], attention=[[1, 1, 0, 0]], token_rewards=[[0, 1, 0, 0]], values=[[0, 0, 100, 3]], lam=0.95)
-SAME_SIZE_MORE_NONZERO = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[2, 1, 0]], values=[[0, 0, 100]], lam=0.95)
+SMALL = Case.build(
+    trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], lam=0.95
+)
+LARGE = Case.build(
+    trainable=[[1, 1, 0, 0]], attention=[[1, 1, 0, 0]], token_rewards=[[0, 1, 0, 0]], values=[[0, 0, 100, 3]], lam=0.95
+)
+SAME_SIZE_MORE_NONZERO = Case.build(
+    trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[2, 1, 0]], values=[[0, 0, 100]], lam=0.95
+)
 LEAK = poison_verdict([[0, 0], [0, 1]])
 
 
@@ -75,7 +96,9 @@ def test_signature_is_structural():
     assert signature("poison", LEAK, SMALL) == "poison|advantages|last-trainable+trainable|f32"
     assert signature("poison", LEAK, SMALL) == signature("poison", LEAK, LARGE)  # size does not matter
     # half precision is one class; a crash carries its kind
-    assert signature("poison", LEAK, SMALL.replace(dtype="bfloat16")) == signature("poison", LEAK, SMALL.replace(dtype="float16"))
+    assert signature("poison", LEAK, SMALL.replace(dtype="bfloat16")) == signature(
+        "poison", LEAK, SMALL.replace(dtype="float16")
+    )
     assert signature("poison", LEAK, SMALL) != signature("poison", LEAK, SMALL.replace(dtype="float64"))
     crash = Verdict("no-crash", "fail", "crash: worker died")
     assert signature("no-crash", crash, SMALL) == "no-crash|-|-|f32|crash"
@@ -114,7 +137,9 @@ def test_different_property_target_entry_or_signature_are_kept_apart(tmp_path: P
         record(finding(SMALL, LEAK), tmp_path).path,
         record(finding(SMALL, LEAK, target="openrlhf"), tmp_path).path,
         record(finding(SMALL, LEAK, target="torchrl:vec"), tmp_path).path,
-        record(finding(SMALL, Verdict("reference", "fail", "differs", "advantages", [[0, 0]], [1.0], [2.0])), tmp_path).path,
+        record(
+            finding(SMALL, Verdict("reference", "fail", "differs", "advantages", [[0, 0]], [1.0], [2.0])), tmp_path
+        ).path,
         record(finding(LARGE, poison_verdict([[0, 1]])), tmp_path).path,  # other positions: other signature
     }
     assert len(paths) == 5 and len(files(tmp_path)) == 5
@@ -175,7 +200,16 @@ def test_record_accepts_the_engines_finding(tmp_path: Path):
     engine = pytest.importorskip("fuzz.engine", reason="fuzz/engine.py is not in this checkout")
     if not hasattr(engine, "Finding"):
         pytest.skip("fuzz.engine has no Finding class")
-    f = engine.Finding(target="verl", pin="0.4.1", resolved="verl==0.4.1", property="poison", case=SMALL, verdict=LEAK, also=["reference"], seed=3)
+    f = engine.Finding(
+        target="verl",
+        pin="0.4.1",
+        resolved="verl==0.4.1",
+        property="poison",
+        case=SMALL,
+        verdict=LEAK,
+        also=["reference"],
+        seed=3,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = record(f, tmp_path)

@@ -79,20 +79,34 @@ class FakeTargets:
 
 
 # -- corpus helpers -------------------------------------------------------------------------------
-CASE_A = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], lam=0.95)
-CASE_B = Case.build(trainable=[[1, 0, 1, 0]], token_rewards=[[0, 0, 1, 0]], values=[[0.5, 9, 0.25, 7]], gamma=0.9, lam=0.8)
+CASE_A = Case.build(
+    trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], lam=0.95
+)
+CASE_B = Case.build(
+    trainable=[[1, 0, 1, 0]], token_rewards=[[0, 0, 1, 0]], values=[[0.5, 9, 0.25, 7]], gamma=0.9, lam=0.8
+)
 CASE_C = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], values=[[0, 0, 5], [1, 3, 3]], score=[1, 0], lam=0.5)
 
 
 def make_entry(case: Case, pin: str = "0.4.1", target: str = "verl", prop: str = "poison") -> Entry:
     verdict = next(v for v in judge(leaky, case, Declared()) if v.property == prop)
     assert verdict.failed, "the fake bug must trip the property the entry records"
-    return Entry(target=target, pin=pin, resolved=f"{target}=={pin}", property=prop, case=case, verdict=verdict, found=Found(seed=0, date="2026-01-01T00:00:00Z"))
+    return Entry(
+        target=target,
+        pin=pin,
+        resolved=f"{target}=={pin}",
+        property=prop,
+        case=case,
+        verdict=verdict,
+        found=Found(seed=0, date="2026-01-01T00:00:00Z"),
+    )
 
 
 def write_corpus(root: Path, entries: list[Entry], ledger: dict | None = None) -> list[Path]:
     paths = [save(e, root) for e in entries]
-    Ledger({i: {k: Expectation(*v) for k, v in pins.items()} for i, pins in (ledger or {}).items()}).save(root / "ledger.json")
+    Ledger({i: {k: Expectation(*v) for k, v in pins.items()} for i, pins in (ledger or {}).items()}).save(
+        root / "ledger.json"
+    )
     return paths
 
 
@@ -206,18 +220,26 @@ def test_plan_pins_and_overrides():
 
 def test_ledger_matching_and_errors(tmp_path: Path):
     full = "c09bc8bc9f43" + "a" * 28
-    led = Ledger({A.id: {"roll@c09bc8bc9f43": Expectation("fails", "r"), "torchrl:vec@0.8.0": Expectation("fails", "v")}})
+    led = Ledger(
+        {A.id: {"roll@c09bc8bc9f43": Expectation("fails", "r"), "torchrl:vec@0.8.0": Expectation("fails", "v")}}
+    )
     assert led.expectation(A.id, "roll", "main", resolved=full) is not None  # a hash prefix of the resolved commit
     assert led.expectation(A.id, "roll", full) is not None
     assert led.expectation(A.id, "roll", "c09bc8b") is not None
     assert led.expectation(A.id, "roll", "deadbeef") is None
-    assert led.expectation(A.id, "torchrl", "0.8.0") is None and led.expectation(A.id, "torchrl:vec", "0.8.0") is not None
+    assert (
+        led.expectation(A.id, "torchrl", "0.8.0") is None and led.expectation(A.id, "torchrl:vec", "0.8.0") is not None
+    )
+
+    def ledger(pins) -> str:
+        return json.dumps({"format": "maskfuzz-ledger", "version": 1, "entries": {A.id: pins}})
+
     bad = {
         '{"format": "maskfuzz-ledger", "version": 2, "entries": {}}': ("version", "newer"),
         '{"format": "maskfuzz-ledger", "version": 1, "entries": {"xyz": {}}}': ("entries.xyz", "16 hex digits"),
-        '{"format": "maskfuzz-ledger", "version": 1, "entries": {"%s": {"verl@0.4.1": {"expect": "fails"}}}}' % A.id: (f"entries.{A.id}.verl@0.4.1.reason", "reason"),
-        '{"format": "maskfuzz-ledger", "version": 1, "entries": {"%s": {"verl": {"expect": "fails", "reason": "r"}}}}' % A.id: (f"entries.{A.id}.verl", "TARGET@PIN"),
-        '{"format": "maskfuzz-ledger", "version": 1, "entries": {"%s": {"verl@1": {"expect": "flaky", "reason": "r"}}}}' % A.id: (f"entries.{A.id}.verl@1", "expect"),
+        ledger({"verl@0.4.1": {"expect": "fails"}}): (f"entries.{A.id}.verl@0.4.1.reason", "reason"),
+        ledger({"verl": {"expect": "fails", "reason": "r"}}): (f"entries.{A.id}.verl", "TARGET@PIN"),
+        ledger({"verl@1": {"expect": "flaky", "reason": "r"}}): (f"entries.{A.id}.verl@1", "expect"),
         '{"format": "maskfuzz-ledger", "version": 1, "entries": [] ': (None, "not valid JSON"),
     }
     path = tmp_path / "ledger.json"
@@ -266,7 +288,15 @@ def test_cli_exit_1_on_unexpected_failure_and_fixed(corpus: Path, fake_opener, c
     captured = capsys.readouterr()
     assert "FAIL" in captured.out and "FIXED" in captured.out and "[4/4]" in captured.err
     report = json.loads(out_json.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
-    assert report["exit_code"] == 1 and report["counts"] == {"pass": 1, "xfail": 1, "fail": 1, "fixed": 1, "skip": 0, "n/a": 0, "error": 0}
+    assert report["exit_code"] == 1 and report["counts"] == {
+        "pass": 1,
+        "xfail": 1,
+        "fail": 1,
+        "fixed": 1,
+        "skip": 0,
+        "n/a": 0,
+        "error": 0,
+    }
 
 
 def test_cli_exit_0_when_all_as_expected(tmp_path: Path, fake_opener, capsys):
@@ -327,9 +357,23 @@ def test_corpus_collection_module_on_a_fake_corpus(pytester: pytest.Pytester, co
 
 def test_corpus_collection_reports_unreadable_files(pytester: pytest.Pytester, corpus: Path, fake_opener, monkeypatch):
     (corpus / "verl" / "poison-0123456789abcdef.json").write_text("[")
-    (corpus / "ledger.json").write_text(json.dumps({"format": "maskfuzz-ledger", "version": 1, "entries": {"0123456789abcdef": {"verl@1": {"expect": "fails", "reason": "r"}}}}))
+    (corpus / "ledger.json").write_text(
+        json.dumps(
+            {
+                "format": "maskfuzz-ledger",
+                "version": 1,
+                "entries": {"0123456789abcdef": {"verl@1": {"expect": "fails", "reason": "r"}}},
+            }
+        )
+    )
     monkeypatch.setenv("MASKFUZZ_CORPUS", str(corpus))
     shutil.copy(Path(__file__).with_name("test_corpus_entries.py"), pytester.path / "test_entries_copy.py")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", "not test_replay")
     result.assert_outcomes(passed=2, failed=2)  # the unreadable file, and the ledger naming no entry
-    result.stdout.fnmatch_lines(["*unreadable corpus files:", "*poison-0123456789abcdef.json: not valid JSON*", "*names entries that are not in*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*unreadable corpus files:",
+            "*poison-0123456789abcdef.json: not valid JSON*",
+            "*names entries that are not in*",
+        ]
+    )

@@ -34,9 +34,27 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="*", metavar="PATH", help="corpus files or directories (default: ./corpus or the repository's corpus/)")
-    p.add_argument("--target", action="append", default=[], metavar="T@PIN", help="replay the entries of target T at PIN instead of their recorded pins (repeatable; T:ENTRY@PIN for one entry point)")
-    p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror for a git target (also MASKFUZZ_REPOS)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="corpus files or directories (default: ./corpus or the repository's corpus/)",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="T@PIN",
+        help="replay the entries of target T at PIN instead of their recorded pins "
+        "(repeatable; T:ENTRY@PIN for one entry point)",
+    )
+    p.add_argument(
+        "--repo",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="local clone or mirror for a git target (also MASKFUZZ_REPOS)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", help="re-run every case in this dtype (float32, bfloat16, float16, float64)")
     p.add_argument("--ledger", type=Path, help="the known-findings ledger (default: ledger.json at each corpus root)")
@@ -94,9 +112,21 @@ def execute(
 
     def progress(n: int, total: int, o: rp.Outcome) -> None:
         label = o.status.upper() if o.status in rp.BAD else o.status
-        print(f"[{n}/{total}] {o.job.name} {o.dtype} on {o.device}: {label} ({o.seconds:.1f}s) {o.message[:160]}", file=err, flush=True)
+        print(
+            f"[{n}/{total}] {o.job.name} {o.dtype} on {o.device}: {label} ({o.seconds:.1f}s) {o.message[:160]}",
+            file=err,
+            flush=True,
+        )
 
-    outcomes = rp.replay(jobs, opener=opener, repos=repos, device=args.device, dtype=dtype, cuda_available=cuda_available, progress=progress)
+    outcomes = rp.replay(
+        jobs,
+        opener=opener,
+        repos=repos,
+        device=args.device,
+        dtype=dtype,
+        cuda_available=cuda_available,
+        progress=progress,
+    )
     code = rp.exit_code(outcomes, unreadable=len(errors))
     print(rp.summary(outcomes, errors, args.device), file=out)
     if args.json_path:
@@ -107,7 +137,9 @@ def execute(
             "dtype": dtype,
             "exit_code": code,
             "counts": rp.counts(outcomes),
-            "unreadable": [{"path": str(e.path) if e.path else None, "field": e.field, "error": str(e)} for e in errors],
+            "unreadable": [
+                {"path": str(e.path) if e.path else None, "field": e.field, "error": str(e)} for e in errors
+            ],
             "results": [o.to_json() for o in outcomes],
         }
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,4 +172,3 @@ def _ledgers(explicit: Path | None, entries: list[Entry]):
             if all(str(exc) != str(x) for x in errors):
                 errors.append(exc)
     return (lambda e: rp.ledger_for(e, cache)), errors
-
