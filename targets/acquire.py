@@ -156,7 +156,8 @@ def _acquire_git(spec: TargetSpec, pin: str, repos: Mapping[str, Path], cache: P
     except gitrepo.UnknownRevision as exc:
         raise AcquireError(f"{where}: unknown revision: {exc} -- {fix} (a full or short hash, tag or branch)") from None
     except gitrepo.Unreachable as exc:
-        raise AcquireError(f"{where}: {exc} -- give --repo {spec.id}=/path/to/clone (a clone or a bare mirror)") from None
+        fix = f"give --repo {spec.id}=/path/to/clone (a clone or a bare mirror)"
+        raise AcquireError(f"{where}: {exc} -- {fix}") from None
     except gitrepo.NotARepository as exc:
         raise AcquireError(f"{where}: --repo {spec.id}={repo.source}: {exc}") from None
     except gitrepo.GitError as exc:

@@ -26,7 +26,12 @@ import git
 from targets import cache as cachemod
 
 # Never let git wait for credentials on a terminal (a private or mistyped URL would hang a worker).
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true", "GIT_SSH_COMMAND": "ssh -oBatchMode=yes"}
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "true",
+    "SSH_ASKPASS": "true",
+    "GIT_SSH_COMMAND": "ssh -oBatchMode=yes",
+}
 _NETWORK_MARKERS = (
     "could not resolve host",
     "unable to access",

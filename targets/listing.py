@@ -74,7 +74,8 @@ def render(data: list[dict], cache: Path | None = None) -> str:
     n_off = sum(p["offline"] for t in data for p in t["pins"])
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
     lines.append("")
-    lines.append(f"{len(data)} targets, {n_pins} pins ({n_off} available offline); * = in the default fuzz set; cache: {cache}")
+    lines.append(f"{len(data)} targets, {n_pins} pins ({n_off} available offline); * = in the default fuzz set")
+    lines.append(f"cache: {cache}")
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ def parse_ref(text: str, specs: Mapping[str, TargetSpec] | None = None) -> Targe
     target, colon, entry = head.partition(":")
     target = target.strip().lower()
     if not target or (at and not pin.strip()) or (colon and not entry.strip()):
-        raise RefError(f"cannot read target {text!r}: expected TARGET[:ENTRY][@PIN], e.g. verl@0.4.1 or torchrl:vec@0.8.0")
+        raise RefError(f"cannot read target {text!r}: expected TARGET[:ENTRY][@PIN], e.g. verl@0.4.1, torchrl:vec")
     if target not in specs:
         raise RefError(f"unknown target {target!r} in {text!r}; known targets: {', '.join(sorted(specs))}")
     spec = specs[target]
@@ -82,7 +82,7 @@ def parse_ref(text: str, specs: Mapping[str, TargetSpec] | None = None) -> Targe
     pin = pin.strip() or None
     if pin is None:
         if not spec.pins:
-            raise RefError(f"{target} has no registered pins: name one, e.g. {target}@<commit> (with --repo {target}=PATH)")
+            raise RefError(f"{target} has no registered pins: name one, e.g. {target}@<commit> (--repo {target}=PATH)")
         pin = spec.pins[0].rev
     return TargetRef(target, entry, pin)
 
@@ -190,7 +190,7 @@ def open_callable(
         try:
             loaded = worker.start()
         except WorkerSkip as exc:
-            raise SetupError(f"--callable {target}: {exc} -- check the module is on PYTHONPATH and has {func}") from None
+            raise SetupError(f"--callable {target}: {exc} -- is the module on PYTHONPATH, with {func}?") from None
         except WorkerLoadError as exc:
             raise SetupError(f"--callable {target}: importing it failed:\n{_tail(str(exc))}") from None
         yield Handle(spec, ref, "local", None, target, worker, declared, dict(loaded))

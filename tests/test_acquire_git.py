@@ -145,7 +145,8 @@ def test_unknown_revision_names_target_pin_and_what_to_do(src, cache):
         acq.acquire(spec(), "no-such-branch", {"toy": src["path"]}, cache)
     msg = str(err.value)
     assert "toy@no-such-branch" in msg and "unknown revision" in msg and f"git -C {src['path']} log" in msg
-    assert not (cache / "git" / "toy" / "worktrees").exists() or not any((cache / "git" / "toy" / "worktrees").iterdir())
+    worktrees = cache / "git" / "toy" / "worktrees"
+    assert not worktrees.exists() or not any(worktrees.iterdir())
 
 
 def test_repo_path_that_is_not_a_repository(tmp_path, cache):

@@ -121,7 +121,8 @@ def test_open_target_runs_the_checkouts_code_and_closes_its_worker(toy):
             assert h.declared.contract == "dense" and h.spec.id == "toy"
             assert h.info["where"] == "toy/gae.py::gae" and h.info["notes"] == ["entry=double"]
             adv, ret = h.run(case)
-            assert torch.equal(adv, torch.tensor([[2.0, 4.0, 0.0]])) and torch.equal(ret, torch.tensor([[2.0, 3.0, 4.0]]))
+            assert torch.equal(adv, torch.tensor([[2.0, 4.0, 0.0]]))
+            assert torch.equal(ret, torch.tensor([[2.0, 3.0, 4.0]]))
             raise RuntimeError("leave the block")
     assert proc.poll() is not None and h.run._proc is None  # the worker is gone with the block
 

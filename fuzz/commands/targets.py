@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     known = registry()
     unknown = sorted(set(repos) - set(known))
     if unknown:
-        raise UsageError(f"--repo names unknown target(s) {', '.join(unknown)}; known targets: {', '.join(sorted(known))}")
+        names, targets = ", ".join(unknown), ", ".join(sorted(known))
+        raise UsageError(f"--repo names unknown target(s) {names}; known targets: {targets}")
     cache = cachemod.cache_dir()
     data = listing.rows(repos, cache, known)
     if args.json:
