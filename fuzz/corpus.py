@@ -29,6 +29,7 @@ import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -651,6 +652,10 @@ class Store(ABC):
         """Ids that must not be replaced (triaged in a ledger)."""
         return set()
 
+    def lock(self, timeout: float = 120.0) -> AbstractContextManager:
+        """Held by `record` around its read-compare-write, so parallel fuzzers do not race."""
+        return nullcontext()
+
 
 class DirectoryStore(Store):
     """The corpus directory: `<root>/<target>/<property>-<id>.json`, `<root>/ledger.json`."""
@@ -674,6 +679,12 @@ class DirectoryStore(Store):
 
     def delete(self, entry: Entry) -> None:
         (self.root / entry.relpath).unlink(missing_ok=True)
+
+    def lock(self, timeout: float = 120.0) -> AbstractContextManager:
+        from targets.cache import lock  # an fcntl lock in the maskfuzz cache, released if we die
+
+        key = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        return lock(f"corpus-{key}", timeout=timeout)
 
     def protected(self) -> set[str]:
         from fuzz.ledger import Ledger  # the ledger imports CorpusError from here
@@ -730,6 +741,11 @@ def record(finding: Any, root: Path | str | Store) -> Recorded:
     """
     store = root if isinstance(root, Store) else DirectoryStore(root)
     entry = finding if isinstance(finding, Entry) else entry_from_finding(finding)
+    with store.lock():
+        return _record(entry, store)
+
+
+def _record(entry: Entry, store: Store) -> Recorded:
     sig = entry.signature
     same = [e for e in store.fetch(entry.key, entry.property) if e.id == entry.id or e.signature == sig]
     if not same:

@@ -214,3 +214,13 @@ def test_record_accepts_the_engines_finding(tmp_path: Path):
         warnings.simplefilter("error")
         got = record(f, tmp_path)
     assert got.action == "new" and load(got.path).found.seed == 3
+
+
+def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
+    from targets.cache import LockTimeout
+
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
+    store = DirectoryStore(tmp_path / "corpus")
+    with store.lock(), pytest.raises(LockTimeout):  # a second recorder (another process) waits
+        with DirectoryStore(tmp_path / "corpus" / ".." / "corpus").lock(timeout=0.1):
+            pass
