@@ -1,10 +1,55 @@
-"""Adapter for miles: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for miles: `get_advantages_and_returns_batch`, in its old home `miles/utils/ppo_utils.py`
+(the PyPI wheel `miles-rl==0.0.2`, and git up to f38996d00) and its new one
+`miles/backends/training_utils/loss_hub/math_utils.py`.
+
+The function's inputs are per-sample lists without padding (`total_lengths`, `response_lengths`,
+`values_list`, `rewards_list`, later `terminal_rewards`, `qkv_format`, `max_seq_lens`, and from
+PR #1827 (3d2e0e411) `loss_masks`). Where the score goes is the framework's own code, and it moved:
+
+* up to PR #1720 (6875694c5): the PPO caller `compute_advantages_and_returns(args, rollout_data)`
+  (`miles/backends/training_utils/loss.py`, earlier `miles/backends/megatron_utils/loss.py`) adds
+  the scalar reward to the *last response token* of the KL rewards (`k[-1] += reward`) and calls
+  the function without any mask. The adapter goes through that caller, as slime's adapter does.
+* from PR #1720: the function takes `terminal_rewards` and adds them itself: at the last response
+  token (`full_rewards[i, L - 1]`) until PR #1827, at the last *trainable* token of the compressed
+  subsequence from PR #1827 on. The adapter calls the function directly, as the framework's own
+  tests do (`tests/fast/backends/training_utils/test_ppo_gae_masks.py`).
+
+State: the function reads the context-parallel size from miles' parallel state. The adapter
+provides it the way the framework's tests do at each pin: `set_parallel_state(ParallelState(...))`
+with every group trivial (`GroupInfo(rank=0, size=1, group=None)`; in the older flat layout, ranks
+0, sizes 1, groups None); passed as the `parallel_state` argument where the function takes one
+(Jan-Feb 2026); and, for the oldest pins that still ask `megatron.core.mpu`, the single-rank
+`mpu` of the slime adapter. `fla` is deny-listed: miles probes it, and a stand-in would change
+what it runs.
+
+Mapping of the canonical case is slime's (`targets.adapters.slime.Samples`): a row's real tokens
+are the sample's response, padding (left or right) is dropped, `trainable` is `loss_masks[i]`
+(torch.int), token rewards are the per-token rewards (through the caller: as KL), the score is
+the terminal reward; outputs are scattered back, 0 at padding.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
 from pathlib import Path
+from typing import Callable
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+from oracles.case import Case
+from oracles.domain import Domain
+from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.adapters.slime import (
+    FLOAT64_WHY,
+    Samples,
+    bind_flavour,
+    entry_name,
+    install_mpu_state,
+    run_caller,
+    smoke,
+)
+from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 SPEC = TargetSpec(
     id="miles",
@@ -15,12 +60,166 @@ SPEC = TargetSpec(
     package="miles-rl",
     pins=(
         Pin("0.0.2", "only usable release (May 2026), old location miles/utils/ppo_utils.py", default=True),
+        Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    stand_ins=COMMON_HEAVY,
+    entries=("default", "vanilla"),
+    stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
+    domain=Domain(
+        dtypes=("float32", "bfloat16", "float16"),
+        why={
+            "dtypes": "pins before PR #1720 are reached through the PPO caller, which "
+            + FLOAT64_WHY
+            + " (one domain per target, so float64 is left out at every pin)"
+        },
+    ),
+    notes=(
+        "contract: compressed. PR #1827 documents it (GAE over the trainable subsequence, zero "
+        "bootstrap after the last trainable token, score on the last trainable token, 0 at masked "
+        "positions, all-masked rows dropped) and its tests pin it. Earlier pins took no mask at all "
+        "and document no masked semantics; they are judged against the same contract so that the "
+        "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
+        "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False."
+    ),
+)
+
+FUNCTION_HOMES = [
+    ("miles.backends.training_utils.loss_hub.math_utils", "get_advantages_and_returns_batch"),
+    ("miles.utils.ppo_utils", "get_advantages_and_returns_batch"),
+]
+CALLER_HOMES = [
+    ("miles.backends.training_utils.loss", "compute_advantages_and_returns"),
+    ("miles.backends.megatron_utils.loss", "compute_advantages_and_returns"),
+]
+# modules that may call the function by its global name (rebound for entry 'vanilla')
+CALLER_MODULES = (
+    "miles.backends.training_utils.loss_hub.advantages",
+    "miles.backends.training_utils.loss",
+    "miles.backends.megatron_utils.loss",
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the miles adapter is not built yet")
+# ---------------------------------------------------------------------------------------------
+# Parallel state, as the framework's tests set it.
+# ---------------------------------------------------------------------------------------------
+def trivial_parallel_state(parallel) -> object:
+    """A `ParallelState` of one rank, built from the dataclass fields at this pin: `GroupInfo`
+    fields get `GroupInfo(rank=0, size=1, group=None)`; the older flat layout gets ranks 0, sizes 1,
+    groups None. Any other required field is unknown here: raise, rather than guess."""
+    cls = parallel.ParallelState
+    group_info = getattr(parallel, "GroupInfo", None)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        ann = str(f.type)
+        if group_info is not None and "GroupInfo" in ann:
+            kwargs[f.name] = group_info(rank=0, size=1, group=None)
+        elif f.name.endswith("_size"):
+            kwargs[f.name] = 1
+        elif f.name.endswith("_rank"):
+            kwargs[f.name] = 0
+        elif "group" in f.name:
+            kwargs[f.name] = None
+        else:
+            raise RuntimeError(f"ParallelState field {f.name}: {ann} has no known single-rank value")
+    return cls(**kwargs)
+
+
+def provide_state(root: Path, fn: Callable, caller: Callable | None) -> tuple[object | None, list[str]]:
+    """Install the state `fn` (and `caller`) read at this pin. Returns the ParallelState (or None
+    where the pin has none) and notes saying what was provided."""
+    notes = []
+    sources = inspect.getsource(fn) + (inspect.getsource(caller) if caller is not None else "")
+    if re.search(r"\bmpu\b", sources):  # `from megatron.core import mpu` (not "compute")
+        install_mpu_state()
+        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
+    try:
+        parallel = import_from(root, "miles.backends.training_utils.parallel")
+    except NotPresent:
+        return None, notes
+    state = trivial_parallel_state(parallel)
+    if hasattr(parallel, "set_parallel_state"):
+        parallel.set_parallel_state(state)
+        notes.append("state: set_parallel_state(ParallelState(...)) with every group trivial (rank 0, size 1)")
+    else:
+        notes.append("state: a single-rank ParallelState passed as the `parallel_state` argument")
+    return state, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# The two routes.
+# ---------------------------------------------------------------------------------------------
+def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callable:
+    """Call `fn` with the canonical lists by keyword, the score as `terminal_rewards`."""
+    params = inspect.signature(fn).parameters
+
+    def run(case: Case, device: str):
+        s = Samples.from_case(case, device)
+        kwargs = {
+            "total_lengths": s.total_lengths,
+            "response_lengths": s.response_lengths,
+            "values_list": [v.clone() for v in s.values],
+            "rewards_list": [r.clone() for r in s.token_rewards],
+            "terminal_rewards": list(s.scores),
+            "gamma": case.gamma,
+            "lambd": case.lam,
+        }
+        optional = {
+            "qkv_format": "thd",
+            "max_seq_lens": None,
+            "loss_masks": [m.clone() for m in s.loss_masks],
+            "parallel_state": parallel_state,
+        }
+        kwargs.update({k: v for k, v in optional.items() if k in params})
+        if chunked is not None:
+            kwargs["chunked"] = chunked
+        missing = [p.name for p in params.values() if p.default is p.empty and p.name not in kwargs]
+        if missing:
+            raise RuntimeError(f"get_advantages_and_returns_batch needs {missing}, which the adapter does not know")
+        adv, ret = fn(**kwargs)
+        return s.scatter(case, list(adv)), s.scatter(case, list(ret))
+
+    return run
+
+
+def load(root: Path, entry: str | None) -> Loaded:
+    """Import miles' GAE from `root` (wheel or worktree) and the route that places the score."""
+    name = entry_name(entry)
+    fn, where = function_from(root, FUNCTION_HOMES)
+    params = inspect.signature(fn).parameters
+    if name == "vanilla" and "chunked" not in params:
+        raise NotPresent("entry 'vanilla': get_advantages_and_returns_batch has no `chunked` flag at this pin")
+
+    if "terminal_rewards" in params:
+        state, notes = provide_state(root, fn, None)
+        run = direct_runner(fn, False if name == "vanilla" else None, state)
+        notes.insert(0, "called directly; the function places terminal_rewards itself")
+        notes.append("loss_masks passed" if "loss_masks" in params else "the function takes no loss mask")
+        return Loaded(run, where, notes + smoke(run))
+
+    caller, caller_where = function_from(root, CALLER_HOMES)
+    state, notes = provide_state(root, fn, caller)
+    caller_params = inspect.signature(caller).parameters
+    if "parallel_state" in caller_params:
+        if state is None:
+            raise RuntimeError(f"{caller_where} takes a parallel_state, but this pin has no ParallelState")
+        call = lambda args, data: caller(args, parallel_state=state, rollout_data=data)  # noqa: E731
+    else:
+        call = caller
+    modules = []
+    for mod_name in CALLER_MODULES:
+        try:
+            modules.append(import_from(root, mod_name))
+        except NotPresent:
+            continue
+    notes.insert(0, f"called through {caller_where} (it places the score on the last response token)")
+    notes.append("token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1")
+    notes += bind_flavour(modules, fn, name)
+
+    def run(case: Case, device: str):
+        return run_caller(call, case, device)
+
+    return Loaded(run, f"{where} via {caller_where}", notes + smoke(run))
+

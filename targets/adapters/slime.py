@@ -1,10 +1,62 @@
-"""Adapter for slime: NOT BUILT YET (the registry entry below is a placeholder)."""
+"""Adapter for slime: `slime/utils/ppo_utils.py::get_advantages_and_returns_batch`, reached through
+its PPO caller `slime/backends/megatron_utils/loss.py::compute_advantages_and_returns`.
+
+How slime gets a batch into GAE (read at HEAD 624b824a8, at 166441911 and at 8c912177c, where batched
+GAE appeared; pins before about Dec 2025 import triton, yaml, pandas, ... on the way to the caller and
+are not registered):
+
+* Inputs are per-sample lists, no padding: `response_lengths[i]` tokens of response (assistant and
+  tool/observation tokens alike), `values[i]` and per-token KL of shape [response_lengths[i]],
+  `loss_masks[i]` (torch.int, 1 = trainable) and a scalar `rewards[i]`.
+* The caller turns KL into token rewards (`-kl_coef * kl`) and adds the scalar reward to the *last
+  response token* (`token_level_rewards[-1] += reward`), then calls
+  `get_advantages_and_returns_batch(total_lengths, response_lengths, values, rewards, gamma, lambd)`:
+  GAE over every response token, the loss mask is never passed. That placement is slime's own code,
+  so the adapter calls the caller rather than placing the score itself.
+* `get_advantages_and_returns_batch` imports `megatron.core.mpu` inside the call and asks it for
+  the context-parallel size; the caller asks for the CP rank and whether this is the last
+  pipeline stage. The adapter provides that *state* as a small `megatron.core.mpu` module (CP size
+  1, CP rank 0, last pipeline stage), exactly the stub slime's own tests install
+  (`tests/_cp_dist_helpers.py`, `tests/test_advantage_whiten_cp.py`). megatron is not the code
+  under test; any other use of it would raise AttributeError, loudly.
+
+Mapping of the canonical case (B x T, see oracles/case.py): a row's real tokens (its `attention`
+run) are the sample's response; padding, left or right, does not exist in slime's per-sample lists
+and is dropped; `trainable` on the run is `loss_masks[i]`; `values` and `token_rewards` on the run
+are `values[i]` and the token rewards; the score is `rewards[i]`. Token rewards enter as slime's
+KL (`log_probs = 0`, `ref_log_probs = token_rewards`, `kl_loss_type = "k1"`, `kl_coef = 1`, so
+`-kl_coef * (0 - r) = r` exactly). Outputs come back per sample and are scattered to the real
+positions; padding positions are 0.
+
+The shared machinery here (mpu state, per-sample lists, caller arguments) also serves the miles
+adapter: miles is a fork of slime and its older pins run the same caller.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import sys
+import types
+from argparse import Namespace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from targets.registry import Pin, TargetSpec, COMMON_HEAVY
+import torch
+
+from oracles.case import Case
+from oracles.domain import Domain
+from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+
+PROMPT_LEN = 1  # total_length = prompt + response; only read for CP slicing, which is off (CP size 1)
+
+FLOAT64_WHY = (
+    "the PPO caller computes per-token rewards as KL in float32 (compute_approx_kl casts with "
+    ".float()), so a float64 case would only measure that rounding"
+)
 
 SPEC = TargetSpec(
     id="slime",
@@ -12,10 +64,212 @@ SPEC = TargetSpec(
     own=("slime",),
     contract="compressed",
     git_url="https://github.com/THUDM/slime.git",
-    stand_ins=COMMON_HEAVY,
+    pins=(
+        Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae by default, score on the last response token", kind="git"),
+        Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
+    ),
+    entries=("default", "vanilla"),
+    stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
+    domain=Domain(
+        dtypes=("float32", "bfloat16", "float16"),
+        why={"dtypes": FLOAT64_WHY},
+    ),
+    notes=(
+        "contract: slime never passes the loss mask to GAE (every response token is a transition and "
+        "the score sits on the last response token); it documents no masked semantics. It is judged "
+        "against `compressed`, the semantics its fork miles adopted and documented in PR #1827, so the "
+        "two are comparable; the universal properties do not depend on this choice. Entries: default "
+        "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
+        "chunked=False (absent where the function has no such flag)."
+    ),
 )
 
 
-def load(root: Path, entry: str | None):
-    raise NotImplementedError("the slime adapter is not built yet")
+# ---------------------------------------------------------------------------------------------
+# State the functions need: megatron's parallel state, answered as one rank.
+# ---------------------------------------------------------------------------------------------
+def install_mpu_state() -> types.ModuleType:
+    """Make `from megatron.core import mpu` give a module that answers as a single rank: CP size 1,
+    CP rank 0, last pipeline stage (the stub slime's own tests install). Returns that module.
+
+    `megatron` itself is an inert stand-in here (it is missing); only `mpu` carries state."""
+    mpu = types.ModuleType("megatron.core.mpu")
+    mpu.__maskfuzz_state__ = True
+    mpu.get_context_parallel_world_size = lambda: 1
+    mpu.get_context_parallel_rank = lambda: 0
+    mpu.is_pipeline_last_stage = lambda *args, **kwargs: True
+    core = importlib.import_module("megatron.core")
+    setattr(core, "mpu", mpu)
+    sys.modules["megatron.core.mpu"] = mpu
+    return mpu
+
+
+# ---------------------------------------------------------------------------------------------
+# The canonical case as per-sample lists, and back.
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Samples:
+    """One case as slime/miles per-sample lists (no padding). `spans[i] = (lo, hi)` is the real run
+    of row i in the canonical window; every list entry has shape [hi - lo]."""
+
+    spans: list[tuple[int, int]]
+    response_lengths: list[int]
+    total_lengths: list[int]
+    values: list[torch.Tensor]  # case dtype
+    token_rewards: list[torch.Tensor]  # case dtype
+    loss_masks: list[torch.Tensor]  # torch.int, as miles/slime data.py build them
+    scores: list[float]
+
+    @classmethod
+    def from_case(cls, case: Case, device: str) -> "Samples":
+        inp = case.inputs(device)
+        spans, values, rewards, masks = [], [], [], []
+        for b in range(case.shape[0]):
+            real = case.attention[b].nonzero().flatten()
+            lo, hi = (int(real[0]), int(real[-1]) + 1) if real.numel() else (0, 0)
+            spans.append((lo, hi))
+            values.append(inp["values"][b, lo:hi].clone())
+            rewards.append(inp["token_rewards"][b, lo:hi].clone())
+            masks.append(case.trainable[b, lo:hi].to(device=device, dtype=torch.int))
+        lengths = [hi - lo for lo, hi in spans]
+        return cls(
+            spans=spans,
+            response_lengths=lengths,
+            total_lengths=[n + PROMPT_LEN for n in lengths],
+            values=values,
+            token_rewards=rewards,
+            loss_masks=masks,
+            scores=[float(s) for s in case.score],
+        )
+
+    def scatter(self, case: Case, per_sample: list[torch.Tensor]) -> torch.Tensor:
+        """Per-sample outputs [response_lengths[i]] back into the canonical [B, T] window (0 at padding)."""
+        if len(per_sample) != len(self.spans):
+            raise RuntimeError(f"the target returned {len(per_sample)} samples for {len(self.spans)} rows")
+        ref = next((x for x in per_sample if isinstance(x, torch.Tensor)), None)
+        dtype = ref.dtype if ref is not None else case.torch_dtype
+        out = torch.zeros(case.shape, dtype=dtype)
+        for b, ((lo, hi), x) in enumerate(zip(self.spans, per_sample)):
+            if list(x.shape) != [hi - lo]:
+                raise RuntimeError(f"sample {b}: output has shape {list(x.shape)}, expected [{hi - lo}]")
+            out[b, lo:hi] = x.detach().to("cpu", dtype)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The PPO caller (compute_advantages_and_returns(args, rollout_data)), shared with old miles pins.
+# ---------------------------------------------------------------------------------------------
+class CallerArgs(Namespace):
+    """The training arguments the PPO caller reads. Attributes not set explicitly answer None
+    (off, for the feature switches the caller tests: use_opd, custom_advantage_function_path, ...)
+    and are recorded in `unknown`, so a report can say what was defaulted."""
+
+    unknown: set[str] = set()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        CallerArgs.unknown.add(name)
+        return None
+
+
+def caller_args(gamma: float, lam: float, **extra) -> CallerArgs:
+    """PPO with the canonical token rewards expressed as KL (see `rollout_data`); no whitening."""
+    return CallerArgs(
+        advantage_estimator="ppo",
+        kl_coef=1.0,
+        kl_loss_type="k1",
+        use_rollout_logprobs=False,
+        normalize_advantages=False,
+        custom_advantage_function_path=None,
+        use_opd=False,
+        gamma=gamma,
+        lambd=lam,
+        **extra,
+    )
+
+
+def rollout_data(s: Samples) -> dict:
+    """The caller's `rollout_data` dict: KL = log_probs - ref_log_probs = -token_rewards (k1), so
+    -kl_coef * KL with kl_coef = 1 is the token reward, exactly, in float32 as in production."""
+    return {
+        "log_probs": [torch.zeros_like(r) for r in s.token_rewards],
+        "ref_log_probs": [r.clone() for r in s.token_rewards],
+        "rewards": list(s.scores),
+        "values": [v.clone() for v in s.values],
+        "response_lengths": list(s.response_lengths),
+        "total_lengths": list(s.total_lengths),
+        "loss_masks": [m.clone() for m in s.loss_masks],
+    }
+
+
+def bind_flavour(caller_modules: list, fn: Callable, entry: str) -> list[str]:
+    """For entry 'vanilla', make the caller call `fn(..., chunked=False)`: rebind the name in every
+    caller module whose global is `fn` itself. Returns notes. NotPresent when `fn` has no flag."""
+    if entry == "default":
+        return []
+    if "chunked" not in inspect.signature(fn).parameters:
+        raise NotPresent("entry 'vanilla': get_advantages_and_returns_batch has no `chunked` flag at this pin")
+    rebound = []
+    for mod in caller_modules:
+        if getattr(mod, "get_advantages_and_returns_batch", None) is fn:
+            mod.get_advantages_and_returns_batch = functools.partial(fn, chunked=False)
+            rebound.append(mod.__name__)
+    if not rebound:
+        raise RuntimeError("entry 'vanilla': no caller module calls get_advantages_and_returns_batch by that name")
+    return [f"entry vanilla: {', '.join(rebound)} call get_advantages_and_returns_batch(..., chunked=False)"]
+
+
+def entry_name(entry: str | None) -> str:
+    name = entry or "default"
+    if name not in ("default", "vanilla"):
+        raise NotPresent(f"unknown entry {entry!r}; entries: default, vanilla")
+    return name
+
+
+def run_caller(caller: Callable, case: Case, device: str, **extra_args) -> tuple[torch.Tensor, torch.Tensor]:
+    """One case through `caller(args, rollout_data)`; canonical [B, T] (advantages, returns)."""
+    s = Samples.from_case(case, device)
+    data = rollout_data(s)
+    caller(caller_args(case.gamma, case.lam, **extra_args), data)
+    if "advantages" not in data or "returns" not in data:
+        raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
+    return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
+
+
+def smoke(run: Callable) -> list[str]:
+    """Run one trivial case at load, so an adapter that cannot drive this pin fails loudly at load
+    (never as a crash finding); returns a note naming the caller arguments left unset (None)."""
+    CallerArgs.unknown.clear()
+    run(Case.build(trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5), "cpu")
+    if CallerArgs.unknown:
+        return ["caller arguments left unset (None): " + ", ".join(sorted(CallerArgs.unknown))]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# load
+# ---------------------------------------------------------------------------------------------
+def load(root: Path, entry: str | None) -> Loaded:
+    """Import slime's GAE and its PPO caller from `root`; run cases through the caller."""
+    name = entry_name(entry)
+    mpu = install_mpu_state()
+    fn, where = function_from(root, [("slime.utils.ppo_utils", "get_advantages_and_returns_batch")])
+    caller, caller_where = function_from(
+        root, [("slime.backends.megatron_utils.loss", "compute_advantages_and_returns")]
+    )
+    loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
+    if getattr(loss_mod, "mpu", mpu) is not mpu:
+        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
+    notes = [
+        f"called through {caller_where} (it places the score on the last response token)",
+        "state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage (as slime's tests stub it)",
+        "token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1",
+    ]
+    notes += bind_flavour([loss_mod], fn, name)
+
+    def run(case: Case, device: str):
+        return run_caller(caller, case, device)
+
+    return Loaded(run, f"{where} via {caller_where}", notes + smoke(run))
