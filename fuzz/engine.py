@@ -89,7 +89,7 @@ _VIOLATIONS = {p: type(f"Violation_{p.replace('-', '_')}", (PropertyViolation,),
 Progress = Callable[[FuzzResult], None]
 
 
-def base_settings(max_examples: int, derandomize: bool = False) -> settings:
+def base_settings(max_examples: int, derandomize: bool = False, shrink: bool = True) -> settings:
     return settings(
         max_examples=max_examples,
         database=None,
@@ -97,7 +97,7 @@ def base_settings(max_examples: int, derandomize: bool = False) -> settings:
         derandomize=derandomize,
         report_multiple_bugs=True,
         suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        phases=(Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ()),
         print_blob=False,
     )
 
@@ -117,17 +117,22 @@ def fuzz_target(
     device: str = "cpu",
     progress: Progress | None = None,
     clock: Callable[[], float] = time.monotonic,
-    batch: int = 100,
+    batch: int = 100,  # examples per seed when a budget is set
     derandomize: bool = False,
+    shrink: bool = True,
+    properties: tuple[str, ...] | None = None,
 ) -> FuzzResult:
     """Fuzz `run` against `declared` and return the shrunk findings, one per violated property.
 
-    Without `budget`: one search of `max_examples` examples. With `budget` (seconds): batches
-    of `batch` examples with seeds seed, seed+1, ... until the budget is spent (checked between
-    batches) or `max_examples` examples were generated."""
+    Hypothesis stops generating at a failure and shrinks it, so the search runs in batches with
+    seeds seed, seed+1, ...: each batch stops raising the properties already found, until
+    `max_examples` examples were generated (shrinking not counted) or, with `budget` (seconds,
+    checked between batches of at most `batch` examples), until the budget is spent.
+    `properties` restricts the checks (and the search ends when all of them are found)."""
     result = FuzzResult(target, pin)
     with _single_thread():
-        _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch, derandomize)
+        _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
+              derandomize, shrink, tuple(properties or PROPERTIES))
     for prop in PROPERTIES:
         if prop in result._found:
             case, verdict, also, used_seed = result._found[prop]
@@ -146,7 +151,8 @@ def _single_thread():
         torch.set_num_threads(before)
 
 
-def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch, derandomize):
+def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
+          derandomize, shrink, wanted):
     start = clock()
     strategy = cases(declared.domain, sizes, nonfinite)
     found = result._found
@@ -158,23 +164,26 @@ def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, d
         if todo <= 0:
             break
         current_seed = seed + batch_no
-        _search(run, declared, strategy, todo, current_seed, device, found, result, start, clock, progress, derandomize)
+        before = (result.generated, len(found))
+        _search(run, declared, strategy, todo, current_seed, device, found, result, start, clock, progress,
+                base_settings(todo, derandomize, shrink), wanted)
         batch_no += 1
-        if budget is None or clock() - start >= budget:
+        if budget is not None and clock() - start >= budget:
             break
-        if len(found) == len(PROPERTIES):
+        if set(wanted) <= set(found):
             break
+        if budget is None and len(found) == before[1]:
+            break  # a batch without a new finding ran to its end (or exhausted the strategy)
     result.seconds = clock() - start
 
 
-def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, derandomize) -> None:
-    known = set(found)
-    raise_for = tuple(p for p in PROPERTIES if p not in known)
+def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted) -> None:
+    raise_for = tuple(p for p in wanted if p not in found)
     latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
     state = {"failing": False}
 
     def body(case: Case) -> None:
-        verdicts = judge(run, case, declared, device=device)
+        verdicts = judge(run, case, declared, device=device, only=wanted)
         result.examples += 1
         if not state["failing"]:
             result.generated += 1
@@ -196,7 +205,7 @@ def _search(run, declared, strategy, n, seed, device, found, result, start, cloc
         latest[first.property] = (case, first, also, seed)
         raise _VIOLATIONS[first.property](f"{first.property}: {first.message}")
 
-    test = hyp_seed(seed)(base_settings(n, derandomize)(given(strategy)(body)))
+    test = hyp_seed(seed)(hyp_settings(given(strategy)(body)))
     try:
         test()
     except (PropertyViolation, Flaky, _GROUP) as exc:

@@ -225,6 +225,9 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
     b_rows = draw(st.integers(1, sizes.max_b))
     t_len = _length(draw, sizes)
     layouts = _allowed_layouts(domain)
+    if b_rows > 1 and draw(st.integers(0, 3)) == 0:  # a uniform batch: every row the same kind
+        layouts = [draw(st.sampled_from(layouts))]
+        event(f"uniform batch: {layouts[0]}")
     att_rows, tr_rows = [], []
     for _ in range(b_rows):
         att, tr, kind = draw(_row(t_len, layouts, domain))

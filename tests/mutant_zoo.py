@@ -219,7 +219,7 @@ CATCHES = {
     crash_on_all_masked_row: (Declared("dense"), "no-crash"),
     whitening_not_mask_weighted: (_WHITENED, "row-independence"),
     crash_at_zero_decay: (Declared("compressed"), "no-crash"),
-    chunked_scan_drops_carry: (Declared("dense"), "all-trainable"),
+    chunked_scan_drops_carry: (Declared("dense"), "reference"),
     rows_coupled_by_batch_mean: (Declared("dense"), "row-independence"),
     carry_left_at_masked_positions: (Declared("compressed"), "masked-zero"),
     nondeterministic_noise: (Declared("compressed"), "deterministic"),

@@ -1,0 +1,238 @@
+"""`maskfuzz fuzz`: fuzz targets (or a user's function) and report the shrunk findings.
+
+    maskfuzz fuzz [TARGET[:ENTRY][@PIN] ...] [--callable MODULE:FUNC --contract compressed|dense]
+                  [--max-examples N] [--budget SECONDS] [--seed N] [--profile dev|ci|nightly]
+                  [--json PATH] [--junit PATH] [--corpus DIR] [--repo NAME=PATH ...] [--jobs N]
+
+With no target and no --callable it fuzzes the default set: every registered release pin marked
+default (no git access needed). Exit code 1 when there are findings, 0 when clean, 2 on usage or
+set-up errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fuzz import profiles
+from fuzz.cli import UsageError
+from fuzz.repos import parse_repos
+from fuzz.strategies import Sizes
+from oracles.properties import PROPERTIES
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fuzz", help="fuzz targets and report shrunk findings", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("targets", nargs="*", metavar="TARGET[:ENTRY][@PIN]")
+    p.add_argument("--callable", dest="callables", action="append", default=[], metavar="MODULE:FUNC",
+                   help="fuzz your own function with the canonical keyword signature (repeatable)")
+    p.add_argument("--contract", choices=("compressed", "dense"), default="compressed",
+                   help="the contract a --callable intends (default: compressed)")
+    p.add_argument("--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE")
+    p.add_argument("--max-examples", type=int, help="examples per target (overrides the profile)")
+    p.add_argument("--budget", type=float, help="seconds per target (overrides the profile)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
+    p.add_argument("--no-nonfinite", action="store_true", help="draw no NaN / inf poison")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one target call may take (a hang verdict)")
+    p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
+    p.add_argument("--json", type=Path, help="write the results as JSON")
+    p.add_argument("--junit", type=Path, help="write a JUnit XML report (a test per target x property)")
+    p.add_argument("--corpus", type=Path, help="save every new finding to this corpus directory")
+    p.add_argument("--jobs", type=int, default=1, help="fuzz this many targets in parallel processes")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+@dataclass
+class Job:
+    """One target to fuzz, with everything a separate process needs to do it."""
+
+    label: str  # "verl@0.4.1" or "MODULE:FUNC"
+    is_callable: bool
+    contract: str
+    repos: dict
+    max_examples: int
+    budget: float | None
+    seed: int
+    derandomize: bool
+    scale: bool
+    nonfinite: bool
+    device: str
+    timeout: float
+    corpus: str | None
+    quiet: bool
+    extra: dict = field(default_factory=dict)
+
+
+def main(args) -> int:
+    try:
+        repos = parse_repos(args.repo)
+        profile = profiles.select(args.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    labels = _resolve_labels(args.targets, args.callables, repos)
+    max_examples = args.max_examples or profile.max_examples
+    budget = args.budget if args.budget is not None else profile.budget
+    jobs = [
+        Job(label, label in args.callables, args.contract, {k: str(v) for k, v in repos.items()}, max_examples, budget,
+            args.seed, profile.derandomize, args.scale, not args.no_nonfinite, args.device, args.timeout,
+            str(args.corpus) if args.corpus else None, args.quiet)
+        for label in labels
+    ]
+    _say(f"maskfuzz fuzz: {len(jobs)} target(s), profile {profile.name}, up to {max_examples} examples each"
+         + (f", budget {budget:g} s" if budget else "") + f", seed {args.seed}")
+    started = time.monotonic()
+    if args.jobs > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(run_job, jobs))
+    else:
+        results = [run_job(job) for job in jobs]
+    elapsed = time.monotonic() - started
+    print(summary_table(results))
+    _say(f"done in {elapsed:.1f} s")
+    payload = {"profile": profile.name, "seed": args.seed, "seconds": round(elapsed, 2), "targets": results}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
+        _say(f"wrote {args.json}")
+    if args.junit:
+        from fuzz.junit import write_junit
+
+        write_junit(payload, args.junit)
+        _say(f"wrote {args.junit}")
+    if any(r["status"] == "error" for r in results):
+        return 2
+    return 1 if any(r["findings"] for r in results) else 0
+
+
+def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> list[str]:
+    from targets.registry import registry
+    from targets.session import RefError, parse_ref
+
+    if not targets and not callables:
+        return [f"{spec.id}@{pin.rev}" for spec in registry().values() for pin in spec.default_pins]
+    labels = []
+    for text in targets:
+        try:
+            labels.append(str(parse_ref(text)))
+        except RefError as exc:
+            raise UsageError(str(exc)) from None
+    return labels + list(callables)
+
+
+def run_job(job: Job) -> dict:
+    """Fuzz one target in this process and return its JSON result (never raises for the target's
+    sake: set-up problems become status 'error', an absent function 'skipped')."""
+    from fuzz.engine import fuzz_target
+    from targets.session import SetupError, Skip, open_callable, open_target
+
+    out = {"target": job.label, "pin": "", "resolved": "", "status": "ok", "reason": "", "examples": 0,
+           "seconds": 0.0, "findings": [], "checked": {}, "failed": {}, "notes": [], "where": ""}
+    ref_target, _, ref_pin = job.label.partition("@")
+    out["pin"] = ref_pin if not job.is_callable else "local"
+    repos = {k: Path(v) for k, v in job.repos.items()}
+    try:
+        if job.is_callable:
+            opener = open_callable(job.label, job.contract, job.device, job.timeout)
+        else:
+            opener = open_target(job.label, repos, job.device, job.timeout)
+        with opener as handle:
+            out["resolved"] = handle.resolved
+            out["where"] = handle.info.get("where", "")
+            out["notes"] = list(handle.info.get("notes", []))
+            restrictions = handle.declared.domain.restrictions()
+            if restrictions:
+                out["domain_restrictions"] = restrictions
+            _say(f"[{job.label}] {handle.resolved}: {out['where']}" + (f" (not drawn: {', '.join(restrictions)})" if restrictions else ""))
+            progress = None if job.quiet else _progress_printer(job.label)
+            result = fuzz_target(
+                handle.run, handle.declared, target=ref_target if not job.is_callable else job.label,
+                pin=out["pin"], resolved=handle.resolved, max_examples=job.max_examples, seed=job.seed,
+                budget=job.budget, sizes=Sizes.scaled() if job.scale else Sizes(), nonfinite=job.nonfinite,
+                device=job.device, progress=progress, derandomize=job.derandomize,
+            )
+            out["restarts"] = handle.run.restarts
+    except Skip as exc:
+        out.update(status="skipped", reason=exc.reason)
+        _say(f"[{job.label}] skipped: {exc.reason}")
+        return out
+    except SetupError as exc:
+        out.update(status="error", reason=str(exc))
+        _say(f"[{job.label}] error: {exc}")
+        return out
+    out.update(examples=result.examples, seconds=round(result.seconds, 2), checked=result.checked,
+               failed=result.failed, first_failure_s=result.first_failure_s)
+    out["notes"] += result.notes
+    for finding in result.findings:
+        item = finding.to_dict()
+        item["corpus_file"] = None
+        if job.corpus:
+            item["corpus_file"] = _save(finding, Path(job.corpus))
+        out["findings"].append(item)
+        _say(f"[{job.label}] FINDING {finding.property}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
+             f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else ""))
+    return out
+
+
+def _save(finding, root: Path) -> str:
+    from fuzz.corpus import record
+
+    outcome = record(finding, root)
+    return str(outcome.path)
+
+
+def _progress_printer(label: str):
+    state = {"last": 0.0}
+
+    def show(result) -> None:
+        now = time.monotonic()
+        if now - state["last"] < 5.0:
+            return
+        state["last"] = now
+        failing = sorted(p for p, n in result.failed.items() if n)
+        _say(f"[{label}] {result.examples} examples" + (f", failing: {', '.join(failing)}" if failing else ", no failure yet"))
+
+    return show
+
+
+SHORT = {
+    "no-crash": "crash", "poison-nonfinite": "nonfin", "poison": "poison", "score-kept": "score",
+    "telescoping": "telesc", "all-trainable": "alltr", "gap-invariance": "gap", "row-independence": "rows",
+    "masked-zero": "mzero", "deterministic": "determ", "reference": "ref",
+}
+
+
+def summary_table(results: list[dict]) -> str:
+    """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
+    width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
+    head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT[p].rjust(9) for p in PROPERTIES)
+    lines = ["", "Summary (cells: failing/checked examples; * = shrunk finding)", head, "-" * len(head)]
+    for r in results:
+        row = r["target"].ljust(width) + r["status"].ljust(9) + str(r["examples"]).rjust(8) + " "
+        if r["status"] != "ok":
+            lines.append(row + (r["reason"].splitlines()[0] if r["reason"] else ""))
+            continue
+        found = {f["property"] for f in r["findings"]}
+        cells = []
+        for p in PROPERTIES:
+            checked, failed = r["checked"].get(p, 0), r["failed"].get(p, 0)
+            cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
+            cells.append(cell.rjust(9))
+        lines.append(row + " ".join(cells))
+    n_find = sum(len(r["findings"]) for r in results)
+    n_skip = sum(r["status"] == "skipped" for r in results)
+    n_err = sum(r["status"] == "error" for r in results)
+    lines.append(f"{len(results)} target(s): {n_find} finding(s), {n_skip} skipped, {n_err} error(s)")
+    return "\n".join(lines)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
