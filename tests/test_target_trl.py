@@ -1,0 +1,240 @@
+"""TRL through its adapter: the inline GAE block of PPOTrainer.train() and the old standalone
+PPOTrainer.compute_advantages, run from the source at each pin, judged by the oracle.
+
+The verdicts asserted here were derived by reading TRL's code:
+
+* train(): `padding_mask = idx > sequence_lengths` (what the policy trains on) but
+  `padding_mask_p1 = idx > sequence_lengths + 1` keeps the value at the first pad slot, and the
+  score goes to `sequence_lengths + 1` when that slot exists. So the value of the first pad slot
+  bootstraps into the last response token (poison leaks, lam < 1) and at gamma = 0 the score never
+  reaches a trained token (score lost). A row without padding places the score on its last token
+  and is plain GAE. `masked_var` divides by mask_sum - 1: one trained token in the batch gives NaN.
+* compute_advantages (<= 0.11): values and rewards multiplied by the mask, plain loop (dense
+  contract), score at the last mask token by compute_rewards, whitening with no masked fill.
+  `compute_rewards` indexes `mask.nonzero()[-1]`: a row without a mask token raises IndexError.
+
+Release pins download wheels (network marker); the git pin needs MASKFUZZ_REPOS=trl=/path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import trl
+from targets.adapters.base import NotPresent
+from targets.adapters.extract import BlockNotFound
+from targets.session import Skip, open_target
+
+NEWEST_PPO = "1.12.0"
+OLD = "0.11.4"
+NO_PPO = "1.16.0"
+GIT_PIN = next(p.rev for p in trl.SPEC.pins if p.kind == "git")
+
+
+def verdicts(run, case: Case, entry: str | None = None) -> dict:
+    return {v.property: v for v in judge(run, case, trl.declared_for(entry))}
+
+
+# The seed report's case: a masked padding slot with a poisoned value.
+SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+
+
+# ---------------------------------------------------------------------------------------------
+# Release pins (wheels): one worker per pin and entry for the whole module.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=[NEWEST_PPO, OLD])
+def train(request):
+    with open_target(f"trl@{request.param}") as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def old():
+    with open_target(f"trl:compute_advantages@{OLD}") as h:
+        yield h
+
+
+@pytest.mark.network
+def test_train_is_found_in_the_trainer_file_of_the_pin(train):
+    want = "trl/experimental/ppo/ppo_trainer.py" if train.pin == NEWEST_PPO else "trl/trainer/ppov2_trainer.py"
+    assert train.info["where"].startswith(want), train.info["where"]
+    assert train.info["stand_ins_used"] == []  # nothing of trl is imported
+
+
+@pytest.mark.network
+def test_train_leaks_the_value_of_the_first_pad_slot(train):
+    adv, ret = train.run(SEED)
+    # returns are not whitened: A_2 = -100 (score slot), A_1 = 1 + 100 - 95 = 6, A_0 = 0.95 * 6
+    assert ret[0, :2].tolist() == pytest.approx([5.7, 6.0], rel=1e-6)
+    assert adv[0, 2] == 0  # masked fill
+    v = verdicts(train.run, SEED)
+    assert v["poison"].failed and v["reference"].failed
+    assert v["masked-zero"].status == "pass" and v["deterministic"].status == "pass"
+
+
+@pytest.mark.network
+def test_train_ignores_values_past_the_first_pad_slot(train):
+    # only the slot two after the response is poisoned: padding_mask_p1 zeroes it
+    case = Case.build(trainable=[[1, 1, 0, 0]], token_rewards=[[0, 1, 0, 0]], values=[[0, 0, 0, 100]], gamma=1, lam=0.5)
+    assert verdicts(train.run, case)["poison"].status == "pass"
+
+
+@pytest.mark.network
+def test_train_loses_the_score_at_gamma_zero(train):
+    case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], score=[1.0, 1.0], gamma=0.0, lam=0.9)
+    adv, ret = train.run(case)
+    assert ret[0, 1] == 0 and ret[1, 0] == 0  # the score sits at the first pad slot, not trained on
+    v = verdicts(train.run, case)
+    assert v["score-kept"].failed and v["score-kept"].positions == [[0, 1], [1, 0]]
+
+
+@pytest.mark.network
+def test_train_rows_without_padding_are_plain_gae(train):
+    g = torch.Generator().manual_seed(0)
+    case = Case.build(
+        trainable=[[1, 1, 1, 1]] * 3,
+        token_rewards=torch.randn(3, 4, generator=g, dtype=torch.float64),
+        values=torch.randn(3, 4, generator=g, dtype=torch.float64),
+        score=[1.0, -0.5, 2.0],
+        gamma=0.9,
+        lam=0.7,
+    )
+    v = verdicts(train.run, case)
+    for prop in ("all-trainable", "reference", "row-independence", "deterministic", "no-crash"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+
+
+@pytest.mark.network
+def test_train_single_trained_token_gives_nan(train):
+    # masked_var: Bessel correction mask_sum / (mask_sum - 1) = 1 / 0 (TRL's own comment says so)
+    case = Case.build(trainable=[[1, 0]], score=[1.0], gamma=1, lam=1)
+    v = verdicts(train.run, case)
+    assert v["no-crash"].failed and "non-finite" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_train_all_masked_batch_is_a_documented_error(train):
+    case = Case.build(trainable=[[0, 0]], attention=[[0, 0]], gamma=1, lam=1)
+    v = verdicts(train.run, case)
+    assert v["no-crash"].status == "pass" and "documented error" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_old_compute_advantages_is_dense_and_selects_finite_poison(old):
+    assert old.info["where"] == "trl/trainer/ppo_trainer.py::PPOTrainer.compute_advantages"
+    v = verdicts(old.run, SEED, "compute_advantages")
+    assert v["poison"].status == "pass" and v["reference"].status == "pass"
+    assert v["masked-zero"].status == "n/a"  # declared: whitened everywhere, no masked fill
+    # worked example 2 (a gap): the dense contract, returns unwhitened
+    gap = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
+    _, ret = old.run(gap)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.396576, 1.0], rel=1e-5)
+    assert verdicts(old.run, gap, "compute_advantages")["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_old_compute_advantages_multiplies_nan_poison_in(old):
+    case = Case.build(trainable=[[1, 1, 0]], values=[[0.0, 1.0, math.nan]], score=[1.0], gamma=1, lam=0.5)
+    v = verdicts(old.run, case, "compute_advantages")
+    assert v["poison-nonfinite"].failed
+
+
+@pytest.mark.network
+def test_old_compute_rewards_crashes_on_a_row_without_mask_tokens(old):
+    case = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=1, lam=1)
+    v = verdicts(old.run, case, "compute_advantages")
+    assert v["no-crash"].failed and "IndexError" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_release_without_ppo_trainer_skips_with_the_reason():
+    with pytest.raises(Skip, match="no PPO trainer at this pin"):
+        with open_target(f"trl@{NO_PPO}"):
+            pass
+
+
+@pytest.mark.network
+def test_old_entry_is_not_present_after_0_11(train):
+    if train.pin != NEWEST_PPO:
+        return  # 0.11.4 has it (see the `old` fixture)
+    # the adapter imports nothing of trl, so it can look at the checkout in this process
+    with pytest.raises(NotPresent, match="standalone method exists up to 0.11"):
+        trl.load(train.checkout.root, "compute_advantages")
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
+def test_short_fuzz_of_train_finds_the_leak(train):
+    result = fuzz_target(train.run, train.declared, target="trl", pin=train.pin, max_examples=60, seed=0,
+                         derandomize=True, shrink=False)
+    failed = {p for p, n in result.failed.items() if n}
+    assert {"poison", "reference"} <= failed, failed
+    assert not failed & {"masked-zero", "row-independence", "deterministic", "all-trainable"}, failed
+
+
+# ---------------------------------------------------------------------------------------------
+# Git pin (mirror).
+# ---------------------------------------------------------------------------------------------
+def test_git_head_has_the_same_block():
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    with open_target(f"trl@{GIT_PIN}", repos=repos) as h:
+        assert h.info["where"].startswith("trl/experimental/ppo/ppo_trainer.py::PPOTrainer.train")
+        v = verdicts(h.run, SEED)
+        assert v["poison"].failed and v["masked-zero"].status == "pass"
+        with pytest.raises(Skip):
+            with open_target(f"trl:compute_advantages@{GIT_PIN}", repos=repos):
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake source trees: the adapter fails loudly, never guesses.
+# ---------------------------------------------------------------------------------------------
+def _tree(tmp_path, rel: str, text: str):
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return tmp_path
+
+
+def test_trainer_without_the_block_fails_loudly(tmp_path):
+    root = _tree(tmp_path, "trl/experimental/ppo/ppo_trainer.py", "class PPOTrainer:\n    def train(self):\n        return 0\n")
+    # BlockNotFound is a RuntimeError, not NotPresent: the worker reports it as a load error
+    # (a SetupError in a session), never as a skip
+    with pytest.raises(BlockNotFound, match="no GAE loop"):
+        trl.load(root, None)
+    assert not issubclass(BlockNotFound, NotPresent)
+
+
+def test_block_reading_unknown_args_fails_loudly(tmp_path):
+    body = (
+        "class PPOTrainer:\n"
+        "    def train(self):\n"
+        "        args = self.args\n"
+        "        response_idxs = torch.arange(responses.shape[1])\n"
+        "        padding_mask = response_idxs > sequence_lengths.unsqueeze(1)\n"
+        "        lastgaelam = 0\n"
+        "        for t in reversed(range(3)):\n"
+        "            lastgaelam = scores + values[:, t] * args.new_discount + lastgaelam\n"
+        "        advantages = lastgaelam\n"
+        "        returns = advantages + values\n"
+    )
+    root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
+    with pytest.raises(BlockNotFound, match="args.new_discount"):
+        trl.load(root, None)
+
+
+def test_tree_without_any_ppo_trainer_is_not_present(tmp_path):
+    root = _tree(tmp_path, "trl/trainer/grpo_trainer.py", "class GRPOTrainer:\n    def train(self):\n        pass\n")
+    with pytest.raises(NotPresent, match="no PPO trainer"):
+        trl.load(root, None)
+    with pytest.raises(NotPresent, match="compute_advantages"):
+        trl.load(root, "compute_advantages")
