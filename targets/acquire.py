@@ -165,6 +165,11 @@ def _acquire_git(spec: TargetSpec, pin: str, repos: Mapping[str, Path], cache: P
     except OSError as exc:
         raise AcquireError(f"{where}: cannot write the checkout into the cache {cache}: {exc}") from None
     info = {"source": repo.source, "worktree": str(root)}
+    absent = repo.absent_files(full)
+    if absent:
+        info["absent"] = absent
+        shown = ", ".join(absent[:3]) + (", ..." if len(absent) > 3 else "")
+        repo.notes.append(f"{len(absent)} file(s) left out: the source lacks their contents ({shown})")
     if repo.notes:
         info["notes"] = list(repo.notes)
     return Checkout(spec.id, pin, full, "git", root, info)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -44,6 +45,7 @@ _NETWORK_MARKERS = (
     "temporary failure in name resolution",
 )
 HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
+ABSENT = ".maskfuzz-absent-files"  # in a worktree: paths left out because the source lacks their blobs
 
 
 class GitError(Exception):
@@ -288,17 +290,56 @@ class CachedRepo:
             staged = tmp / commit  # the worktree's admin name is the folder name: keep it the hash
             try:
                 repo.git.worktree("prune")  # forget worktrees whose folders a crash or a person removed
-                repo.git.worktree("add", "--detach", str(staged), commit)
+                try:
+                    repo.git.worktree("add", "--detach", str(staged), commit)
+                except git.GitCommandError as exc:
+                    if "unable to read sha1 file" not in _stderr(exc) and "missing blob" not in _stderr(exc):
+                        raise
+                    self._drop(staged)
+                    self._add_skipping_missing_blobs(staged, commit)
                 final.parent.mkdir(parents=True, exist_ok=True)
                 if final.exists():
                     cachemod.remove(final)  # a leftover without .git: never trusted, and `move` would nest into it
                 repo.git.worktree("move", str(staged), str(final))
-            except git.GitCommandError as exc:
+            except (git.GitCommandError, subprocess.CalledProcessError) as exc:
                 self._drop(staged)
-                raise GitError(f"cannot check out {commit} from the cached clone of {self.source}: {_stderr(exc)}")
+                detail = _stderr(exc) if isinstance(exc, git.GitCommandError) else (exc.stderr or str(exc)).strip()
+                raise GitError(f"cannot check out {commit} from the cached clone of {self.source}: {detail}")
             finally:
                 cachemod.remove(tmp)
         return final
+
+    def _add_skipping_missing_blobs(self, staged: Path, commit: str) -> None:
+        """Check `commit` out without the files whose blobs the repository lacks (a mirror made
+        without its largest files, e.g. datasets and PDFs); their paths are listed in ABSENT inside
+        the worktree. Only used after a plain `worktree add` failed on a missing object."""
+        repo = self.repo()
+        repo.git.worktree("add", "--detach", "--no-checkout", str(staged), commit)
+        blobs = []  # (sha, path)
+        for item in repo.git.ls_tree("-r", "-z", "--full-tree", commit).split("\x00"):
+            if item:
+                meta, path = item.split("\t", 1)
+                _mode, kind, sha = meta.split()
+                if kind == "blob":
+                    blobs.append((sha, path))
+        check = subprocess.run(
+            ["git", "--git-dir", str(self.git_dir), "cat-file", "--batch-check=%(objectname) %(objecttype)"],
+            input="".join(f"{sha}\n" for sha, _ in blobs), capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        missing = {line.split()[0] for line in check.stdout.splitlines() if line.endswith(" missing")}
+        present = [path for sha, path in blobs if sha not in missing]
+        absent = [path for sha, path in blobs if sha in missing]
+        wt = git.Git(str(staged))
+        wt.update_environment(**_GIT_ENV)
+        wt.reset("-q")  # fill the index from HEAD (trees only, no blobs needed)
+        subprocess.run(["git", "-C", str(staged), "checkout-index", "-f", "-z", "--stdin"],
+                       input="\x00".join(present), capture_output=True, text=True, check=True)
+        (staged / ABSENT).write_text("".join(f"{p}\n" for p in absent))
+
+    def absent_files(self, commit: str) -> list[str]:
+        """Files of `commit` missing from its worktree because the source lacks their blobs."""
+        marker = self.worktree_path(commit) / ABSENT
+        return marker.read_text().splitlines() if marker.is_file() else []
 
     def remove_worktree(self, commit: str) -> None:
         final = self.worktree_path(commit)

@@ -152,7 +152,12 @@ def open_target(
         except WorkerSkip as exc:
             raise Skip(f"{ref} ({checkout.resolved}): {exc}") from None
         except WorkerLoadError as exc:
-            raise SetupError(load_advice(spec, ref, checkout.resolved, str(exc))) from None
+            message = load_advice(spec, ref, checkout.resolved, str(exc))
+            absent = checkout.info.get("absent")
+            if absent:  # a mirror without some files: say so, it may be why the import failed
+                shown = ", ".join(absent[:5])
+                message += f"\n(the source repository lacks {len(absent)} file(s) of this commit: {shown})"
+            raise SetupError(message) from None
         info = dict(loaded) | {"checkout": dict(checkout.info)}
         yield Handle(spec, ref, ref.pin, checkout, checkout.resolved, worker, spec.declared(), info)
     finally:

@@ -287,3 +287,21 @@ def test_cache_dir_lock_and_stale_scratch(tmp_path):
     os.utime(old, (0, 0))  # as if a killed process left it long ago
     fresh = cachemod.scratch(tmp_path, "new")
     assert not old.exists() and fresh.is_dir() and fresh.parent == tmp_path / "tmp"
+
+
+def test_a_mirror_missing_some_blobs_still_checks_out_the_rest(src, cache):
+    # bare mirrors made without their largest files (datasets, PDFs) lack those blobs
+    repo = src["path"]
+    (repo / "data").mkdir()
+    (repo / "data" / "big.jsonl").write_text('{"x": 1}\n' * 1000)
+    (repo / "toy" / "gae.py").write_text("def gae():\n    return 1\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "add data")
+    blob = sh(repo, "rev-parse", "HEAD:data/big.jsonl")
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    c = acq.acquire(spec(), "main", {"toy": repo}, cache)
+    assert (c.root / "toy" / "gae.py").read_text() == "def gae():\n    return 1\n" and text_at(c) == "three"
+    assert not (c.root / "data" / "big.jsonl").exists()
+    assert c.info["absent"] == ["data/big.jsonl"] and "1 file(s) left out" in c.info["notes"][0]
+    assert acq.acquire(spec(), "main", {"toy": repo}, cache).info["absent"] == ["data/big.jsonl"]  # reused: still said
+    assert list((cache / "tmp").iterdir()) == [] and len(worktree_list(cache)) == 2
