@@ -1,0 +1,151 @@
+"""AReaL through its adapter: PPOActor._compute_advantages compiled from the source at the pin and
+called on an AReaL-shaped batch (prompt + response, rolled loss mask), judged by the oracle.
+
+Verdicts derived by reading the method: the loop carries `nextvalues` and `lastgaelam` over
+positions with loss_mask 0 (the compressed contract, finite poison selected out by `* mask`), so the
+worked examples 1 and 2 of the spec hold; but
+
+* the score goes to `attention length - 2` (rolled), the last *real* token: when the response ends
+  in masked real tokens (a tool observation) the score lands on a masked slot and is lost;
+* masking is multiplicative (`values[:, t] * mask`, `ref_logp *= loss_mask`): NaN poison leaks;
+* masked positions keep the carried advantage (declared: masked_zero = False).
+
+The release pin downloads a wheel (network marker); git pins need MASKFUZZ_REPOS=areal=/path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import areal
+from targets.adapters.base import NotPresent
+from targets.adapters.extract import BlockNotFound
+from targets.session import open_target
+
+RELEASE = "1.0.4"
+GIT_PINS = [p.rev for p in areal.SPEC.pins if p.kind == "git"]
+
+EX1 = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+EX2 = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
+EX3 = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+
+
+def verdicts(run, case: Case) -> dict:
+    return {v.property: v for v in judge(run, case, areal.SPEC.declared())}
+
+
+@pytest.fixture(scope="module")
+def release():
+    with open_target(f"areal@{RELEASE}") as h:
+        yield h
+
+
+@pytest.mark.network
+def test_release_has_the_method(release):
+    assert release.info["where"] == "areal/trainer/ppo/actor.py::PPOActor._compute_advantages"
+    assert release.info["stand_ins_used"] == []  # nothing of areal is imported
+
+
+@pytest.mark.network
+def test_masked_padding_slot_with_poisoned_value(release):
+    adv, ret = release.run(EX1)
+    assert adv[0, :2].tolist() == pytest.approx([0.95, 1.0], rel=1e-6)
+    assert ret[0, :2].tolist() == pytest.approx([0.95, 1.0], rel=1e-6)
+    v = verdicts(release.run, EX1)
+    for prop in ("poison", "reference", "row-independence", "deterministic", "no-crash"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+
+
+@pytest.mark.network
+def test_gap_is_skipped_and_carries_the_advantage(release):
+    adv, ret = release.run(EX2)
+    # compressed: A = [0.265, ., ., 0.75]; the masked gap holds the carried 0.75 (masked_zero False)
+    assert adv[0].tolist() == pytest.approx([0.265, 0.75, 0.75, 0.75], rel=1e-5)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.765, 1.0], rel=1e-5)
+    v = verdicts(release.run, EX2)
+    assert v["reference"].status == "pass" and v["gap-invariance"].status == "pass"
+    assert v["masked-zero"].status == "n/a"
+
+
+@pytest.mark.network
+def test_observation_tail_loses_the_score(release):
+    adv, _ = release.run(EX3)
+    assert adv.abs().max().item() == 0.0  # the score sat on the masked last real token
+    v = verdicts(release.run, EX3)
+    assert v["score-kept"].failed and v["score-kept"].positions == [[0, 2]]
+
+
+@pytest.mark.network
+def test_nan_poison_is_multiplied_in(release):
+    case = Case.build(trainable=[[1, 0, 1]], values=[[0.0, math.nan, 1.0]], score=[1.0], gamma=1, lam=0.5)
+    assert verdicts(release.run, case)["poison-nonfinite"].failed
+
+
+@pytest.mark.network
+def test_large_token_rewards_pass_the_kl_clamp_unchanged(release):
+    # KLEstimator clamps the log-ratio to [-10, 10]; the adapter scales kl_ctl by a power of two
+    case = Case.build(trainable=[[1, 1]], token_rewards=[[300.0, -45.5]], gamma=1, lam=1)
+    adv, _ = release.run(case)
+    assert adv[0].tolist() == pytest.approx([254.5, -45.5], rel=1e-6)
+
+
+@pytest.mark.network
+def test_short_fuzz_finds_the_lost_score_and_nothing_else_of_the_mask(release):
+    result = fuzz_target(release.run, release.declared, target="areal", pin=release.pin, max_examples=80, seed=0,
+                         derandomize=True, shrink=False)
+    failed = {p for p, n in result.failed.items() if n}
+    assert "reference" in failed and failed & {"score-kept", "telescoping"}, failed
+    clean = {"no-crash", "poison", "gap-invariance", "row-independence", "all-trainable", "deterministic"}
+    assert not failed & clean, failed
+
+
+@pytest.mark.parametrize("rev", GIT_PINS)
+def test_git_pins(rev):
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=areal=/path/to/areal-clone-or-mirror to test areal at git commits")
+    with open_target(f"areal@{rev}", repos=repos) as h:
+        assert "PPOActor" in h.info["where"]
+        v = verdicts(h.run, EX1)
+        assert v["poison"].status == "pass" and v["reference"].status == "pass"
+        assert verdicts(h.run, EX3)["score-kept"].failed
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake source trees: the adapter fails loudly, never guesses.
+# ---------------------------------------------------------------------------------------------
+def _tree(tmp_path, text: str):
+    path = tmp_path / "areal/trainer/ppo/actor.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return tmp_path
+
+
+def test_method_without_the_loop_fails_loudly(tmp_path):
+    root = _tree(tmp_path, "class PPOActor:\n    def _compute_advantages(self, data):\n        return data\n")
+    with pytest.raises(BlockNotFound, match="none holds the GAE loop"):
+        areal.load(root, None)
+
+
+def test_method_reading_unknown_self_attributes_fails_loudly(tmp_path):
+    body = (
+        "class PPOActor:\n"
+        "    def _compute_advantages(self, data):\n"
+        "        lastgaelam = 0\n"
+        "        for t in reversed(range(3)):\n"
+        "            lastgaelam = lastgaelam * self.new_knob\n"
+        "        return data\n"
+    )
+    with pytest.raises(BlockNotFound, match="self.new_knob"):
+        areal.load(_tree(tmp_path, body), None)
+
+
+def test_tree_without_ppo_actor_is_not_present(tmp_path):
+    with pytest.raises(NotPresent, match="no PPOActor advantage method"):
+        areal.load(_tree(tmp_path, "class Critic:\n    pass\n"), None)
