@@ -221,6 +221,6 @@ def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
 
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     store = DirectoryStore(tmp_path / "corpus")
-    with store.lock(), pytest.raises(LockTimeout):  # a second recorder (another process) waits
-        with DirectoryStore(tmp_path / "corpus" / ".." / "corpus").lock(timeout=0.1):
-            pass
+    other = DirectoryStore(tmp_path / "corpus" / ".." / "corpus")  # the same directory, spelled differently
+    with store.lock(), pytest.raises(LockTimeout), other.lock(timeout=0.1):  # a second recorder waits
+        pass

@@ -107,6 +107,9 @@ def execute(
         entries = []
 
     jobs = rp.plan(entries, ledger, overrides)
+    for target, _, pin in overrides:
+        if not any(e.target == target for e in entries):
+            print(f"note: --target {target}@{pin}: no corpus entry of target {target} to replay", file=err)
     if not jobs and not errors:
         print(f"no corpus entries under {', '.join(map(str, paths))}", file=err)
 
