@@ -10,8 +10,8 @@ with class keywords (`BaseModel, extra="allow"`). Inert stand-ins have no `__ver
 bases, so the module cannot be imported without the real transformers, tensorboard and pydantic. The adapter
 therefore compiles the estimator class from the pinned source file, plus exactly the helpers it uses
 (`calculate_kl`, `masked_mean`, `masked_var` from `nemo_rl/algorithms/utils.py`), each with its real file name and
-line numbers, with annotations left unevaluated. Every other name the class needs must be torch/numpy/stdlib; any
-other dependency fails the load loudly instead of being guessed.
+line numbers, with annotations dropped (`targets.adapters.extract.SourceTree`). Every other name the class reads
+must be torch/numpy/stdlib; any other dependency fails the load loudly (BlockNotFound) instead of being guessed.
 
 How a canonical case becomes NeMo-RL's inputs (the PPO loop in `nemo_rl/algorithms/ppo.py`):
 
@@ -29,11 +29,8 @@ How a canonical case becomes NeMo-RL's inputs (the PPO loop in `nemo_rl/algorith
 
 from __future__ import annotations
 
-import __future__
 import ast
-import builtins
-import importlib
-import importlib.util
+import copy
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,6 +40,7 @@ import torch
 from oracles.case import Case
 from oracles.domain import Domain
 from targets.adapters.base import Loaded, NotPresent
+from targets.adapters.extract import BlockNotFound, SourceTree, find_class, function_free_names
 from targets.registry import Pin, TargetSpec
 
 SPEC = TargetSpec(
@@ -68,8 +66,6 @@ SPEC = TargetSpec(
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GeneralizedAdvantageEstimator"
-# Modules whose objects the extracted code may use as they are installed here (pure math and the stdlib).
-_REAL_MODULES = ("torch", "numpy", "math", "typing", "functools", "warnings", "random", "collections")
 _MAX_KL = 8.0  # below calculate_kl's output clamp of 10
 
 
@@ -77,14 +73,22 @@ def load(root: Path, entry: str | None) -> Loaded:
     """Compile NeMo-RL's GAE estimator from the checkout at `root`; NotPresent before it existed."""
     if entry not in (None, "default"):
         raise ValueError(f"nemo-rl has one entry, 'default', not {entry!r}")
-    extractor = _Extractor(Path(root))
-    path = extractor.module_file(_MODULE)
+    tree = SourceTree(Path(root), SPEC.own)
+    path = tree.module_file(_MODULE)
     if path is None:
         raise NotPresent(f"{_MODULE} is not present at this pin")
-    if _CLASS not in extractor.definitions(_MODULE):
+    node = find_class(tree.file(path).tree, _CLASS)
+    if node is None:
         raise NotPresent(f"{_MODULE} has no {_CLASS} at this pin")
-    estimator_cls = extractor.get(_MODULE, _CLASS)
-    where = f"{path.relative_to(Path(root).resolve())}::{_CLASS}.compute_advantage"
+    ns = tree.resolve(path, [_CLASS])
+    rel = tree.rel(path)
+    # names the class reads at run time (annotations are dropped when compiling, so they need not resolve)
+    missing = sorted(n for n in function_free_names(_without_annotations(node)) if n not in ns)
+    if _CLASS not in ns or missing:
+        why = "; ".join(f"{n}: {tree.unresolved.get(f'{rel}::{n}', '?')}" for n in missing or [_CLASS])
+        raise BlockNotFound(f"nemo-rl: {rel}::{_CLASS} reads names that cannot be resolved from the source: {why}")
+    estimator_cls = ns[_CLASS]
+    where = f"{rel}::{_CLASS}.compute_advantage"
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = case.inputs(device)
@@ -111,9 +115,10 @@ def load(root: Path, entry: str | None) -> Loaded:
             logprobs=logprobs,
         )
 
-    helpers = ", ".join(f"{m}.{n}" for m, n in extractor.loaded if (m, n) != (_MODULE, _CLASS))
+    helpers = sorted(k for k, v in tree.provenance.items() if v.endswith("(FunctionDef)"))
     notes = [
-        f"compiled from the pinned source (import needs real transformers/tensorboard/pydantic); helpers: {helpers}",
+        "compiled from the pinned source (its module needs real transformers/tensorboard/pydantic to import)",
+        "definitions used: " + ", ".join(helpers),
         "token rewards as -c * k1 KL with c a power of two; score placed by NeMo-RL on the last mask=1 token",
     ]
     return Loaded(run, where, notes)
@@ -126,130 +131,12 @@ def _kl_scale(case: Case) -> float:
     return 2.0 ** max(0, math.ceil(math.log2(peak / _MAX_KL))) if peak > _MAX_KL else 1.0
 
 
-class _Extractor:
-    """Compiles top-level definitions of the checkout's own modules from their source text, one namespace per
-    module, resolving each name a definition uses: another definition of the checkout (recursively), an object of
-    a `_REAL_MODULES` module, or a load error naming it. Annotations are never evaluated."""
-
-    def __init__(self, root: Path):
-        self.root = root.resolve()
-        self.spaces: dict[str, dict] = {}
-        self.trees: dict[str, ast.Module] = {}
-        self.loaded: list[tuple[str, str]] = []
-
-    def module_file(self, module: str) -> Path | None:
-        base = self.root.joinpath(*module.split("."))
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                return path
-        return None
-
-    def _tree(self, module: str) -> ast.Module:
-        if module not in self.trees:
-            path = self.module_file(module)
-            if path is None:
-                raise RuntimeError(f"{module} is not in the checkout {self.root}")
-            self.trees[module] = ast.parse(path.read_text(), filename=str(path))
-        return self.trees[module]
-
-    def definitions(self, module: str) -> dict[str, ast.stmt]:
-        return {
-            n.name: n
-            for n in self._tree(module).body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        }
-
-    def _assigned(self, module: str) -> set[str]:
-        targets = [t for n in self._tree(module).body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-    def _imports(self, module: str) -> dict[str, tuple[str, str | None]]:
-        """Top-level import bindings of `module`: local name -> (module, attribute or None)."""
-        out: dict[str, tuple[str, str | None]] = {}
-        package = module.rsplit(".", 1)[0] if self.module_file(module).name != "__init__.py" else module
-        for node in self._tree(module).body:
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    out[a.asname or a.name.split(".")[0]] = (a.name if a.asname else a.name.split(".")[0], None)
-            elif isinstance(node, ast.ImportFrom):
-                source = node.module or ""
-                if node.level:
-                    source = importlib.util.resolve_name("." * node.level + source, package)
-                for a in node.names:
-                    out[a.asname or a.name] = (source, a.name)
-        return out
-
-    def get(self, module: str, name: str):
-        """The object `name` of the checkout's `module`, compiled from source on first use."""
-        space = self.spaces.setdefault(module, {"__name__": f"maskfuzz.extracted.{module}", "__builtins__": builtins})
-        if name in space:
-            return space[name]
-        node = self.definitions(module).get(name)
-        if node is None:
-            target = self._imports(module).get(name)
-            if target is None:
-                raise RuntimeError(f"{module} neither defines nor imports {name!r}")
-            space[name] = self._resolve(module, name, *target)
-            return space[name]
-        for dep in sorted(_runtime_names(node)):
-            if dep in space or hasattr(builtins, dep):
-                continue
-            if dep in self.definitions(module):
-                self.get(module, dep)
-            elif dep in self._imports(module):
-                space[dep] = self._resolve(module, dep, *self._imports(module)[dep])
-            elif dep in self._assigned(module):
-                raise RuntimeError(f"{module}.{name} uses the module-level variable {dep!r}: refusing to guess it")
-        path = self.module_file(module)
-        code = compile(
-            ast.Module(body=[node], type_ignores=[]),
-            str(path),
-            "exec",
-            flags=__future__.annotations.compiler_flag,
-            dont_inherit=True,
-        )
-        exec(code, space)  # noqa: S102 - the pinned upstream definition itself
-        self.loaded.append((module, name))
-        return space[name]
-
-    def _resolve(self, module: str, name: str, source: str, attr: str | None):
-        top = source.split(".")[0]
-        if top in _REAL_MODULES:
-            mod = importlib.import_module(source)
-            return mod if attr is None else getattr(mod, attr)
-        if self.module_file(source) is not None and attr is not None:
-            return self.get(source, attr)
-        raise RuntimeError(
-            f"{module}.{name} comes from {source}{'.' + attr if attr else ''}, which is neither the checkout's own "
-            f"code nor one of {_REAL_MODULES}: refusing to guess it"
-        )
-
-
-def _runtime_names(node: ast.AST) -> set[str]:
-    """Names a definition loads at run time (annotations excluded: they are never evaluated here)."""
-    names: set[str] = set()
-
-    def visit(n: ast.AST) -> None:
-        if isinstance(n, ast.arg):
-            return  # only its annotation could hold names
+def _without_annotations(node: ast.ClassDef) -> ast.ClassDef:
+    """A copy of the class whose defs carry no parameter or return annotations."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for d in n.decorator_list:
-                visit(d)
-            for d in n.args.defaults + [d for d in n.args.kw_defaults if d is not None]:
-                visit(d)
-            for stmt in n.body:
-                visit(stmt)
-            return
-        if isinstance(n, ast.AnnAssign):
-            for part in (n.target, n.value):
-                if part is not None:
-                    visit(part)
-            return
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            names.add(n.id)
-        for child in ast.iter_child_nodes(n):
-            visit(child)
-
-    visit(node)
-    return names
+            n.returns = None
+        elif isinstance(n, ast.arg):
+            n.annotation = None
+    return node
