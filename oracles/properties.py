@@ -17,7 +17,7 @@ import torch
 from oracles.case import Case
 from oracles.domain import Domain
 from oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
-from oracles.tolerance import FLOOR, Bounds, bounds, mismatches
+from oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
 
 Run = Callable[[Case], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -136,11 +136,11 @@ def _call(run: Run, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     return adv.detach().to("cpu", torch.float64), ret.detach().to("cpu", torch.float64)
 
 
-def _compare(prop, case, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.0) -> Verdict:
+def _compare(prop, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.0, slack=0.0) -> Verdict:
     for name, exp, obs, bound in (("advantages", exp_adv, adv, bnd.advantages), ("returns", exp_ret, ret, bnd.returns)):
         if exp is None:
             continue
-        bad = mismatches(obs, exp, bound * scale, where)
+        bad = mismatches(obs, exp, bound * scale + slack, where)
         if bad.any():
             return _diff(prop, name, bad, exp, obs, msg)
     return _ok(prop)
@@ -275,6 +275,11 @@ def judge(run: Run, case: Case, declared: Declared, device: str = "cpu", only: t
     live = case.trainable
     bad = live & ~(torch.isfinite(adv) & torch.isfinite(ret))
     if bad.any():
+        leak = _nonfinite_from_poison(run, case, declared, adv, ret) if "poison" in want else None
+        if leak is not None:
+            verdicts["poison"] = leak
+            verdicts["no-crash"] = _ok("no-crash", "the non-finite output comes from finite poison")
+            return _ordered(verdicts, "finite poison made the output non-finite")
         obs = torch.where(torch.isfinite(adv), ret, adv)
         verdicts["no-crash"] = _diff("no-crash", "advantages", bad, torch.zeros_like(adv), obs, "non-finite output on finite inputs")
         return _ordered(verdicts, "the base run gave non-finite outputs")
@@ -290,7 +295,7 @@ def judge(run: Run, case: Case, declared: Declared, device: str = "cpu", only: t
 
     checks = {
         "reference": lambda: _compare(
-            "reference", case, ref_adv, ref_ret, bnd, adv, ret, live, f"differs from the {declared.contract} reference"
+            "reference", ref_adv, ref_ret, bnd, adv, ret, live, f"differs from the {declared.contract} reference"
         ),
         "masked-zero": lambda: _check_masked_zero(base, declared),
         "poison": lambda: _check_poison(run, case, declared, adv, ret, nonfinite=False),
@@ -319,6 +324,26 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TargetFailure):
         return str(exc)
     return f"raised {type(exc).__name__}: {exc}"
+
+
+def _nonfinite_from_poison(run: Run, case: Case, declared: Declared, adv, ret) -> Verdict | None:
+    """A poison verdict when the sanitized twin of `case` gives finite outputs where `case` did not
+    (large finite poison overflowing into trainable outputs is a leak, not a crash)."""
+    dead = case.poison_mask()
+    if not bool((case.values[dead] != 0).any() or (case.token_rewards[dead] != 0).any()):
+        return None
+    try:
+        c_adv, c_ret = _call(run, sanitized(case))
+    except Exception:  # noqa: BLE001 - then it is not the poison's doing
+        return None
+    live = case.trainable
+    if not bool((torch.isfinite(c_adv[live]).all() and torch.isfinite(c_ret[live]).all())):
+        return None
+    for name, obs, clean in (("advantages", adv, c_adv), ("returns", ret, c_ret)):
+        bad = live & ~torch.isfinite(obs)
+        if bad.any():
+            return _diff("poison", name, bad, clean, obs, "finite poison under the mask made the output non-finite")
+    return None
 
 
 def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
@@ -360,8 +385,9 @@ def _check_poison(run: Run, case: Case, declared: Declared, adv, ret, nonfinite:
         return _na(prop, "whitening undefined for this case")
     bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
     what = "non-finite" if nonfinite else "finite"
+    slack = self_slack(case.dtype, c_adv[case.trainable], c_ret[case.trainable])
     return _compare(
-        prop, probe, c_adv, c_ret, bnd, p_adv, p_ret, case.trainable, f"{what} poison under the mask changed the output", 2.0
+        prop, c_adv, c_ret, bnd, p_adv, p_ret, case.trainable, f"{what} poison under the mask changed the output", 2.0, slack
     )
 
 
@@ -374,12 +400,16 @@ def _poisoned(case: Case, rewards: bool) -> Case:
     )
 
 
+def _base_slack(base: _Base) -> float:
+    live = base.case.trainable
+    return self_slack(base.case.dtype, base.adv[live], base.ret[live])
+
+
 def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
     twin, where = with_extra_row(base.case, declared.domain)
     t_adv, t_ret = _call(run, twin)
     return _compare(
         "row-independence",
-        base.case,
         base.adv,
         base.ret,
         base.bounds,
@@ -388,6 +418,7 @@ def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
         base.case.trainable,
         "reversing the rows and adding a row without trainable tokens changed a row's output",
         2.0,
+        _base_slack(base),
     )
 
 
@@ -405,7 +436,6 @@ def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
     keep = [i for i in range(twin.shape[1]) if i != p]
     return _compare(
         "gap-invariance",
-        base.case,
         base.adv,
         base.ret,
         base.bounds,
@@ -414,6 +444,7 @@ def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
         base.case.trainable,
         f"inserting a non-trainable token at position {p} changed the output",
         2.0,
+        _base_slack(base),
     )
 
 
@@ -464,7 +495,7 @@ def _check_all_trainable(base: _Base, declared: Declared) -> Verdict:
         ret[b] = torch.tensor(r, dtype=torch.float64)
     adv = _whiten_like(adv, case, declared)
     return _compare(
-        "all-trainable", case, adv, ret, base.bounds, base.adv, base.ret, case.trainable, "differs from classic GAE with no mask"
+        "all-trainable", adv, ret, base.bounds, base.adv, base.ret, case.trainable, "differs from classic GAE with no mask"
     )
 
 

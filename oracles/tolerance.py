@@ -20,6 +20,8 @@ rounded) inputs. Position (b, t) of an observed output x agrees with the referen
 * Whitened targets: w = (A - mean) / s with s = sqrt(var + eps); an error d in A moves w by about
   (d_k + max d) / s + |w_k| max d / s, plus the whitening's own rounding u * (|w_k| + n_log).
 * `SAFETY` covers evaluation orders other than a serial loop (chunked scans, convolutions).
+* A target compared with itself on a perturbed twin also gets `self_slack`, rounding-sized in the
+  target's own output magnitude (see there).
 """
 
 from __future__ import annotations
@@ -97,6 +99,21 @@ def _whitened_error(
     scale = float(sel.abs().max()) / s
     n_log = math.log2(n) + 1
     return (err + worst) / s + ref_w.abs() * worst / s + u * n_log * (ref_w.abs() + scale + 1.0)
+
+
+def self_slack(dtype: str, *outputs: torch.Tensor) -> float:
+    """Extra absolute slack when a target is compared with *itself* on a perturbed twin (row
+    order, an inserted gap, a clean twin of a poisoned case): the two runs round differently in
+    proportion to the target's own magnitudes, which can exceed the reference's (a whitening of
+    large raw advantages, say). SAFETY * u * (log2 n + 1) * max |output|: rounding-sized, so a
+    real coupling or leak (relative size >> u) still shows."""
+    finite = [x[torch.isfinite(x)] for x in outputs if x.numel()]
+    finite = [x for x in finite if x.numel()]
+    if not finite:
+        return 0.0
+    scale = max(float(x.abs().max()) for x in finite)
+    n = sum(x.numel() for x in finite)
+    return SAFETY * UNIT_ROUNDOFF[dtype] * (math.log2(n) + 1) * scale
 
 
 def mismatches(observed: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
