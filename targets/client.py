@@ -66,12 +66,12 @@ class Worker:
         Raises WorkerSkip (function absent at this pin) or WorkerLoadError."""
         self.close()
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        )
         env.setdefault("PYTHONHASHSEED", "0")
         env.setdefault("OMP_NUM_THREADS", "1")  # one worker per target: no intra-op thread contention
         env.update(self.spec.env)
+        env["PYTHONPATH"] = os.pathsep.join(  # our own packages first, whatever the spec's env says
+            [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "targets.worker"],
@@ -123,7 +123,10 @@ class Worker:
     def __call__(self, case: Case):
         if self._proc is None or self._proc.poll() is not None:
             self.restarts += self._proc is not None
-            self.start()
+            try:
+                self.start()
+            except (WorkerSkip, WorkerLoadError) as exc:  # one failure type for the engine
+                raise TargetFailure("crash", f"the worker could not be restarted: {exc}") from None
         self.calls += 1
         reply = self._exchange(("run", case), self.timeout, during="run")
         if reply[0] == "ok":

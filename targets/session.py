@@ -62,7 +62,7 @@ def parse_ref(text: str, specs: Mapping[str, TargetSpec] | None = None) -> Targe
     """Parse `TARGET[:ENTRY][@PIN]` against the registry (or `specs`).
 
     The target id is case-insensitive; an entry must be one the spec lists (the spec's first
-    entry is the default and is written as None); an omitted pin is the spec's first pin.
+    entry is the default and is written as None); an omitted pin is the spec's first default pin (else its first pin).
     Raises RefError naming the known targets / entries."""
     specs = registry_mod.registry() if specs is None else specs
     text = text.strip()
@@ -83,7 +83,7 @@ def parse_ref(text: str, specs: Mapping[str, TargetSpec] | None = None) -> Targe
     if pin is None:
         if not spec.pins:
             raise RefError(f"{target} has no registered pins: name one, e.g. {target}@<commit> (--repo {target}=PATH)")
-        pin = spec.pins[0].rev
+        pin = (spec.default_pins or spec.pins)[0].rev  # the first default pin, else the first pin
     return TargetRef(target, entry, pin)
 
 
