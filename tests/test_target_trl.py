@@ -206,7 +206,8 @@ def _tree(tmp_path, rel: str, text: str):
 
 
 def test_trainer_without_the_block_fails_loudly(tmp_path):
-    root = _tree(tmp_path, "trl/experimental/ppo/ppo_trainer.py", "class PPOTrainer:\n    def train(self):\n        return 0\n")
+    text = "class PPOTrainer:\n    def train(self):\n        return 0\n"
+    root = _tree(tmp_path, "trl/experimental/ppo/ppo_trainer.py", text)
     # BlockNotFound is a RuntimeError, not NotPresent: the worker reports it as a load error
     # (a SetupError in a session), never as a skip
     with pytest.raises(BlockNotFound, match="no GAE loop"):

@@ -88,7 +88,11 @@ SPEC = TargetSpec(
     pins=(
         Pin("1.0.4", "the only release on PyPI (method identical to git main)", default=True),
         Pin("4aef98d8d818af55b43621aaadba047ae10f4e77", "git main as mirrored (May 2026)", kind="git"),
-        Pin("b0ebd07b61d01122cf21579295c61863c969d3b1", "v0.3.4: areal/engine/ppo/actor.py::PPOActor.compute_advantages", kind="git"),
+        Pin(
+            "b0ebd07b61d01122cf21579295c61863c969d3b1",
+            "v0.3.4: areal/engine/ppo/actor.py::PPOActor.compute_advantages",
+            kind="git",
+        ),
     ),
     whitening=None,  # adv_norm defaults to None (PPOActorConfig); the adapter keeps it off
     masked_zero=False,
@@ -153,7 +157,8 @@ def load(root: Path, entry: str | None) -> Loaded:
 
 
 def _kl_key(tree: SourceTree) -> str:
-    return next((k for k in sorted(tree.provenance) if k.endswith("::KLEstimator") and "(ClassDef)" in tree.provenance[k]), "")
+    keys = [k for k in sorted(tree.provenance) if k.endswith("::KLEstimator") and "(ClassDef)" in tree.provenance[k]]
+    return keys[0] if keys else ""
 
 
 def _locate(tree: SourceTree) -> tuple[Path, ast.FunctionDef]:
@@ -196,7 +201,8 @@ def _check_reads(rel: str, method: ast.FunctionDef) -> None:
             config.add(n.attr)
     unknown = sorted(reads - set(SELF_SET)) + [f"config.{c}" for c in sorted(config - set(CONFIG_SET))]
     if unknown:
-        raise BlockNotFound(f"areal: {rel}::PPOActor.{method.name} reads self.{', self.'.join(unknown)}, which the adapter does not set")
+        reads = ", ".join(f"self.{u}" for u in unknown)
+        raise BlockNotFound(f"areal: {rel}::PPOActor.{method.name} reads {reads}, which the adapter does not set")
 
 
 def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:

@@ -87,7 +87,8 @@ def find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 
 def find_method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
     """The method `name` defined directly in `cls`, or None."""
-    return next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return next((n for n in cls.body if isinstance(n, defs) and n.name == name), None)
 
 
 def statement_lists(node: ast.AST) -> Iterator[list[ast.stmt]]:
@@ -310,7 +311,8 @@ class SourceTree:
         """The (lazily filled) globals of the module at `path`."""
         path = Path(path).resolve()
         if path not in self._namespaces:
-            self._namespaces[path] = {"__name__": self.module_name(path), "__file__": str(path), "__builtins__": builtins}
+            name = self.module_name(path)
+            self._namespaces[path] = {"__name__": name, "__file__": str(path), "__builtins__": builtins}
         return self._namespaces[path]
 
     def rel(self, path: Path) -> str:
@@ -442,7 +444,9 @@ class SourceTree:
         missing = sorted(n for n in free if n not in ns)
         if missing:
             details = "; ".join(f"{n}: {self.unresolved.get(f'{self.rel(path)}::{n}', '?')}" for n in missing)
-            raise BlockNotFound(f"the block at {self.rel(path)}:{stmts[0].lineno} reads names that cannot be resolved: {details}")
+            raise BlockNotFound(
+                f"the block at {self.rel(path)}:{stmts[0].lineno} reads names that cannot be resolved: {details}"
+            )
         code = compile(ast.Module(body=list(stmts), type_ignores=[]), str(Path(path).resolve()), "exec")
         return Block(code, ns, tuple(sorted(set(bound))), stmts[0].lineno, stmts[-1].end_lineno or stmts[-1].lineno)
 

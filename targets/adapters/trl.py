@@ -80,7 +80,11 @@ SPEC = TargetSpec(
     package="trl",
     pins=(
         Pin("1.12.0", "newest release with a PPO trainer (trl/experimental/ppo; 1.13.0 dropped it)", default=True),
-        Pin("0.11.4", "last 0.11: PPOv2Trainer.train inline GAE and the old standalone compute_advantages", default=True),
+        Pin(
+            "0.11.4",
+            "last 0.11: PPOv2Trainer.train inline GAE and the old standalone compute_advantages",
+            default=True,
+        ),
         Pin("0.19.1", "PPOTrainer in trl/trainer/ppo_trainer.py with the k1/k3 KL estimator"),
         Pin("f2cd57710ae345ea6428ae95363267fcf38a3dc8", "git main as mirrored (v1.9.0-26, Jul 2026)", kind="git"),
         Pin("1.16.0", "newest release: ships no PPO trainer at all (skips with that reason)"),
@@ -193,7 +197,9 @@ def _load_train(tree: SourceTree) -> Loaded:
         tokens = torch.where(case.trainable.to(device), 1, PAD_ID).long()
         tok = types.SimpleNamespace(pad_token_id=PAD_ID)
         seq_ns = seq.run(**{name: tokens if name == "postprocessed_response" else tok for name in seq.bound})
-        args = types.SimpleNamespace(gamma=case.gamma, lam=case.lam, kl_coef=1.0, kl_estimator="k1", whiten_rewards=False)
+        args = types.SimpleNamespace(
+            gamma=case.gamma, lam=case.lam, kl_coef=1.0, kl_estimator="k1", whiten_rewards=False
+        )
         out = block.run(
             responses=tokens,
             sequence_lengths=seq_ns["sequence_length"],
@@ -209,7 +215,8 @@ def _load_train(tree: SourceTree) -> Loaded:
         f"block {rel}:{block.first_line}-{block.last_line} of {qual} run from source "
         f"(from `response_idxs = ...` through the masked fill of advantages)",
         f"sequence_lengths from {rel}:{seq.first_line} (TRL's first_true_indices line, pad_token_id={PAD_ID})",
-        "token_rewards enter as ref_logprobs with logprobs = 0, kl_coef = 1, kl_estimator = 'k1'; whiten_rewards = False",
+        "token_rewards enter as ref_logprobs with logprobs = 0, kl_coef = 1, kl_estimator = 'k1'; "
+        "whiten_rewards = False",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     if tree.unresolved:
@@ -225,14 +232,18 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
         if start is not None:
             break
     if start is None:
-        raise BlockNotFound(f"trl: {rel}:{stmts[loop_at].lineno}: no `response_idxs`/`padding_mask` assignment before the GAE loop")
+        raise BlockNotFound(
+            f"trl: {rel}:{stmts[loop_at].lineno}: no `response_idxs`/`padding_mask` assignment before the GAE loop"
+        )
     end = loop_at
     while end + 1 < len(stmts) and _targets(stmts[end + 1]) & {"advantages", "returns"}:
         end += 1
     block = stmts[start : end + 1]
     after = set().union(*(_targets(s) for s in stmts[loop_at + 1 : end + 1])) if end > loop_at else set()
     if not {"advantages", "returns"} <= after:
-        raise BlockNotFound(f"trl: {rel}:{stmts[loop_at].lineno}: the GAE loop is not followed by assignments of advantages and returns")
+        raise BlockNotFound(
+            f"trl: {rel}:{stmts[loop_at].lineno}: the GAE loop is not followed by assignments of advantages and returns"
+        )
     free = block_free_names(block)
     needed = {"sequence_lengths", "values", "scores"}
     if not needed <= free or "padding_mask" not in set().union(*(assigned_names(s) for s in block)):
@@ -242,11 +253,14 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
         )
     unknown_args = sorted(set().union(*(attribute_reads(s, "args") for s in block)) - set(ARGS_SET))
     if unknown_args:
-        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads args.{', args.'.join(unknown_args)}, which the adapter does not set")
+        reads = ", ".join(f"args.{a}" for a in unknown_args)
+        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
     bound = [n for n in BLOCK_INPUTS if n in free]
     extra = sorted(n for n in free - set(BLOCK_INPUTS) if n in {"self", "accelerator", "model"})
     if extra:
-        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {extra}; the adapter binds only {BLOCK_INPUTS}")
+        raise BlockNotFound(
+            f"trl: the block at {rel}:{block[0].lineno} reads {extra}; the adapter binds only {BLOCK_INPUTS}"
+        )
     return tree.block(path, block, bound)
 
 
@@ -254,12 +268,16 @@ def _sequence_length_block(tree: SourceTree, path: Path, rel: str, train: ast.Fu
     """TRL's `sequence_length = first_true_indices(... == pad_token_id) - 1` line of train()."""
     for node in ast.walk(train):
         if isinstance(node, ast.Assign) and "sequence_length" in _targets(node):
-            calls = {c.func.id for c in ast.walk(node.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            calls = {
+                c.func.id for c in ast.walk(node.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            }
             if "first_true_indices" in calls:
                 free = block_free_names([node])
                 bound = sorted(free & {"postprocessed_response", "processing_class", "tokenizer"})
                 if "postprocessed_response" not in bound:
-                    raise BlockNotFound(f"trl: {rel}:{node.lineno}: the sequence-length line does not read postprocessed_response")
+                    raise BlockNotFound(
+                        f"trl: {rel}:{node.lineno}: the sequence-length line does not read postprocessed_response"
+                    )
                 return tree.block(path, [node], bound)
     raise BlockNotFound(f"trl: {rel}: train() has no `sequence_length = first_true_indices(...)` line")
 
@@ -267,7 +285,9 @@ def _sequence_length_block(tree: SourceTree, path: Path, rel: str, train: ast.Fu
 def _targets(stmt: ast.stmt) -> set[str]:
     """Plain names a top-level assignment statement stores (not names inside nested blocks)."""
     if isinstance(stmt, ast.Assign):
-        return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return {
+            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
     if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
         return {stmt.target.id}
     return set()
@@ -284,15 +304,22 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
     cls = find_class(tree.file(path).tree, OLD_CLASS) if path.is_file() else None
     method = find_method(cls, "compute_advantages") if cls is not None else None
     if method is None:
-        raise NotPresent(f"no {OLD_FILE}::{OLD_CLASS}.compute_advantages at this pin (the standalone method exists up to 0.11.x)")
+        raise NotPresent(
+            f"no {OLD_FILE}::{OLD_CLASS}.compute_advantages at this pin (the standalone method exists up to 0.11.x)"
+        )
     rel = tree.rel(path)
     if find_gae_loop(method) is None:
-        raise BlockNotFound(f"trl: {rel}::{OLD_CLASS}.compute_advantages has no GAE loop (lastgaelam over reversed(range(...)))")
+        raise BlockNotFound(
+            f"trl: {rel}::{OLD_CLASS}.compute_advantages has no GAE loop (lastgaelam over reversed(range(...)))"
+        )
     nodes = {}
     for name in ("compute_advantages", "compute_rewards", "_kl_penalty"):
         node = find_method(cls, name)
         if node is None:
-            raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} has compute_advantages but no {name}; the adapter needs TRL's own score placement")
+            raise BlockNotFound(
+                f"trl: {rel}::{OLD_CLASS} has compute_advantages but no {name}; "
+                "the adapter needs TRL's own score placement"
+            )
         nodes[name] = node
     config_reads = set()
     for node in nodes.values():
@@ -306,7 +333,8 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
             and n.value.value.id == "self"
         }
     if config_reads - set(CONFIG_SET):
-        raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} methods read self.config.{sorted(config_reads - set(CONFIG_SET))}, not set by the adapter")
+        unknown = sorted(config_reads - set(CONFIG_SET))
+        raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} methods read self.config.{unknown}, not set by the adapter")
     fns = {name: tree.function(path, node) for name, node in nodes.items()}
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,7 +344,8 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
         me._kl_penalty = types.MethodType(fns["_kl_penalty"], me)
         # masks are integer in TRL (derived from the attention mask)
         mask = case.trainable.to(device).long()
-        rewards, _, _ = fns["compute_rewards"](me, x["score"].clone(), torch.zeros_like(x["values"]), x["token_rewards"].clone(), mask)
+        logprobs, ref_logprobs = torch.zeros_like(x["values"]), x["token_rewards"].clone()
+        rewards, _, _ = fns["compute_rewards"](me, x["score"].clone(), logprobs, ref_logprobs, mask)
         _, advantages, returns = fns["compute_advantages"](me, x["values"].clone(), rewards, mask)
         return advantages, returns
 
@@ -324,7 +353,8 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
         f"{rel}::{OLD_CLASS}.compute_rewards -> compute_advantages compiled from source (lines "
         f"{nodes['compute_rewards'].lineno}, {nodes['compute_advantages'].lineno}), self = namespace with "
         "config.{gamma, lam, whiten_rewards=False, kl_penalty='kl'}, kl_ctl.value = 1.0, _kl_penalty (TRL's own)",
-        "token_rewards enter as ref_logprobs with logprobs = 0 (kl = logprob - ref_logprob, reward = -kl); mask = trainable as long",
+        "token_rewards enter as ref_logprobs with logprobs = 0 (kl = logprob - ref_logprob, reward = -kl); "
+        "mask = trainable as long",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     return Loaded(run, f"{rel}::{OLD_CLASS}.compute_advantages", notes)
