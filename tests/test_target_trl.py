@@ -161,12 +161,13 @@ def test_release_without_ppo_trainer_skips_with_the_reason():
 
 
 @pytest.mark.network
-def test_old_entry_is_not_present_after_0_11(train):
-    if train.pin != NEWEST_PPO:
-        return  # 0.11.4 has it (see the `old` fixture)
+def test_old_entry_exists_up_to_0_11_only(train):
     # the adapter imports nothing of trl, so it can look at the checkout in this process
-    with pytest.raises(NotPresent, match="standalone method exists up to 0.11"):
-        trl.load(train.checkout.root, "compute_advantages")
+    if train.pin == OLD:
+        assert trl.load(train.checkout.root, "compute_advantages").where.endswith("PPOTrainer.compute_advantages")
+    else:
+        with pytest.raises(NotPresent, match="standalone method exists up to 0.11"):
+            trl.load(train.checkout.root, "compute_advantages")
 
 
 @pytest.mark.network
@@ -239,3 +240,29 @@ def test_tree_without_any_ppo_trainer_is_not_present(tmp_path):
         trl.load(root, None)
     with pytest.raises(NotPresent, match="compute_advantages"):
         trl.load(root, "compute_advantages")
+
+
+def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
+    from targets.adapters.extract import SourceTree, find_class, find_gae_loop, find_method
+
+    _tree(tmp_path, "trl/core.py", "import torch\nSCALE = 2.0\n\ndef helper(x):\n    return torch.as_tensor(x) * SCALE\n")
+    body = (
+        "import ray\n"
+        "from ..core import helper\n"
+        "class PPOTrainer:\n"
+        "    def train(self):\n"
+        "        lastgaelam = 0\n"
+        "        for t in reversed(range(2)):\n"
+        "            lastgaelam = helper(lastgaelam + t)\n"
+        "        out = ray.get(lastgaelam)\n"
+    )
+    root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
+    tree = SourceTree(root, ("trl",))
+    path = root / "trl/trainer/ppo_trainer.py"
+    stmts, i = find_gae_loop(find_method(find_class(tree.file(path).tree, "PPOTrainer"), "train"))
+    # `helper` is compiled from trl/core.py with its own globals (torch, SCALE): (0 + 1) * 2, then (2 + 0) * 2
+    ns = tree.block(path, stmts[i - 1 : i + 1], ()).run()
+    assert float(ns["lastgaelam"]) == 4.0
+    assert "trl/trainer/ppo_trainer.py::helper" in tree.provenance
+    with pytest.raises(BlockNotFound, match="ray: `import ray` is not a light package"):
+        tree.block(path, stmts[i - 1 :], ())
