@@ -245,7 +245,8 @@ def test_tree_without_any_ppo_trainer_is_not_present(tmp_path):
 def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
     from targets.adapters.extract import SourceTree, find_class, find_gae_loop, find_method
 
-    _tree(tmp_path, "trl/core.py", "import torch\nSCALE = 2.0\n\ndef helper(x):\n    return torch.as_tensor(x) * SCALE\n")
+    core = "import torch\nSCALE = 2.0\n\ndef helper(x):\n    return torch.as_tensor(x) * SCALE\n"
+    _tree(tmp_path, "trl/core.py", core)
     body = (
         "import ray\n"
         "from ..core import helper\n"
