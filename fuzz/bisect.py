@@ -20,6 +20,7 @@ ceil(log2 N) + skips + 2 evaluations (the 2 are `old` and `new`).
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -57,6 +58,7 @@ class Outcome:
     verdict: str  # good | bad | skip
     reason: str = ""  # why skip / which property failed; "" for a plain pass
     seconds: float = 0.0  # wall time of the evaluation (all runs together)
+    cpu: float = 0.0  # CPU seconds of this process and the processes it waited for (workers, git)
     runs: list[str] = field(default_factory=list)  # each run's verdict when repeated
     flaky: bool = False  # repeated runs disagreed (then verdict is skip)
 
@@ -66,6 +68,8 @@ class Outcome:
 
     def to_dict(self) -> dict:
         out = {"verdict": self.verdict, "reason": self.reason, "seconds": round(self.seconds, 3)}
+        if self.cpu:
+            out["cpu_seconds"] = round(self.cpu, 3)
         if self.runs:
             out["runs"] = list(self.runs)
         if self.flaky:
@@ -83,7 +87,9 @@ class Repository(Protocol):
 
 
 class Evaluator(Protocol):
-    """Judges the case at one revision: good / bad / skip. Must clean up what it checked out."""
+    """Judges the case at one revision: good / bad / skip. An evaluator that checks code out may
+    have a `done(revision)` method: `bisect` calls it once after the revision's last run, so a
+    repeated evaluation reuses one checkout and a long history never holds more than one."""
 
     def __call__(self, revision: Revision) -> Outcome: ...
 
@@ -127,6 +133,10 @@ class BisectResult:
     def seconds(self) -> float:
         return sum(t.outcome.seconds for t in self.tested)
 
+    @property
+    def cpu(self) -> float:
+        return sum(t.outcome.cpu for t in self.tested)
+
     def bound(self) -> int:
         """ceil(log2 N) + skips + 2: the most evaluations the search may make."""
         return evaluation_bound(self.revisions, self.skips)
@@ -147,6 +157,7 @@ class BisectResult:
             "bound": self.bound(),
             "seconds": round(self.seconds, 3),
             "seconds_per_evaluation": round(self.seconds / self.evaluations, 3) if self.evaluations else 0.0,
+            "cpu_seconds": round(self.cpu, 3),
             "tested": [t.to_dict() for t in self.tested],
             "reason": self.reason,
         }
@@ -175,28 +186,41 @@ def repeated(evaluator: Evaluator, runs: int) -> Evaluator:
                 break
         verdicts = [o.verdict for o in seen]
         seconds = sum(o.seconds for o in seen)
+        cpu = sum(o.cpu for o in seen)
         skip = next((o for o in seen if o.verdict == SKIP), None)
         if skip is not None:
-            return Outcome(SKIP, skip.reason, seconds, verdicts)
+            return Outcome(SKIP, skip.reason, seconds, cpu, verdicts)
         if len(set(verdicts)) > 1:
             counts = ", ".join(f"{v} x{verdicts.count(v)}" for v in (GOOD, BAD))
-            return Outcome(SKIP, f"flaky: {runs} runs disagree ({counts})", seconds, verdicts, flaky=True)
+            return Outcome(SKIP, f"flaky: {runs} runs disagree ({counts})", seconds, cpu, verdicts, flaky=True)
         bad = next((o.reason for o in seen if o.reason), "")
-        return Outcome(verdicts[0], bad, seconds, verdicts)
+        return Outcome(verdicts[0], bad, seconds, cpu, verdicts)
 
     return judge
 
 
-def _timed(evaluator: Evaluator, revision: Revision) -> Outcome:
-    """Run the evaluator; fill in the time when it did not, and turn an escaping exception into
-    a skip (a broken revision must not abort a long bisection)."""
-    start = time.perf_counter()
+def _cpu_now() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _timed(evaluator: Evaluator, revision: Revision, done: Callable[[Revision], None] | None = None) -> Outcome:
+    """Judge `revision` (all its runs), then let the evaluator release what it holds for it
+    (`done`); measures both in wall and CPU time (on a busy machine the wall time
+    says little). An exception that escapes the evaluator is a skip: a broken revision must not
+    abort a long bisection, and a failing clean-up must not change the verdict."""
+    start, cpu = time.perf_counter(), _cpu_now()
     try:
         out = evaluator(revision)
     except Exception as exc:  # noqa: BLE001 - any failure to judge a revision is a skip
         out = Outcome(SKIP, f"evaluator raised {type(exc).__name__}: {exc}")
-    if not out.seconds:
-        out.seconds = time.perf_counter() - start
+    if done is not None:
+        try:
+            done(revision)
+        except Exception:  # noqa: BLE001 - see above
+            pass
+    out.seconds = time.perf_counter() - start
+    out.cpu = _cpu_now() - cpu
     return out
 
 
@@ -225,7 +249,7 @@ def bisect(
     tested: list[Tested] = []
 
     def evaluate(rev: Revision) -> Outcome:
-        out = _timed(judge, rev)
+        out = _timed(judge, rev, getattr(evaluator, "done", None))
         tested.append(Tested(rev, out))
         if on_evaluated is not None:
             on_evaluated(rev, out)

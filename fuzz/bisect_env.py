@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
@@ -244,8 +243,8 @@ class TargetEvaluator:
 
     `opener(ref, repos=..., device=..., timeout=...)` is `targets.session.open_target` and
     `ref_factory(target, entry, pin)` is `targets.session.TargetRef` unless injected.
-    `cleanup(revision_id)` runs after each evaluation (for git: the cached clone's
-    `remove_worktree`), so a long bisection keeps at most one checkout on disk."""
+    `cleanup(revision_id)` is its `done` (for git: the cached clone's `remove_worktree`), which
+    `bisect` calls after a revision's last run, so a long bisection keeps at most one checkout."""
 
     def __init__(
         self,
@@ -281,27 +280,18 @@ class TargetEvaluator:
         return self._opener, self._ref_factory
 
     def __call__(self, revision: Revision) -> Outcome:
-        start = time.perf_counter()
         try:
             opener, make_ref = self._session()
             pin = f"=={revision.id}" if self.releases else revision.id
             ref = make_ref(self.target, self.target_entry, pin)
             with opener(ref, repos=self.repos, device=self.device, timeout=self.timeout) as handle:
-                out = _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
+                return _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
         except Exception as exc:  # noqa: BLE001 - Skip / SetupError / anything else: not judged here
-            out = Outcome(SKIP, _skip_reason(exc))
-        finally:
-            _cleanup(self.cleanup, revision)
-        out.seconds = time.perf_counter() - start
-        return out
+            return Outcome(SKIP, _skip_reason(exc))
 
-
-def _cleanup(cleanup: Callable[[str], None] | None, revision: Revision) -> None:
-    if cleanup is not None:
-        try:
-            cleanup(revision.id)
-        except Exception:  # noqa: BLE001 - a leftover worktree must not fail the bisection
-            pass
+    def done(self, revision: Revision) -> None:
+        if self.cleanup is not None:
+            self.cleanup(revision.id)
 
 
 def _skip_reason(exc: BaseException) -> str:
@@ -317,7 +307,7 @@ class CallableEvaluator:
     """Judges `entry.case` on a user's function `MODULE:FUNC` (canonical keyword signature, see
     `targets.adapters.callable`) imported from a git history at each revision: the revision's
     worktree (`history.checkout`, below `subdir`) goes first on the worker's sys.path
-    (`targets.session.open_callable`), and is removed after the evaluation."""
+    (`targets.session.open_callable`); `done` removes it."""
 
     def __init__(
         self,
@@ -341,16 +331,14 @@ class CallableEvaluator:
     def __call__(self, revision: Revision) -> Outcome:
         from targets.session import open_callable
 
-        start = time.perf_counter()
         try:
             root = self.history.checkout(revision.id) / self.subdir
             with open_callable(
                 self.function, declared=self.declared, device=self.device, timeout=self.timeout, path=root
             ) as handle:
-                out = _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
+                return _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
         except Exception as exc:  # noqa: BLE001 - missing module / import error / git: a skip
-            out = Outcome(SKIP, _skip_reason(exc))
-        finally:
-            _cleanup(self.history.remove_worktree, revision)
-        out.seconds = time.perf_counter() - start
-        return out
+            return Outcome(SKIP, _skip_reason(exc))
+
+    def done(self, revision: Revision) -> None:
+        self.history.remove_worktree(revision.id)

@@ -184,6 +184,28 @@ def test_runs_turn_disagreement_into_a_flaky_skip():
     assert all(not t.outcome.flaky for t in single.tested)
 
 
+def test_done_is_called_once_per_revision_after_its_last_run():
+    events = []
+    verdicts = history(9, 4, GOOD)
+
+    class Ev:
+        def __call__(self, rev):
+            events.append(("run", rev.id))
+            return Outcome(verdicts[rev.id])
+
+        def done(self, rev):
+            events.append(("done", rev.id))
+            raise OSError("a failing clean-up changes nothing")
+
+    res = bisect(FakeRepo(9), Ev(), "r0", "r9", runs=2)
+    assert res.result == FOUND and res.commit.id == "r4"
+    expected = []
+    for t in res.tested:
+        expected += [("run", t.revision.id)] * 2 + [("done", t.revision.id)]
+    assert events == expected
+    assert all(t.outcome.seconds > 0 and t.outcome.cpu >= 0 for t in res.tested)
+
+
 def test_repeated_stops_at_the_first_skip_and_sums_time():
     calls = []
 

@@ -133,13 +133,15 @@ print(json.dumps(fakefw.gae(*args)))
 
 
 class ImportEvaluator:
-    """Checks the revision out, imports fakefw from it in a plain Python subprocess, compares its
-    advantages with the float64 compressed reference; an import failure is a skip."""
+    """Checks the revision out (once for all runs), imports fakefw from it in a plain Python
+    subprocess, compares its advantages with the float64 compressed reference; an import failure
+    is a skip."""
 
     def __init__(self, history, case: Case = CASE):
         self.history = history
         self.case = case
         self.calls: list[str] = []
+        self.done_calls: list[str] = []
         self.most_worktrees = 0
 
     def __call__(self, rev: Revision) -> Outcome:
@@ -148,12 +150,9 @@ class ImportEvaluator:
         self.most_worktrees = max(self.most_worktrees, len(self.history.worktrees()))
         c = self.case
         args = [c.token_rewards.tolist(), c.values.tolist(), c.trainable.tolist(), c.score.tolist(), c.gamma, c.lam]
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", SCRIPT, str(root), json.dumps(args)], capture_output=True, text=True, timeout=60
-            )
-        finally:
-            self.history.remove_worktree(rev.id)
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(root), json.dumps(args)], capture_output=True, text=True, timeout=60
+        )
         if proc.returncode != 0:
             return Outcome(SKIP, proc.stderr.strip().splitlines()[-1])
         got = json.loads(proc.stdout)
@@ -161,6 +160,11 @@ class ImportEvaluator:
         live = c.trainable
         ok = all(abs(got[b][t] - float(ref[b, t])) < 1e-9 for b, t in live.nonzero().tolist())
         return Outcome(GOOD if ok else BAD)
+
+    def done(self, rev: Revision) -> None:
+        """Called by `bisect` after the revision's last run: the worktree goes."""
+        self.done_calls.append(rev.id)
+        self.history.remove_worktree(rev.id)
 
 
 @pytest.fixture
@@ -223,12 +227,16 @@ def test_flaky_commit_needs_runs(tmp_path, cache, monkeypatch):
     assert once.result == FOUND and once.commit.id == shas[5], "one run believes the flaky commit"
 
     monkeypatch.setenv("FAKEFW_COUNTER", str(tmp_path / "counter-3"))
-    res = bisect(hist, ImportEvaluator(hist.history), shas[0], shas[10], runs=3)
+    ev = ImportEvaluator(hist.history)
+    res = bisect(hist, ev, shas[0], shas[10], runs=3)
     flaky = res.tested[2].outcome
     assert res.tested[2].revision.id == shas[5]
     assert flaky.verdict == SKIP and flaky.flaky and flaky.runs == [BAD, GOOD, BAD] and "flaky" in flaky.reason
     assert (res.result, res.kind, res.commit.id) == (FOUND, CAUSE, shas[8])
     assert all(t.outcome.runs == [t.outcome.verdict] * 3 for t in res.tested if not t.outcome.flaky)
+    # three runs per revision, one checkout: `done` once per revision, after its last run
+    assert ev.done_calls == [t.revision.id for t in res.tested] and len(ev.calls) == 3 * len(ev.done_calls)
+    assert ev.most_worktrees == 1 and hist.history.worktrees() == []
 
 
 def test_merges_with_and_without_first_parent(tmp_path, cache):

@@ -173,7 +173,8 @@ def run(args) -> int:
     def progress(rev: Revision, out: Outcome) -> None:
         count[0] += 1
         why = f"  ({out.reason})" if out.reason and out.verdict != "good" else ""
-        print(f"  [{count[0]:2d}] {out.verdict:<4} {out.seconds:6.2f} s  {_line(rev)}{why}"[:400], flush=True)
+        took = f"{out.seconds:6.2f} s ({out.cpu:5.2f} s cpu)"
+        print(f"  [{count[0]:2d}] {out.verdict:<4} {took}  {_line(rev)}{why}"[:400], flush=True)
 
     try:
         result = bisect(
@@ -204,7 +205,7 @@ def _summary(result: BisectResult, unit: str) -> None:
     n = result.evaluations
     stats = (
         f"{n} evaluations ({result.skips} skipped) over {result.revisions} {unit}s, bound {result.bound()}; "
-        f"{result.seconds:.1f} s, {result.seconds / max(n, 1):.2f} s per evaluation"
+        f"{result.seconds:.1f} s, {result.seconds / max(n, 1):.2f} s per evaluation ({result.cpu / max(n, 1):.2f} s cpu)"
     )
     if result.result == FOUND:
         what = "fixed" if result.kind == FIX else "caused"

@@ -1,0 +1,197 @@
+"""Bisection over released versions: PEP 440 ordering, the release list from the index, the
+target evaluator's verdict mapping (with a fake session), and a real bisection over verl wheels."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fuzz import bisect_env
+from fuzz.bisect import BAD, FIX, FOUND, GOOD, SKIP, BisectError, Revision, bisect, evaluation_bound
+from fuzz.bisect_env import ReleaseHistory, TargetEvaluator, outcome_of, pep440_key, released_versions, version_key
+from oracles.case import Case
+from oracles.properties import Declared, Verdict
+from oracles.reference import compressed_loop
+
+VERL = "0.9.1, 0.9.0, 0.8.0, 0.7.1, 0.7.0, 0.6.1, 0.6.0, 0.5.0, 0.4.1, 0.4.0, 0.3.0.post1, 0.3.0.post0, 0.2.0.post2, 0.2.0.post1, 0.2, 0.1"
+
+# Two rows, a masked gap in the first: verl before #2337 (0.5.0) runs GAE over the gap.
+GAP_CASE = Case.build(
+    trainable=[[1, 1, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0]],
+    attention=[[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]],
+    values=[[0.5, 1.0, 4.0, -3.0, 0.25, 2.0], [1.0, 0.0, -1.0, 0.0, 0.0, 0.0]],
+    score=[1.0, -1.0],
+    gamma=1.0,
+    lam=0.95,
+    dtype="float32",
+)
+
+
+# -- ordering ---------------------------------------------------------------------------------
+ORDERED = (
+    "0.1 0.2 0.2.0.post1 0.2.0.post2 0.3.0.dev1 0.3.0a1 0.3.0a2.dev0 0.3.0a2 0.3.0b1 0.3.0rc0 0.3.0rc1 0.3.0 "
+    "0.3.0.post0 0.3.0.post1 0.4.0 0.4.1 0.10.0 1.0 1!0.1"
+).split()
+
+
+def test_pep440_key_orders_like_packaging():
+    shuffled = ORDERED[::-1][3:] + ORDERED[::-1][:3]
+    assert sorted(shuffled, key=pep440_key) == ORDERED
+    packaging = pytest.importorskip("packaging.version")
+    assert sorted(shuffled, key=packaging.Version) == ORDERED
+    assert pep440_key("0.2") == pep440_key("0.2.0") and pep440_key("v1.0") == pep440_key("1.0")
+    assert version_key("0.10.0") > version_key("0.9.1")
+    with pytest.raises(ValueError):
+        pep440_key("main")
+
+
+def test_release_history_keeps_the_versions_between_old_and_new():
+    hist = ReleaseHistory(VERL.split(", ") + ["not-a-version"], "verl")
+    assert hist.versions[0] == "0.1" and hist.versions[-1] == "0.9.1" and "not-a-version" not in hist.versions
+    ids = [r.id for r in hist.revisions("0.4.1", "0.9.1")]
+    assert ids == ["0.5.0", "0.6.0", "0.6.1", "0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1"]
+    assert [r.id for r in hist.revisions("0.2", "0.3.0.post0")] == ["0.2.0.post1", "0.2.0.post2", "0.3.0.post0"]
+    assert hist.describe("0.4.1") == Revision("0.4.1", subject="verl 0.4.1")
+    with pytest.raises(BisectError, match="no release 0.4.2"):
+        hist.revisions("0.4.2", "0.9.1")
+    with pytest.raises(BisectError, match="not a later release"):
+        hist.revisions("0.9.1", "0.4.1")
+
+
+def test_release_list_from_pip_index_output():
+    out = f"WARNING: pip index is currently an experimental command.\nverl (0.9.1)\nAvailable versions: {VERL}\n"
+    calls = []
+
+    def runner(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    assert released_versions("verl", runner)[:3] == ["0.9.1", "0.9.0", "0.8.0"]
+    assert calls[0][:5] == [sys.executable, "-m", "pip", "index", "versions"] and "verl" in calls[0]
+
+    def offline(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for verl\n")
+
+    with pytest.raises(BisectError, match="No matching distribution"):
+        released_versions("verl", offline)
+
+
+# -- verdict mapping --------------------------------------------------------------------------
+def test_outcome_of_maps_verdicts():
+    assert outcome_of([Verdict("no-crash", "pass"), Verdict("reference", "pass")], "reference").verdict == GOOD
+    bad = outcome_of([Verdict("no-crash", "pass"), Verdict("reference", "fail", "differs")], "reference")
+    assert bad.verdict == BAD and "differs" in bad.reason
+    crash = outcome_of([Verdict("no-crash", "fail", "IndexError: boom"), Verdict("reference", "n/a", "the base run raised")], "reference")
+    assert crash.verdict == SKIP and "IndexError" in crash.reason
+    assert outcome_of([Verdict("no-crash", "fail", "crash")], "no-crash").verdict == BAD
+    na = outcome_of([Verdict("no-crash", "pass"), Verdict("telescoping", "n/a", "needs gamma = lam = 1")], "telescoping")
+    assert na.verdict == SKIP and "does not apply" in na.reason
+
+
+class FakeHandle:
+    def __init__(self, run):
+        self.run = run
+        self.declared = Declared(contract="compressed")
+
+
+def _mask_blind(case: Case):
+    """Classic GAE over every position (the 0.4-style bug), zeroed where not trainable."""
+    b, t = case.shape
+    adv = torch.zeros(b, t, dtype=torch.float64)
+    for row in range(b):
+        last = int(case.trainable[row].nonzero().max())
+        nxt_v = nxt_a = 0.0
+        for i in reversed(range(t)):
+            r = float(case.token_rewards[row, i]) + (float(case.score[row]) if i == last else 0.0)
+            nxt_a = r + case.gamma * nxt_v - float(case.values[row, i]) + case.gamma * case.lam * nxt_a
+            nxt_v = float(case.values[row, i])
+            adv[row, i] = nxt_a
+    adv = adv * case.trainable
+    return adv, (adv + case.values) * case.trainable
+
+
+class FakeSession:
+    """`open_target` for the releases of a pretend package: 0.5.0 introduced the fix, 0.6.0 has no
+    such function (Skip), 0.7.0 cannot be imported (SetupError)."""
+
+    class Skip(Exception):
+        pass
+
+    class SetupError(Exception):
+        pass
+
+    def __init__(self):
+        self.opened: list[str] = []
+
+    @contextlib.contextmanager
+    def open_target(self, ref, repos=None, device="cpu", timeout=60.0):
+        target, entry, pin = ref
+        self.opened.append(pin)
+        version = pin.removeprefix("==")
+        if version == "0.6.0":
+            raise self.Skip("verl@==0.6.0 (verl==0.6.0): function not present at this pin")
+        if version == "0.7.0":
+            raise self.SetupError("verl@==0.7.0: cannot load the target: No module named 'ray'.\n  ModuleNotFoundError")
+        fixed = version_key(version) >= version_key("0.5.0")
+        yield FakeHandle(compressed_loop if fixed else _mask_blind)
+
+
+class GapEntry:
+    case = GAP_CASE
+    property = "reference"
+
+
+def test_target_evaluator_over_releases_with_a_fake_session():
+    session = FakeSession()
+    cleaned = []
+    ev = TargetEvaluator(
+        GapEntry(), "verl", releases=True, opener=session.open_target, ref_factory=lambda *a: a, cleanup=cleaned.append
+    )
+    hist = ReleaseHistory(VERL.split(", "), "verl")
+    res = bisect(hist, ev, "0.4.0", "0.9.1")
+    assert (res.result, res.kind, res.commit.id) == (FOUND, FIX, "0.5.0")
+    assert all(p.startswith("==") for p in session.opened), "a release is opened as ==VERSION"
+    assert cleaned == [t.revision.id for t in res.tested]
+    assert res.evaluations <= evaluation_bound(res.revisions, res.skips)
+
+    by_version = {t.revision.id: t.outcome for t in bisect(hist, ev, "0.4.1", "0.8.0").tested}
+    assert by_version["0.4.1"].verdict == BAD and by_version["0.8.0"].verdict == GOOD
+    assert by_version["0.6.0"].verdict == SKIP and by_version["0.6.0"].reason.startswith("not present")
+    if "0.7.0" in by_version:
+        assert by_version["0.7.0"].verdict == SKIP and "No module named 'ray'" in by_version["0.7.0"].reason
+    assert all(o.seconds > 0 for o in by_version.values())
+
+
+# -- real wheels --------------------------------------------------------------------------------
+@pytest.mark.network
+def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
+    """verl 0.4.1 runs GAE over masked positions; 0.5.0 (#2337) skips them: the fix is 0.5.0.
+    Downloads the verl wheels the search probes (about five, ~1 MB each) into the maskfuzz cache."""
+    from fuzz import corpus
+    from fuzz.cli import main
+
+    monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # no --repo for verl: its releases are bisected
+    try:
+        versions = released_versions("verl")
+    except (BisectError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"the package index is not reachable: {exc}")
+    assert {"0.4.1", "0.5.0", "0.9.1"} <= set(versions)
+    entry = corpus.Entry("verl", "0.4.1", "reference", GAP_CASE, Verdict("reference", "fail", "differs"))
+    case_file = corpus.save(entry, tmp_path / "corpus")
+    out = tmp_path / "bisect.json"
+    code = main(["bisect", str(case_file), "--old", "0.4.1", "--new", "0.9.1", "--json", str(out)])
+    text = capsys.readouterr().out
+    d = json.loads(out.read_text())
+    assert code == 0, text
+    assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.5.0"
+    assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD
+    assert d["revisions"] == len([v for v in versions if version_key("0.4.1") < version_key(v) <= version_key("0.9.1")])
+    assert d["evaluations"] <= evaluation_bound(d["revisions"], d["skips"])
+    assert "0.5.0" in text and "fix" in text
+    each = d["seconds_per_evaluation"]
+    print(f"\n[verl releases] {d['evaluations']} evaluations, {d['seconds']:.1f} s, {each:.2f} s each", file=sys.stderr)
