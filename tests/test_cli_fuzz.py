@@ -1,0 +1,94 @@
+"""`maskfuzz fuzz` end to end on user callables in worker processes: exit codes, JSON, corpus."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from fuzz.cli import main
+
+MODULE = textwrap.dedent(
+    '''
+    import torch
+
+    def leaky(*, token_rewards, values, trainable, attention, score, gamma, lam):
+        """Masks values only for storage: the raw ones bootstrap (the seed bug)."""
+        b, t_len = values.shape
+        rewards = token_rewards * trainable
+        idx = torch.arange(t_len).expand(b, t_len)
+        last = torch.where(trainable > 0, idx, torch.zeros_like(idx)).max(dim=1).values
+        rewards = rewards.clone()
+        has = trainable.sum(dim=1) > 0
+        rewards[torch.arange(b)[has], last[has]] += score[has]
+        adv = torch.zeros_like(values)
+        acc = torch.zeros(b, dtype=values.dtype)
+        for t in reversed(range(t_len)):
+            nxt = values[:, t + 1] if t + 1 < t_len else torch.zeros(b, dtype=values.dtype)
+            acc = rewards[:, t] + gamma * nxt - values[:, t] + gamma * lam * acc
+            adv[:, t] = acc
+        return adv * trainable, (adv + values) * trainable
+
+    def zeros(*, token_rewards, values, trainable, attention, score, gamma, lam):
+        z = torch.zeros_like(values)
+        return z, z
+    '''
+)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "usergae.py").write_text(MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_callable_with_a_bug_exits_1_and_writes_json_and_corpus(user_module, capsys):
+    out = user_module / "out.json"
+    code = main(["fuzz", "--callable", "usergae:leaky", "--contract", "dense", "--max-examples", "40",
+                 "--json", str(out), "--corpus", str(user_module / "corpus"), "--quiet"])
+    assert code == 1
+    data = json.loads(out.read_text())
+    (target,) = data["targets"]
+    assert target["target"] == "usergae:leaky" and target["status"] == "ok"
+    props = {f["property"] for f in target["findings"]}
+    assert "poison" in props
+    finding = next(f for f in target["findings"] if f["property"] == "poison")
+    assert set(finding) >= {"property", "shape", "positions", "expected", "observed", "case", "corpus_file"}
+    assert finding["corpus_file"] and (user_module / "corpus").exists()
+    assert "Summary" in capsys.readouterr().out
+
+
+def test_a_function_that_ignores_the_score_is_found(user_module):
+    code = main(["fuzz", "--callable", "usergae:zeros", "--contract", "compressed", "--max-examples", "30", "--quiet"])
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["fuzz", "nosuchtarget@1.0"], "unknown target"),
+        (["fuzz", "--profile", "weekly"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2(argv, needle, capsys):
+    with pytest.raises(SystemExit) if "--profile" in argv else _nullcontext():
+        code = main(argv)
+        assert code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_callable_is_a_setup_error_exit_2(user_module, capsys):
+    code = main(["fuzz", "--callable", "usergae:nope", "--max-examples", "5", "--quiet"])
+    assert code == 2
+    assert "nope" in capsys.readouterr().err
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
