@@ -123,7 +123,8 @@ def load(root: Path, entry: str | None) -> Loaded:
     params = list(inspect.signature(gae).parameters)
     if params[:6] != ["self", "values", "rewards", "action_mask", "gamma", "lambd"]:
         # a changed signature must fail loudly, never be called with guessed names
-        raise RuntimeError(f"{where} has parameters {params}; expected (self, values, rewards, action_mask, gamma, lambd)")
+        want = "(self, values, rewards, action_mask, gamma, lambd)"
+        raise RuntimeError(f"{where} has parameters {params}; expected {want}")
     place, place_where = _score_placer(root)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:

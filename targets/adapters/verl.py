@@ -75,8 +75,15 @@ SPEC = TargetSpec(
     stand_ins=COMMON_HEAVY + ("pkg_resources", "pandas", "orjson", "psutil"),
     deny=("torch_npu",),
     domain=Domain(
+        dtypes=("float32", "float64"),
         left_padding=False,
         why={
+            "dtypes": (
+                "verl's token_level_rewards are float32 by construction (the reward managers build the score tensor "
+                "with torch.zeros_like(responses, dtype=torch.float32); apply_kl_penalty subtracts a float32 KL), so "
+                "the TD errors are float32 or wider even when the critic runs in bf16; a case run wholly in bf16 or "
+                "fp16 is not an input verl produces (in fp16, finite poison would overflow the masked TD error)"
+            ),
             "left_padding": (
                 "verl's response window is right-padded (prompts are left-padded, responses right-padded); "
                 "the reward manager places the score at attention_mask[prompt_length:].sum() - 1, which is only "

@@ -1,0 +1,188 @@
+"""OpenRLHF through its adapter: the experience maker's `get_advantages_and_returns`, called unbound
+from the wheel at each pin, the score placed by OpenRLHF's own `compute_reward`, judged by the oracle.
+
+The verdicts asserted here were derived by reading OpenRLHF's code (identical in 0.3.6.post1 and
+0.11.2 for the padded path):
+
+* `values = action_mask * values; rewards = action_mask * rewards`, then a plain GAE loop over
+  every position: the `dense` contract. Finite poison is multiplied away (the seed case gives the
+  fixed numbers [0.95, 1.0]); NaN * 0 is NaN, so non-finite poison leaks.
+* `compute_reward` puts the score at the last action-mask token (`eos_indices`), so an observation
+  tail never loses it.
+* The outputs are not multiplied by the mask: in a gap, A carries the later advantage (masked-zero
+  fails; nothing in OpenRLHF documents otherwise). No whitening inside the function.
+
+Release pins download wheels (network marker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuzz.engine import fuzz_target
+from fuzz.strategies import Sizes
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import openrlhf
+from targets.adapters.base import NotPresent
+from targets.session import SetupError, open_target
+
+NEWEST, OLDEST = "0.11.2", "0.3.6.post1"
+DECLARED = openrlhf.SPEC.declared()
+
+SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)  # example 2
+OBS_TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+
+
+def verdicts(run, case: Case, declared=DECLARED, only=None) -> dict:
+    return {v.property: v for v in judge(run, case, declared, only=only)}
+
+
+@contextlib.contextmanager
+def opened(ref: str):
+    """open_target, skipping (with the reason) when the package index cannot be reached."""
+    try:
+        with open_target(ref) as h:
+            yield h
+    except SetupError as exc:
+        if "no network" in str(exc) or "cannot reach" in str(exc):
+            pytest.skip(f"{ref}: {exc}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def newest():
+    with opened(f"openrlhf@{NEWEST}") as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def oldest():
+    with opened(f"openrlhf@{OLDEST}") as h:
+        yield h
+
+
+@pytest.fixture(params=["newest", "oldest"])
+def pinned(request):
+    return request.getfixturevalue(request.param)
+
+
+@pytest.mark.network
+def test_the_method_is_found_on_its_class_at_each_pin(pinned):
+    owner = "NaiveExperienceMaker" if pinned.pin == OLDEST else "RemoteExperienceMaker"
+    where = f"openrlhf/trainer/ppo_utils/experience_maker.py::{owner}.get_advantages_and_returns"
+    assert pinned.info["where"].endswith(where), pinned.info["where"]
+    assert any("compute_reward" in n for n in pinned.info["notes"]), pinned.info["notes"]
+    assert pinned.resolved == f"openrlhf=={pinned.pin}"
+
+
+@pytest.mark.network
+def test_finite_poison_is_multiplied_away(pinned):
+    adv, ret = pinned.run(SEED)
+    assert adv[0].tolist() == pytest.approx([0.95, 1.0, 0.0], rel=1e-6)  # the seed report's fixed numbers
+    assert ret[0].tolist() == pytest.approx([0.95, 1.0, 0.0], rel=1e-6)
+    v = verdicts(pinned.run, SEED)
+    for prop in ("no-crash", "poison", "reference", "row-independence", "masked-zero", "deterministic"):
+        assert v[prop].status == "pass", v[prop]
+
+
+@pytest.mark.network
+def test_a_gap_is_dense_and_its_masked_advantages_are_not_zero(pinned):
+    adv, ret = pinned.run(GAP)
+    # semantics.md example 2, contract dense: A = [-0.103424, ., ., 0.75], Ret = [0.396576, ., ., 1.0]
+    assert [adv[0, 0].item(), adv[0, 3].item()] == pytest.approx([-0.103424, 0.75], rel=1e-5)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.396576, 1.0], rel=1e-5)
+    # in the gap the carry stays: A_2 = gamma * V_3 + gamma * lam * A_3 = 0.225 + 0.54, A_1 = 0.72 * A_2
+    assert adv[0, 1] != 0 and adv[0, 2] != 0
+    v = verdicts(pinned.run, GAP)
+    assert v["reference"].status == "pass" and v["poison"].status == "pass"
+    assert v["masked-zero"].failed and v["masked-zero"].positions == [[0, 1], [0, 2]]
+    # judged as compressed, the same outputs are wrong: each gap token costs a decay step
+    compressed = dataclasses.replace(DECLARED, contract="compressed")
+    v = verdicts(pinned.run, GAP, compressed, only=("reference", "gap-invariance"))
+    assert v["reference"].failed and v["gap-invariance"].failed
+
+
+@pytest.mark.network
+def test_the_score_on_an_observation_tail_is_kept(pinned):
+    adv, _ = pinned.run(OBS_TAIL)
+    assert adv[0].tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]  # compute_reward: last action-mask token
+    v = verdicts(pinned.run, OBS_TAIL)
+    assert v["score-kept"].status == v["reference"].status == v["masked-zero"].status == "pass"
+
+
+@pytest.mark.network
+def test_nan_poison_leaks(pinned):
+    case = SEED.replace(values=[[0, 0, float("nan")]])
+    adv, _ = pinned.run(case)
+    assert torch.isnan(adv[0, :2]).all()  # action_mask * values: NaN * 0 = NaN
+    assert verdicts(pinned.run, case)["poison-nonfinite"].failed
+
+
+@pytest.mark.network
+def test_fuzzing_the_newest_release_finds_nan_leak_and_masked_carry_only(newest):
+    res = fuzz_target(
+        newest.run, newest.declared, target="openrlhf", pin=NEWEST, max_examples=30, seed=0, sizes=Sizes(3, 8)
+    )
+    found = {f.property for f in res.findings}
+    assert found == {"poison-nonfinite", "masked-zero"}, found
+    assert res.checked["poison"] > 0 and res.checked["score-kept"] > 0 and res.checked["reference"] > 0
+    carry = res.finding("masked-zero")
+    # a masked position before a trained token: the carry of the later advantage
+    (b, t), = carry.verdict.positions[:1]
+    assert not carry.case.trainable[b, t] and carry.case.trainable[b, t + 1 :].any()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pins without the method, and a changed signature: `load` on fake trees, in this process.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_tree(tmp_path, monkeypatch):
+    """A function writing a fake openrlhf tree with the given experience_maker.py (None: no such module)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+
+    def make(experience_maker: str | None) -> Path:
+        pkg = tmp_path / "openrlhf" / "trainer" / "ppo_utils"
+        pkg.mkdir(parents=True)
+        for d in (tmp_path / "openrlhf", tmp_path / "openrlhf" / "trainer", pkg):
+            (d / "__init__.py").write_text("")
+        if experience_maker is not None:
+            (pkg / "experience_maker.py").write_text(textwrap.dedent(experience_maker))
+        return tmp_path
+
+    yield make
+    for name in set(sys.modules) - before:
+        if name == "openrlhf" or name.startswith("openrlhf."):
+            del sys.modules[name]
+
+
+def test_a_tree_without_the_method_is_a_skip(fake_tree):
+    root = fake_tree("class RemoteExperienceMaker:\n    def make_experience(self):\n        pass\n")
+    with pytest.raises(NotPresent, match="get_advantages_and_returns"):
+        openrlhf.load(root, None)
+
+
+def test_a_tree_without_the_module_is_a_skip(fake_tree):
+    with pytest.raises(NotPresent, match="experience_maker"):
+        openrlhf.load(fake_tree(None), None)
+
+
+def test_a_changed_signature_fails_loudly(fake_tree):
+    root = fake_tree(
+        """
+        class RemoteExperienceMaker:
+            def get_advantages_and_returns(self, values, rewards, mask, gamma, lam):
+                pass
+        """
+    )
+    with pytest.raises(RuntimeError, match="expected \\(self, values, rewards, action_mask, gamma, lambd\\)"):
+        openrlhf.load(root, None)

@@ -1,0 +1,253 @@
+"""verl through its adapter: `compute_gae_advantage_return` from the wheel (or commit) at each pin,
+the score placed by verl's own reward manager, judged by the oracle.
+
+The verdicts asserted here were derived by reading verl's code:
+
+* 0.1 ... 0.4.1 (`core_algos.py`): a plain GAE loop over every position; the mask (`eos_mask`, later
+  `response_mask`) only enters `masked_whiten`. A value or reward at a masked position bootstraps
+  into the trained tokens (poison leaks; the seed report's [5.7, 6.0] in the returns), and each
+  masked gap token is a transition (with masked values and rewards zero: the `dense` contract).
+* 0.5.0 ... 0.9.1 (#2337): `nextvalues` and `lastgaelam` are carried through masked positions, so
+  finite poison never matters and a gap costs nothing (the `compressed` contract) -- but the
+  carry is `x * mask + (1 - mask) * carry`, and NaN * 0 is NaN: non-finite poison leaks.
+* Every pin: the reward manager writes the score at `valid_response_length - 1`, the last
+  *attended* response token. With an observation tail (real, masked) that is a masked position:
+  0.5+ skips it (the score is lost at any gamma), 0.4.1 keeps it out of reach at gamma = 0.
+* `masked_var(unbiased=True)` raises ValueError for fewer than two masked-in elements: declared.
+
+Release pins download wheels (network marker); the git pins need MASKFUZZ_REPOS=verl=/path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from fuzz.strategies import Sizes
+from oracles.case import Case
+from oracles.properties import judge
+from oracles.reference import masked_whiten, reference
+from targets.adapters import verl
+from targets.adapters.base import NotPresent
+from targets.session import SetupError, open_target
+
+OLD, NEW = "0.4.1", "0.9.1"  # the last plain-loop release and the newest (masked carry) release
+MASKING = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # #2337 "mask out observation token in GAE"
+BEFORE = "11ee5125d269d657f1edf101d627b4b599eaceae"  # its parent
+DECLARED = verl.SPEC.declared()
+
+# The seed report's case: a masked padding slot with a poisoned value.
+SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+# semantics.md example 2 (a gap of real tokens with poisoned values), plus an all-trainable row so
+# that the batch whitening is not degenerate.
+GAP = Case.build(
+    trainable=[[1, 0, 0, 1], [1, 1, 1, 1]],
+    values=[[0.5, 9, 9, 0.25], [0.1, 0.2, 0.3, 0.4]],
+    score=[1.0, 0.5],
+    gamma=0.9,
+    lam=0.8,
+)
+# semantics.md example 3: an observation tail at gamma = 0; and the same row with a padding tail.
+OBS_TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+PAD_TAIL = OBS_TAIL.replace(attention=OBS_TAIL.trainable.clone())
+
+
+def verdicts(run, case: Case, declared=DECLARED, only=None) -> dict:
+    return {v.property: v for v in judge(run, case, declared, only=only)}
+
+
+@contextlib.contextmanager
+def opened(ref: str, repos=None):
+    """open_target, skipping (with the reason) when the package index cannot be reached."""
+    try:
+        with open_target(ref, repos=repos) as h:
+            yield h
+    except SetupError as exc:
+        if "no network" in str(exc) or "cannot reach" in str(exc):
+            pytest.skip(f"{ref}: {exc}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def old():
+    with opened(f"verl@{OLD}") as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def new():
+    with opened(f"verl@{NEW}") as h:
+        yield h
+
+
+# ---------------------------------------------------------------------------------------------
+# Release pins.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.network
+def test_the_function_and_the_reward_manager_come_from_the_wheel(old, new):
+    for h in (old, new):
+        assert h.info["where"] == "verl/trainer/ppo/core_algos.py::compute_gae_advantage_return"
+        assert any("NaiveRewardManager" in n for n in h.info["notes"]), h.info["notes"]
+        assert "torch_npu" not in h.info["stand_ins_used"]  # deny-listed: stays missing
+        assert h.resolved == f"verl=={h.pin}"
+
+
+@pytest.mark.network
+def test_seed_poison_leaks_before_2337_and_not_after(old, new):
+    _, ret = old.run(SEED)
+    assert ret[0, :2].tolist() == pytest.approx([5.7, 6.0], rel=1e-6)  # the seed report's buggy numbers
+    v = verdicts(old.run, SEED)
+    assert v["poison"].failed and v["poison"].output == "returns"
+    assert v["reference"].failed
+    assert v["row-independence"].status == v["deterministic"].status == "pass"
+
+    _, ret = new.run(SEED)
+    assert ret[0, :2].tolist() == pytest.approx([0.95, 1.0], rel=1e-6)  # the fixed numbers
+    v = verdicts(new.run, SEED)
+    for prop in ("no-crash", "poison", "reference", "row-independence", "deterministic"):
+        assert v[prop].status == "pass", v[prop]
+    assert v["masked-zero"].status == "n/a"  # documented: whitening makes masked positions non-zero
+
+
+@pytest.mark.network
+def test_a_gap_is_compressed_from_2337_and_dense_before(old, new):
+    v = verdicts(new.run, GAP)
+    for prop in ("poison", "gap-invariance", "reference", "row-independence"):
+        assert v[prop].status == "pass", v[prop]
+    _, ret = new.run(GAP)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.765, 1.0], rel=1e-6)  # compressed Ret
+
+    v = verdicts(old.run, GAP)
+    assert v["poison"].failed and v["gap-invariance"].failed and v["reference"].failed
+    # With zeros under the mask, the plain loop of 0.4.1 is exactly the dense contract, whitened.
+    clean = GAP.replace(values=GAP.values * GAP.trainable)
+    adv, ret = old.run(clean)
+    ref_adv, ref_ret = reference(clean, "dense")
+    ref_adv = masked_whiten(ref_adv, clean.trainable, verl.SPEC.whitening)
+    live = clean.trainable
+    assert torch.allclose(adv.double()[live], ref_adv[live], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(ret.double()[live], ref_ret[live], rtol=1e-6, atol=1e-6)
+    dense = dataclasses.replace(DECLARED, contract="dense")
+    assert verdicts(old.run, clean, dense, only=("reference",))["reference"].status == "pass"
+    assert verdicts(new.run, clean, dense, only=("reference",))["reference"].failed
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("which", ["old", "new"])
+def test_the_score_on_an_observation_tail_is_lost(which, request):
+    h = request.getfixturevalue(which)
+    adv, _ = h.run(OBS_TAIL)
+    # verl's reward manager put the score on position 4 (the last attended token, masked); the
+    # trained tokens see only zeros, which whiten to zeros
+    assert adv[0, :3].tolist() == [0.0, 0.0, 0.0]
+    v = verdicts(h.run, OBS_TAIL)
+    assert v["score-kept"].failed and v["score-kept"].positions == [[0, 2]]
+    assert v["reference"].failed
+    # the same row ending in padding: the score lands on the last trained token and is kept
+    v = verdicts(h.run, PAD_TAIL)
+    assert v["score-kept"].status == "pass" and v["reference"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("which", ["old", "new"])
+def test_nan_poison_leaks_at_every_pin(which, request):
+    h = request.getfixturevalue(which)
+    case = SEED.replace(values=[[0, 0, float("nan")]])
+    adv, _ = h.run(case)
+    assert torch.isnan(adv[0, :2]).all()  # 0.9.1: values * mask with NaN * 0 = NaN
+    assert verdicts(h.run, case)["poison-nonfinite"].failed
+
+
+@pytest.mark.network
+def test_too_few_trained_tokens_is_a_documented_error(new):
+    for case, text in (
+        (Case.build(trainable=[[1, 0]], score=[1.0]), "sum of the mask is one"),
+        (Case.build(trainable=[[0, 0]], score=[1.0]), "At least one element"),
+    ):
+        v = verdicts(new.run, case)
+        assert v["no-crash"].status == "pass" and text in v["no-crash"].message, v["no-crash"]
+
+
+@pytest.mark.network
+def test_fuzzing_the_newest_release_finds_the_lost_score_and_nan_leak_only(new):
+    res = fuzz_target(new.run, new.declared, target="verl", pin=NEW, max_examples=30, seed=0, sizes=Sizes(3, 8))
+    found = {f.property for f in res.findings}
+    assert "poison-nonfinite" in found
+    assert found & {"score-kept", "telescoping", "reference"}, found
+    assert not found & {"poison", "gap-invariance", "row-independence", "no-crash", "deterministic"}, found
+    assert res.checked["poison"] > 0 and res.checked["gap-invariance"] > 0
+    for f in res.findings:
+        if f.property in ("score-kept", "telescoping", "reference"):
+            # every such finding has a row whose real tokens go on after its last trained token
+            case = f.case
+            pos = torch.arange(case.shape[1])
+            last = torch.where(case.trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
+            assert (case.attention & (pos > last[:, None])).any(), f.case.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# Git pins: #2337 and its parent (needs a local mirror).
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.network
+@pytest.mark.needs_mirror
+def test_2337_is_where_the_gap_becomes_compressed():
+    repos = parse_repos(None)
+    if "verl" not in repos:
+        pytest.skip("set MASKFUZZ_REPOS=verl=/path/to/a/verl/clone to check the git pins")
+    with opened(f"verl@{BEFORE}", repos) as before:
+        v = verdicts(before.run, GAP)
+        assert v["gap-invariance"].failed and v["poison"].failed
+    with opened(f"verl@{MASKING}", repos) as after:
+        assert after.resolved == MASKING
+        v = verdicts(after.run, GAP)
+        assert v["gap-invariance"].status == v["poison"].status == v["reference"].status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pins without the function, and a changed signature: `load` on fake trees, in this process (a
+# worker costs seconds to start; the fake `verl` is removed from sys.modules afterwards).
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_tree(tmp_path, monkeypatch):
+    """A function writing a fake verl tree with the given core_algos.py (None: no such module)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+
+    def make(core_algos: str | None) -> Path:
+        pkg = tmp_path / "verl" / "trainer" / "ppo"
+        pkg.mkdir(parents=True)
+        for d in (tmp_path / "verl", tmp_path / "verl" / "trainer", pkg):
+            (d / "__init__.py").write_text("")
+        if core_algos is not None:
+            (pkg / "core_algos.py").write_text(textwrap.dedent(core_algos))
+        return tmp_path
+
+    yield make
+    for name in set(sys.modules) - before:
+        if name == "verl" or name.startswith("verl."):
+            del sys.modules[name]
+
+
+def test_a_tree_without_the_function_is_a_skip(fake_tree):
+    root = fake_tree("def compute_grpo_outcome_advantage(*a):\n    pass\n")
+    with pytest.raises(NotPresent, match="compute_gae_advantage_return"):
+        verl.load(root, None)
+
+
+def test_a_tree_without_core_algos_is_a_skip(fake_tree):
+    with pytest.raises(NotPresent, match="verl.trainer.ppo.core_algos"):
+        verl.load(fake_tree(None), None)
+
+
+def test_a_changed_signature_fails_loudly(fake_tree):
+    root = fake_tree("def compute_gae_advantage_return(rewards, values, mask, gamma, lam):\n    pass\n")
+    with pytest.raises(RuntimeError, match="expected .*response_mask/eos_mask"):
+        verl.load(root, None)
