@@ -70,6 +70,8 @@ class FuzzResult:
     generated: int = 0  # executions before the first failure of each batch
     seconds: float = 0.0
     first_failure_s: float | None = None
+    first_failure_at: dict[str, float] = field(default_factory=dict)  # property -> seconds to its first failure
+    stopped: bool = False  # `stop_when` ended the search
     findings: list[Finding] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     failed: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
@@ -78,6 +80,10 @@ class FuzzResult:
 
     def finding(self, prop: str) -> Finding | None:
         return next((f for f in self.findings if f.property == prop), None)
+
+
+class _StopSearch(BaseException):
+    """Ends a search at once: Hypothesis re-raises BaseExceptions without shrinking."""
 
 
 class PropertyViolation(AssertionError):
@@ -121,6 +127,7 @@ def fuzz_target(
     derandomize: bool = False,
     shrink: bool = True,
     properties: tuple[str, ...] | None = None,
+    stop_when: Callable[[FuzzResult], bool] | None = None,
 ) -> FuzzResult:
     """Fuzz `run` against `declared` and return the shrunk findings, one per violated property.
 
@@ -128,11 +135,12 @@ def fuzz_target(
     seeds seed, seed+1, ...: each batch stops raising the properties already found, until
     `max_examples` examples were generated (shrinking not counted) or, with `budget` (seconds,
     checked between batches of at most `batch` examples), until the budget is spent.
-    `properties` restricts the checks (and the search ends when all of them are found)."""
+    `properties` restricts the checks (and the search ends when all of them are found);
+    `stop_when(result)`, asked after every example, ends the search at once (benchmarks)."""
     result = FuzzResult(target, pin)
     with _single_thread():
         _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
-              derandomize, shrink, tuple(properties or PROPERTIES))
+              derandomize, shrink, tuple(properties or PROPERTIES), stop_when)
     for prop in PROPERTIES:
         if prop in result._found:
             case, verdict, also, used_seed = result._found[prop]
@@ -152,7 +160,7 @@ def _single_thread():
 
 
 def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
-          derandomize, shrink, wanted):
+          derandomize, shrink, wanted, stop_when):
     start = clock()
     strategy = cases(declared.domain, sizes, nonfinite)
     found = result._found
@@ -166,8 +174,10 @@ def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, d
         current_seed = seed + batch_no
         before = (result.generated, len(found))
         _search(run, declared, strategy, todo, current_seed, device, found, result, start, clock, progress,
-                base_settings(todo, derandomize, shrink), wanted)
+                base_settings(todo, derandomize, shrink), wanted, stop_when)
         batch_no += 1
+        if result.stopped:
+            break
         if budget is not None and clock() - start >= budget:
             break
         if set(wanted) <= set(found):
@@ -177,7 +187,8 @@ def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, d
     result.seconds = clock() - start
 
 
-def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted) -> None:
+def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted,
+            stop_when) -> None:
     raise_for = tuple(p for p in wanted if p not in found)
     latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
     state = {"failing": False}
@@ -193,8 +204,12 @@ def _search(run, declared, strategy, n, seed, device, found, result, start, cloc
                 result.checked[v.property] += 1
             if v.failed:
                 result.failed[v.property] += 1
+                result.first_failure_at.setdefault(v.property, clock() - start)
         if progress is not None:
             progress(result)
+        if stop_when is not None and stop_when(result):
+            result.stopped = True
+            raise _StopSearch
         first = next((v for v in failing if v.property in raise_for), None)
         if first is None:
             return
@@ -208,6 +223,8 @@ def _search(run, declared, strategy, n, seed, device, found, result, start, cloc
     test = hyp_seed(seed)(hyp_settings(given(strategy)(body)))
     try:
         test()
+    except _StopSearch:
+        pass
     except (PropertyViolation, Flaky, _GROUP) as exc:
         if isinstance(exc, Flaky):
             result.notes.append(f"seed {seed}: Hypothesis reported a flaky failure: {str(exc)[:200]}")
