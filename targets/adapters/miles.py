@@ -92,6 +92,7 @@ CALLER_HOMES = [
     ("miles.backends.training_utils.loss", "compute_advantages_and_returns"),
     ("miles.backends.megatron_utils.loss", "compute_advantages_and_returns"),
 ]
+MPU_IMPORT = re.compile(r"from megatron\.core import[^\n]*\bmpu\b|megatron\.core\.mpu")
 # modules that may call the function by its global name (rebound for entry 'vanilla')
 CALLER_MODULES = (
     "miles.backends.training_utils.loss_hub.advantages",
@@ -127,25 +128,40 @@ def trivial_parallel_state(parallel) -> object:
     return cls(**kwargs)
 
 
-def provide_state(root: Path, fn: Callable, caller: Callable | None) -> tuple[object | None, list[str]]:
-    """Install the state `fn` (and `caller`) read at this pin. Returns the ParallelState (or None
-    where the pin has none) and notes saying what was provided."""
-    notes = []
-    sources = inspect.getsource(fn) + (inspect.getsource(caller) if caller is not None else "")
-    if re.search(r"\bmpu\b", sources):  # `from megatron.core import mpu` (not "compute")
-        install_mpu_state()
-        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
+def needs_mpu(root: Path) -> bool:
+    """Whether any module on the way (function, callers) imports `megatron.core.mpu`. Read from the
+    files, before anything is imported: a caller that binds `mpu` at import time must get the
+    single-rank state, never the inert stand-in (whose CP rank is not 0, so the score would be
+    silently dropped)."""
+    modules = {m for m, _ in FUNCTION_HOMES + CALLER_HOMES} | set(CALLER_MODULES)
+    for module in modules:
+        path = Path(root, *module.split(".")).with_suffix(".py")
+        if path.is_file() and MPU_IMPORT.search(path.read_text(encoding="utf-8")):
+            return True
+    return False
+
+
+def provide_parallel_state(root: Path) -> tuple[object | None, list[str]]:
+    """Set miles' own parallel state where the pin has one. Returns the ParallelState (None where
+    the pin has none) and notes saying what was provided."""
     try:
         parallel = import_from(root, "miles.backends.training_utils.parallel")
     except NotPresent:
-        return None, notes
+        return None, []
     state = trivial_parallel_state(parallel)
     if hasattr(parallel, "set_parallel_state"):
         parallel.set_parallel_state(state)
-        notes.append("state: set_parallel_state(ParallelState(...)) with every group trivial (rank 0, size 1)")
-    else:
-        notes.append("state: a single-rank ParallelState passed as the `parallel_state` argument")
-    return state, notes
+        return state, ["state: set_parallel_state(ParallelState(...)) with every group trivial (rank 0, size 1)"]
+    return state, ["state: a single-rank ParallelState passed as the `parallel_state` argument"]
+
+
+def check_mpu(modules: list, mpu) -> None:
+    """Fail loudly if a module bound `mpu` to anything but the single-rank state (an inert
+    stand-in answers every question with garbage the math would silently use)."""
+    for mod in modules:
+        bound = getattr(mod, "mpu", None)
+        if bound is not None and bound is not mpu:
+            raise RuntimeError(f"{mod.__name__} bound a megatron mpu other than the single-rank state: {bound!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,20 +203,28 @@ def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callabl
 def load(root: Path, entry: str | None) -> Loaded:
     """Import miles' GAE from `root` (wheel or worktree) and the route that places the score."""
     name = entry_name(entry)
+    notes = []
+    mpu = None
+    if needs_mpu(root):
+        mpu = install_mpu_state()
+        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
     fn, where = function_from(root, FUNCTION_HOMES)
     params = inspect.signature(fn).parameters
     if name == "vanilla" and "chunked" not in params:
         raise NotPresent("entry 'vanilla': get_advantages_and_returns_batch has no `chunked` flag at this pin")
 
     if "terminal_rewards" in params:
-        state, notes = provide_state(root, fn, None)
+        state, more = provide_parallel_state(root)
+        notes += more
+        check_mpu([inspect.getmodule(fn)], mpu)
         run = direct_runner(fn, False if name == "vanilla" else None, state)
         notes.insert(0, "called directly; the function places terminal_rewards itself")
         notes.append("loss_masks passed" if "loss_masks" in params else "the function takes no loss mask")
         return Loaded(run, where, notes + smoke(run))
 
     caller, caller_where = function_from(root, CALLER_HOMES)
-    state, notes = provide_state(root, fn, caller)
+    state, more = provide_parallel_state(root)
+    notes += more
     caller_params = inspect.signature(caller).parameters
     if "parallel_state" in caller_params:
         if state is None:
@@ -214,6 +238,7 @@ def load(root: Path, entry: str | None) -> Loaded:
             modules.append(import_from(root, mod_name))
         except NotPresent:
             continue
+    check_mpu(modules + [inspect.getmodule(fn)], mpu)
     notes.insert(0, f"called through {caller_where} (it places the score on the last response token)")
     notes.append("token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1")
     notes += bind_flavour(modules, fn, name)
