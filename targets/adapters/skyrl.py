@@ -40,13 +40,14 @@ from oracles.reference import Whitening
 from targets.adapters.base import Loaded, NotPresent, function_from
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
-# The function's own module, newest layout first.
+# The function's own module. `skyrl_train` first: from 2026-02-12 to 02-15 both packages exist and
+# skyrl-train/ is the one the trainer of those commits (and the skyrl_train-v* tags) uses.
 _CANDIDATES = [
-    ("skyrl.backends.skyrl_train.utils.ppo_utils", "compute_gae_advantage_return"),
     ("skyrl_train.utils.ppo_utils", "compute_gae_advantage_return"),
+    ("skyrl.backends.skyrl_train.utils.ppo_utils", "compute_gae_advantage_return"),
 ]
-# Where the trainer that places the scalar reward lives, per layout (relative to the import root).
-_TRAINERS = ("skyrl/train/trainer.py", "skyrl_train/trainer.py")
+# The trainer that places the scalar reward, per package (relative to the directory holding the package).
+_TRAINERS = {"skyrl_train": "skyrl_train/trainer.py", "skyrl": "skyrl/train/trainer.py"}
 _PLACEMENT = "per_token_reward[-1] = float(reward)"
 
 SPEC = TargetSpec(
@@ -98,22 +99,24 @@ def _import_roots(root: Path) -> list[Path]:
     return roots
 
 
-def _check_placement(import_roots: list[Path]) -> str:
-    """Insist that the pin's trainer still places the scalar reward on the last response token.
+def _check_placement(fn) -> Path:
+    """Insist that the trainer next to `fn`'s package still places the scalar reward on the last
+    response token; returns the trainer's path.
 
-    Returns the trainer path that was checked. Raises RuntimeError when the rule changed (the
-    adapter must then be updated, not silently keep the old rule)."""
-    for base in import_roots:
-        for rel in _TRAINERS:
-            path = base / rel
-            if path.is_file():
-                if _PLACEMENT not in path.read_text(encoding="utf-8", errors="replace"):
-                    raise RuntimeError(
-                        f"{path} no longer contains {_PLACEMENT!r}: SkyRL's score placement changed at this pin; "
-                        "update targets/adapters/skyrl.py"
-                    )
-                return str(path)
-    raise RuntimeError(f"no SkyRL trainer found under {[str(b) for b in import_roots]} to check the score placement")
+    Raises RuntimeError when the rule changed or the trainer is missing (the adapter must then be
+    updated, not silently keep the old rule)."""
+    module = sys.modules[fn.__module__]
+    package = fn.__module__.split(".")[0]
+    base = Path(module.__file__).resolve().parents[fn.__module__.count(".")]
+    path = base / _TRAINERS[package]
+    if not path.is_file():
+        raise RuntimeError(f"no SkyRL trainer at {path} to check the score placement against; update the adapter")
+    if _PLACEMENT not in path.read_text(encoding="utf-8", errors="replace"):
+        raise RuntimeError(
+            f"{path} no longer contains {_PLACEMENT!r}: SkyRL's score placement changed at this pin; "
+            "update targets/adapters/skyrl.py"
+        )
+    return path
 
 
 def framework_inputs(case: Case, device: str) -> dict:
@@ -138,7 +141,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     for extra in reversed(import_roots):
         sys.path.insert(0, str(extra))
     fn, where = function_from(root, _CANDIDATES)
-    trainer = _check_placement(import_roots + [Path(root)])
+    trainer = _check_placement(fn)
 
     def run(case: Case, device: str):
         kw = framework_inputs(case, device)
@@ -146,7 +149,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         return adv, ret
 
     notes = [
-        f"score placed on the last real response token, the rule of {Path(trainer).relative_to(Path(root))}",
+        f"score placed on the last real response token, the rule of {trainer.relative_to(Path(root).resolve())}",
         "response_mask = attention (SkyRL's response indicator); rewards 0 at padding",
     ]
     return Loaded(run=run, where=where, notes=notes)

@@ -1,0 +1,225 @@
+"""torchrl's functional GAE through its adapter (`torchrl:default` = generalized_advantage_estimate,
+`torchrl:vec` = vec_generalized_advantage_estimate), judged by the oracle.
+
+The adapter maps a row to one trajectory that ends at its last trainable token (done = terminated
+there, next_state_value = values shifted left). The verdicts asserted here were derived by reading
+`torchrl/objectives/value/functional.py` at 0.14.1 (the same code from 0.6.0 to git main):
+
+* Both: `not_terminated = (~terminated).int()`; the value after the terminal step is multiplied by
+  `gamma * not_terminated` = 0, so a finite value there never leaks but NaN / inf does (NaN * 0).
+* Loop: `gamma * not_terminated` and `lmbda * gamma * not_done` are an int tensor times a Python
+  float, i.e. float32 tensors: a float64 run computes with gamma and gamma * lambda rounded to float32.
+* Vec (scalar gamma, lambda -> `_fast_vec_gae`): `_geom_series_like` returns `zeros_like(t)` (no
+  trailing dim) when gamma * lambda == 0, so `_custom_conv1d` raises IndexError; when
+  0 < gamma * lambda < 1e-7 it keeps `int(log(1e-7) / log(r)) = 0` terms and `rs[0] = 1.0` raises
+  IndexError on the empty series; otherwise it drops the terms below thr = 1e-7, which float64
+  outputs show (A_0 of a length-24 trajectory at gamma * lambda = 0.5 loses 0.5**23).
+
+Release pins download wheels (network marker); the git pin needs MASKFUZZ_REPOS=torchrl=/path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import torchrl
+from targets.session import open_target
+
+PIN = "0.14.1"
+ENTRIES = ("default", "vec")
+
+
+def verdicts(handle, case: Case) -> dict:
+    return {v.property: v for v in judge(handle.run, case, handle.declared)}
+
+
+def failed(v: dict) -> set[str]:
+    return {p for p, x in v.items() if x.failed}
+
+
+@pytest.fixture(scope="module")
+def loop():
+    with open_target(f"torchrl@{PIN}") as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def vec():
+    with open_target(f"torchrl:vec@{PIN}") as h:
+        yield h
+
+
+@pytest.fixture(params=ENTRIES)
+def gae(request):
+    """Each entry in turn, on the two module-wide workers (a torchrl worker takes seconds to start)."""
+    return request.getfixturevalue("loop" if request.param == "default" else "vec")
+
+
+# ---------------------------------------------------------------------------------------------
+# The mapping (no upstream code needed).
+# ---------------------------------------------------------------------------------------------
+def test_mapping_ends_each_row_at_its_last_trainable_token():
+    case = Case.build(
+        trainable=[[0, 1, 1, 0], [0, 0, 0, 0]],
+        attention=[[1, 1, 1, 1], [0, 0, 1, 1]],
+        token_rewards=[[1, 2, 3, 4], [5, 6, 7, 8]],
+        values=[[0.5, 1.5, 2.5, 3.5], [1, 2, 3, 4]],
+        score=[10, 20],
+        dtype="float64",
+    )
+    x = torchrl.framework_inputs(case, "cpu")
+    assert all(t.shape == (2, 4, 1) for t in x.values())
+    assert x["done"].squeeze(-1).tolist() == [[False, False, True, False], [False] * 4]
+    assert torch.equal(x["terminated"], x["done"])
+    assert x["reward"].squeeze(-1).tolist() == [[1, 2, 13, 4], [5, 6, 7, 8]]  # score at the last trainable token
+    assert x["next_state_value"].squeeze(-1).tolist() == [[1.5, 2.5, 3.5, 0.0], [2, 3, 4, 0]]
+    assert x["state_value"].dtype == torch.float64 and x["done"].dtype == torch.bool
+
+
+def test_gaps_are_outside_the_domain_with_a_reason():
+    gap = Case.build(trainable=[[1, 0, 1]])
+    assert torchrl.SPEC.domain.rejects(gap) == "row 0 has a gap between trainable tokens"
+    assert "no token mask" in torchrl.SPEC.domain.restrictions()["gaps"]
+    tail = Case.build(trainable=[[0, 1, 1, 0]], attention=[[1, 1, 1, 1]])
+    assert torchrl.SPEC.domain.rejects(tail) is None  # a masked head and an observation tail are expressible
+    assert not torchrl.SPEC.masked_zero and "after `done`" in torchrl.SPEC.masked_zero_why
+
+
+# ---------------------------------------------------------------------------------------------
+# Release 0.14.1, both entries.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.network
+def test_entries_load_the_functional_module_of_the_wheel(gae):
+    name = "vec_generalized_advantage_estimate" if gae.ref.entry == "vec" else "generalized_advantage_estimate"
+    assert gae.info["where"] == f"torchrl/objectives/value/functional.py::{name}"
+    assert gae.info["stand_ins_used"] == []
+    assert gae.resolved == f"torchrl=={PIN}"
+
+
+@pytest.mark.network
+def test_finite_poison_after_done_and_before_the_first_token_never_leaks(gae):
+    case = Case.build(
+        trainable=[[0, 1, 1, 0, 0], [1, 1, 1, 1, 1]],
+        attention=[[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]],  # masked head, observation tail, padding
+        token_rewards=[[50, 0, 1, -30, 9], [0, 0.5, 0, 0, 0]],
+        values=[[7, 0.5, 0.25, 100, -100], [0.5, 0.25, 0.125, 1, 2]],
+        score=[1, 2],
+        gamma=0.9,
+        lam=0.75,
+    )
+    v = verdicts(gae, case)
+    for prop in ("no-crash", "poison", "row-independence", "deterministic", "reference"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+    assert v["masked-zero"].status == "n/a"  # declared: the tail is a trajectory of its own
+    adv, _ = gae.run(case)
+    assert adv[0, 3].item() != 0  # ... and it does get advantages
+
+
+@pytest.mark.network
+def test_nan_value_after_done_is_multiplied_in(gae):
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        attention=[[1, 1, 0], [1, 1, 1]],
+        values=[[0.5, 0.25, math.nan], [0.5, 0.25, 0.5]],
+        score=[1, 1],
+        gamma=1,
+        lam=0.5,
+    )
+    v = verdicts(gae, case)
+    assert v["poison-nonfinite"].failed
+    assert [0, 1] in v["poison-nonfinite"].positions  # next_state_value * (gamma * 0) at the terminal step
+
+
+@pytest.mark.network
+def test_loop_keeps_the_score_at_gamma_zero_vec_raises(loop, vec):
+    case = Case.build(trainable=[[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], values=[[0.5, 0, 0.25, 9, 9], [0] * 5],
+                      score=[1, 1], gamma=0, lam=0.95)
+    v = verdicts(loop, case)
+    assert v["score-kept"].status == "pass" and v["reference"].status == "pass"
+    v = verdicts(vec, case)
+    assert v["no-crash"].failed and "IndexError: tuple index out of range" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_vec_raises_when_gamma_lambda_is_below_its_threshold(loop, vec):
+    case = Case.build(trainable=[[1, 1, 1, 0], [1, 1, 1, 1]], values=[[0.5, 0.25, 1, 0], [0.5, 0.25, 0.5, 1]],
+                      score=[1, 1], gamma=1e-4, lam=1e-4)  # gamma * lam = 1e-8 < thr = 1e-7
+    assert failed(verdicts(loop, case)) == set()
+    v = verdicts(vec, case)
+    assert v["no-crash"].failed and "IndexError: index 0 is out of bounds" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_vec_truncates_the_series_in_float64(loop, vec):
+    # rewards and values 0, score 1 at the end: A_0 = 0.5**23 = 1.19e-7, a term below thr = 1e-7
+    case = Case.build(trainable=[[1] * 24], score=[1], gamma=1, lam=0.5, dtype="float64")
+    adv, _ = vec.run(case)
+    assert adv[0, 0].item() == 0.0 and adv[0, 1].item() == 0.5**22
+    v = verdicts(vec, case)
+    assert v["reference"].failed and v["all-trainable"].failed and v["reference"].positions == [[0, 0]]
+    adv, _ = loop.run(case)
+    assert adv[0, 0].item() == 0.5**23
+    assert failed(verdicts(loop, case)) == set()
+
+
+@pytest.mark.network
+def test_loop_runs_float64_with_float32_gamma(loop):
+    rewards, values, gamma, lam = [1.0, 2, 3, 4], [10.0, 20, 30, 40], 0.9, 0.8
+    case = Case.build(trainable=[[1] * 4], token_rewards=[rewards], values=[values], gamma=gamma, lam=lam,
+                      dtype="float64")
+    v = verdicts(loop, case)
+    assert v["reference"].failed and v["all-trainable"].failed
+    f32 = lambda x: float(torch.tensor(x, dtype=torch.float32))  # noqa: E731
+    g, c, nxt, a = f32(gamma), f32(gamma * lam), 0.0, 0.0
+    expected = []
+    for t in reversed(range(4)):  # the same recursion with torchrl's float32 constants
+        a = rewards[t] + g * nxt - values[t] + c * a
+        expected.insert(0, a)
+        nxt = values[t]
+    adv, _ = loop.run(case)
+    assert adv[0].tolist() == pytest.approx(expected, rel=1e-14, abs=1e-13)
+
+
+@pytest.mark.network
+def test_short_fuzz_of_the_loop(loop):
+    result = fuzz_target(loop.run, loop.declared, target="torchrl", pin=PIN, max_examples=40, seed=0,
+                         derandomize=True, shrink=False)
+    bad = {p for p, n in result.failed.items() if n}
+    assert "poison-nonfinite" in bad, bad
+    assert not bad & {"no-crash", "poison", "score-kept", "telescoping", "row-independence", "deterministic"}, bad
+    # the only deviation from the reference is float32 gamma, which only float64 cases can see
+    assert all(f.case.dtype == "float64" for f in result.findings if f.property in ("reference", "all-trainable"))
+
+
+@pytest.mark.network
+def test_short_fuzz_of_vec(vec):
+    result = fuzz_target(vec.run, vec.declared, target="torchrl", pin=PIN, max_examples=100, seed=0,
+                         derandomize=True, shrink=False)
+    bad = {p for p, n in result.failed.items() if n}
+    assert {"no-crash", "poison-nonfinite"} <= bad, bad
+    assert not bad & {"poison", "row-independence", "deterministic"}, bad
+    crash = result.finding("no-crash")
+    assert "IndexError" in crash.verdict.message and crash.case.gamma * crash.case.lam < 1e-7
+
+
+# ---------------------------------------------------------------------------------------------
+# Git pin (mirror).
+# ---------------------------------------------------------------------------------------------
+def test_git_main_has_the_same_functions():
+    repos = parse_repos(None)
+    if "torchrl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=torchrl=/path/to/pytorch-rl-clone-or-mirror to test torchrl at main")
+    case = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, 100]], score=[1], gamma=0.0, lam=0.9)
+    with open_target("torchrl:vec@HEAD", repos=repos) as h:
+        assert h.info["where"] == "torchrl/objectives/value/functional.py::vec_generalized_advantage_estimate"
+        assert verdicts(h, case)["no-crash"].failed
+    with open_target("torchrl@HEAD", repos=repos) as h:
+        v = verdicts(h, case)
+        assert v["score-kept"].status == "pass" and v["poison"].status == "pass"
