@@ -31,8 +31,15 @@ def time_to_first_failure(seeds: int, examples: int) -> list[tuple[str, str, flo
     for mutant, (declared, prop) in zoo.CATCHES.items():
         times, misses = [], 0
         for seed in range(seeds):
-            result = fuzz_target(zoo.as_run(mutant), declared, target=mutant.__name__, max_examples=examples, seed=seed,
-                                 shrink=False, stop_when=lambda r, p=prop: p in r.first_failure_at)
+            result = fuzz_target(
+                zoo.as_run(mutant),
+                declared,
+                target=mutant.__name__,
+                max_examples=examples,
+                seed=seed,
+                shrink=False,
+                stop_when=lambda r, p=prop: p in r.first_failure_at,
+            )
             if prop in result.first_failure_at:
                 times.append(result.first_failure_at[prop])
             else:
@@ -44,7 +51,9 @@ def time_to_first_failure(seeds: int, examples: int) -> list[tuple[str, str, flo
 
 def shrunk_bootstrap_size(seed: int = 0) -> tuple[int, int]:
     declared, _ = zoo.CATCHES[zoo.values_masked_for_storage_only]
-    result = fuzz_target(zoo.as_run(zoo.values_masked_for_storage_only), declared, target="m", max_examples=500, seed=seed)
+    result = fuzz_target(
+        zoo.as_run(zoo.values_masked_for_storage_only), declared, target="m", max_examples=500, seed=seed
+    )
     finding = result.finding("poison") or result.finding("reference")
     return finding.case.shape
 
@@ -84,7 +93,9 @@ def main() -> int:
     b, t = shrunk_bootstrap_size()
     print(f"\nvalue-bootstrap mutant shrinks to B={b} T={t}")
     full, bare = throughput(args.throughput_examples)
-    print(f"\nthroughput: fuzz loop {full:.1f} examples/s, bare draw loop {bare:.1f} examples/s, ratio {full / bare:.0%}")
+    print(
+        f"\nthroughput: fuzz loop {full:.1f} examples/s, bare draw loop {bare:.1f} examples/s, ratio {full / bare:.0%}"
+    )
     return 0
 
 

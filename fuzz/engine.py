@@ -139,8 +139,24 @@ def fuzz_target(
     `stop_when(result)`, asked after every example, ends the search at once (benchmarks)."""
     result = FuzzResult(target, pin)
     with _single_thread():
-        _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
-              derandomize, shrink, tuple(properties or PROPERTIES), stop_when)
+        _fuzz(
+            run,
+            declared,
+            result,
+            max_examples,
+            seed,
+            budget,
+            sizes,
+            nonfinite,
+            device,
+            progress,
+            clock,
+            batch,
+            derandomize,
+            shrink,
+            tuple(properties or PROPERTIES),
+            stop_when,
+        )
     for prop in PROPERTIES:
         if prop in result._found:
             case, verdict, also, used_seed = result._found[prop]
@@ -159,8 +175,24 @@ def _single_thread():
         torch.set_num_threads(before)
 
 
-def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, device, progress, clock, batch,
-          derandomize, shrink, wanted, stop_when):
+def _fuzz(
+    run,
+    declared,
+    result,
+    max_examples,
+    seed,
+    budget,
+    sizes,
+    nonfinite,
+    device,
+    progress,
+    clock,
+    batch,
+    derandomize,
+    shrink,
+    wanted,
+    stop_when,
+):
     start = clock()
     strategy = cases(declared.domain, sizes, nonfinite)
     found = result._found
@@ -173,8 +205,22 @@ def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, d
             break
         current_seed = seed + batch_no
         before = (result.generated, len(found))
-        _search(run, declared, strategy, todo, current_seed, device, found, result, start, clock, progress,
-                base_settings(todo, derandomize, shrink), wanted, stop_when)
+        _search(
+            run,
+            declared,
+            strategy,
+            todo,
+            current_seed,
+            device,
+            found,
+            result,
+            start,
+            clock,
+            progress,
+            base_settings(todo, derandomize, shrink),
+            wanted,
+            stop_when,
+        )
         batch_no += 1
         if result.stopped:
             break
@@ -187,8 +233,9 @@ def _fuzz(run, declared, result, max_examples, seed, budget, sizes, nonfinite, d
     result.seconds = clock() - start
 
 
-def _search(run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted,
-            stop_when) -> None:
+def _search(
+    run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted, stop_when
+) -> None:
     raise_for = tuple(p for p in wanted if p not in found)
     latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
     state = {"failing": False}

@@ -152,9 +152,7 @@ class Case:
 
     def has_nonfinite_poison(self) -> bool:
         poison = self.poison_mask()
-        return bool(
-            (~torch.isfinite(self.values[poison])).any() or (~torch.isfinite(self.token_rewards[poison])).any()
-        )
+        return bool((~torch.isfinite(self.values[poison])).any() or (~torch.isfinite(self.token_rewards[poison])).any())
 
     def summary(self) -> str:
         b, t = self.shape
@@ -218,7 +216,9 @@ def _validate(c: Case) -> None:
         bad = live & ~torch.isfinite(getattr(c, name))
         if bad.any():
             pos = [list(p) for p in bad.nonzero().tolist()[:5]]
-            raise CaseError(f"{name} is not finite at trainable positions {pos}: only masked positions may hold NaN/inf")
+            raise CaseError(
+                f"{name} is not finite at trainable positions {pos}: only masked positions may hold NaN/inf"
+            )
     if not torch.isfinite(c.score).all():
         raise CaseError("score must be finite in every row")
 

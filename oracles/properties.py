@@ -48,7 +48,11 @@ INVARIANT = {
     "deterministic": "the same input twice gives bitwise the same output on CPU",
     "gap-invariance": "inserting non-trainable tokens leaves the trainable outputs unchanged (compressed only)",
 }
-SEVERITY = {p: "high" for p in PROPERTIES} | {"poison-nonfinite": "low", "masked-zero": "low", "deterministic": "medium"}
+SEVERITY = {p: "high" for p in PROPERTIES} | {
+    "poison-nonfinite": "low",
+    "masked-zero": "low",
+    "deterministic": "medium",
+}
 POISON_PROBE = 100.0
 MAX_REPORTED = 32
 
@@ -159,6 +163,14 @@ def sanitized(case: Case, probe: float | None = None) -> Case:
     return case.replace(values=values, token_rewards=rewards)
 
 
+def finite_twin(case: Case) -> Case:
+    """`case` with its NaN / inf poison set to 0 and its finite poison kept."""
+    return case.replace(
+        values=torch.nan_to_num(case.values, nan=0.0, posinf=0.0, neginf=0.0),
+        token_rewards=torch.nan_to_num(case.token_rewards, nan=0.0, posinf=0.0, neginf=0.0),
+    )
+
+
 def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
     """Rows reversed plus one poisoned row without trainable tokens in the middle; returns the twin
     and, for each original row, its index in the twin."""
@@ -179,7 +191,13 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
         trainable=stack(case.trainable, torch.zeros(1, t_len, dtype=torch.bool)),
         values=stack(case.values, extra_val),
         token_rewards=stack(case.token_rewards, extra_rew),
-        score=torch.cat([case.score[perm][:insert_at], torch.full((1,), POISON_PROBE, dtype=torch.float64), case.score[perm][insert_at:]]),
+        score=torch.cat(
+            [
+                case.score[perm][:insert_at],
+                torch.full((1,), POISON_PROBE, dtype=torch.float64),
+                case.score[perm][insert_at:],
+            ]
+        ),
     )
     where = torch.empty(b_rows, dtype=torch.long)
     for new_pos, old in enumerate(perm):
@@ -250,7 +268,9 @@ def _documented(declared: Declared, exc: BaseException) -> bool:
     return any(re.search(p, detail) or re.search(p, text) for p in declared.documented_errors)
 
 
-def judge(run: Run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None) -> list[Verdict]:
+def judge(
+    run: Run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None
+) -> list[Verdict]:
     """Run `case` (and the perturbed twins it needs) through `run`; one verdict per property, in
     the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
     want = set(only or PROPERTIES)
@@ -281,7 +301,9 @@ def judge(run: Run, case: Case, declared: Declared, device: str = "cpu", only: t
             verdicts["no-crash"] = _ok("no-crash", "the non-finite output comes from finite poison")
             return _ordered(verdicts, "finite poison made the output non-finite")
         obs = torch.where(torch.isfinite(adv), ret, adv)
-        verdicts["no-crash"] = _diff("no-crash", "advantages", bad, torch.zeros_like(adv), obs, "non-finite output on finite inputs")
+        verdicts["no-crash"] = _diff(
+            "no-crash", "advantages", bad, torch.zeros_like(adv), obs, "non-finite output on finite inputs"
+        )
         return _ordered(verdicts, "the base run gave non-finite outputs")
     verdicts["no-crash"] = _ok("no-crash")
 
@@ -355,7 +377,14 @@ def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
     _, atol = FLOOR[base.case.dtype]
     bad = dead & ~(base.adv.abs() <= atol)
     if bad.any():
-        return _diff("masked-zero", "advantages", bad, torch.zeros_like(base.adv), base.adv, "non-zero advantage at a masked position")
+        return _diff(
+            "masked-zero",
+            "advantages",
+            bad,
+            torch.zeros_like(base.adv),
+            base.adv,
+            "non-zero advantage at a masked position",
+        )
     return _ok("masked-zero")
 
 
@@ -364,8 +393,8 @@ def _check_poison(run: Run, case: Case, declared: Declared, adv, ret, nonfinite:
     dead = case.poison_mask()
     if not dead.any():
         return _na(prop, "no non-trainable position to poison")
-    if nonfinite:
-        probe, clean = case, sanitized(case)
+    if nonfinite:  # the twin keeps the finite poison, so a finite leak cancels out of the comparison
+        probe, clean = case, finite_twin(case)
     else:
         poison_rewards = declared.domain.masked_rewards
         has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
@@ -387,7 +416,16 @@ def _check_poison(run: Run, case: Case, declared: Declared, adv, ret, nonfinite:
     what = "non-finite" if nonfinite else "finite"
     slack = self_slack(case.dtype, c_adv[case.trainable], c_ret[case.trainable])
     return _compare(
-        prop, c_adv, c_ret, bnd, p_adv, p_ret, case.trainable, f"{what} poison under the mask changed the output", 2.0, slack
+        prop,
+        c_adv,
+        c_ret,
+        bnd,
+        p_adv,
+        p_ret,
+        case.trainable,
+        f"{what} poison under the mask changed the output",
+        2.0,
+        slack,
     )
 
 
@@ -461,7 +499,14 @@ def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
     expected = _whiten_like(raw, case, declared)
     bad = mismatches(base.adv, expected, base.bounds.advantages, last)
     if bad.any():
-        return _diff("score-kept", "advantages", bad, expected, base.adv, "the outcome reward is not kept at the last trainable token")
+        return _diff(
+            "score-kept",
+            "advantages",
+            bad,
+            expected,
+            base.adv,
+            "the outcome reward is not kept at the last trainable token",
+        )
     return _ok("score-kept")
 
 
@@ -477,7 +522,9 @@ def _check_telescoping(base: _Base, declared: Declared) -> Verdict:
     expected = _whiten_like(raw, case, declared)
     bad = mismatches(base.adv, expected, base.bounds.advantages, case.trainable)
     if bad.any():
-        return _diff("telescoping", "advantages", bad, expected, base.adv, "A_t != sum of later rewards - V_t at gamma = lam = 1")
+        return _diff(
+            "telescoping", "advantages", bad, expected, base.adv, "A_t != sum of later rewards - V_t at gamma = lam = 1"
+        )
     return _ok("telescoping")
 
 
@@ -495,7 +542,14 @@ def _check_all_trainable(base: _Base, declared: Declared) -> Verdict:
         ret[b] = torch.tensor(r, dtype=torch.float64)
     adv = _whiten_like(adv, case, declared)
     return _compare(
-        "all-trainable", adv, ret, base.bounds, base.adv, base.ret, case.trainable, "differs from classic GAE with no mask"
+        "all-trainable",
+        adv,
+        ret,
+        base.bounds,
+        base.adv,
+        base.ret,
+        case.trainable,
+        "differs from classic GAE with no mask",
     )
 
 

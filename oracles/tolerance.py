@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from oracles.case import Case
-from oracles.reference import Recursion, Whitening, gae_packed, discounted_suffix_sum, recursion
+from oracles.reference import Recursion, Whitening, discounted_suffix_sum, gae_packed, recursion
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 FLOOR = {  # (rtol, atol): torch.testing.assert_close defaults
@@ -116,7 +116,9 @@ def self_slack(dtype: str, *outputs: torch.Tensor) -> float:
     return SAFETY * UNIT_ROUNDOFF[dtype] * (math.log2(n) + 1) * scale
 
 
-def mismatches(observed: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+def mismatches(
+    observed: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, where: torch.Tensor
+) -> torch.Tensor:
     """bool [B, T]: positions in `where` at which `observed` lies outside `expected` +- `bound`.
 
     A non-finite observation never agrees (NaN compares false); nor does a finite one where the

@@ -11,6 +11,7 @@ set `maskfuzz fuzz` runs with no target named: release pins only, so it needs no
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 
@@ -48,14 +49,22 @@ class TargetSpec:
     deny: tuple[str, ...] = ()  # must stay missing even if installed
     domain: Domain = field(default_factory=Domain)
     notes: str = ""
+    entry_overrides: dict = field(default_factory=dict, hash=False)  # entry -> field changes for that entry
 
-    def declared(self) -> Declared:
+    def for_entry(self, entry: str | None) -> "TargetSpec":
+        """This spec with `entry_overrides[entry]` applied (entries of one framework may promise
+        different things: TRL's old standalone `compute_advantages` is not its trainer block)."""
+        key = entry or self.entries[0]
+        return dataclasses.replace(self, **self.entry_overrides.get(key, {})) if key in self.entry_overrides else self
+
+    def declared(self, entry: str | None = None) -> Declared:
+        spec = self.for_entry(entry)
         return Declared(
-            contract=self.contract,
-            whitening=self.whitening,
-            masked_zero=self.masked_zero,
-            documented_errors=self.documented_errors,
-            domain=self.domain,
+            contract=spec.contract,
+            whitening=spec.whitening,
+            masked_zero=spec.masked_zero,
+            documented_errors=spec.documented_errors,
+            domain=spec.domain,
         )
 
     def pin(self, rev: str) -> Pin | None:
@@ -105,7 +114,9 @@ def registry() -> dict[str, TargetSpec]:
     for target_id, module in ADAPTER_MODULES.items():
         spec = importlib.import_module(module).SPEC
         if spec.id != target_id or spec.adapter != module:
-            raise RuntimeError(f"{module}.SPEC says id={spec.id!r} adapter={spec.adapter!r}; expected {target_id!r}, {module!r}")
+            raise RuntimeError(
+                f"{module}.SPEC says id={spec.id!r} adapter={spec.adapter!r}; expected {target_id!r}, {module!r}"
+            )
         out[target_id] = spec
     return out
 

@@ -202,7 +202,12 @@ def _case(token_rewards, values, trainable, attention, score, gamma, lam) -> Cas
         score=f(score),
         gamma=gamma,
         lam=lam,
-        dtype={torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}[values.dtype],
+        dtype={
+            torch.float32: "float32",
+            torch.float64: "float64",
+            torch.float16: "float16",
+            torch.bfloat16: "bfloat16",
+        }[values.dtype],
     )
 
 

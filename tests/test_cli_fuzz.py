@@ -47,8 +47,22 @@ def user_module(tmp_path, monkeypatch):
 
 def test_callable_with_a_bug_exits_1_and_writes_json_and_corpus(user_module, capsys):
     out = user_module / "out.json"
-    code = main(["fuzz", "--callable", "usergae:leaky", "--contract", "dense", "--max-examples", "40",
-                 "--json", str(out), "--corpus", str(user_module / "corpus"), "--quiet"])
+    code = main(
+        [
+            "fuzz",
+            "--callable",
+            "usergae:leaky",
+            "--contract",
+            "dense",
+            "--max-examples",
+            "40",
+            "--json",
+            str(out),
+            "--corpus",
+            str(user_module / "corpus"),
+            "--quiet",
+        ]
+    )
     assert code == 1
     data = json.loads(out.read_text())
     (target,) = data["targets"]

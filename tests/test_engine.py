@@ -3,10 +3,10 @@ the correct references clean, shrinking small, target failures turned into verdi
 
 from __future__ import annotations
 
+import mutant_zoo as zoo
 import pytest
 import torch
 
-import mutant_zoo as zoo
 from fuzz.engine import fuzz_target
 from fuzz.strategies import Sizes
 from oracles.case import Case
@@ -18,8 +18,16 @@ MUTANTS = list(zoo.CATCHES.items())
 @pytest.mark.parametrize("mutant,want", MUTANTS, ids=[m.__name__ for m, _ in MUTANTS])
 def test_every_mutant_is_caught_by_its_property(mutant, want):
     declared, prop = want
-    result = fuzz_target(zoo.as_run(mutant), declared, target=mutant.__name__, max_examples=400, seed=0,
-                         derandomize=True, shrink=False, properties=(prop,))
+    result = fuzz_target(
+        zoo.as_run(mutant),
+        declared,
+        target=mutant.__name__,
+        max_examples=400,
+        seed=0,
+        derandomize=True,
+        shrink=False,
+        properties=(prop,),
+    )
     assert [f.property for f in result.findings] == [prop], f"{mutant.__name__}: {prop} not found in {result.generated}"
 
 
@@ -32,8 +40,15 @@ def test_correct_references_produce_no_finding(fn, declared):
 
 def test_value_bootstrap_mutant_shrinks_to_one_short_row():
     declared, _ = zoo.CATCHES[zoo.values_masked_for_storage_only]
-    result = fuzz_target(zoo.as_run(zoo.values_masked_for_storage_only), declared, target="m", max_examples=200,
-                         seed=0, derandomize=True, properties=("poison",))
+    result = fuzz_target(
+        zoo.as_run(zoo.values_masked_for_storage_only),
+        declared,
+        target="m",
+        max_examples=200,
+        seed=0,
+        derandomize=True,
+        properties=("poison",),
+    )
     finding = result.finding("poison")
     assert finding is not None
     b, t = finding.case.shape
@@ -60,7 +75,15 @@ def test_target_failures_are_verdicts_not_crashes():
 
 def test_budget_runs_batches_until_spent():
     ticks = iter(range(0, 10_000))
-    result = fuzz_target(zoo.as_run(zoo.correct_dense), Declared("dense"), target="t", max_examples=10_000,
-                         budget=2.5, batch=5, clock=lambda: float(next(ticks)), sizes=Sizes(2, 8))
+    result = fuzz_target(
+        zoo.as_run(zoo.correct_dense),
+        Declared("dense"),
+        target="t",
+        max_examples=10_000,
+        budget=2.5,
+        batch=5,
+        clock=lambda: float(next(ticks)),
+        sizes=Sizes(2, 8),
+    )
     assert 5 <= result.generated < 10_000
     assert result.findings == []

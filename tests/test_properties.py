@@ -3,11 +3,11 @@ positions and numbers; `dense` breaks gap-invariance exactly where the spec says
 
 from __future__ import annotations
 
+import mutant_zoo as zoo
 import pytest
 import torch
 from hypothesis import given, settings
 
-import mutant_zoo as zoo
 from fuzz.strategies import Sizes, cases
 from oracles.case import Case
 from oracles.properties import PROPERTIES, Declared, TargetFailure, judge

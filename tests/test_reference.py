@@ -65,7 +65,9 @@ def test_all_masked_row_is_zero_and_drops_score():
 
 def test_nonfinite_poison_is_selected_out():
     nan, inf = float("nan"), float("inf")
-    case = _case(trainable=[[1, 0, 1, 0]], values=[[1, nan, 2, -inf]], token_rewards=[[0, inf, 1, nan]], gamma=0.9, lam=0.9)
+    case = _case(
+        trainable=[[1, 0, 1, 0]], values=[[1, nan, 2, -inf]], token_rewards=[[0, inf, 1, nan]], gamma=0.9, lam=0.9
+    )
     for contract in ("compressed", "dense"):
         for impl in (LOOPS[contract], VECTORISED[contract]):
             adv, ret = impl(case)

@@ -27,14 +27,30 @@ from oracles.properties import PROPERTIES
 
 
 def register(sub) -> None:
-    p = sub.add_parser("fuzz", help="fuzz targets and report shrunk findings", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "fuzz",
+        help="fuzz targets and report shrunk findings",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("targets", nargs="*", metavar="TARGET[:ENTRY][@PIN]")
-    p.add_argument("--callable", dest="callables", action="append", default=[], metavar="MODULE:FUNC",
-                   help="fuzz your own function with the canonical keyword signature (repeatable)")
-    p.add_argument("--contract", choices=("compressed", "dense"), default="compressed",
-                   help="the contract a --callable intends (default: compressed)")
-    p.add_argument("--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE")
+    p.add_argument(
+        "--callable",
+        dest="callables",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNC",
+        help="fuzz your own function with the canonical keyword signature (repeatable)",
+    )
+    p.add_argument(
+        "--contract",
+        choices=("compressed", "dense"),
+        default="compressed",
+        help="the contract a --callable intends (default: compressed)",
+    )
+    p.add_argument(
+        "--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE"
+    )
     p.add_argument("--max-examples", type=int, help="examples per target (overrides the profile)")
     p.add_argument("--budget", type=float, help="seconds per target (overrides the profile)")
     p.add_argument("--seed", type=int, default=0)
@@ -82,13 +98,29 @@ def main(args) -> int:
     max_examples = args.max_examples or profile.max_examples
     budget = args.budget if args.budget is not None else profile.budget
     jobs = [
-        Job(label, label in args.callables, args.contract, {k: str(v) for k, v in repos.items()}, max_examples, budget,
-            args.seed, profile.derandomize, args.scale, not args.no_nonfinite, args.device, args.timeout,
-            str(args.corpus) if args.corpus else None, args.quiet)
+        Job(
+            label,
+            label in args.callables,
+            args.contract,
+            {k: str(v) for k, v in repos.items()},
+            max_examples,
+            budget,
+            args.seed,
+            profile.derandomize,
+            args.scale,
+            not args.no_nonfinite,
+            args.device,
+            args.timeout,
+            str(args.corpus) if args.corpus else None,
+            args.quiet,
+        )
         for label in labels
     ]
-    _say(f"maskfuzz fuzz: {len(jobs)} target(s), profile {profile.name}, up to {max_examples} examples each"
-         + (f", budget {budget:g} s" if budget else "") + f", seed {args.seed}")
+    _say(
+        f"maskfuzz fuzz: {len(jobs)} target(s), profile {profile.name}, up to {max_examples} examples each"
+        + (f", budget {budget:g} s" if budget else "")
+        + f", seed {args.seed}"
+    )
     started = time.monotonic()
     if args.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -134,8 +166,20 @@ def run_job(job: Job) -> dict:
     from fuzz.engine import fuzz_target
     from targets.session import SetupError, Skip, open_callable, open_target
 
-    out = {"target": job.label, "pin": "", "resolved": "", "status": "ok", "reason": "", "examples": 0,
-           "seconds": 0.0, "findings": [], "checked": {}, "failed": {}, "notes": [], "where": ""}
+    out = {
+        "target": job.label,
+        "pin": "",
+        "resolved": "",
+        "status": "ok",
+        "reason": "",
+        "examples": 0,
+        "seconds": 0.0,
+        "findings": [],
+        "checked": {},
+        "failed": {},
+        "notes": [],
+        "where": "",
+    }
     ref_target, _, ref_pin = job.label.partition("@")
     out["pin"] = ref_pin if not job.is_callable else "local"
     repos = {k: Path(v) for k, v in job.repos.items()}
@@ -151,13 +195,25 @@ def run_job(job: Job) -> dict:
             restrictions = handle.declared.domain.restrictions()
             if restrictions:
                 out["domain_restrictions"] = restrictions
-            _say(f"[{job.label}] {handle.resolved}: {out['where']}" + (f" (not drawn: {', '.join(restrictions)})" if restrictions else ""))
+            _say(
+                f"[{job.label}] {handle.resolved}: {out['where']}"
+                + (f" (not drawn: {', '.join(restrictions)})" if restrictions else "")
+            )
             progress = None if job.quiet else _progress_printer(job.label)
             result = fuzz_target(
-                handle.run, handle.declared, target=ref_target if not job.is_callable else job.label,
-                pin=out["pin"], resolved=handle.resolved, max_examples=job.max_examples, seed=job.seed,
-                budget=job.budget, sizes=Sizes.scaled() if job.scale else Sizes(), nonfinite=job.nonfinite,
-                device=job.device, progress=progress, derandomize=job.derandomize,
+                handle.run,
+                handle.declared,
+                target=ref_target if not job.is_callable else job.label,
+                pin=out["pin"],
+                resolved=handle.resolved,
+                max_examples=job.max_examples,
+                seed=job.seed,
+                budget=job.budget,
+                sizes=Sizes.scaled() if job.scale else Sizes(),
+                nonfinite=job.nonfinite,
+                device=job.device,
+                progress=progress,
+                derandomize=job.derandomize,
             )
             out["restarts"] = handle.run.restarts
     except Skip as exc:
@@ -168,8 +224,13 @@ def run_job(job: Job) -> dict:
         out.update(status="error", reason=str(exc))
         _say(f"[{job.label}] error: {exc}")
         return out
-    out.update(examples=result.examples, seconds=round(result.seconds, 2), checked=result.checked,
-               failed=result.failed, first_failure_s=result.first_failure_s)
+    out.update(
+        examples=result.examples,
+        seconds=round(result.seconds, 2),
+        checked=result.checked,
+        failed=result.failed,
+        first_failure_s=result.first_failure_s,
+    )
     out["notes"] += result.notes
     for finding in result.findings:
         item = finding.to_dict()
@@ -177,8 +238,10 @@ def run_job(job: Job) -> dict:
         if job.corpus:
             item["corpus_file"] = _save(finding, Path(job.corpus))
         out["findings"].append(item)
-        _say(f"[{job.label}] FINDING {finding.property}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
-             f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else ""))
+        _say(
+            f"[{job.label}] FINDING {finding.property}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
+            f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else "")
+        )
     return out
 
 
@@ -198,15 +261,26 @@ def _progress_printer(label: str):
             return
         state["last"] = now
         failing = sorted(p for p, n in result.failed.items() if n)
-        _say(f"[{label}] {result.examples} examples" + (f", failing: {', '.join(failing)}" if failing else ", no failure yet"))
+        _say(
+            f"[{label}] {result.examples} examples"
+            + (f", failing: {', '.join(failing)}" if failing else ", no failure yet")
+        )
 
     return show
 
 
 SHORT = {
-    "no-crash": "crash", "poison-nonfinite": "nonfin", "poison": "poison", "score-kept": "score",
-    "telescoping": "telesc", "all-trainable": "alltr", "gap-invariance": "gap", "row-independence": "rows",
-    "masked-zero": "mzero", "deterministic": "determ", "reference": "ref",
+    "no-crash": "crash",
+    "poison-nonfinite": "nonfin",
+    "poison": "poison",
+    "score-kept": "score",
+    "telescoping": "telesc",
+    "all-trainable": "alltr",
+    "gap-invariance": "gap",
+    "row-independence": "rows",
+    "masked-zero": "mzero",
+    "deterministic": "determ",
+    "reference": "ref",
 }
 
 

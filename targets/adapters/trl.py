@@ -32,7 +32,6 @@ load error that names the file); with no PPO trainer at all (trl >= 1.13) it rai
 from __future__ import annotations
 
 import ast
-import dataclasses
 import types
 from pathlib import Path
 
@@ -70,6 +69,22 @@ _RESPONSE_ONLY = (
     "TRL derives its masks from sequence_lengths (the first pad token of the generated response): "
     "a response is one run of tokens followed by padding, every token before the first pad is trained on"
 )
+
+# Declarations that differ for the old standalone compute_advantages (TargetSpec.entry_overrides).
+ENTRY_OVERRIDES: dict[str, dict] = {
+    "compute_advantages": {
+        "masked_zero": False,
+        "masked_zero_why": (
+            "compute_advantages ends with masked_whiten(advantages, mask) over every position and no masked "
+            "fill: masked positions hold -mean/std; the loss (masked_mean over mask) ignores them"
+        ),
+        # the old PPOTrainer.step takes response_masks, so gaps and masked tails are expressible
+        "domain": Domain(),
+        "notes": "old PPOTrainer: compute_rewards puts the score at mask.nonzero()[-1] (last trainable token)",
+    },
+}
+
+
 
 SPEC = TargetSpec(
     id="trl",
@@ -109,34 +124,20 @@ SPEC = TargetSpec(
             "left_padding": "responses are right-padded (queries are left-padded, outside the window)",
         },
     ),
+    entry_overrides=ENTRY_OVERRIDES,
     notes=(
         "train(): TRL places the score at sequence_lengths + 1 (the first pad slot) and keeps the value there "
         "(padding_mask_p1), while the policy trains on positions <= sequence_lengths (padding_mask)."
     ),
 )
 
-# Declarations that differ for the old standalone compute_advantages (see `spec_for`).
-ENTRY_OVERRIDES: dict[str, dict] = {
-    "compute_advantages": {
-        "masked_zero": False,
-        "masked_zero_why": (
-            "compute_advantages ends with masked_whiten(advantages, mask) over every position and no masked "
-            "fill: masked positions hold -mean/std; the loss (masked_mean over mask) ignores them"
-        ),
-        # the old PPOTrainer.step takes response_masks, so gaps and masked tails are expressible
-        "domain": Domain(),
-        "notes": "old PPOTrainer: compute_rewards puts the score at mask.nonzero()[-1] (last trainable token)",
-    },
-}
-
-
 def spec_for(entry: str | None) -> TargetSpec:
     """SPEC with the declarations of `entry` applied (the registry holds one SPEC per target)."""
-    return dataclasses.replace(SPEC, **ENTRY_OVERRIDES.get(_entry(entry), {}))
+    return SPEC.for_entry(_entry(entry))
 
 
 def declared_for(entry: str | None) -> Declared:
-    return spec_for(entry).declared()
+    return SPEC.declared(_entry(entry))
 
 
 def _entry(entry: str | None) -> str:
