@@ -1,0 +1,259 @@
+"""SkyRL's `compute_gae_advantage_return` through its adapter, judged by the oracle.
+
+The verdicts asserted here were derived by reading `skyrl_train/utils/ppo_utils.py` and
+`skyrl_train/trainer.py` (releases 0.1.0-0.3.1; the same function at git main under
+`skyrl/backends/skyrl_train/`):
+
+* The GAE loop reads `values[:, t + 1]` and `token_level_rewards[:, t]` at every position with no
+  mask, so the value of a right-padding slot or of an observation token bootstraps into the tokens
+  before it (poison leaks whenever lam < 1), while left padding, which precedes every response
+  token, is never read by the backward recursion.
+* `response_mask` (the response indicator, canonical `attention`) is only used for
+  `masked_whiten`: observation tokens and rows whose loss mask was zeroed (zero-variance filtering)
+  enter the mean and variance, so another row's real-but-untrained tokens move a row's advantages.
+* The trainer places a scalar reward on `per_token_reward[-1]`, the last *real* response token: with
+  an observation tail at gamma = 0 the score never reaches a trained token.
+* `masked_mean` multiplies by the mask (NaN * 0 = NaN); `masked_var` raises ValueError, on purpose,
+  when the mask holds fewer than two tokens.
+
+Release pins download wheels (network marker); git pins need MASKFUZZ_REPOS=skyrl=/path.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+import torch
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from oracles.reference import classic_gae_loop
+from targets.adapters import skyrl
+from targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from targets.session import open_target
+
+PIN = "0.3.1"
+FIRST = "0.1.0"
+
+
+def verdicts(handle, case: Case) -> dict:
+    return {v.property: v for v in judge(handle.run, case, handle.declared)}
+
+
+@pytest.fixture(scope="module")
+def h():
+    with open_target(f"skyrl@{PIN}") as handle:
+        yield handle
+
+
+# ---------------------------------------------------------------------------------------------
+# The inputs SkyRL gets (no upstream code needed).
+# ---------------------------------------------------------------------------------------------
+def test_framework_inputs_put_the_score_on_the_last_real_token():
+    case = Case.build(
+        trainable=[[1, 1, 0, 0], [0, 1, 1, 0]],
+        attention=[[1, 1, 1, 0], [0, 1, 1, 1]],
+        token_rewards=[[0.5, 0, 0.25, 7], [3, 0, 0, 0.5]],
+        values=[[1, 2, 3, 4], [5, 6, 7, 8]],
+        score=[10, 20],
+        dtype="float64",
+    )
+    x = skyrl.framework_inputs(case, "cpu")
+    # row 0: observation at 2 gets the score, padding at 3 has no reward; row 1: left pad at 0
+    assert x["token_level_rewards"].tolist() == [[0.5, 0, 10.25, 0], [0, 0, 0, 20.5]]
+    assert x["response_mask"].tolist() == [[1, 1, 1, 0], [0, 1, 1, 1]]
+    assert torch.equal(x["values"], case.values)
+
+
+def test_spec_declares_the_whitening_and_the_wheel_options():
+    assert skyrl.SPEC.contract == "dense"
+    assert skyrl.SPEC.whitening is not None and skyrl.SPEC.whitening.unbiased and skyrl.SPEC.whitening.eps == 1e-8
+    assert skyrl.SPEC.pip_args == ("--python-version", "3.12")
+    assert skyrl.SPEC.domain.restrictions() == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Release 0.3.1.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.network
+def test_function_and_placement_rule_come_from_the_wheel(h):
+    assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_gae_advantage_return"
+    assert "skyrl_train/trainer.py" in h.info["notes"][0]
+    assert set(h.info["stand_ins_used"]) <= set(skyrl.SPEC.stand_ins)
+    assert not set(h.info["stand_ins_used"]) & set(skyrl.SPEC.own)
+
+
+@pytest.mark.network
+def test_all_trainable_rows_are_classic_gae_whitened(h):
+    g = torch.Generator().manual_seed(0)
+    case = Case.build(
+        trainable=[[1, 1, 1, 1]] * 3,
+        token_rewards=torch.randn(3, 4, generator=g, dtype=torch.float64),
+        values=torch.randn(3, 4, generator=g, dtype=torch.float64),
+        score=[1.0, -0.5, 2.0],
+        gamma=0.9,
+        lam=0.7,
+        dtype="float64",
+    )
+    v = verdicts(h, case)
+    for prop in ("no-crash", "all-trainable", "reference", "deterministic"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+    adv, ret = h.run(case)
+    rewards = case.token_rewards[0].tolist()
+    rewards[-1] += 1.0
+    _, ret0 = classic_gae_loop(rewards, case.values[0].tolist(), 0.9, 0.7)
+    assert ret[0].tolist() == pytest.approx(ret0, rel=1e-12)  # returns are not whitened
+    assert adv.mean().item() == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.network
+def test_right_padding_value_bootstraps_into_the_last_token(h):
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        attention=[[1, 1, 0], [1, 1, 1]],
+        token_rewards=[[0, 0.5, 0], [0, 0, 0]],
+        values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]],
+        score=[1, 1],
+        gamma=1,
+        lam=0.5,
+    )
+    _, ret = h.run(case)
+    # A_2 = -100 at the pad, A_1 = (1.5 + 100 - 0.25) + 0.5 * -100 = 51.25: returns 51.5, not 1.5
+    assert ret[0, 1].item() == pytest.approx(51.5)
+    v = verdicts(h, case)
+    assert v["poison"].failed and v["reference"].failed and v["masked-zero"].failed
+    assert [0, 1] in v["poison"].positions
+
+
+@pytest.mark.network
+def test_left_padding_is_never_read(h):
+    case = Case.build(
+        trainable=[[0, 1, 1], [1, 1, 1]],
+        attention=[[0, 1, 1], [1, 1, 1]],
+        values=[[100, 0.5, 0.25], [0.5, 1, 0.25]],
+        score=[1, 0.5],
+        gamma=1,
+        lam=0.5,
+        dtype="float64",
+    )
+    v = verdicts(h, case)
+    assert v["poison"].status == "pass" and v["reference"].status == "pass"
+    assert v["masked-zero"].failed and v["masked-zero"].positions == [[0, 0]]  # whitened, never zeroed
+
+
+@pytest.mark.network
+def test_observation_tail_takes_the_score_at_gamma_zero(h):
+    case = Case.build(trainable=[[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], score=[1, 1], gamma=0, lam=0.95)
+    _, ret = h.run(case)
+    assert ret[0].tolist() == [0, 0, 0, 0, 1]  # the score sits on the last observation token
+    v = verdicts(h, case)
+    assert v["score-kept"].failed and [0, 2] in v["score-kept"].positions
+
+
+@pytest.mark.network
+def test_rows_with_a_zeroed_loss_mask_enter_the_whitening(h):
+    two = Case.build(trainable=[[1, 1], [1, 1]], values=[[0.5, 0.25], [1, 0]], score=[1, 0], gamma=1, lam=1,
+                     dtype="float64")
+    three = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], values=[[0.5, 0.25], [1, 0], [0, 0]], score=[1, 0, 0],
+                       gamma=1, lam=1, dtype="float64")  # row 2: real tokens, loss mask zeroed
+    a2, _ = h.run(two)
+    a3, _ = h.run(three)
+    assert (a2 - a3[:2]).abs().max().item() > 0.1
+    assert verdicts(h, two)["row-independence"].failed
+
+
+@pytest.mark.network
+def test_fewer_than_two_response_tokens_is_a_documented_error(h):
+    for case, text in (
+        (Case.build(trainable=[[1]], score=[1]), "The sum of the mask is one"),
+        (Case.build(trainable=[[0, 0]], attention=[[0, 0]]), "At least one element in the mask has to be 1"),
+    ):
+        v = verdicts(h, case)
+        assert v["no-crash"].status == "pass" and text in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_nan_at_padding_reaches_every_row(h):
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        attention=[[1, 1, 0], [1, 1, 1]],
+        values=[[0.5, 0.25, math.nan], [0.5, 0.25, 0.5]],
+        score=[1, 1],
+        gamma=1,
+        lam=0.5,
+    )
+    v = verdicts(h, case)
+    assert v["poison-nonfinite"].failed and [1, 0] in v["poison-nonfinite"].positions  # via the whitening mean
+
+
+@pytest.mark.network
+def test_short_fuzz(h):
+    result = fuzz_target(h.run, h.declared, target="skyrl", pin=PIN, max_examples=40, seed=0, derandomize=True,
+                         shrink=False)
+    bad = {p for p, n in result.failed.items() if n}
+    assert {"poison", "row-independence", "masked-zero", "reference"} <= bad, bad
+    assert "deterministic" not in bad, bad
+
+
+@pytest.mark.network
+def test_first_release_leaks_the_same_way():
+    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]],
+                      values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]], score=[1, 1], gamma=1, lam=0.5)
+    with open_target(f"skyrl@{FIRST}") as first:
+        assert first.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_gae_advantage_return"
+        assert verdicts(first, case)["poison"].failed
+
+
+# ---------------------------------------------------------------------------------------------
+# Git pins (mirror): the monorepo layouts.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "pin, where",
+    [
+        ("HEAD", "skyrl/backends/skyrl_train/utils/ppo_utils.py"),
+        ("skyrl_train-v0.4.0", "skyrl-train/skyrl_train/utils/ppo_utils.py"),
+    ],
+)
+def test_git_layouts(pin, where):
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's monorepo layouts")
+    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]],
+                      values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]], score=[1, 1], gamma=1, lam=0.5)
+    with open_target(f"skyrl@{pin}", repos=repos) as handle:
+        assert handle.info["where"] == f"{where}::compute_gae_advantage_return"
+        v = verdicts(handle, case)
+        assert v["poison"].failed and v["deterministic"].status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake trees: the adapter fails loudly when the placement rule changes, skips when the function is gone.
+# ---------------------------------------------------------------------------------------------
+def _tree(root, trainer: str, ppo: str) -> None:
+    pkg = root / "skyrl_train"
+    (pkg / "utils").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils" / "__init__.py").write_text("")
+    (pkg / "utils" / "ppo_utils.py").write_text(textwrap.dedent(ppo))
+    (pkg / "trainer.py").write_text(textwrap.dedent(trainer))
+
+
+def _worker(root) -> Worker:
+    s = skyrl.SPEC
+    return Worker(LoadSpec(s.adapter, str(root), None, s.stand_ins, s.deny, s.own), timeout=30)
+
+
+def test_a_changed_placement_rule_fails_loudly(tmp_path):
+    _tree(tmp_path, "per_token_reward[0] = float(reward)\n", "def compute_gae_advantage_return(**kw):\n    pass\n")
+    with pytest.raises(WorkerLoadError, match="score placement changed"):
+        _worker(tmp_path).start()
+
+
+def test_a_tree_without_the_function_is_a_skip(tmp_path):
+    _tree(tmp_path, "per_token_reward[-1] = float(reward)\n", "def something_else():\n    pass\n")
+    with pytest.raises(WorkerSkip, match="compute_gae_advantage_return"):
+        _worker(tmp_path).start()
