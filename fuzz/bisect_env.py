@@ -78,11 +78,21 @@ class CommitHistory:
         a, b = self.resolve(old), self.resolve(new)
         repo = self._git()
         if a == b or (repo is not None and not repo.is_ancestor(a, b)):
-            raise BisectError(f"{new} ({b[:12]}) does not descend from {old} ({a[:12]}); give --old an ancestor of --new")
+            raise BisectError(
+                f"{new} ({b[:12]}) does not descend from {old} ({a[:12]}); give --old an ancestor of --new"
+            )
         commits = self.history.revisions(a, b, first_parent=first_parent)
         if not commits or commits[-1].hash != b:
             raise BisectError(f"cannot list ({a[:12]}, {b[:12]}]")
         return [Revision(c.hash, c.date, c.subject) for c in commits]
+
+    def merges(self, old: str, new: str) -> int:
+        """How many merge commits lie in (old, new] (0 when the history cannot tell)."""
+        repo = self._git()
+        if repo is None:
+            return 0
+        a, b = self.resolve(old), self.resolve(new)
+        return int(repo.git.rev_list("--count", "--merges", f"{a}..{b}").strip() or 0)
 
     def remove_worktree(self, rev: str) -> None:
         self.history.remove_worktree(rev)

@@ -97,11 +97,6 @@ CASE = Case.build(
 )
 
 
-class Entry:
-    case = CASE
-    property = "reference"
-
-
 def build(path: Path, states: list[str]) -> tuple[git.Repo, list[str]]:
     """A repository whose commit i holds fakefw in states[i]; returns (repo, hashes)."""
     repo = git.Repo.init(path)
@@ -119,7 +114,9 @@ def commit(repo: git.Repo, state: str, message: str, day: int, parents=None) -> 
     repo.index.add(["fakefw/__init__.py"])
     when = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=day - 1)
     date = f"{int(when.timestamp())} +0000"  # git's internal format: gitpython reads it exactly
-    c = repo.index.commit(message, author=WHO, committer=WHO, author_date=date, commit_date=date, parent_commits=parents)
+    c = repo.index.commit(
+        message, author=WHO, committer=WHO, author_date=date, commit_date=date, parent_commits=parents
+    )
     return c.hexsha
 
 
@@ -190,7 +187,8 @@ def test_cause_and_fix_through_unimportable_commits(tmp_path, cache):
     res = bisect(hist, ev, shas[0], shas[11])
     assert (res.result, res.kind, res.commit.id) == (FOUND, CAUSE, shas[6])
     assert res.commit.subject == "commit 6: fakefw is bad" and res.commit.date.startswith("2024-01-07")
-    assert res.evaluations == len(ev.calls) <= evaluation_bound(11, res.skips) == math.ceil(math.log2(11)) + res.skips + 2
+    assert res.evaluations == len(ev.calls) <= evaluation_bound(11, res.skips)
+    assert evaluation_bound(11, res.skips) == math.ceil(math.log2(11)) + res.skips + 2
 
     ev = ImportEvaluator(hist.history)
     res = bisect(hist, ev, shas[6], shas[14])
@@ -261,6 +259,7 @@ def test_merges_with_and_without_first_parent(tmp_path, cache):
     assert (res.result, res.commit.id, res.commit.subject) == (FOUND, merge, "Merge side into main")
     assert res.evaluations <= evaluation_bound(5, res.skips)
 
+    assert hist.merges(m0, m4) == 1 and hist.merges(m0, m3) == 0
     full = [r.id for r in hist.revisions(m0, m4)]
     assert set(full) == {m1, m2, m3, s1, s2, merge, m4} and full[-1] == m4
     res = bisect(hist, ImportEvaluator(hist.history), m0, m4)
@@ -326,3 +325,24 @@ def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
         assert t["verdict"] == {"good": GOOD, "bad": BAD, "broken": SKIP}[state], t
     print(f"\n[real worker] {d['evaluations']} evaluations, {d['seconds_per_evaluation']:.2f} s each", file=sys.stderr)
 
+
+
+def test_command_line_usage_errors(tmp_path, cache, capsys):
+    """Set-up problems exit 2 with a message, before any evaluation."""
+    from fuzz import corpus
+    from fuzz.cli import main
+    from oracles.properties import Verdict
+
+    _, shas = build(tmp_path / "repo", ["good", "bad", "bad"])
+    entry = corpus.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
+    case_file = str(corpus.save(entry, tmp_path / "corpus"))
+    src = ["--callable", "fakefw:compute", "--source", str(tmp_path / "repo")]
+    assert main(["bisect", case_file, "--old", shas[0], "--new", shas[2], "--runs", "0", *src]) == 2
+    assert main(["bisect", case_file, "--old", shas[0], "--new", shas[2], "--callable", "fakefw:compute"]) == 2
+    assert main(["bisect", case_file, "--old", shas[2], "--new", shas[0], *src]) == 2
+    assert main(["bisect", case_file, "--old", "nope", "--new", shas[0], *src]) == 2
+    assert main(["bisect", case_file, "--old", shas[0], "--new", shas[2]]) == 2  # a callable case needs --callable
+    assert main(["bisect", str(tmp_path / "missing.json"), "--old", shas[0], "--new", shas[2], *src]) == 2
+    err = capsys.readouterr().err
+    assert "--runs must be at least 1" in err and "needs --source" in err and "does not descend" in err
+    assert "'nope'" in err and "give --callable" in err and "missing.json" in err

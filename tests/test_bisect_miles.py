@@ -60,9 +60,10 @@ def _bisect(tmp_path, capsys, old: str, new: str) -> dict:
     assert code == 0, text
     d = json.loads(out.read_text())
     times = ", ".join(f"{t['revision']['id'][:9]} {t['verdict']} {t['seconds']:.1f}s" for t in d["tested"])
+    cpu = d["cpu_seconds"] / d["evaluations"]
     print(
         f"\n[miles] {d['evaluations']} evaluations over {d['revisions']} commits, {d['seconds']:.1f} s in total, "
-        f"{d['seconds_per_evaluation']:.2f} s per evaluation ({d['cpu_seconds'] / d['evaluations']:.2f} s cpu): {times}",
+        f"{d['seconds_per_evaluation']:.2f} s per evaluation ({cpu:.2f} s cpu): {times}",
         file=sys.stderr,
     )
     return d

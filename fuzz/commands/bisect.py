@@ -33,7 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--new", required=True, metavar="REV", help="the newer end (must come after --old)")
     p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
     p.add_argument("--first-parent", action="store_true", help="follow first parents only (a merge is one step)")
-    p.add_argument("--runs", type=int, default=1, metavar="N", help="judge each revision N times; disagreement is a skip")
+    p.add_argument(
+        "--runs", type=int, default=1, metavar="N", help="judge each revision N times; disagreement is a skip"
+    )
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
     p.add_argument("--property", metavar="P", help="the property to judge (default: the case's)")
     mode = p.add_mutually_exclusive_group()
@@ -94,13 +96,21 @@ def setup(args, entry):
         history = bisect_env.CommitHistory(bisect_env.local_history(args.source, name))
         declared = Declared(contract=args.contract)
         evaluator = bisect_env.CallableEvaluator(
-            entry, history.history, args.callable, declared, subdir=args.subdir, device=args.device, timeout=args.timeout
+            entry,
+            history.history,
+            args.callable,
+            declared,
+            subdir=args.subdir,
+            device=args.device,
+            timeout=args.timeout,
         )
         return history, evaluator, "commit", f"{args.callable} in {args.source}"
 
     from targets import acquire, registry
 
     target, target_entry = _split_target(args.target) if args.target else (entry.target, entry.entry_point)
+    if target == "callable":
+        raise _usage("this case was found on a --callable function: give --callable MODULE:FUNC --source REPO")
     try:
         spec = registry.get(target)
     except KeyError as exc:
@@ -121,7 +131,7 @@ def setup(args, entry):
             history = bisect_env.ReleaseHistory.from_index(spec.package)
         args.old, args.new = args.old.removeprefix("=="), args.new.removeprefix("==")
         cleanup = None
-        where = f"{spec.id} releases of {spec.package}"
+        where = f"{spec.id} releases ({spec.package} on the package index)"
     else:
         try:
             cached = acquire.history(spec, repos)
@@ -165,9 +175,26 @@ def run(args) -> int:
     if prop not in PROPERTIES:
         raise _usage(f"unknown property {prop!r}; known: {', '.join(PROPERTIES)}")
     entry = _Entry(entry, prop)
-    history, evaluator, unit, where = setup(args, entry)
+    try:
+        history, evaluator, unit, where = setup(args, entry)
+    except BisectError as exc:
+        raise _usage(str(exc)) from None
 
     print(f"bisecting {where}: {args.old} .. {args.new}, property {prop}, case {args.case}", flush=True)
+    warnings = []
+    if not args.first_parent and hasattr(history, "merges"):
+        try:
+            n_merges = history.merges(args.old, args.new)
+        except BisectError as exc:
+            raise _usage(str(exc)) from None
+        if n_merges:
+            warnings.append(
+                f"the range holds {n_merges} merge commit(s): without --first-parent the commits of merged branches "
+                "are bisected in date order, which assumes each branch behaves like the mainline around it; "
+                "--first-parent always gives a consistent answer (the merge that brought the change)"
+            )
+    for w in warnings:
+        print(f"warning: {w}", flush=True)
     count = [0]
 
     def progress(rev: Revision, out: Outcome) -> None:
@@ -178,7 +205,13 @@ def run(args) -> int:
 
     try:
         result = bisect(
-            history, evaluator, args.old, args.new, first_parent=args.first_parent, runs=args.runs, on_evaluated=progress
+            history,
+            evaluator,
+            args.old,
+            args.new,
+            first_parent=args.first_parent,
+            runs=args.runs,
+            on_evaluated=progress,
         )
     except BisectError as exc:
         raise _usage(str(exc)) from None
@@ -195,6 +228,7 @@ def run(args) -> int:
             "history": where,
             "first_parent": args.first_parent,
             "runs": args.runs,
+            "warnings": warnings,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -202,15 +236,17 @@ def run(args) -> int:
 
 
 def _summary(result: BisectResult, unit: str) -> None:
-    n = result.evaluations
+    n = max(result.evaluations, 1)
     stats = (
-        f"{n} evaluations ({result.skips} skipped) over {result.revisions} {unit}s, bound {result.bound()}; "
-        f"{result.seconds:.1f} s, {result.seconds / max(n, 1):.2f} s per evaluation ({result.cpu / max(n, 1):.2f} s cpu)"
+        f"{result.evaluations} evaluations ({result.skips} skipped) over {result.revisions} {unit}s, "
+        f"bound {result.bound()}; {result.seconds:.1f} s, {result.seconds / n:.2f} s per evaluation "
+        f"({result.cpu / n:.2f} s cpu)"
     )
     if result.result == FOUND:
         what = "fixed" if result.kind == FIX else "caused"
         print(f"first {unit} where the case's verdict changed ({result.kind}; it {what} the failure):")
-        print(f"  {result.commit.id}  {result.commit.date}  {result.commit.subject}")
+        c = result.commit
+        print("  " + "  ".join(x for x in (c.id, c.date, c.subject) if x))
     elif result.result == INCONCLUSIVE:
         print(f"inconclusive ({result.kind or 'no baseline'}): {result.reason}")
         for rev in result.candidates[:50]:
