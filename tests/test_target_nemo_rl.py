@@ -1,0 +1,187 @@
+"""NeMo-RL through its adapter: `GeneralizedAdvantageEstimator.compute_advantage` compiled from the source at
+each pin, called the way the PPO loop calls it (`mask = token_mask * sample_mask`), judged by the oracle.
+
+Verdicts derived by reading nemo_rl/algorithms/advantage_estimator.py:
+
+* `_compute_gae` carries `next_values` and `last_gae_lam` over positions with mask 0 (carry-forward masking):
+  the compressed contract, so the seed's masked padding slot, a gap and an observation tail are all handled
+  (spec examples 1-3 hold), and `_build_token_level_rewards` puts the score on the last mask=1 token.
+* The carry is multiplicative (`values[:, t] * m + (1 - m) * next_values`, `token_level_rewards * mask`):
+  NaN poison (values, or NaN log-probs in the KL reward) reaches the trainable outputs. An infinite log-prob
+  is clamped by `calculate_kl` first and stays harmless.
+* Returns are `advantages + values` everywhere (masked positions hold the carried advantage plus the poison
+  value); advantages are `masked_fill`ed to 0.
+
+NeMo-RL is git only: the checks at pins need MASKFUZZ_REPOS=nemo-rl=/path/to/a-clone-or-mirror and skip
+without it; the KL scale, the registry entry and the loud failures on fake source trees run everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fuzz.engine import fuzz_target
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets import registry
+from targets.adapters import nemo_rl
+from targets.adapters.base import NotPresent
+from targets.adapters.extract import BlockNotFound
+from targets.session import Skip, open_target
+
+HEAD_PIN, FIRST_PIN, BEFORE_PIN = (p.rev for p in nemo_rl.SPEC.pins)
+
+SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
+TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+
+
+def verdicts(run, case: Case) -> dict:
+    return {v.property: v for v in judge(run, case, nemo_rl.SPEC.declared())}
+
+
+def _open(pin: str):
+    repos = parse_repos(None)
+    if "nemo-rl" not in repos:
+        pytest.skip("NeMo-RL is git only: set MASKFUZZ_REPOS=nemo-rl=/path/to/NeMo-RL-clone-or-mirror to test it")
+    return open_target(f"nemo-rl@{pin}", repos=repos)
+
+
+@pytest.fixture(scope="module", params=[HEAD_PIN, FIRST_PIN])
+def pinned(request):
+    with _open(request.param) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def head():
+    with _open(HEAD_PIN) as h:
+        yield h
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's worked examples at main and at the commit that added the estimator.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.needs_mirror
+def test_masked_padding_slot_with_poisoned_value(pinned):
+    assert pinned.info["where"] == (
+        "nemo_rl/algorithms/advantage_estimator.py::GeneralizedAdvantageEstimator.compute_advantage"
+    )
+    assert pinned.info["stand_ins_used"] == []  # nothing of nemo_rl is imported
+    adv, ret = pinned.run(SEED)
+    assert adv[0].tolist() == pytest.approx([0.95, 1.0, 0.0], rel=1e-6)
+    assert ret[0].tolist() == pytest.approx([0.95, 1.0, 100.0], rel=1e-6)  # returns are not masked
+    v = verdicts(pinned.run, SEED)
+    for prop in ("no-crash", "poison", "reference", "masked-zero", "row-independence", "deterministic"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+
+
+@pytest.mark.needs_mirror
+def test_gap_is_skipped(pinned):
+    adv, ret = pinned.run(GAP)
+    assert adv[0].tolist() == pytest.approx([0.265, 0.0, 0.0, 0.75], rel=1e-6)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.765, 1.0], rel=1e-6)
+    v = verdicts(pinned.run, GAP)
+    for prop in ("reference", "gap-invariance", "poison", "masked-zero"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+
+
+@pytest.mark.needs_mirror
+def test_observation_tail_keeps_the_score(pinned):
+    adv, _ = pinned.run(TAIL)
+    assert adv[0].tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert verdicts(pinned.run, TAIL)["score-kept"].status == "pass"
+
+
+@pytest.mark.needs_mirror
+def test_large_token_rewards_pass_the_kl_clamp_unchanged(head):
+    case = Case.build(
+        trainable=[[1, 1, 0, 1]],
+        token_rewards=[[100.0, -37.5, 1e30, 0.25]],
+        values=[[1.0, 2.0, -5.0, 4.0]],
+        score=[2.0],
+        gamma=0.9,
+        lam=0.8,
+    )
+    v = verdicts(head.run, case)
+    assert v["reference"].status == "pass" and v["poison"].status == "pass"
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize(
+    "field, poison, leaks",
+    [("values", math.nan, True), ("values", math.inf, True), ("token_rewards", math.nan, True),
+     ("token_rewards", math.inf, False)],  # an infinite log-prob ratio is clamped by calculate_kl
+)
+def test_nonfinite_poison(head, field, poison, leaks):
+    fields = {"values": [[0.5, 0.25, 0.0]], "token_rewards": [[0.0, 0.0, 0.0]]}
+    fields[field][0][2] = poison
+    case = Case.build(trainable=[[1, 1, 0]], score=[1.0], gamma=1.0, lam=0.9, **fields)
+    adv, _ = head.run(case)
+    assert math.isnan(adv[0, 0].item()) == leaks
+    assert adv[0, 2].item() == 0.0  # masked_fill selects, whatever the carry holds
+    assert verdicts(head.run, case)["poison-nonfinite"].failed == leaks
+
+
+@pytest.mark.needs_mirror
+def test_before_the_estimator_existed_is_not_present():
+    with pytest.raises(Skip, match="no GeneralizedAdvantageEstimator"):
+        with _open(BEFORE_PIN):
+            pass
+
+
+@pytest.mark.needs_mirror
+def test_short_fuzz_finds_only_nan_poison(pinned):
+    result = fuzz_target(pinned.run, pinned.declared, target="nemo-rl", pin=pinned.pin, max_examples=80, seed=0,
+                         derandomize=True, shrink=False)
+    failed = {p for p, n in result.failed.items() if n}
+    assert failed == {"poison-nonfinite"}, failed
+    assert result.checked["gap-invariance"] and result.checked["poison"] and result.checked["score-kept"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a mirror.
+# ---------------------------------------------------------------------------------------------
+def test_registry_entry():
+    spec = registry.get("nemo-rl")
+    assert spec is nemo_rl.SPEC and spec.contract == "compressed" and spec.whitening is None and spec.masked_zero
+    assert spec.stand_ins == () and spec.domain.restrictions() == {}
+
+
+def test_kl_scale_is_a_power_of_two_from_trainable_rewards_only():
+    small = Case.build(trainable=[[1, 0]], token_rewards=[[-8.0, 1e30]])
+    assert nemo_rl._kl_scale(small) == 1.0  # the masked 1e30 is poison: it is clamped and masked by NeMo-RL
+    big = Case.build(trainable=[[1, 1]], token_rewards=[[100.0, -3.0]])
+    assert nemo_rl._kl_scale(big) == 16.0 and 100.0 / 16.0 <= 8.0
+    assert nemo_rl._kl_scale(Case.build(trainable=[[0, 0]])) == 1.0
+
+
+def _tree(tmp_path, text: str):
+    path = tmp_path / "nemo_rl" / "algorithms" / "advantage_estimator.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return tmp_path
+
+
+def test_tree_without_the_module_is_not_present(tmp_path):
+    with pytest.raises(NotPresent, match="advantage_estimator is not present"):
+        nemo_rl.load(tmp_path, None)
+
+
+def test_module_without_the_class_is_not_present(tmp_path):
+    with pytest.raises(NotPresent, match="no GeneralizedAdvantageEstimator"):
+        nemo_rl.load(_tree(tmp_path, "class GRPOAdvantageEstimator:\n    pass\n"), None)
+
+
+def test_class_reading_a_heavy_package_fails_loudly(tmp_path):
+    body = (
+        "from transformers import AutoTokenizer\n"
+        "class GeneralizedAdvantageEstimator:\n"
+        "    def compute_advantage(self, mask):\n"
+        "        return AutoTokenizer(mask)\n"
+    )
+    with pytest.raises(BlockNotFound, match="AutoTokenizer"):
+        nemo_rl.load(_tree(tmp_path, body), None)
