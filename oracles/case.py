@@ -154,6 +154,14 @@ class Case:
         poison = self.poison_mask()
         return bool((~torch.isfinite(self.values[poison])).any() or (~torch.isfinite(self.token_rewards[poison])).any())
 
+    def __repr__(self) -> str:
+        rows = [
+            "".join("1" if x else ("0" if a else ".") for x, a in zip(tr, at))
+            for tr, at in zip(self.trainable.tolist(), self.attention.tolist())
+        ]
+        shown = rows if len(rows) <= 4 and self.shape[1] <= 32 else [f"{len(rows)} rows"]
+        return f"Case({self.summary()}, trainable/attention={shown})"
+
     def summary(self) -> str:
         b, t = self.shape
         return f"B={b} T={t} gamma={self.gamma:g} lam={self.lam:g} dtype={self.dtype}"
