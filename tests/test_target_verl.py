@@ -193,6 +193,20 @@ def test_fuzzing_the_newest_release_finds_the_lost_score_and_nan_leak_only(new):
             assert (case.attention & (pos > last[:, None])).any(), f.case.summary()
 
 
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("pin", "mask_arg", "compressed"), [("0.1", "eos_mask", False), ("0.5.0", "response_mask", True)]
+)
+def test_the_first_release_and_the_first_release_with_2337(pin, mask_arg, compressed):
+    with opened(f"verl@{pin}") as h:
+        assert any(repr(mask_arg) in n for n in h.info["notes"]), h.info["notes"]
+        v = verdicts(h.run, GAP)
+        for prop in ("poison", "gap-invariance", "reference"):
+            assert (v[prop].status == "pass") is compressed, v[prop]
+        assert verdicts(h.run, OBS_TAIL)["score-kept"].failed
+
+
 # ---------------------------------------------------------------------------------------------
 # Git pins: #2337 and its parent (needs a local mirror).
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Adapter for OpenRLHF: `openrlhf/trainer/ppo_utils/experience_maker.py::get_advantages_and_returns`.
 
 `get_advantages_and_returns(self, values, rewards, action_mask, gamma, lambd)` is a method of the
-experience maker (`NaiveExperienceMaker` in 0.3.x-0.6.0, `RemoteExperienceMaker` later) that never
+experience maker (`NaiveExperienceMaker` in 0.3.6-0.6.2, `RemoteExperienceMaker` from 0.6.3) that never
 uses `self` on padded [B, T] tensors (only its packed-list branch, 0.5-0.6, recurses through it),
 so the adapter calls it unbound with `self=None`. It multiplies values and rewards by the action
 mask and runs a plain GAE loop over every position of the window: the `dense` contract. It does not
@@ -12,7 +12,7 @@ Score placement is OpenRLHF's own `openrlhf/models/utils.py::compute_reward`: th
 `eos_indices = T - 1 - action_mask.fliplr().argmax(1)`, the last action-mask token (T - 1 for a row
 without action tokens). The adapter runs it with a marker score of 1.0 and zero KL to learn the
 position and puts the case's score there in the case's dtype, because compute_reward also clips the
-score (0.3.x: `r.clamp(-10, 10)`; later: optional `reward_clip_range`) and, in 0.3.x, computes the KL
+score (up to 0.4.x: `r.clamp(-10, 10)`; from 0.5.0: optional `reward_clip_range`) and, up to 0.4.x, computes the KL
 term from two log-prob tensors: neither is masking behaviour, and both would blur the comparison.
 """
 
@@ -41,7 +41,7 @@ SPEC = TargetSpec(
     package="openrlhf",
     pins=(
         Pin("0.3.6.post1", "oldest release on PyPI (NaiveExperienceMaker; compute_reward clamps r to [-10, 10])"),
-        Pin("0.6.4", "first release with the method on RemoteExperienceMaker"),
+        Pin("0.6.3", "first release with the method on RemoteExperienceMaker (split from BaseExperienceMaker)"),
         Pin("0.11.2", "newest release", default=True),
     ),
     whitening=None,
@@ -103,7 +103,7 @@ def _score_placer(root: Path):
         kw = {"r": torch.ones(action_mask.shape[0]), "kl_coef": 0.0, "action_mask": action_mask}
         if "kl" in params:
             kw["kl"] = zeros
-        elif "log_probs" in params and "log_probs_base" in params:  # 0.3.x computes the KL inside
+        elif "log_probs" in params and "log_probs_base" in params:  # up to 0.4.x it computes the KL inside
             kw["log_probs"], kw["log_probs_base"] = zeros, zeros.clone()
         else:
             raise RuntimeError(f"compute_reward has parameters {list(params)}; expected kl or log_probs/log_probs_base")
