@@ -221,7 +221,7 @@ def test_first_release_leaks_the_same_way():
 def test_git_layouts(pin, where):
     repos = parse_repos(None)
     if "skyrl" not in repos:
-        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's monorepo layouts")
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
     case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]],
                       values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]], score=[1, 1], gamma=1, lam=0.5)
     with open_target(f"skyrl@{pin}", repos=repos) as handle:

@@ -135,6 +135,8 @@ def framework_inputs(case: Case, device: str) -> dict:
 
 
 def load(root: Path, entry: str | None) -> Loaded:
+    """Import SkyRL's GAE from the checkout / unpacked wheel at `root` (its monorepo subprojects put
+    first on sys.path), check the pin's score-placement rule, and return the canonical run."""
     if entry not in (None, "default"):
         raise NotPresent(f"skyrl has no entry {entry!r}; entries: default")
     import_roots = _import_roots(Path(root))

@@ -100,6 +100,7 @@ def framework_inputs(case: Case, device: str) -> dict:
 
 
 def load(root: Path, entry: str | None) -> Loaded:
+    """torchrl's functional GAE for `entry` ("default": the loop, "vec": the vectorised one) from `root`."""
     name = _ENTRIES.get(entry or "default")
     if name is None:
         raise NotPresent(f"torchrl has no entry {entry!r}; entries: {', '.join(_ENTRIES)}")
