@@ -65,7 +65,7 @@ SPEC = TargetSpec(
     contract="compressed",
     git_url="https://github.com/THUDM/slime.git",
     pins=(
-        Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae by default, score on the last response token", kind="git"),
+        Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
     entries=("default", "vanilla"),

@@ -1,0 +1,353 @@
+"""miles through its adapter: `get_advantages_and_returns_batch` from the release wheel and from git
+pins on either side of PR #1827, judged by the oracle.
+
+The verdicts asserted here were derived by reading miles' code:
+
+* miles-rl 0.0.2 (`miles/utils/ppo_utils.py`): GAE over every response token; the loss mask never
+  reaches it. The PPO caller (`miles/backends/training_utils/loss.py::compute_advantages_and_returns`)
+  adds the scalar reward to the last response token (`k[-1] += reward`). So values and KL rewards
+  under the mask leak (poison), a masked observation tail at gamma = 0 takes the score away from the
+  last trainable token (score-kept), masked positions get non-zero advantages, and a sample with an
+  empty response crashes (`k[-1]` of an empty tensor: IndexError). Padding does not exist in the
+  per-sample lists, so a masked *padding* slot is harmless (the seed report 000's case passes).
+* 6ccdc7da6 (first parent of PR #1827): the function takes `terminal_rewards` and adds them at the
+  last response token (`full_rewards[i, L - 1]`), still no mask: the same verdicts, and an empty
+  response is guarded (`if L > 0`).
+* 3d2e0e411 (PR #1827): GAE over the trainable subsequence, score at the last trainable token,
+  zeros elsewhere: the compressed contract; no property fails.
+
+The wheel downloads from PyPI (network marker); git pins need MASKFUZZ_REPOS=miles=/path.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import miles
+from targets.adapters.slime import Samples
+from targets.client import LoadSpec, Worker, WorkerSkip
+from targets.session import Skip, open_target
+
+FIX = "3d2e0e411"  # PR #1827: run PPO GAE over trainable tokens only
+BEFORE = "6ccdc7da6"  # its first parent
+MPU_ERA = "8a988dc3d"  # Jan 2026: the function and the caller still ask megatron.core.mpu
+NO_BATCHED_GAE = "10c816338"  # "a new start" (Oct 2025): no get_advantages_and_returns_batch yet
+
+# The seed's cases (report 003 and semantics.md). Expected numbers are computed by hand below.
+OBS_TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], score=[1.0], gamma=0.0, lam=0.95)  # observation tail, gamma 0
+GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
+ALL_MASKED = Case.build(
+    trainable=[[1, 1, 1], [0, 0, 0]], values=[[0.1, 0.2, 0.3], [5, 5, 5]], score=[1.0, 2.0], gamma=0.9, lam=0.9
+)
+TELESCOPE = Case.build(
+    trainable=[[1, 0, 1, 0]], token_rewards=[[0.5, 3, 0.25, 2]], values=[[0.1, 7, 0.2, 9]], score=[1.0], gamma=1, lam=1
+)
+PADDED = Case.build(  # seed report 000: a masked *padding* slot with a poisoned value
+    trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1, lam=0.95
+)
+PLAIN = Case.build(
+    trainable=[[1, 1, 1], [1, 1, 1]], token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]], values=[[0.1, 0.3, 0.2], [1, 2, 3]],
+    score=[1.0, -1.0], gamma=0.9, lam=0.7,
+)
+EMPTY_RESPONSE = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9)
+SEED_CASES = {"observation tail": OBS_TAIL, "gap": GAP, "all-masked row": ALL_MASKED, "gamma=lam=1": TELESCOPE}
+
+
+def failed(run, case: Case) -> set[str]:
+    return {v.property for v in judge(run, case, miles.SPEC.declared()) if v.failed}
+
+
+def verdicts(run, case: Case) -> dict:
+    return {v.property: v for v in judge(run, case, miles.SPEC.declared())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline: the registry entry and the adapter's own logic.
+# ---------------------------------------------------------------------------------------------
+def test_spec_declares_compressed_and_its_narrowing_with_reasons():
+    spec = miles.SPEC
+    assert spec.contract == "compressed" and "fla" in spec.deny and "miles" in spec.own
+    assert spec.entries == ("default", "vanilla")
+    assert [p.rev for p in spec.pins] == ["0.0.2", BEFORE, FIX]
+    assert [p.rev for p in spec.default_pins] == ["0.0.2"]  # release pins only: no git access needed
+    restrictions = spec.domain.restrictions()
+    assert set(restrictions) == {"dtypes"} and "float32" in restrictions["dtypes"]
+    assert "float64" not in spec.domain.dtypes
+
+
+@dataclass(frozen=True)
+class _GroupInfo:
+    rank: int
+    size: int
+    group: object
+
+
+@dataclass
+class _GroupedState:  # the layout since a827e072c (GroupInfo per parallel dimension)
+    cp: _GroupInfo
+    tp: _GroupInfo
+    is_pp_last_stage: bool = True
+
+
+@dataclass
+class _FlatState:  # the Jan 2026 layout (ranks, sizes and groups as separate fields)
+    cp_rank: int
+    cp_size: int
+    dp_src_rank: int
+    dp_cp_group: object
+    vpp_size: int = 1
+
+
+def test_trivial_parallel_state_fills_both_layouts_as_one_rank():
+    grouped = miles.trivial_parallel_state(SimpleNamespace(ParallelState=_GroupedState, GroupInfo=_GroupInfo))
+    assert grouped.cp == _GroupInfo(0, 1, None) and grouped.tp == _GroupInfo(0, 1, None)
+    flat = miles.trivial_parallel_state(SimpleNamespace(ParallelState=_FlatState))
+    assert (flat.cp_rank, flat.cp_size, flat.dp_src_rank, flat.dp_cp_group, flat.vpp_size) == (0, 1, 0, None, 1)
+
+    @dataclass
+    class Unknown:
+        mystery: float
+
+    with pytest.raises(RuntimeError, match="mystery"):
+        miles.trivial_parallel_state(SimpleNamespace(ParallelState=Unknown))
+
+
+def test_needs_mpu_reads_the_import_not_the_word(tmp_path):
+    path = tmp_path / "miles" / "utils" / "ppo_utils.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def compute_approx_kl(): pass  # compute, not mpu.\n")
+    assert not miles.needs_mpu(tmp_path)
+    path.write_text("def f():\n    from megatron.core import mpu\n    return mpu.get_context_parallel_world_size()\n")
+    assert miles.needs_mpu(tmp_path)
+
+
+def test_samples_drop_padding_and_scatter_back():
+    case = Case.build(
+        trainable=[[0, 1, 1, 0], [0, 0, 0, 0], [1, 0, 0, 0]],
+        attention=[[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]],
+        values=[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
+        score=[1.0, 2.0, 3.0],
+    )
+    s = Samples.from_case(case, "cpu")
+    assert s.spans == [(0, 3), (0, 0), (0, 2)] and s.response_lengths == [3, 0, 2]
+    assert s.total_lengths == [4, 1, 3] and s.scores == [1.0, 2.0, 3.0]
+    assert [m.tolist() for m in s.loss_masks] == [[0, 1, 1], [], [1, 0]] and s.loss_masks[0].dtype == torch.int
+    assert s.values[2].tolist() == [9.0, 10.0]
+    left = Case.build(trainable=[[0, 0, 1, 1]], attention=[[0, 1, 1, 1]])  # left padding, a leading mask
+    sl = Samples.from_case(left, "cpu")
+    assert sl.spans == [(1, 4)] and sl.loss_masks[0].tolist() == [0, 1, 1]
+    out = sl.scatter(left, [torch.tensor([7.0, 8.0, 9.0])])
+    assert out.tolist() == [[0.0, 7.0, 8.0, 9.0]]
+    with pytest.raises(RuntimeError, match="shape"):
+        sl.scatter(left, [torch.tensor([1.0])])
+
+
+def test_a_tree_without_the_function_is_not_present(tmp_path):
+    (tmp_path / "miles").mkdir()
+    (tmp_path / "miles" / "__init__.py").write_text("")
+    spec = miles.SPEC
+    with pytest.raises(WorkerSkip, match="function not present at this pin.*miles.utils.ppo_utils"):
+        Worker(LoadSpec(spec.adapter, str(tmp_path), None, spec.stand_ins, spec.deny, spec.own)).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# The release wheel miles-rl 0.0.2 (through the PPO caller).
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wheel():
+    with open_target("miles@0.0.2") as h:
+        yield h
+
+
+@pytest.mark.network
+def test_wheel_runs_the_old_location_through_its_caller(wheel):
+    assert wheel.resolved == "miles-rl==0.0.2"
+    assert wheel.info["where"] == (
+        "miles/utils/ppo_utils.py::get_advantages_and_returns_batch via "
+        "miles/backends/training_utils/loss.py::compute_advantages_and_returns"
+    )
+    notes = " | ".join(wheel.info["notes"])
+    assert "set_parallel_state" in notes and "last response token" in notes
+    assert "miles" not in wheel.info["stand_ins_used"] and "fla" not in wheel.info["stand_ins_used"]
+
+
+@pytest.mark.network
+def test_wheel_loses_the_score_behind_an_observation_tail(wheel):
+    adv, ret = wheel.run(OBS_TAIL)
+    # gamma = 0: every advantage is its own TD error; the score sits on the last *response* token
+    assert adv.tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0]]
+    assert failed(wheel.run, OBS_TAIL) == {"score-kept", "masked-zero", "reference"}
+
+
+@pytest.mark.network
+def test_wheel_lets_masked_values_leak_across_a_gap(wheel):
+    adv, _ = wheel.run(GAP)
+    # every token a transition: A3 = 1 - 0.25; A2 = 0.9*0.25 - 9 + 0.72*A3; A1 = 0.9*9 - 9 + 0.72*A2; A0 = 8.1 - 0.5 + 0.72*A1
+    a3 = 0.75
+    a2 = 0.9 * 0.25 - 9 + 0.72 * a3
+    a1 = 0.9 * 9 - 9 + 0.72 * a2
+    a0 = 0.9 * 9 - 0.5 + 0.72 * a1
+    assert adv[0].tolist() == pytest.approx([a0, a1, a2, a3], rel=1e-5)
+    v = verdicts(wheel.run, GAP)
+    assert {p for p, x in v.items() if x.failed} == {"poison", "gap-invariance", "masked-zero", "reference"}
+    assert v["deterministic"].status == "pass" and v["row-independence"].status == "pass"
+
+
+@pytest.mark.network
+def test_wheel_gives_an_all_masked_row_advantages(wheel):
+    adv, _ = wheel.run(ALL_MASKED)
+    assert (adv[1] != 0).all()  # the row has no trainable token, yet its score and values drive GAE
+    v = verdicts(wheel.run, ALL_MASKED)
+    assert v["masked-zero"].failed and v["row-independence"].status == "pass" and v["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_wheel_telescopes_over_masked_rewards(wheel):
+    adv, _ = wheel.run(TELESCOPE)
+    assert adv[0, 0].item() == pytest.approx(0.5 + 3 + 0.25 + 2 + 1 - 0.1, rel=1e-6)  # masked rewards counted
+    assert {"telescoping", "poison", "reference"} <= failed(wheel.run, TELESCOPE)
+
+
+@pytest.mark.network
+def test_wheel_ignores_a_padding_slot_and_agrees_without_masks(wheel):
+    adv, ret = wheel.run(PADDED)
+    assert ret[0].tolist() == pytest.approx([0.95, 1.0, 0.0], rel=1e-6)
+    assert failed(wheel.run, PADDED) == {"gap-invariance"}  # only a real masked token in between hurts
+    assert failed(wheel.run, PLAIN) == {"gap-invariance"}  # all-trainable and reference pass
+
+
+@pytest.mark.network
+def test_wheel_crashes_on_an_empty_response(wheel):
+    v = verdicts(wheel.run, EMPTY_RESPONSE)
+    assert v["no-crash"].failed and "IndexError" in v["no-crash"].message
+
+
+@pytest.mark.network
+@pytest.mark.slow  # a second worker: ~20 s
+def test_wheel_vanilla_entry_is_the_serial_loop_with_the_same_verdicts(wheel):
+    with open_target("miles:vanilla@0.0.2") as h:
+        assert any("chunked=False" in n for n in h.info["notes"])
+        a_chunked, _ = wheel.run(GAP)
+        a_serial, _ = h.run(GAP)
+        assert a_serial[0].tolist() == pytest.approx(a_chunked[0].tolist(), rel=1e-5)
+        assert failed(h.run, OBS_TAIL) == {"score-kept", "masked-zero", "reference"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Git pins on either side of PR #1827 (need a miles clone or mirror).
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def repos():
+    found = parse_repos(None)
+    if "miles" not in found:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=miles=/path/to/miles-clone-or-mirror to test miles at commits")
+    return found
+
+
+@pytest.fixture(scope="module")
+def before(repos):
+    with open_target(f"miles@{BEFORE}", repos=repos) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def fixed(repos):
+    with open_target(f"miles@{FIX}", repos=repos) as h:
+        yield h
+
+
+@pytest.mark.needs_mirror
+def test_pinned_before_is_the_first_parent_of_the_fix(repos):
+    from targets import gitrepo
+
+    repo = gitrepo.open_local(repos["miles"])
+    fix = repo.commit(gitrepo.rev_parse(repo, FIX))
+    assert fix.parents[0].hexsha.startswith(BEFORE) and "(#1827)" in fix.summary
+
+
+@pytest.mark.needs_mirror
+def test_both_sides_call_the_new_location_directly(before, fixed):
+    for h in (before, fixed):
+        assert h.info["where"] == "miles/backends/training_utils/loss_hub/math_utils.py::get_advantages_and_returns_batch"
+        assert "called directly; the function places terminal_rewards itself" in h.info["notes"]
+    assert "the function takes no loss mask" in before.info["notes"] and "loss_masks passed" in fixed.info["notes"]
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("name", list(SEED_CASES))
+def test_the_seed_cases_fail_before_pr_1827_and_pass_after(before, fixed, name):
+    case = SEED_CASES[name]
+    assert failed(before.run, case), f"{name}: no finding before #1827"
+    assert failed(fixed.run, case) == set(), f"{name}: a finding after #1827"
+
+
+@pytest.mark.needs_mirror
+def test_the_fix_places_the_score_on_the_last_trainable_token(before, fixed):
+    assert before.run(OBS_TAIL)[0].tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0]]
+    assert fixed.run(OBS_TAIL)[0].tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0]]
+    adv, ret = fixed.run(GAP)  # semantics.md worked example 2
+    assert adv[0].tolist() == pytest.approx([0.265, 0.0, 0.0, 0.75], rel=1e-6)
+    assert ret[0].tolist() == pytest.approx([0.765, 0.0, 0.0, 1.0], rel=1e-6)
+    assert failed(before.run, EMPTY_RESPONSE) == {"gap-invariance"}  # `if L > 0` guards the empty response
+
+
+@pytest.mark.needs_mirror
+def test_short_fuzz_finds_the_bug_before_and_nothing_after(before, fixed):
+    from fuzz.engine import fuzz_target
+
+    t0 = time.monotonic()
+    bad = fuzz_target(before.run, before.declared, target="miles", pin=BEFORE, max_examples=40, seed=0,
+                      properties=("poison", "score-kept"))
+    t1 = time.monotonic()
+    good = fuzz_target(fixed.run, fixed.declared, target="miles", pin=FIX, max_examples=60, seed=0)
+    t2 = time.monotonic()
+    print(f"\n[miles] fuzz {BEFORE}: {t1 - t0:.1f} s, {FIX}: {t2 - t1:.1f} s", file=sys.stderr)
+    assert {f.property for f in bad.findings} == {"poison", "score-kept"}
+    assert good.findings == [], [(f.property, f.case.summary(), f.verdict.message) for f in good.findings]
+
+
+@pytest.mark.needs_mirror
+def test_vanilla_entry_after_the_fix_passes_the_seed_cases(repos):
+    with open_target(f"miles:vanilla@{FIX}", repos=repos) as h:
+        for name, case in SEED_CASES.items():
+            assert failed(h.run, case) == set(), name
+
+
+@pytest.mark.needs_mirror
+def test_mpu_era_pin_keeps_the_score_through_the_single_rank_state(repos):
+    # the caller binds `mpu` at import and adds the score only on CP rank 0: were mpu the inert
+    # stand-in, the score would vanish silently (all zeros here)
+    with open_target(f"miles@{MPU_ERA}", repos=repos) as h:
+        assert any("megatron.core.mpu" in n for n in h.info["notes"])
+        assert h.run(OBS_TAIL)[0].tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0]]
+
+
+@pytest.mark.needs_mirror
+def test_a_commit_before_batched_gae_is_a_skip(repos):
+    with pytest.raises(Skip, match="get_advantages_and_returns_batch"):
+        with open_target(f"miles@{NO_BATCHED_GAE}", repos=repos):
+            pass
+
+
+def test_vanilla_is_not_present_where_the_flag_is_missing(tmp_path):
+    # the flag exists at every registered pin: check the reason on a tree whose function has none
+    pkg = tmp_path / "miles" / "utils"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "miles", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "ppo_utils.py").write_text(
+        "def get_advantages_and_returns_batch(total_lengths, response_lengths, values_list, rewards_list,"
+        " terminal_rewards, gamma, lambd):\n    raise AssertionError('never called')\n"
+    )
+    spec = miles.SPEC
+    with pytest.raises(WorkerSkip, match="no `chunked` flag"):
+        Worker(LoadSpec(spec.adapter, str(tmp_path), "vanilla", spec.stand_ins, spec.deny, spec.own)).start()
