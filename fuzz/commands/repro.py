@@ -1,0 +1,156 @@
+"""`maskfuzz repro CASE --target T@PIN -o DIR`: a standalone reproducer and a maintainer report.
+
+    maskfuzz repro CASE [--target T[:ENTRY][@PIN]] [--repo NAME=PATH] -o DIR [--bisect JSON]
+    maskfuzz repro CASE --callable MODULE:FUNC [--path DIR] [--contract compressed|dense] -o DIR
+
+Writes DIR/repro.py (plain Python + torch: `python repro.py /path/to/checkout` exits 1 while the
+bug reproduces, 0 once it is fixed) and DIR/report.md. The target defaults to the case's own
+target, entry point and pin. Before keeping the script, maskfuzz runs it on the pin's checkout and
+judges the case there itself: the two must agree, or nothing is written.
+
+Exit codes: 0 written, and the case fails at the pin; 1 written, but the case does not fail at
+this pin (the script shows it fixed there); 2 no reproducer (unsupported target or property, set-up
+error, or a script that could not run or disagreed with the judge; the reason is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "repro",
+        help="write a standalone reproducer script and a markdown report for a corpus case",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("case", metavar="CASE", help="a corpus file (JSON)")
+    p.add_argument("--target", metavar="T[:ENTRY][@PIN]", help="the target and pin (default: the case's own)")
+    p.add_argument("--callable", metavar="MODULE:FUNC", help="reproduce on a function of your own instead")
+    p.add_argument("--path", type=Path, metavar="DIR", help="with --callable: the directory it is imported from")
+    p.add_argument("--contract", default="compressed", choices=("compressed", "dense"), help="with --callable")
+    p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR", help="where repro.py and report.md go")
+    p.add_argument("--bisect", type=Path, metavar="JSON", help="a `maskfuzz bisect --json` result for the report")
+    p.add_argument("--device", default="cpu", help="run the check on cpu (default) or cuda")
+    p.add_argument("--no-judge", action="store_true", help="do not cross-check the script with maskfuzz's judge")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds the script may take")
+    p.set_defaults(func=run)
+
+
+def _usage(message: str) -> Exception:
+    from fuzz.cli import UsageError
+
+    return UsageError(message)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fuzz import corpus
+    from fuzz import repro as rp
+
+    try:
+        entry = corpus.load(args.case)
+    except corpus.CorpusError as exc:
+        raise _usage(str(exc)) from None
+    try:
+        bisect = rp.bisect_of(entry, args.bisect)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    target, setup = _callable(args, entry) if args.callable else _registered(args, entry)
+    try:
+        plan = rp.make_plan(entry, target)  # before fetching any code: an unsupported target says so at once
+    except rp.Unsupported as exc:
+        print(f"maskfuzz repro: no reproducer for {entry.property} on {target.label}: {exc}", file=sys.stderr)
+        return 2
+    env, judge = setup()
+    print(f"maskfuzz repro: {entry.property} on {target.label} ({env.resolved or env.root})", flush=True)
+    try:
+        written = rp.produce(
+            plan, args.out, env, judge=None if args.no_judge else judge, bisect=bisect, device=args.device,
+            timeout=args.timeout,
+        )
+    except rp.ReproFailed as exc:
+        print(f"maskfuzz repro: {exc}", file=sys.stderr)
+        return 2
+    message = (written.run.data or {}).get("message", "")
+    judged = f"; maskfuzz's judge agrees ({written.judged})" if written.judged else ""
+    print(f"wrote {written.script} and {written.report}")
+    print(f"at {target.label}: {written.status} ({message}){judged}")
+    print(f"rerun: python {written.script} {env.root}")
+    if written.status != "reproduced":
+        print(f"note: the case does not fail at {target.label}; the script exits 0 there", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _registered(args, entry):
+    """(TargetInfo, setup) for a registered target; setup() acquires the pin's code and returns
+    (Environment, judge)."""
+    from fuzz import repro as rp
+    from fuzz.repos import parse_repos
+    from targets import registry
+    from targets.acquire import AcquireError, acquire
+    from targets.session import RefError, parse_ref
+
+    try:
+        repos = parse_repos(args.repo)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    text = args.target or f"{entry.key}@{entry.pin}"
+    try:
+        ref = parse_ref(text)
+        spec = registry.get(ref.target)
+    except (RefError, KeyError) as exc:
+        raise _usage(f"--target {text}: {exc}") from None
+    target = rp.TargetInfo.from_spec(spec, ref.entry, ref.pin)
+
+    def judge() -> str:
+        from oracles.properties import judge as judge_case
+        from targets.session import SetupError, Skip, open_target
+
+        try:
+            with open_target(ref, repos=repos, device=args.device) as handle:
+                verdicts = judge_case(handle.run, entry.case, target.declared, args.device, only=(entry.property,))
+        except (Skip, SetupError) as exc:
+            return f"n/a ({exc})"
+        return next(v.status for v in verdicts if v.property == entry.property)
+
+    def setup():
+        try:
+            checkout = acquire(spec, ref.pin, repos)
+        except AcquireError as exc:
+            raise _usage(str(exc)) from None
+        return rp.Environment(checkout.root, checkout.resolved, checkout.kind, dict(checkout.info)), judge
+
+    return target, setup
+
+
+def _callable(args, entry):
+    """(TargetInfo, setup) for --callable MODULE:FUNC imported from --path (default: the working directory)."""
+    from fuzz import repro as rp
+    from oracles.properties import Declared
+
+    if ":" not in args.callable:
+        raise _usage(f"--callable expects MODULE:FUNC, got {args.callable!r}")
+    root = (args.path or Path.cwd()).resolve()
+    if not root.is_dir():
+        raise _usage(f"--path {root} is not a directory")
+    declared = Declared(contract=args.contract)
+    target = rp.TargetInfo.of_callable(args.callable, declared)
+    env = rp.Environment(root, None, "local", {})
+
+    def judge() -> str:
+        from oracles.properties import judge as judge_case
+        from targets.session import SetupError, open_callable
+
+        try:
+            with open_callable(args.callable, declared=declared, device=args.device, path=root) as handle:
+                verdicts = judge_case(handle.run, entry.case, declared, args.device, only=(entry.property,))
+        except SetupError as exc:
+            return f"n/a ({exc})"
+        return next(v.status for v in verdicts if v.property == entry.property)
+
+    return target, lambda: (env, judge)

@@ -1,0 +1,1 @@
+"""Source templates of the files `maskfuzz repro` writes (read as text by `fuzz.repro`, never run by maskfuzz)."""

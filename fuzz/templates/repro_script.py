@@ -1,0 +1,498 @@
+"""Template of the standalone reproducer that `maskfuzz repro` writes (see `fuzz/repro.py`).
+
+maskfuzz never runs this module. `fuzz.repro` parses it, replaces the placeholders of the finding
+section (TARGET ... CHECK) and `prepare` with a finding's data and the target's own call, and
+writes out only the definitions `main` needs, in this order. It is a real module so that ruff
+checks it and tests can exercise its pieces. Everything here must stay plain Python + torch: the
+written script may not import maskfuzz. Docstrings and comments are written for the maintainer
+who reads the reproducer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import importlib
+import importlib.abc
+import importlib.machinery
+import inspect
+import json
+import math
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# The finding (placeholders: `maskfuzz repro` writes the real values).
+# ---------------------------------------------------------------------------------------------
+TARGET = "example"
+PIN = "0"
+PROPERTY = "reference"
+INVARIANT = "outputs at trainable positions equal the float64 reference of the declared contract"
+ENTRY: str | None = None
+STAND_INS: tuple[str, ...] = ()
+DENY: tuple[str, ...] = ()
+OWN: tuple[str, ...] = ()
+DOCUMENTED_ERRORS: tuple[str, ...] = ()
+ROOT_ENV = "MASKFUZZ_TARGET_ROOT"
+CASE: dict = {
+    "dtype": "float32",
+    "gamma": 1.0,
+    "lam": 0.95,
+    "attention": ["111"],
+    "trainable": ["110"],
+    "token_rewards": [[0.0, 1.0, 0.0]],
+    "values": [[0.0, 0.0, 100.0]],
+    "score": [0.0],
+}
+TWIN: dict | None = None
+CHECK: dict = {
+    "kind": "expected",
+    "outputs": {
+        "advantages": {"expected": [[0.95, 1.0, 0.0]], "tolerance": [[1e-5, 1e-5, 1e-5]], "where": ["110"]},
+    },
+}
+
+
+def prepare(root: Path) -> tuple[Callable, str]:
+    """Placeholder: the written script defines how the target is called (run(case, device), where)."""
+    raise NotImplementedError("maskfuzz repro writes the target's call here")
+
+
+# ---------------------------------------------------------------------------------------------
+# Heavy packages the computation never uses: inert stand-ins when missing, a blocker for DENY.
+# ---------------------------------------------------------------------------------------------
+class _Inert:
+    """An object that absorbs attribute access, calls, subscripts and subclassing. Any real use of
+    one in the computation gives garbage, which is why STAND_INS lists only what is never used."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_inert_name", name)
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        return _Inert(f"{self._inert_name}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], _Inert):
+            return args[0]  # used as a decorator
+        return _Inert(f"{self._inert_name}()")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __getitem__(self, key):
+        return _Inert(f"{self._inert_name}[]")
+
+    def __iter__(self):
+        return iter(())
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __or__(self, other):
+        return self
+
+    __ror__ = __or__
+
+    def __repr__(self) -> str:
+        return f"<inert stand-in {self._inert_name}>"
+
+
+class _InertModule(types.ModuleType):
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        return _Inert(f"{self.__name__}.{attr}")
+
+
+class _InertLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = _InertModule(spec.name)
+        module.__path__ = []  # a package, so that submodules import too
+        return module
+
+    def exec_module(self, module) -> None:
+        return None
+
+
+class StandIns(importlib.abc.MetaPathFinder):
+    """Last on sys.meta_path: answers only for packages of STAND_INS that are not installed."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if top not in STAND_INS or top in DENY or top in OWN:
+            return None
+        self.used.add(top)
+        return importlib.machinery.ModuleSpec(fullname, _InertLoader(), is_package=True)
+
+
+class Blocker(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: keeps the DENY packages missing even where they are installed,
+    because their presence changes what the target does (e.g. a present torch_npu selects NPU code)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in DENY:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (kept missing by this reproducer)", name=fullname)
+        return None
+
+
+def install_stand_ins() -> StandIns:
+    """Install the blocker and the stand-ins; the returned finder's `used` says what it supplied."""
+    if DENY:
+        for name in list(sys.modules):
+            if name.split(".")[0] in DENY:
+                del sys.modules[name]
+        sys.meta_path.insert(0, Blocker())
+    finder = StandIns()
+    sys.meta_path.append(finder)
+    return finder
+
+
+# ---------------------------------------------------------------------------------------------
+# The inputs, and how the target's code is found in the checkout.
+# ---------------------------------------------------------------------------------------------
+def mask(rows: list[str]) -> torch.Tensor:
+    """'0'/'1' strings, one per row, as a bool tensor [B, T]."""
+    return torch.tensor([[c == "1" for c in row] for row in rows], dtype=torch.bool)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One batch of masked GAE inputs: B rows padded to T positions.
+
+    attention[b, t]      bool: a real token (assistant or tool/observation token); False is padding
+    trainable[b, t]      bool: the loss mask; True for the tokens the policy is trained on
+    token_rewards[b, t]  float64: dense per-token rewards (e.g. a KL penalty)
+    values[b, t]         float64: critic values; at non-trainable positions they must never matter
+    score[b]             float64: the outcome reward of the row
+    gamma, lam           discount and GAE lambda
+    dtype                the precision the target runs in (the numbers above are exact in it)
+    """
+
+    attention: torch.Tensor
+    trainable: torch.Tensor
+    token_rewards: torch.Tensor
+    values: torch.Tensor
+    score: torch.Tensor
+    gamma: float
+    lam: float
+    dtype: str
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Case:
+        def floats(x) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.float64)
+
+        return cls(
+            attention=mask(data["attention"]),
+            trainable=mask(data["trainable"]),
+            token_rewards=floats(data["token_rewards"]),
+            values=floats(data["values"]),
+            score=floats(data["score"]),
+            gamma=float(data["gamma"]),
+            lam=float(data["lam"]),
+            dtype=data["dtype"],
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.trainable.shape[0]), int(self.trainable.shape[1]))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def inputs(self, device: str = "cpu") -> dict:
+        """Keyword tensors in the case's dtype on `device`; masks as 1.0 / 0.0 of that dtype."""
+        dt = self.torch_dtype
+        return {
+            "token_rewards": self.token_rewards.to(device=device, dtype=dt),
+            "values": self.values.to(device=device, dtype=dt),
+            "trainable": self.trainable.to(device=device, dtype=dt),
+            "attention": self.attention.to(device=device, dtype=dt),
+            "score": self.score.to(device=device, dtype=dt),
+            "gamma": self.gamma,
+            "lam": self.lam,
+        }
+
+
+class NotPresent(Exception):
+    """The function under test does not exist in this checkout."""
+
+
+@dataclass
+class Loaded:
+    """The function under test, ready: run(case, device) -> (advantages, returns), [B, T] each."""
+
+    run: Callable
+    where: str  # "path/in/checkout.py::function"
+    notes: list = field(default_factory=list)
+
+
+def import_from(root: Path, module: str) -> types.ModuleType:
+    """Import `module` and insist that it comes from the checkout `root`, never from site-packages.
+    Raises NotPresent when the checkout has no such module."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        top = module.split(".")[0]
+        if exc.name and (exc.name == module or module.startswith(exc.name + ".")) and exc.name.split(".")[0] == top:
+            raise NotPresent(f"module {module} is not present in this checkout") from None
+        raise
+    path = Path(inspect.getfile(mod)).resolve()
+    if not path.is_relative_to(Path(root).resolve()):
+        raise RuntimeError(f"{module} was imported from {path}, not from the checkout {root}")
+    return mod
+
+
+def function_from(root: Path, candidates: list[tuple[str, str]]) -> tuple[Callable, str]:
+    """The first (module, attribute) of `candidates` present in the checkout, and where it is."""
+    looked = []
+    for module, attr in candidates:
+        try:
+            mod = import_from(root, module)
+        except NotPresent:
+            looked.append(f"{module} (no module)")
+            continue
+        obj = mod
+        for part in attr.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is None:
+            looked.append(f"{module}.{attr} (no attribute)")
+            continue
+        rel = Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve())
+        return obj, f"{rel}::{attr}"
+    raise NotPresent("function not present in this checkout; looked for " + ", ".join(looked))
+
+
+# ---------------------------------------------------------------------------------------------
+# The check.
+# ---------------------------------------------------------------------------------------------
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+OUTPUTS = ("advantages", "returns")
+
+
+def number(x: float) -> float | str:
+    """A float for JSON: non-finite ones as the strings 'nan', 'inf', '-inf'."""
+    x = float(x)
+    return x if math.isfinite(x) else str(x)
+
+
+def jsonable(data):
+    """`data` with every non-finite float replaced by its string, so the output is strict JSON."""
+    if isinstance(data, dict):
+        return {k: jsonable(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [jsonable(v) for v in data]
+    return number(data) if isinstance(data, float) else data
+
+
+def dumps(data, indent: int = 0) -> str:
+    """Strict JSON, one key per line, a list of numbers or strings on one line (a row per line)."""
+    pad = "  " * (indent + 1)
+    if isinstance(data, dict) and data:
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1)}" for k, v in data.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
+    if isinstance(data, list) and any(isinstance(v, (dict, list)) for v in data):
+        return "[\n" + ",\n".join(pad + dumps(v, indent + 1) for v in data) + "\n" + "  " * indent + "]"
+    return json.dumps(data, allow_nan=False)
+
+
+def outputs(run: Callable, case: Case, device: str) -> dict[str, torch.Tensor]:
+    """Run the target on `case`: {'advantages', 'returns'}, float64 on the CPU, checked to be [B, T]."""
+    out = run(case, device)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError(f"the target returned {type(out).__name__}, not (advantages, returns)")
+    result = {}
+    for name, x in zip(OUTPUTS, out):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != case.shape:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name} has shape {got}, expected {list(case.shape)}")
+        result[name] = x.detach().to("cpu", torch.float64)
+    return result
+
+
+def rounding_slack(dtype: str, tensors: list[torch.Tensor]) -> float:
+    """Slack for comparing the target with itself on two inputs that round differently:
+    8 u (log2 n + 1) max |x| over the n finite numbers of `tensors` (u: unit roundoff of dtype)."""
+    xs = torch.cat([x.flatten() for x in tensors])
+    xs = xs[torch.isfinite(xs)]
+    if not xs.numel():
+        return 0.0
+    return 8.0 * UNIT_ROUNDOFF[dtype] * (math.log2(xs.numel()) + 1) * float(xs.abs().max())
+
+
+def differences(name: str, observed, expected, tolerance, where, exact: bool = False) -> list[dict]:
+    """Positions in `where` at which `observed` is not within `tolerance` of `expected`
+    (|observed - expected| <= tolerance; NaN never agrees). `exact`: bitwise equal, NaN == NaN."""
+    if exact:
+        ok = (observed == expected) | (torch.isnan(observed) & torch.isnan(expected))
+    else:
+        ok = ((observed - expected).abs() <= tolerance) | ((observed == expected) & torch.isinf(expected))
+    return [
+        {
+            "output": name,
+            "position": [b, t],
+            "observed": number(observed[b, t]),
+            "expected": number(expected[b, t]),
+            "tolerance": 0.0 if exact else number(tolerance[b, t]),
+        }
+        for b, t in (where & ~ok).nonzero().tolist()
+    ]
+
+
+def check_finite(run: Callable, case: Case, device: str) -> dict:
+    """The case must give finite outputs at trainable positions, or raise a documented error."""
+    timeout = CHECK.get("timeout")
+    if timeout:  # the finding was a hang: give up after `timeout` seconds
+
+        def alarm(signum, frame):
+            raise TimeoutError(f"no answer within {timeout} s")
+
+        signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(int(timeout))
+    try:
+        got = outputs(run, case, device)
+    except Exception as exc:  # noqa: BLE001 - whatever the target raises is the answer
+        text = f"{type(exc).__name__}: {exc}"
+        if any(re.search(p, text) for p in DOCUMENTED_ERRORS):
+            return {"status": "fixed", "message": f"raised a documented error: {text}"}
+        return {"status": "reproduced", "message": f"raised {text}", "traceback": traceback.format_exc()}
+    finally:
+        if timeout:
+            signal.alarm(0)
+    bad = case.trainable & ~(torch.isfinite(got["advantages"]) & torch.isfinite(got["returns"]))
+    found = [
+        {"output": name, "position": [b, t], "observed": number(got[name][b, t]), "expected": "finite"}
+        for b, t in bad.nonzero().tolist()
+        for name in OUTPUTS
+        if not math.isfinite(float(got[name][b, t]))
+    ]
+    status = "reproduced" if found else "fixed"
+    message = f"non-finite output at {len(found)} trainable position(s)" if found else "finite outputs"
+    observed = {name: x.tolist() for name, x in got.items()}
+    return {"status": status, "message": message, "observed": observed, "differences": found}
+
+
+def judge(run: Callable, device: str) -> dict:
+    """Run the case (and its twin, if the check compares two runs) and compare as CHECK says."""
+    case = Case.from_dict(CASE)
+    kind = CHECK["kind"]
+    if kind == "finite":
+        return check_finite(run, case, device)
+    first = outputs(run, case, device)
+    if kind == "expected":  # numbers computed by maskfuzz in float64
+        observed = first
+        expected = {name: torch.tensor(c["expected"], dtype=torch.float64) for name, c in CHECK["outputs"].items()}
+    elif kind == "twin":  # the twin's outputs, mapped onto the case's positions
+        second = outputs(run, Case.from_dict(TWIN), device)
+        rows, columns = CHECK["rows"], CHECK["columns"]
+        mapped = {name: x[rows][:, columns] for name, x in second.items()}
+        observed, expected = (mapped, first) if CHECK["observed"] == "twin" else (first, mapped)
+    else:  # "same": a second run of the same case must give the same bits
+        observed, expected = outputs(run, case, device), first
+    found = []
+    for name, spec in CHECK["outputs"].items():
+        where = mask(spec["where"])
+        tolerance = torch.tensor(spec.get("tolerance", 0.0), dtype=torch.float64).expand(case.shape)
+        if kind == "twin":
+            tolerance = tolerance + rounding_slack(case.dtype, [expected[n][where] for n in OUTPUTS])
+        found += differences(name, observed[name], expected[name], tolerance, where, exact=kind == "same")
+    status = "reproduced" if found else "fixed"
+    differing = " and ".join(dict.fromkeys(d["output"] for d in found))
+    checked = " and ".join(CHECK["outputs"])
+    message = f"{len(found)} position(s) of {differing} differ" if found else f"{checked} as expected"
+    return {
+        "status": status,
+        "message": message,
+        "observed": {name: x.tolist() for name, x in observed.items()},
+        "expected": {name: expected[name].tolist() for name in CHECK["outputs"]},
+        "differences": found,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Which code this is, and the command line.
+# ---------------------------------------------------------------------------------------------
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def identify(root: Path) -> dict:
+    """The commit of a git checkout (and whether it has local changes), else the name and version
+    of an unpacked wheel (its *.dist-info/METADATA)."""
+    found: dict = {"commit": None, "changed": None, "version": None}
+    with contextlib.suppress(OSError):  # no git installed
+        top = git(root, "rev-parse", "--show-toplevel")
+        if top and Path(top).resolve() == root:
+            found["commit"] = git(root, "rev-parse", "HEAD")
+            # tracked files that differ from the commit (" M file", " D file"), the first 20
+            found["changed"] = git(root, "status", "--porcelain", "--untracked-files=no").splitlines()[:20]
+    for meta in sorted(root.glob("*.dist-info/METADATA")):
+        head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+        fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+        if "Name" in fields and "Version" in fields:
+            found["version"] = f"{fields['Name']}=={fields['Version']}"
+    return found
+
+
+EXIT = {"fixed": 0, "reproduced": 1, "error": 2}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=f"Reproduce the {TARGET} {PROPERTY} finding.")
+    parser.add_argument("root", nargs="?", help=f"the {TARGET} checkout or unpacked wheel (default: ${ROOT_ENV})")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    args = parser.parse_args(argv)
+    if not (args.root or os.environ.get(ROOT_ENV)):
+        parser.error(f"give the path of the {TARGET} checkout, or set {ROOT_ENV}")
+    root = Path(args.root or os.environ[ROOT_ENV]).resolve()
+    if not root.is_dir():
+        parser.error(f"{root} is not a directory")
+    identity = identify(root)
+    faulthandler.enable()  # a crash inside the target prints where it happened
+    stand_ins = install_stand_ins()
+    sys.path.insert(0, str(root))
+    function = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # what the framework prints stays off the JSON
+            run, function = prepare(root)
+            result = judge(run, args.device)
+    except NotPresent as exc:
+        result = {"status": "error", "message": f"cannot run: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - reported, with the traceback, as "cannot run"
+        text = f"{type(exc).__name__}: {exc}"
+        result = {"status": "error", "message": f"cannot run: {text}", "traceback": traceback.format_exc()}
+    versions = {name: getattr(sys.modules.get(name), "__version__", None) for name in ("torch", "tensordict")}
+    report = {"target": TARGET, "pin": PIN, "property": PROPERTY}
+    report |= {"status": result.pop("status"), "message": result.pop("message"), "invariant": INVARIANT}
+    report |= {"checkout": str(root), **identity, "function": function, "device": args.device}
+    report |= {"python": platform.python_version(), **{n: v for n, v in versions.items() if isinstance(v, str)}}
+    report["stand_ins_used"] = sorted(stand_ins.used)
+    report["inputs"] = {"case": CASE} | ({"twin": TWIN} if TWIN else {})
+    report |= result
+    print(dumps(jsonable(report)))
+    return EXIT[report["status"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
