@@ -58,7 +58,10 @@ PLAIN = Case.build(
     trainable=[[1, 1, 1], [1, 1, 1]], token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]], values=[[0.1, 0.3, 0.2], [1, 2, 3]],
     score=[1.0, -1.0], gamma=0.9, lam=0.7,
 )
-EMPTY_RESPONSE = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9)
+EMPTY_RESPONSE = Case.build(  # the second sample's response is empty (padding only)
+    trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9
+)
+NEW_HOME = "miles/backends/training_utils/loss_hub/math_utils.py::get_advantages_and_returns_batch"
 SEED_CASES = {"observation tail": OBS_TAIL, "gap": GAP, "all-masked row": ALL_MASKED, "gamma=lam=1": TELESCOPE}
 
 
@@ -191,7 +194,7 @@ def test_wheel_loses_the_score_behind_an_observation_tail(wheel):
 @pytest.mark.network
 def test_wheel_lets_masked_values_leak_across_a_gap(wheel):
     adv, _ = wheel.run(GAP)
-    # every token a transition: A3 = 1 - 0.25; A2 = 0.9*0.25 - 9 + 0.72*A3; A1 = 0.9*9 - 9 + 0.72*A2; A0 = 8.1 - 0.5 + 0.72*A1
+    # every token a transition (gamma * lam = 0.72), the score on the last token, the 9s bootstrap
     a3 = 0.75
     a2 = 0.9 * 0.25 - 9 + 0.72 * a3
     a1 = 0.9 * 9 - 9 + 0.72 * a2
@@ -277,7 +280,7 @@ def test_pinned_before_is_the_first_parent_of_the_fix(repos):
 @pytest.mark.needs_mirror
 def test_both_sides_call_the_new_location_directly(before, fixed):
     for h in (before, fixed):
-        assert h.info["where"] == "miles/backends/training_utils/loss_hub/math_utils.py::get_advantages_and_returns_batch"
+        assert h.info["where"] == NEW_HOME
         assert "called directly; the function places terminal_rewards itself" in h.info["notes"]
     assert "the function takes no loss mask" in before.info["notes"] and "loss_masks passed" in fixed.info["notes"]
 

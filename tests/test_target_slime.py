@@ -1,0 +1,220 @@
+"""slime through its adapter: `slime/utils/ppo_utils.py::get_advantages_and_returns_batch` reached
+through its PPO caller, with `megatron.core.mpu` answering as one rank, judged by the oracle.
+
+The verdicts asserted here were derived by reading slime's code (HEAD 624b824a8 and 166441911):
+`compute_advantages_and_returns` adds the scalar reward to the last response token
+(`token_level_rewards[-1] += reward`) and calls GAE over every response token without the loss
+mask. So masked values and rewards leak (poison), the score is lost behind a masked observation
+tail at gamma = 0 (score-kept), masked positions get non-zero advantages, an empty response crashes
+(`[-1]` of an empty tensor), and rows without masks are plain GAE. slime has no PyPI release: every
+target test needs MASKFUZZ_REPOS=slime=/path (skipped otherwise); the adapter's own logic is
+tested offline.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+from fuzz.repos import parse_repos
+from oracles.case import Case
+from oracles.properties import judge
+from targets.adapters import slime
+from targets.adapters.base import NotPresent
+from targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from targets.session import open_target
+
+HEAD = "624b824a8"
+OLDER = "166441911"
+
+OBS_TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], score=[1.0], gamma=0.0, lam=0.95)
+GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
+ALL_MASKED = Case.build(
+    trainable=[[1, 1, 1], [0, 0, 0]], values=[[0.1, 0.2, 0.3], [5, 5, 5]], score=[1.0, 2.0], gamma=0.9, lam=0.9
+)
+MASKED_REWARD = Case.build(  # a KL reward under the mask reaches the trainable token before it
+    trainable=[[1, 0]], token_rewards=[[0.0, 4.0]], values=[[0.5, 0.0]], gamma=0.5, lam=0.5
+)
+PLAIN = Case.build(
+    trainable=[[1, 1, 1], [1, 1, 1]], token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]], values=[[0.1, 0.3, 0.2], [1, 2, 3]],
+    score=[1.0, -1.0], gamma=0.9, lam=0.7,
+)
+EMPTY_RESPONSE = Case.build(
+    trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9
+)
+
+
+def failed(run, case: Case) -> set[str]:
+    return {v.property for v in judge(run, case, slime.SPEC.declared()) if v.failed}
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline: the registry entry and the adapter's own logic.
+# ---------------------------------------------------------------------------------------------
+def test_spec_declares_compressed_git_pins_and_float64_left_out_with_the_reason():
+    spec = slime.SPEC
+    assert spec.contract == "compressed" and spec.package is None and "fla" in spec.deny
+    assert [p.rev for p in spec.pins] == [HEAD, OLDER] and all(p.kind == "git" for p in spec.pins)
+    assert spec.domain.restrictions() == {"dtypes": slime.FLOAT64_WHY}
+    assert "megatron" in spec.stand_ins and "slime" not in spec.stand_ins
+
+
+def test_rollout_data_expresses_token_rewards_as_k1_kl_exactly():
+    case = Case.build(trainable=[[1, 0, 1]], token_rewards=[[0.1, -3.0, 1e-7]], values=[[1, 2, 3]], score=[2.0])
+    s = slime.Samples.from_case(case, "cpu")
+    data = slime.rollout_data(s)
+    args = slime.caller_args(0.9, 0.8)
+    # what the caller computes: -kl_coef * (log_probs - ref_log_probs) with kl_loss_type k1
+    kl = data["log_probs"][0].float() - data["ref_log_probs"][0].float()
+    assert torch.equal(-args.kl_coef * kl, case.inputs()["token_rewards"][0])
+    assert args.kl_loss_type == "k1" and args.normalize_advantages is False and (args.gamma, args.lambd) == (0.9, 0.8)
+    assert data["rewards"] == [2.0] and data["loss_masks"][0].tolist() == [1, 0, 1]
+
+
+def test_caller_args_answer_none_for_unknown_switches_and_record_them():
+    slime.CallerArgs.unknown.clear()
+    args = slime.caller_args(1.0, 1.0)
+    assert args.some_new_feature_flag is None and args.use_opd is False
+    assert slime.CallerArgs.unknown == {"some_new_feature_flag"}
+    slime.CallerArgs.unknown.clear()
+
+
+def test_vanilla_rebinds_the_caller_and_needs_the_flag():
+    def gae(total_lengths, response_lengths, values_list, rewards_list, gamma, lambd, chunked=True):
+        return chunked
+
+    caller_module = types.ModuleType("fake_loss")
+    caller_module.get_advantages_and_returns_batch = gae
+    assert slime.bind_flavour([caller_module], gae, "default") == []
+    notes = slime.bind_flavour([caller_module], gae, "vanilla")
+    assert caller_module.get_advantages_and_returns_batch(1, 2, 3, 4, 5, 6) is False and "fake_loss" in notes[0]
+
+    def no_flag(total_lengths, response_lengths, values_list, rewards_list, gamma, lambd):
+        return None
+
+    with pytest.raises(NotPresent, match="no `chunked` flag"):
+        slime.bind_flavour([caller_module], no_flag, "vanilla")
+    with pytest.raises(NotPresent, match="unknown entry"):
+        slime.entry_name("chunky")
+
+
+def _fake_slime(root, loss_body: str) -> None:
+    """A slime-shaped tree: the real function is never reached by these tests."""
+    for pkg in ("slime", "slime/utils", "slime/backends", "slime/backends/megatron_utils"):
+        (root / pkg).mkdir(parents=True, exist_ok=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "slime/utils/ppo_utils.py").write_text(
+        "def get_advantages_and_returns_batch(total_lengths, response_lengths, values_list, rewards_list, gamma,"
+        " lambd, chunked=True):\n    raise AssertionError('not reached')\n"
+    )
+    (root / "slime/backends/megatron_utils/loss.py").write_text(loss_body)
+
+
+def test_the_caller_sees_the_single_rank_mpu_and_a_broken_caller_fails_at_load(tmp_path):
+    # the caller reports what mpu answered through rollout_data; the smoke run at load reads it
+    _fake_slime(
+        tmp_path,
+        "from megatron.core import mpu\n"
+        "def compute_advantages_and_returns(args, rollout_data):\n"
+        "    assert mpu.__maskfuzz_state__ and mpu.get_context_parallel_world_size() == 1\n"
+        "    assert mpu.get_context_parallel_rank() == 0 and mpu.is_pipeline_last_stage()\n"
+        "    rollout_data['advantages'] = [v * 0 for v in rollout_data['values']]\n"
+        "    rollout_data['returns'] = rollout_data['advantages']\n",
+    )
+    spec = slime.SPEC
+    with Worker(LoadSpec(spec.adapter, str(tmp_path), None, spec.stand_ins, spec.deny, spec.own)) as w:
+        assert w.info["stand_ins_used"] == ["megatron"]
+        adv, ret = w(PLAIN)
+        assert adv.shape == (2, 3) and not adv.any()
+    _fake_slime(tmp_path, "def compute_advantages_and_returns(args, rollout_data):\n    pass\n")
+    with pytest.raises(WorkerLoadError, match="without setting rollout_data"):
+        Worker(LoadSpec(spec.adapter, str(tmp_path), None, spec.stand_ins, spec.deny, spec.own)).start()
+
+
+def test_a_tree_without_the_function_is_not_present(tmp_path):
+    (tmp_path / "slime").mkdir()
+    (tmp_path / "slime" / "__init__.py").write_text("")
+    spec = slime.SPEC
+    with pytest.raises(WorkerSkip, match="slime.utils.ppo_utils"):
+        Worker(LoadSpec(spec.adapter, str(tmp_path), None, spec.stand_ins, spec.deny, spec.own)).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# The real code at git pins (needs a slime clone or mirror).
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def repos():
+    found = parse_repos(None)
+    if "slime" not in found:
+        pytest.skip("slime has no release: set MASKFUZZ_REPOS=slime=/path/to/slime-clone-or-mirror")
+    return found
+
+
+@pytest.fixture(scope="module", params=[HEAD, OLDER])
+def pinned(request, repos):
+    with open_target(f"slime@{request.param}", repos=repos) as h:
+        yield h
+
+
+@pytest.mark.needs_mirror
+def test_loads_through_the_caller_with_the_mpu_state(pinned):
+    assert pinned.info["where"] == (
+        "slime/utils/ppo_utils.py::get_advantages_and_returns_batch via "
+        "slime/backends/megatron_utils/loss.py::compute_advantages_and_returns"
+    )
+    assert "megatron" in pinned.info["stand_ins_used"] and "slime" not in pinned.info["stand_ins_used"]
+    assert any("megatron.core.mpu answers CP size 1" in n for n in pinned.info["notes"])
+
+
+@pytest.mark.needs_mirror
+def test_score_goes_to_the_last_response_token(pinned):
+    assert pinned.run(OBS_TAIL)[0].tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0]]
+    assert failed(pinned.run, OBS_TAIL) == {"score-kept", "masked-zero", "reference"}
+
+
+@pytest.mark.needs_mirror
+def test_masked_values_and_rewards_leak(pinned):
+    assert {"poison", "gap-invariance", "masked-zero", "reference"} == failed(pinned.run, GAP)
+    adv, _ = pinned.run(MASKED_REWARD)
+    # A0 = 0 + 0.5 * V1 - V0 + 0.25 * A1, A1 = 4 - 0 (the masked reward): 0 - 0.5 + 1 = 0.5
+    assert adv[0].tolist() == pytest.approx([0.5, 4.0], rel=1e-6)
+    assert "poison" in failed(pinned.run, MASKED_REWARD)
+
+
+@pytest.mark.needs_mirror
+def test_all_masked_row_is_trained_on_but_independent(pinned):
+    adv, _ = pinned.run(ALL_MASKED)
+    assert (adv[1] != 0).all()
+    assert failed(pinned.run, ALL_MASKED) == {"masked-zero", "gap-invariance"}
+
+
+@pytest.mark.needs_mirror
+def test_rows_without_masks_are_plain_gae_and_an_empty_response_crashes(pinned):
+    assert failed(pinned.run, PLAIN) == {"gap-invariance"}
+    v = {x.property: x for x in judge(pinned.run, EMPTY_RESPONSE, slime.SPEC.declared())}
+    assert v["no-crash"].failed and "IndexError" in v["no-crash"].message
+
+
+@pytest.mark.needs_mirror
+def test_vanilla_entry_agrees_with_the_chunked_default(repos):
+    with open_target(f"slime@{HEAD}", repos=repos) as chunked, open_target(f"slime:vanilla@{HEAD}", repos=repos) as h:
+        assert any("chunked=False" in n for n in h.info["notes"])
+        for case in (GAP, PLAIN, OBS_TAIL):
+            serial, scan = h.run(case)[0].flatten().tolist(), chunked.run(case)[0].flatten().tolist()
+            assert serial == pytest.approx(scan, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.needs_mirror
+def test_short_fuzz_at_head_finds_the_leak_and_the_lost_score(repos):
+    from fuzz.engine import fuzz_target
+
+    with open_target(f"slime@{HEAD}", repos=repos) as h:
+        t0 = time.monotonic()
+        result = fuzz_target(h.run, h.declared, target="slime", pin=HEAD, max_examples=40, seed=0,
+                             properties=("poison", "score-kept"))
+        print(f"\n[slime] fuzz {HEAD}: {time.monotonic() - t0:.1f} s, {result.examples} examples", file=sys.stderr)
+    assert {f.property for f in result.findings} == {"poison", "score-kept"}
