@@ -98,6 +98,24 @@ class CommitHistory:
         self.history.remove_worktree(rev)
 
 
+class Worktrees:
+    """Removes the worktrees a bisection creates, and only those: a commit's worktree that was in
+    the cache before (a pinned commit another run may be using) stays. `before(hash)` is called
+    when a revision's evaluation starts, `done(hash)` after its last run."""
+
+    def __init__(self, history):
+        self.history = history  # targets.gitrepo.History
+        self._had: dict[str, bool] = {}
+
+    def before(self, commit: str) -> None:
+        listed = getattr(self.history, "worktrees", None)
+        self._had.setdefault(commit, commit in listed() if callable(listed) else False)
+
+    def done(self, commit: str) -> None:
+        if not self._had.pop(commit, True):
+            self.history.remove_worktree(commit)
+
+
 def local_history(path: str | Path, name: str = "local", cache: Path | None = None):
     """A `targets.gitrepo.CachedRepo` over a local clone or bare mirror that is no registered
     target (e.g. the repository of a `--callable` function): cached as `local-<name>`."""
@@ -253,8 +271,9 @@ class TargetEvaluator:
 
     `opener(ref, repos=..., device=..., timeout=...)` is `targets.session.open_target` and
     `ref_factory(target, entry, pin)` is `targets.session.TargetRef` unless injected.
-    `cleanup(revision_id)` is its `done` (for git: the cached clone's `remove_worktree`), which
-    `bisect` calls after a revision's last run, so a long bisection keeps at most one checkout."""
+    `worktrees` (git only: a `Worktrees` over the cached clone) removes each revision's checkout
+    in `done`, which `bisect` calls after the revision's last run, so a long bisection holds at
+    most one checkout on disk."""
 
     def __init__(
         self,
@@ -268,7 +287,7 @@ class TargetEvaluator:
         timeout: float = 60.0,
         opener: Callable | None = None,
         ref_factory: Callable | None = None,
-        cleanup: Callable[[str], None] | None = None,
+        worktrees: Worktrees | None = None,
     ):
         self.entry = entry
         self.target = target
@@ -279,7 +298,7 @@ class TargetEvaluator:
         self.timeout = timeout
         self._opener = opener
         self._ref_factory = ref_factory
-        self.cleanup = cleanup
+        self.worktrees = worktrees
 
     def _session(self):
         if self._opener is None or self._ref_factory is None:
@@ -290,6 +309,8 @@ class TargetEvaluator:
         return self._opener, self._ref_factory
 
     def __call__(self, revision: Revision) -> Outcome:
+        if self.worktrees is not None:
+            self.worktrees.before(revision.id)
         try:
             opener, make_ref = self._session()
             pin = f"=={revision.id}" if self.releases else revision.id
@@ -300,8 +321,8 @@ class TargetEvaluator:
             return Outcome(SKIP, _skip_reason(exc))
 
     def done(self, revision: Revision) -> None:
-        if self.cleanup is not None:
-            self.cleanup(revision.id)
+        if self.worktrees is not None:
+            self.worktrees.done(revision.id)
 
 
 def _skip_reason(exc: BaseException) -> str:
@@ -317,7 +338,7 @@ class CallableEvaluator:
     """Judges `entry.case` on a user's function `MODULE:FUNC` (canonical keyword signature, see
     `targets.adapters.callable`) imported from a git history at each revision: the revision's
     worktree (`history.checkout`, below `subdir`) goes first on the worker's sys.path
-    (`targets.session.open_callable`); `done` removes it."""
+    (`targets.session.open_callable`); `done` removes it unless it was there before."""
 
     def __init__(
         self,
@@ -337,10 +358,12 @@ class CallableEvaluator:
         self.subdir = subdir
         self.device = device
         self.timeout = timeout
+        self.worktrees = Worktrees(history)
 
     def __call__(self, revision: Revision) -> Outcome:
         from targets.session import open_callable
 
+        self.worktrees.before(revision.id)
         try:
             root = self.history.checkout(revision.id) / self.subdir
             with open_callable(
@@ -351,4 +374,4 @@ class CallableEvaluator:
             return Outcome(SKIP, _skip_reason(exc))
 
     def done(self, revision: Revision) -> None:
-        self.history.remove_worktree(revision.id)
+        self.worktrees.done(revision.id)

@@ -140,9 +140,11 @@ class ImportEvaluator:
         self.calls: list[str] = []
         self.done_calls: list[str] = []
         self.most_worktrees = 0
+        self.trees = bisect_env.Worktrees(history)
 
     def __call__(self, rev: Revision) -> Outcome:
         self.calls.append(rev.id)
+        self.trees.before(rev.id)
         root = self.history.checkout(rev.id)
         self.most_worktrees = max(self.most_worktrees, len(self.history.worktrees()))
         c = self.case
@@ -159,9 +161,9 @@ class ImportEvaluator:
         return Outcome(GOOD if ok else BAD)
 
     def done(self, rev: Revision) -> None:
-        """Called by `bisect` after the revision's last run: the worktree goes."""
+        """Called by `bisect` after the revision's last run: the worktree goes (unless it was there before)."""
         self.done_calls.append(rev.id)
-        self.history.remove_worktree(rev.id)
+        self.trees.done(rev.id)
 
 
 @pytest.fixture
@@ -190,15 +192,19 @@ def test_cause_and_fix_through_unimportable_commits(tmp_path, cache):
     assert res.evaluations == len(ev.calls) <= evaluation_bound(11, res.skips)
     assert evaluation_bound(11, res.skips) == math.ceil(math.log2(11)) + res.skips + 2
 
+    assert ev.most_worktrees == 1 and hist.history.worktrees() == []
+
+    hist.history.checkout(shas[12])  # a worktree someone else made (a pinned commit): it must stay
     ev = ImportEvaluator(hist.history)
     res = bisect(hist, ev, shas[6], shas[14])
     assert (res.result, res.kind, res.commit.id) == (FOUND, FIX, shas[12])
+    assert shas[12] in [t.revision.id for t in res.tested]
     assert res.evaluations <= res.bound()
     skipped = [t for t in res.tested if t.outcome.verdict == SKIP]
     assert skipped, "the probes should have met an unimportable commit"
     assert all(t.revision.id in (shas[9], shas[10]) and "SyntaxError" in t.outcome.reason for t in skipped)
-    # every worktree was removed after its evaluation: never more than one on disk
-    assert ev.most_worktrees == 1 and hist.history.worktrees() == []
+    # every worktree the bisection made was removed after its evaluation; the older one stays
+    assert ev.most_worktrees == 2 and hist.history.worktrees() == [shas[12]]
 
 
 def test_skips_next_to_the_answer_are_inconclusive(tmp_path, cache):

@@ -144,6 +144,17 @@ class FakeSession:
         yield FakeHandle(compressed_loop if fixed else _mask_blind)
 
 
+class FakeTrees:
+    def __init__(self):
+        self.events = []
+
+    def before(self, rev):
+        self.events.append(("before", rev))
+
+    def done(self, rev):
+        self.events.append(("done", rev))
+
+
 class GapEntry:
     case = GAP_CASE
     property = "reference"
@@ -151,15 +162,15 @@ class GapEntry:
 
 def test_target_evaluator_over_releases_with_a_fake_session():
     session = FakeSession()
-    cleaned = []
+    tree = FakeTrees()
     ev = TargetEvaluator(
-        GapEntry(), "verl", releases=True, opener=session.open_target, ref_factory=lambda *a: a, cleanup=cleaned.append
+        GapEntry(), "verl", releases=True, opener=session.open_target, ref_factory=lambda *a: a, worktrees=tree
     )
     hist = ReleaseHistory(VERL.split(", "), "verl")
     res = bisect(hist, ev, "0.4.0", "0.9.1")
     assert (res.result, res.kind, res.commit.id) == (FOUND, FIX, "0.5.0")
     assert all(p.startswith("==") for p in session.opened), "a release is opened as ==VERSION"
-    assert cleaned == [t.revision.id for t in res.tested]
+    assert tree.events == [(e, t.revision.id) for t in res.tested for e in ("before", "done")]
     assert res.evaluations <= evaluation_bound(res.revisions, res.skips)
 
     by_version = {t.revision.id: t.outcome for t in bisect(hist, ev, "0.4.1", "0.8.0").tested}

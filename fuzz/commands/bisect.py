@@ -130,7 +130,7 @@ def setup(args, entry):
         else:
             history = bisect_env.ReleaseHistory.from_index(spec.package)
         args.old, args.new = args.old.removeprefix("=="), args.new.removeprefix("==")
-        cleanup = None
+        worktrees = None
         where = f"{spec.id} releases ({spec.package} on the package index)"
     else:
         try:
@@ -138,7 +138,7 @@ def setup(args, entry):
         except acquire.AcquireError as exc:
             raise _usage(str(exc)) from None
         history = bisect_env.CommitHistory(cached)
-        cleanup = cached.remove_worktree
+        worktrees = bisect_env.Worktrees(cached)
         where = f"{spec.id} commits from {cached.source}"
     evaluator = bisect_env.TargetEvaluator(
         entry,
@@ -148,7 +148,7 @@ def setup(args, entry):
         releases=releases,
         device=args.device,
         timeout=args.timeout,
-        cleanup=cleanup,
+        worktrees=worktrees,
     )
     return history, evaluator, "version" if releases else "commit", where
 
