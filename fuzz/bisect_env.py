@@ -165,6 +165,12 @@ def pep440_key(version: str) -> tuple:
     return (int(m["epoch"] or 0), tuple(release), pre, post, dev)
 
 
+def is_prerelease(version: str) -> bool:
+    """Whether `version` is a pre- or dev-release (pip lists those only with --pre)."""
+    key = pep440_key(version)
+    return key[2] != (1,) or key[4] != (1,)
+
+
 def version_key(version: str):
     """`packaging.version.Version` when packaging is installed, else `pep440_key`."""
     try:
@@ -177,11 +183,14 @@ def version_key(version: str):
         raise ValueError(f"not a PEP 440 version: {version!r}") from None
 
 
-def released_versions(package: str, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> list[str]:
-    """The versions of `package` on the package index, via `python -m pip index versions`.
-
-    Raises BisectError with pip's message when the index cannot be reached."""
+def released_versions(
+    package: str, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run, pre: bool = False
+) -> list[str]:
+    """The versions of `package` on the package index, via `python -m pip index versions` (with
+    `pre`, pre-releases too). Raises BisectError with pip's message when the index cannot be reached."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
+    if pre:
+        cmd.append("--pre")
     proc = runner(cmd, capture_output=True, text=True, timeout=120)
     m = re.search(r"Available versions:\s*(.+)", proc.stdout or "")
     if proc.returncode != 0 or not m:
@@ -205,8 +214,8 @@ class ReleaseHistory:
         self.package = package
 
     @classmethod
-    def from_index(cls, package: str, runner=subprocess.run) -> "ReleaseHistory":
-        return cls(released_versions(package, runner), package)
+    def from_index(cls, package: str, runner=subprocess.run, pre: bool = False) -> "ReleaseHistory":
+        return cls(released_versions(package, runner, pre), package)
 
     def _index(self, version: str) -> int:
         try:

@@ -12,7 +12,15 @@ import pytest
 import torch
 
 from fuzz.bisect import BAD, FIX, FOUND, GOOD, SKIP, BisectError, Revision, bisect, evaluation_bound
-from fuzz.bisect_env import ReleaseHistory, TargetEvaluator, outcome_of, pep440_key, released_versions, version_key
+from fuzz.bisect_env import (
+    ReleaseHistory,
+    TargetEvaluator,
+    is_prerelease,
+    outcome_of,
+    pep440_key,
+    released_versions,
+    version_key,
+)
 from oracles.case import Case
 from oracles.properties import Declared, Verdict
 from oracles.reference import compressed_loop
@@ -48,6 +56,8 @@ def test_pep440_key_orders_like_packaging():
     assert sorted(shuffled, key=packaging.Version) == ORDERED
     assert pep440_key("0.2") == pep440_key("0.2.0") and pep440_key("v1.0") == pep440_key("1.0")
     assert version_key("0.10.0") > version_key("0.9.1")
+    pre = "0.3.0.dev1 0.3.0a1 0.3.0a2.dev0 0.3.0a2 0.3.0b1 0.3.0rc0 0.3.0rc1".split()
+    assert [v for v in ORDERED if is_prerelease(v)] == pre
     with pytest.raises(ValueError):
         pep440_key("main")
 
@@ -75,6 +85,9 @@ def test_release_list_from_pip_index_output():
 
     assert released_versions("verl", runner)[:3] == ["0.9.1", "0.9.0", "0.8.0"]
     assert calls[0][:5] == [sys.executable, "-m", "pip", "index", "versions"] and "verl" in calls[0]
+    assert "--pre" not in calls[0]
+    released_versions("verl", runner, pre=True)
+    assert "--pre" in calls[1]
 
     def offline(cmd, **kw):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for verl\n")

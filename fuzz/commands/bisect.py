@@ -128,7 +128,9 @@ def setup(args, entry):
         if args.versions:
             history = bisect_env.ReleaseHistory(args.versions.split(","), spec.package)
         else:
-            history = bisect_env.ReleaseHistory.from_index(spec.package)
+            ends = (args.old.removeprefix("=="), args.new.removeprefix("=="))
+            pre = any(bisect_env.is_prerelease(v) for v in ends)
+            history = bisect_env.ReleaseHistory.from_index(spec.package, pre=pre)
         args.old, args.new = args.old.removeprefix("=="), args.new.removeprefix("==")
         worktrees = None
         where = f"{spec.id} releases ({spec.package} on the package index)"
