@@ -97,7 +97,7 @@ class Worker:
             try:
                 if self._proc.poll() is None:
                     protocol.send(self._proc.stdin, ("exit",))
-                    self._proc.wait(timeout=5)
+                    self._proc.wait(timeout=0.5)  # nothing to flush: a slow interpreter exit is killed
             except (OSError, subprocess.TimeoutExpired, ValueError):
                 pass
             finally:
