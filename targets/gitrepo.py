@@ -256,7 +256,9 @@ class CachedRepo:
         """Commits in (old, new], oldest first. Without `first_parent`, commits merged in from
         side branches are included (as `git bisect` does)."""
         a, b = self.resolve(old), self.resolve(new)
-        args = ["--reverse", "--format=%H%x00%cI%x00%s"]
+        # topological order keeps each side branch's commits together, so a linear bisection over
+        # the list is consistent with ancestry wherever it can be
+        args = ["--reverse", "--topo-order", "--format=%H%x00%cI%x00%s"]
         if first_parent:
             args.append("--first-parent")
         out = self.repo().git.log(*args, f"{a}..{b}", "--")
