@@ -226,8 +226,6 @@ def _poison_check(case: Case, prop: str, declared: Declared) -> Check:
         if case.lam == 1.0:  # a leak telescopes away at lam = 1: the judge probes at lam = 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
         twin_is = f"the same input with 0 instead of the {what} at non-trainable positions"
-    if nonfinite and case.lam == 1.0:
-        pass  # the non-finite probe runs as recorded (as the judge does)
     exp = expected_outputs(clean, declared)
     if exp is None:
         raise Unsupported("the target's whitening is undefined for this case (fewer than two trainable positions)")
@@ -443,6 +441,7 @@ class Closure:
     imports: set[ImportLine] = field(default_factory=set)
     dotted: set[str] = field(default_factory=set)
     used_overrides: set[str] = field(default_factory=set)
+    missing: dict[str, list[str]] = field(default_factory=dict)  # maskfuzz module -> names a script lacks
 
     def add_source(self, source: Source, chain: Iterable[str] = ()) -> None:
         self.sources[source.name] = source
@@ -513,11 +512,19 @@ class Closure:
                 if line.asname or line.name not in other.defs:
                     raise Unsupported(f"{source.name} imports {line.name} from {line.module} in a way not copied")
                 self.need(other, line.name, why)
-            else:
-                what = f"{line.name} from {line.module}" if line.name else line.module
-                raise Unsupported(
-                    f"{source.name} needs maskfuzz's {what} ({why}), which a standalone script does not have"
-                )
+            else:  # collected, so that the reason names everything that is missing at once
+                names = self.missing.setdefault(line.module, [])
+                if (line.name or line.module) not in names:
+                    names.append(line.name or line.module)
+
+    def check_complete(self) -> None:
+        """Raise Unsupported naming every maskfuzz definition the copied code needs but a script lacks."""
+        if self.missing:
+            what = "; ".join(f"{', '.join(names)} from {module}" for module, names in sorted(self.missing.items()))
+            raise Unsupported(
+                f"the adapter's call needs maskfuzz's {what}, which a standalone script does not have; "
+                "the adapter can provide repro_source() (see fuzz/repro.py)"
+            )
 
     def import_block(self) -> str:
         """The import statements the picked code needs, laid out as isort (ruff's `I`) wants them:
@@ -624,6 +631,7 @@ def assemble(call: CallSource, data: dict[str, str]) -> tuple[Closure, list[str]
     extra = [n for n in getattr(module, "REPRO_FUNCTIONS", ())[1:]]
     for name in extra:
         closure.need(adapter, name, "listed in REPRO_FUNCTIONS")
+    closure.check_complete()
     return closure, extra
 
 
@@ -688,11 +696,13 @@ class Plan:
 
 
 def make_plan(entry: Entry, target: TargetInfo) -> Plan:
-    """The check and the call for `entry` on `target`; Unsupported when either is impossible."""
-    check = build_check(entry.case, entry.property, target.declared)
+    """The check and the call for `entry` on `target`; Unsupported when either is impossible
+    (the target first: whether its call can be copied does not depend on the case)."""
     call = call_source(target.adapter)
+    assemble(call, {name: f"{name} = None\n" for name in DATA_NAMES})  # every name resolves, or Unsupported
+    check = build_check(entry.case, entry.property, target.declared)
     plan = Plan(entry, target, check, call)
-    assemble(call, data_sources(plan))  # every name resolves, or Unsupported says which does not
+    assemble(call, data_sources(plan))
     return plan
 
 
@@ -707,10 +717,11 @@ def py_float(x: float) -> str:
     return repr(float(x))
 
 
-def py_str(s: str, indent: int = 0, width: int = 116) -> str:
-    """A string literal in double quotes; a long one as implicit concatenation in parentheses."""
+def py_str(s: str, indent: int = 0, width: int = 118, column: int | None = None) -> str:
+    """A string literal in double quotes starting at `column`; a long one as implicit concatenation
+    in parentheses, one chunk of words per line."""
     text = json.dumps(s)
-    if len(text) + indent <= width:
+    if (indent if column is None else column) + len(text) + 1 <= width:
         return text
     words = re.split(r"(?<= )", s)
     chunks, cur = [], ""
@@ -724,18 +735,23 @@ def py_str(s: str, indent: int = 0, width: int = 116) -> str:
     return "(\n" + "\n".join(inner + json.dumps(c) for c in chunks) + "\n" + " " * indent + ")"
 
 
-def py_literal(value: Any, indent: int = 0, width: int = 116, top: bool = False) -> str:
-    """`value` (dicts, lists, tuples, str, numbers, None) as readable Python source: one line when it
-    fits, else a dict key per line, a list of rows one row per line, or flat items wrapped."""
+def py_literal(value: Any, indent: int = 0, width: int = 118, top: bool = False, column: int | None = None) -> str:
+    """`value` (dicts, lists, tuples, str, numbers, None) as readable Python source starting at
+    `column` (default: `indent`) of a line indented by `indent`: one line when it fits (with a
+    trailing comma), else a dict key per line, a list of rows one row per line, or items wrapped."""
+    column = indent if column is None else column
     pad, inner = " " * indent, " " * (indent + 4)
     flat = _flat(value)
     rows = isinstance(value, list) and len(value) > 1 and all(isinstance(v, (list, dict)) for v in value)
-    if len(flat) + indent <= width and not (top and isinstance(value, dict)) and not rows:
+    if column + len(flat) + 1 <= width and not (top and isinstance(value, dict)) and not rows:
         return flat
     if isinstance(value, str):
-        return py_str(value, indent, width)
+        return py_str(value, indent, width, column)
     if isinstance(value, dict):
-        items = [f"{inner}{json.dumps(k)}: {py_literal(v, indent + 4, width)}," for k, v in value.items()]
+        items = []
+        for k, v in value.items():
+            key = f"{inner}{json.dumps(k)}: "
+            items.append(f"{key}{py_literal(v, indent + 4, width, column=len(key))},")
         return "{\n" + "\n".join(items) + f"\n{pad}}}"
     if isinstance(value, (list, tuple)):
         left, right = ("[", "]") if isinstance(value, list) else ("(", ")")
@@ -818,7 +834,8 @@ def data_sources(plan: Plan) -> dict[str, str]:
     out = {}
     for name in DATA_NAMES:
         comment = textwrap.wrap(doc.get(name, ""), 110, initial_indent="# ", subsequent_indent="# ")
-        body = f"{name} = " + py_literal(values[name], 0, top=name in ("CASE", "TWIN", "CHECK"))
+        lead = f"{name} = "
+        body = lead + py_literal(values[name], 0, top=name in ("CASE", "TWIN", "CHECK"), column=len(lead))
         out[name] = "\n".join(comment + [body]) + "\n"
     return out
 

@@ -434,7 +434,7 @@ def judge(run: Callable, device: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 def git(root: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout.rstrip() if done.returncode == 0 else ""  # porcelain lines start with a space
 
 
 def identify(root: Path) -> dict:
