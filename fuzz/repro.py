@@ -15,7 +15,8 @@ The script is assembled from two kinds of source:
   1. `repro_source() -> str`: Python source defining `prepare(root: Path) -> (run, where)`, where
      `run(case, device) -> (advantages, returns)` takes the script's `Case` (the attributes of
      `oracles.case.Case` that adapters use: attention, trainable, token_rewards, values, score,
-     gamma, lam, dtype, shape, torch_dtype, inputs(device)); it may use the script's `ENTRY`,
+     gamma, lam, dtype, shape, torch_dtype, inputs(device), Case.build(...); methods nothing
+     reads are left out of the script); it may use the script's `ENTRY`,
      `NotPresent`, `Loaded`, `import_from`, `function_from` and import stdlib / torch / the
      framework's own third-party packages at its top.
   2. `REPRO_FUNCTIONS = ("load", ...)`: the adapter's own module-level functions copied into the
@@ -375,17 +376,41 @@ class Source:
         path = inspect.getsourcefile(module)
         return cls(name, Path(path).read_text(encoding="utf-8"), str(path))
 
-    def segment(self, node: ast.stmt) -> str:
+    def segment(self, node: ast.stmt, drop: Iterable[str] = ()) -> str:
         """The node's source lines with its decorators and the comment lines right above it
-        (section banners, `# ---` blocks, are left out)."""
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        (section banners, `# ---` blocks, are left out); `drop` names methods of a class to omit."""
+        start = _first_line(node)
         first = start
         while first > 0 and self.lines[first - 1].lstrip().startswith("#"):
             first -= 1
         comments = self.lines[first:start]
         if any(c.strip().startswith("# ---") or c.strip().startswith("# ===") for c in comments):
             comments = []
-        return "\n".join(comments + self.lines[start : node.end_lineno])
+        lines = list(enumerate(self.lines[start : node.end_lineno], start))
+        skip: set[int] = set()
+        for method in getattr(node, "body", []):
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name in set(drop):
+                lo = _first_line(method)
+                lo -= 1 if lo > 0 and not self.lines[lo - 1].strip() else 0  # and the blank line above
+                skip |= set(range(lo, method.end_lineno))
+        return "\n".join(comments + [text for i, text in lines if i not in skip])
+
+
+def _first_line(node: ast.stmt) -> int:
+    """0-based index of the node's first line, decorators included."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+
+
+def unused_methods(cls: ast.ClassDef, used: set[str]) -> set[str]:
+    """Methods of `cls` that no attribute access in `used` (names read as `x.name` elsewhere) and no
+    kept method reaches; dunder methods are always kept."""
+    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    keep = {n for n in methods if n.startswith("__")} | (set(methods) & used)
+    while True:
+        more = {a.attr for n in keep for a in ast.walk(methods[n]) if isinstance(a, ast.Attribute)} & set(methods)
+        if more <= keep:
+            return set(methods) - keep
+        keep |= more
 
 
 def free_names(node: ast.AST) -> set[str]:
@@ -546,10 +571,23 @@ class Closure:
                 blocks.append("\n".join(out))
         return "\n\n".join(blocks)
 
-    def code(self, source_name: str) -> list[str]:
-        """Source text of what was picked from one source, in its order."""
+    def code(self, source_name: str, prune: tuple[str, ...] = ()) -> list[str]:
+        """Source text of what was picked from one source, in its order. Classes named in `prune`
+        lose the methods nothing else reads (the script's Case keeps only what is used)."""
         picked = [(node.lineno, src, node) for (name, _), (src, node) in self.picked.items() if name == source_name]
-        return [src.segment(node) for _, src, node in sorted(picked, key=lambda x: x[0])]
+        out = []
+        for _, src, node in sorted(picked, key=lambda x: x[0]):
+            drop: set[str] = set()
+            if isinstance(node, ast.ClassDef) and node.name in prune:
+                drop = unused_methods(node, self.attributes(besides=node))
+            out.append(src.segment(node, drop))
+        return out
+
+    def attributes(self, besides: ast.AST | None = None) -> set[str]:
+        """Attribute names read anywhere in the picked code and the overrides, except inside `besides`."""
+        nodes = [node for src, node in self.picked.values() if node is not besides]
+        nodes += [self.overrides[n].tree for n in self.used_overrides]
+        return {a.attr for node in nodes for a in ast.walk(node) if isinstance(a, ast.Attribute)}
 
 
 def _module_key(module: str) -> tuple:
@@ -889,7 +927,7 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
     closure, _ = assemble(plan.call, data)
     adapters = [name for name in closure.sources if name.startswith("targets.adapters.")]
     adapter_code = [seg for name in adapters for seg in closure.code(name)]
-    template_code = closure.code(closure.template.name)
+    template_code = closure.code(closure.template.name, prune=("Case",))
     main = template_code.pop()  # `main` is the template's last definition
     finding, prev_plain = "", False
     for text in (data[n].strip() for n in DATA_NAMES if n in closure.used_overrides):

@@ -29,6 +29,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import torch
 
 from fuzz import repro
 from fuzz.cli import main as cli
@@ -492,6 +493,22 @@ def test_bisect_field_of_the_entry_and_literals(tmp_path):
     value = {"a": [[1.5, -0.0, math.inf], [math.nan, 2.0, -math.inf]], "b": ("x" * 150, None), "c": 3}
     back = eval(repro.py_literal(value, top=True), {"math": math})  # noqa: S307 - our own literal
     assert back["a"][0] == [1.5, -0.0, math.inf] and math.isnan(back["a"][1][0]) and back["b"][0] == "x" * 150
+
+
+def test_script_case_matches_oracles_case():
+    """The script's Case.build / inputs behave as oracles.case.Case's (adapters call both)."""
+    from fuzz.templates import repro_script
+
+    kwargs = dict(trainable=[[1, 0, 1]], attention=[[1, 1, 1]], values=[[0.1, 7.3, 1 / 3]], score=[0.7],
+                  gamma=0.9, lam=0.8, dtype="bfloat16")
+    ours, theirs = repro_script.Case.build(**kwargs), Case.build(**kwargs)
+    for name in ("attention", "trainable", "token_rewards", "values", "score"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+    assert ours.shape == theirs.shape and ours.torch_dtype == theirs.torch_dtype
+    for key, value in theirs.inputs("cpu").items():
+        got = ours.inputs("cpu")[key]
+        assert (torch.equal(got, value) and got.dtype == value.dtype) if torch.is_tensor(value) else got == value
+    assert repro_script.Case.from_dict(repro.case_dict(theirs)).values.equal(theirs.values)
 
 
 def test_identify_git_and_wheel(tmp_path):

@@ -210,6 +210,39 @@ class Case:
             dtype=data["dtype"],
         )
 
+    @classmethod
+    def build(
+        cls,
+        *,
+        trainable: list,
+        attention: list | None = None,
+        token_rewards: list | None = None,
+        values: list | None = None,
+        score: list | None = None,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        dtype: str = "float32",
+    ) -> Case:
+        """A case from nested lists; omitted: every position real, zero rewards, values and score.
+        The numbers are rounded to `dtype`, so they are exactly what the target receives."""
+        live = torch.as_tensor(trainable) != 0
+        zeros = torch.zeros(live.shape, dtype=torch.float64)
+
+        def rounded(x, default: torch.Tensor) -> torch.Tensor:
+            x = default if x is None else torch.as_tensor(x, dtype=torch.float64)
+            return x.to(getattr(torch, dtype)).to(torch.float64)
+
+        return cls(
+            attention=torch.ones_like(live) if attention is None else torch.as_tensor(attention) != 0,
+            trainable=live,
+            token_rewards=rounded(token_rewards, zeros),
+            values=rounded(values, zeros),
+            score=rounded(score, torch.zeros(live.shape[0], dtype=torch.float64)),
+            gamma=float(gamma),
+            lam=float(lam),
+            dtype=dtype,
+        )
+
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.trainable.shape[0]), int(self.trainable.shape[1]))
