@@ -174,7 +174,7 @@ class CallerArgs(Namespace):
         return None
 
 
-def caller_args(gamma: float, lam: float, **extra) -> CallerArgs:
+def caller_args(gamma: float, lam: float) -> CallerArgs:
     """PPO with the canonical token rewards expressed as KL (see `rollout_data`); no whitening."""
     return CallerArgs(
         advantage_estimator="ppo",
@@ -186,7 +186,6 @@ def caller_args(gamma: float, lam: float, **extra) -> CallerArgs:
         use_opd=False,
         gamma=gamma,
         lambd=lam,
-        **extra,
     )
 
 
@@ -228,11 +227,11 @@ def entry_name(entry: str | None) -> str:
     return name
 
 
-def run_caller(caller: Callable, case: Case, device: str, **extra_args) -> tuple[torch.Tensor, torch.Tensor]:
+def run_caller(caller: Callable, case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """One case through `caller(args, rollout_data)`; canonical [B, T] (advantages, returns)."""
     s = Samples.from_case(case, device)
     data = rollout_data(s)
-    caller(caller_args(case.gamma, case.lam, **extra_args), data)
+    caller(caller_args(case.gamma, case.lam), data)
     if "advantages" not in data or "returns" not in data:
         raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
     return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
