@@ -646,16 +646,37 @@ def prepare(root: Path) -> tuple[Callable, str]:
     return CallSource(glue, (adapter,), f"{_adapter_file(adapter)} ({', '.join(names)}), copied")
 
 
+CHECK_FUNCTIONS = {"finite": "check_finite", "expected": "check_expected", "twin": "check_twin", "same": "check_same"}
+CHECK_WORDS = {
+    "finite": "finite outputs at trainable positions, or a documented error",
+    "expected": "the numbers maskfuzz computed, within tolerance",
+    "twin": "the outputs on the case and on its twin agree",
+    "same": "a second run gives the same bits",
+}
+
+
+def _judge_source(kind: str) -> str:
+    """`judge` for the script: the one check this finding needs."""
+    name, words = CHECK_FUNCTIONS[kind], CHECK_WORDS[kind]
+    return (
+        "def judge(run: Callable, device: str) -> dict:\n"
+        f'    """This finding\'s check: {words}."""\n'
+        f"    return {name}(run, Case.from_dict(CASE), device)\n"
+    )
+
+
 def _adapter_file(adapter: str) -> str:
     return adapter.replace(".", "/") + ".py"
 
 
-def assemble(call: CallSource, data: dict[str, str]) -> tuple[Closure, list[str]]:
-    """Collect everything `main` reaches. `data` maps finding names to their generated source.
+def assemble(call: CallSource, data: dict[str, str], kind: str = "expected") -> tuple[Closure, list[str]]:
+    """Collect everything `main` reaches. `data` maps finding names to their generated source;
+    `kind` is the check's kind (which check function the script's `judge` calls).
     Returns the closure and the extra names of the adapter's REPRO_FUNCTIONS that were copied."""
     template = Source("fuzz.templates.repro_script", TEMPLATE.read_text(encoding="utf-8"), str(TEMPLATE))
     overrides = {name: Source(f"finding.{name}", text) for name, text in data.items()}
     overrides["prepare"] = call.glue
+    overrides["judge"] = Source("finding.judge", _judge_source(kind))
     closure = Closure(template, overrides)
     closure.add_source(template)
     adapter = Source.of_module(call.adapters[-1])
@@ -740,7 +761,7 @@ def make_plan(entry: Entry, target: TargetInfo) -> Plan:
     assemble(call, {name: f"{name} = None\n" for name in DATA_NAMES})  # every name resolves, or Unsupported
     check = build_check(entry.case, entry.property, target.declared)
     plan = Plan(entry, target, check, call)
-    assemble(call, data_sources(plan))
+    assemble(call, data_sources(plan), check.data["kind"])
     return plan
 
 
@@ -924,7 +945,7 @@ def checkout_commands(t: TargetInfo, resolved: str | None, wheel: str | None) ->
 def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = None) -> str:
     """The text of repro.py for `plan` (`resolved` / `wheel` only improve its instructions)."""
     data = data_sources(plan)
-    closure, _ = assemble(plan.call, data)
+    closure, _ = assemble(plan.call, data, plan.check.data["kind"])
     adapters = [name for name in closure.sources if name.startswith("targets.adapters.")]
     adapter_code = [seg for name in adapters for seg in closure.code(name)]
     template_code = closure.code(closure.template.name, prune=("Case",))
@@ -941,6 +962,7 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
         plan.call.glue.text.strip(),
         _banner("Support: stand-ins for heavy imports, the case, the check (written by maskfuzz repro)"),
         *template_code,
+        closure.overrides["judge"].text.strip(),
         main,
         'if __name__ == "__main__":\n    sys.exit(main())',
     ]
