@@ -56,7 +56,8 @@ def test_parse_ref():
     s = specs()
     assert parse_ref("torchrl:vec@0.8.0", s) == TargetRef("torchrl", "vec", "0.8.0")
     assert parse_ref("torchrl:default@0.9", s) == TargetRef("torchrl", None, "0.9")  # one spelling for the default
-    assert parse_ref("verl", s) == TargetRef("verl", None, "0.4.1")  # the spec's first pin
+    assert parse_ref("verl", s) == TargetRef("verl", None, "0.9.1")  # the spec's first default pin
+    assert parse_ref("torchrl", s) == TargetRef("torchrl", None, "0.8.0")  # no default pin: the first pin
     assert parse_ref(" VERL@abc123 ", s) == TargetRef("verl", None, "abc123")
     assert str(parse_ref("torchrl:vec@0.8.0", s)) == "torchrl:vec@0.8.0"
     with pytest.raises(RefError, match="unknown target 'nope'.*known targets: nemo-rl, torchrl, verl"):
