@@ -939,7 +939,12 @@ def checkout_commands(t: TargetInfo, resolved: str | None, wheel: str | None) ->
         ]
     url = t.git_url or f"<{t.target} repository>"
     rev = resolved or t.pin
-    return [f"git clone {url} {t.target}", f"git -C {t.target} checkout {rev}", f"python repro.py {t.target}"]
+    return [
+        f"git clone {url} {t.target}",
+        f"git -C {t.target} fetch origin {rev}   # also finds pull-request commits",
+        f"git -C {t.target} checkout {rev}",
+        f"python repro.py {t.target}",
+    ]
 
 
 def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = None) -> str:
@@ -966,14 +971,22 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
         main,
         'if __name__ == "__main__":\n    sys.exit(main())',
     ]
-    body = ""
+    body, prev = "", ""
     for part in sections:
         part = part.strip("\n")
         if body.endswith("# " + "-" * 98):
             body += "\n" + part  # a banner sits right above what it introduces
+        elif _is_assignment(prev) and _is_assignment(part):
+            body += "\n\n" + part  # module constants one blank line apart
         else:
             body += ("\n\n\n" if body else "") + part
+        prev = part
     return f"{_script_doc(plan, resolved, wheel)}\n\n{closure.import_block()}\n\n{body}\n"
+
+
+def _is_assignment(text: str) -> bool:
+    first = next((line for line in text.splitlines() if not line.startswith("#")), "")
+    return bool(re.match(r"[A-Za-z_][A-Za-z0-9_]*(: [^=]+)? = ", first))
 
 
 def _banner(title: str) -> str:

@@ -483,8 +483,8 @@ def git(root: Path, *args: str) -> str:
 
 
 def identify(root: Path) -> dict:
-    """The commit of a git checkout (and whether it has local changes), else the name and version
-    of an unpacked wheel (its *.dist-info/METADATA)."""
+    """The commit of a git checkout (and the tracked files that differ from it), else the name and
+    version of an unpacked wheel (its *.dist-info/METADATA)."""
     found: dict = {"commit": None, "changed": None, "version": None}
     with contextlib.suppress(OSError):  # no git installed
         top = git(root, "rev-parse", "--show-toplevel")
