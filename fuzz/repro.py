@@ -7,8 +7,9 @@
 
 The script is assembled from two kinds of source:
 
-* the template `fuzz/templates/repro_script.py` (stand-ins for heavy imports, a small `Case`, the
-  checks, `main`), of which only what `main` reaches is written;
+* the template `fuzz/templates/repro_script.py` (a small `Case`, the checks, `main`) and the
+  worker's own stand-ins for heavy imports (`targets/standins.py`, copied, so the script imports
+  exactly as the worker does), of which only what `main` reaches is written;
 * the target's call, taken from its adapter (`targets/adapters/<name>.py`), in this order of
   preference (the adapter contract for reproducers):
 
@@ -85,6 +86,8 @@ SHIMS = {
     ("oracles.case", "Case"): "Case",
 }
 NOT_FOLLOWED = ("targets.adapters.base", "targets.adapters.extract")
+# maskfuzz modules (besides other adapters) whose definitions may be copied into a script
+FOLLOWED = ("targets.standins",)
 # The finding section of the template, in the order the script lists it.
 DATA_NAMES = (
     "TARGET",
@@ -530,7 +533,7 @@ class Closure:
             key = (line.module, line.name)
             if key in SHIMS:
                 self.need(self.template, SHIMS[key], why)
-            elif line.name and line.module.startswith("targets.adapters.") and line.module not in NOT_FOLLOWED:
+            elif line.name and _followed(line.module):
                 other = self.sources.get(line.module) or Source.of_module(line.module)
                 if line.module not in self.sources:
                     self.add_source(other)
@@ -588,6 +591,11 @@ class Closure:
         nodes = [node for src, node in self.picked.values() if node is not besides]
         nodes += [self.overrides[n].tree for n in self.used_overrides]
         return {a.attr for node in nodes for a in ast.walk(node) if isinstance(a, ast.Attribute)}
+
+
+def _followed(module: str) -> bool:
+    """Whether definitions imported from maskfuzz module `module` are copied into the script."""
+    return module in FOLLOWED or (module.startswith("targets.adapters.") and module not in NOT_FOLLOWED)
 
 
 def _module_key(module: str) -> tuple:
@@ -953,7 +961,8 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
     closure, _ = assemble(plan.call, data, plan.check.data["kind"])
     adapters = [name for name in closure.sources if name.startswith("targets.adapters.")]
     adapter_code = [seg for name in adapters for seg in closure.code(name)]
-    template_code = closure.code(closure.template.name, prune=("Case",))
+    template_code = [seg for name in FOLLOWED if name in closure.sources for seg in closure.code(name)]
+    template_code += closure.code(closure.template.name, prune=("Case",))
     main = template_code.pop()  # `main` is the template's last definition
     finding, prev_plain = "", False
     for text in (data[n].strip() for n in DATA_NAMES if n in closure.used_overrides):
@@ -1366,6 +1375,11 @@ def produce(
         if status not in ("reproduced", "fixed"):
             message = (run.data or {}).get("message") or f"exit code {run.returncode}"
             raise ReproFailed(f"the reproducer cannot run at {plan.target.label}: {message}\n{_tail(run.stderr)}")
+        if judged is not None and judged.startswith("n/a"):
+            raise ReproFailed(
+                f"maskfuzz's judge could not check {plan.entry.property} at {plan.target.label} ({judged}); "
+                "not keeping an unchecked script (--no-judge keeps it without the check)"
+            )
         if judged is not None and judged != {"reproduced": "fail", "fixed": "pass"}[status]:
             raise ReproFailed(
                 f"the reproducer says {status} at {plan.target.label} but maskfuzz's judge says {judged!r} for "

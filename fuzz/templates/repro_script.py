@@ -33,6 +33,8 @@ from typing import Callable
 
 import torch
 
+from targets.standins import StandInFinder, install
+
 # ---------------------------------------------------------------------------------------------
 # The finding (placeholders: `maskfuzz repro` writes the real values).
 # ---------------------------------------------------------------------------------------------
@@ -72,96 +74,12 @@ def prepare(root: Path) -> tuple[Callable, str]:
 
 # ---------------------------------------------------------------------------------------------
 # Heavy packages the computation never uses: inert stand-ins when missing, a blocker for DENY.
+# (targets/standins.py, the worker's own, is copied into the script with what it needs.)
 # ---------------------------------------------------------------------------------------------
-class _Inert:
-    """An object that absorbs attribute access, calls, subscripts and subclassing. Any real use of
-    one in the computation gives garbage, which is why STAND_INS lists only what is never used."""
-
-    def __init__(self, name: str):
-        object.__setattr__(self, "_inert_name", name)
-
-    def __getattr__(self, attr: str):
-        if attr.startswith("__") and attr.endswith("__"):
-            raise AttributeError(attr)
-        return _Inert(f"{self._inert_name}.{attr}")
-
-    def __call__(self, *args, **kwargs):
-        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], _Inert):
-            return args[0]  # used as a decorator
-        return _Inert(f"{self._inert_name}()")
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-    def __getitem__(self, key):
-        return _Inert(f"{self._inert_name}[]")
-
-    def __iter__(self):
-        return iter(())
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __or__(self, other):
-        return self
-
-    __ror__ = __or__
-
-    def __repr__(self) -> str:
-        return f"<inert stand-in {self._inert_name}>"
-
-
-class _InertModule(types.ModuleType):
-    def __getattr__(self, attr: str):
-        if attr.startswith("__") and attr.endswith("__"):
-            raise AttributeError(attr)
-        return _Inert(f"{self.__name__}.{attr}")
-
-
-class _InertLoader(importlib.abc.Loader):
-    def create_module(self, spec):
-        module = _InertModule(spec.name)
-        module.__path__ = []  # a package, so that submodules import too
-        return module
-
-    def exec_module(self, module) -> None:
-        return None
-
-
-class StandIns(importlib.abc.MetaPathFinder):
-    """Last on sys.meta_path: answers only for packages of STAND_INS that are not installed."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-
-    def find_spec(self, fullname, path=None, target=None):
-        top = fullname.split(".")[0]
-        if top not in STAND_INS or top in DENY or top in OWN:
-            return None
-        self.used.add(top)
-        return importlib.machinery.ModuleSpec(fullname, _InertLoader(), is_package=True)
-
-
-class Blocker(importlib.abc.MetaPathFinder):
-    """First on sys.meta_path: keeps the DENY packages missing even where they are installed,
-    because their presence changes what the target does (e.g. a present torch_npu selects NPU code)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in DENY:
-            raise ModuleNotFoundError(f"No module named {fullname!r} (kept missing by this reproducer)", name=fullname)
-        return None
-
-
-def install_stand_ins() -> StandIns:
-    """Install the blocker and the stand-ins; the returned finder's `used` says what it supplied."""
-    if DENY:
-        for name in list(sys.modules):
-            if name.split(".")[0] in DENY:
-                del sys.modules[name]
-        sys.meta_path.insert(0, Blocker())
-    finder = StandIns()
-    sys.meta_path.append(finder)
-    return finder
+def install_stand_ins() -> StandInFinder:
+    """Keep the DENY packages missing, stand in for the STAND_INS packages that are not installed
+    (never for OWN); the returned finder's `used` says which it supplied."""
+    return install(STAND_INS, DENY, OWN)
 
 
 # ---------------------------------------------------------------------------------------------
