@@ -45,6 +45,25 @@ class Inert:
     def __bool__(self) -> bool:
         return False
 
+    def _compared(self, other):
+        # comparing with a value means the code under test reads a stand-in as state (e.g.
+        # `mpu.get_context_parallel_rank() == 0`): answering would silently change the math
+        raise TypeError(
+            f"{self!r} was compared with {other!r}: the target reads a stand-in as state; "
+            "give the adapter real state for it instead"
+        )
+
+    def __eq__(self, other):
+        if isinstance(other, (bool, int, float, complex, str, bytes)):
+            self._compared(other)
+        return self is other  # typing's Union / Optional dedup compares annotations
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compared
+    __hash__ = object.__hash__
+
     def __or__(self, other):
         return self
 

@@ -106,12 +106,25 @@ def release_dir(cache: Path, package: str, version: str) -> Path:
     return Path(cache) / "releases" / normalize(package) / version
 
 
+LAYOUT = 2  # 2: *.data/purelib and platlib moved to the top of the tree, as pip installs them
+
+
 def read_meta(tree: Path) -> dict | None:
-    """The recorded wheel metadata of a complete tree, or None."""
+    """The recorded wheel metadata of a complete tree of the current layout, or None."""
     try:
-        return json.loads((Path(tree) / META).read_text())
+        meta = json.loads((Path(tree) / META).read_text())
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) and meta.get("layout") == LAYOUT else None
+
+
+def _install_data_libs(tree: Path) -> None:
+    """Move `NAME-VER.data/purelib` and `platlib` contents to the top of an unpacked wheel, where pip
+    would install them (platform-tagged wheels such as OpenRLHF's keep their code there)."""
+    for lib in sorted(tree.glob("*.data/purelib")) + sorted(tree.glob("*.data/platlib")):
+        for item in lib.iterdir():
+            if not (tree / item.name).exists():
+                os.rename(item, tree / item.name)
 
 
 def fetch_release(
@@ -143,7 +156,9 @@ def fetch_release(
                     zf.extractall(tree)  # extractall drops absolute and '..' parts of member names
             except zipfile.BadZipFile as exc:
                 raise DownloadError("other", f"{wheel.name} is not a valid wheel: {exc}") from None
+            _install_data_libs(tree)
             meta = {
+                "layout": LAYOUT,
                 "package": package,
                 "version": version,
                 "wheel": wheel.name,

@@ -77,8 +77,8 @@ def main() -> int:
     device = "cpu"
     while True:
         msg = receive(requests)
-        if msg is None:
-            return 0
+        if msg is None or msg[0] == "exit":
+            os._exit(0)  # no interpreter teardown: frameworks' atexit hooks and thread joins take seconds
         op = msg[0]
         if op == "load":
             device = msg[1].get("device", "cpu")
@@ -96,8 +96,6 @@ def main() -> int:
                 send(replies, ("ok", _cpu(adv), _cpu(ret)))
             except Exception as exc:  # noqa: BLE001 - the target's exception is a verdict
                 send(replies, ("raised", type(exc).__name__, str(exc), traceback.format_exc()))
-        elif op == "exit":
-            return 0
 
 
 def _cpu(x):

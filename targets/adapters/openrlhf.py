@@ -19,7 +19,6 @@ term from two log-prob tensors: neither is masking behaviour, and both would blu
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 
 import torch
@@ -61,16 +60,6 @@ SPEC = TargetSpec(
         "advantage; nothing in OpenRLHF documents that, so masked_zero stays promised."
     ),
 )
-
-
-def _purelib(root: Path) -> None:
-    """OpenRLHF wheels are platform-tagged and keep their code under `openrlhf-X.data/purelib`; when the
-    checkout is such an unpacked wheel, make that folder importable (it lies inside the checkout)."""
-    if (Path(root) / "openrlhf").is_dir():
-        return
-    for lib in sorted(Path(root).glob("*.data/purelib")):
-        if (lib / "openrlhf").is_dir() and str(lib) not in sys.path:
-            sys.path.insert(1, str(lib))
 
 
 def _find_gae(root: Path):
@@ -118,7 +107,6 @@ def _score_placer(root: Path):
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "default"):
         raise ValueError(f"openrlhf has one entry point, 'default'; got {entry!r}")
-    _purelib(root)
     gae, where = _find_gae(root)
     params = list(inspect.signature(gae).parameters)
     if params[:6] != ["self", "values", "rewards", "action_mask", "gamma", "lambd"]:
