@@ -214,7 +214,7 @@ def test_first_release_leaks_the_same_way():
 @pytest.mark.parametrize(
     "pin, where",
     [
-        ("HEAD", "skyrl/backends/skyrl_train/utils/ppo_utils.py"),
+        ("a9564572eb8e", "skyrl/backends/skyrl_train/utils/ppo_utils.py"),
         ("skyrl_train-v0.4.0", "skyrl-train/skyrl_train/utils/ppo_utils.py"),
     ],
 )

@@ -217,9 +217,9 @@ def test_git_main_has_the_same_functions():
     if "torchrl" not in repos:
         pytest.skip("git pin: set MASKFUZZ_REPOS=torchrl=/path/to/pytorch-rl-clone-or-mirror to test torchrl at main")
     case = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, 100]], score=[1], gamma=0.0, lam=0.9)
-    with open_target("torchrl:vec@HEAD", repos=repos) as h:
+    with open_target("torchrl:vec@ae9719f17b15", repos=repos) as h:
         assert h.info["where"] == "torchrl/objectives/value/functional.py::vec_generalized_advantage_estimate"
         assert verdicts(h, case)["no-crash"].failed
-    with open_target("torchrl@HEAD", repos=repos) as h:
+    with open_target("torchrl@ae9719f17b15", repos=repos) as h:
         v = verdicts(h, case)
         assert v["score-kept"].status == "pass" and v["poison"].status == "pass"

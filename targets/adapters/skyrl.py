@@ -60,7 +60,11 @@ SPEC = TargetSpec(
     pins=(
         Pin("0.3.1", "latest skyrl-train release on PyPI (wheel tagged for Python 3.12, pure Python)", default=True),
         Pin("0.1.0", "first skyrl-train release on PyPI"),
-        Pin("HEAD", "upstream main: the skyrl/backends/skyrl_train layout", kind="git"),
+        Pin(
+            "a9564572eb8e",
+            "main at the mirror snapshot (2026-08-21): the skyrl/backends/skyrl_train layout",
+            kind="git",
+        ),
         Pin("skyrl_train-v0.4.0", "last tagged skyrl-train release in the old skyrl-train/ layout", kind="git"),
     ),
     whitening=Whitening(unbiased=True, eps=1e-8, shift_mean=True),

@@ -57,7 +57,7 @@ SPEC = TargetSpec(
         Pin("0.10.1", "an intermediate release"),
         Pin("0.8.1", "an intermediate release"),
         Pin("0.6.0", "oldest release that imports with torch 2.13 and tensordict 0.15"),
-        Pin("HEAD", "upstream main", kind="git"),
+        Pin("ae9719f17b15", "main at the mirror snapshot (2026-08-22)", kind="git"),
     ),
     entries=("default", "vec"),
     masked_zero=False,
