@@ -1134,6 +1134,9 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     if bisect:
         out += ["## Bisection", "", *_bisection(bisect), ""]
     out += ["## Environment", "", *_environment(plan, run, env), ""]
+    if env.info.get("notes"):
+        out += [f"How maskfuzz calls it ({plan.call.how}; the script does the same):", ""]
+        out += [f"- {note}" for note in env.info["notes"]] + [""]
     out += ["## Reproduce", "", "```sh", *checkout_commands(t, env.resolved, env.info.get("wheel")), "```", ""]
     out += [
         "With the checkout at hand: `python repro.py /path/to/checkout` (or `MASKFUZZ_TARGET_ROOT=/path/to/checkout "
@@ -1355,7 +1358,8 @@ def produce(
     """Write DIR/repro.py and DIR/report.md for `plan`, run against the checkout `env.root`.
 
     The script is first written under a temporary name and run; `judge` (a callable returning the
-    judge's status of the property at the same pin: 'fail', 'pass' or 'n/a') runs meanwhile. The
+    judge's status of the property at the same pin, 'fail', 'pass' or 'n/a ...', optionally with the
+    worker's load info as a second item, whose notes go into the report) runs meanwhile. The
     script is kept only when it ran and agrees with the judge; otherwise it is removed and
     ReproFailed says why."""
     from concurrent.futures import ThreadPoolExecutor
@@ -1369,6 +1373,10 @@ def produce(
             pending = pool.submit(run_script, tmp, env.root, device, timeout)
             judged = judge() if judge is not None else None
             run = pending.result()
+        notes: list[str] = []
+        if isinstance(judged, tuple):  # (status, the worker's load info: where, notes)
+            judged, loaded = judged
+            notes = list((loaded or {}).get("notes") or [])
         status = run.status
         if status == "crashed" and plan.entry.property == "no-crash":
             status = "reproduced"  # the interpreter died inside the target: the crash itself
@@ -1390,7 +1398,7 @@ def produce(
         script.chmod(0o755)
     finally:
         tmp.unlink(missing_ok=True)
-    env = Environment(env.root, env.resolved, env.kind, env.info, judged)
+    env = Environment(env.root, env.resolved, env.kind, env.info | ({"notes": notes} if notes else {}), judged)
     report = out_dir / "report.md"
     report.write_text(render_report(plan, run, env, bisect), encoding="utf-8")
     return Written(script, report, run, status, judged)

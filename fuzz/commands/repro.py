@@ -107,16 +107,17 @@ def _registered(args, entry):
         raise _usage(f"--target {text}: {exc}") from None
     target = rp.TargetInfo.from_spec(spec, ref.entry, ref.pin)
 
-    def judge() -> str:
+    def judge() -> tuple[str, dict]:
         from oracles.properties import judge as judge_case
         from targets.session import SetupError, Skip, open_target
 
         try:
             with open_target(ref, repos=repos, device=args.device) as handle:
                 verdicts = judge_case(handle.run, entry.case, target.declared, args.device, only=(entry.property,))
+                info = dict(handle.info)
         except (Skip, SetupError) as exc:
-            return f"n/a ({exc})"
-        return next(v.status for v in verdicts if v.property == entry.property)
+            return f"n/a ({exc})", {}
+        return next(v.status for v in verdicts if v.property == entry.property), info
 
     def setup():
         try:
