@@ -269,10 +269,14 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
             ident = Identity(key, pin, prop, signature(prop, verdict, case))
             corpus_file = f.get("corpus_file")
             cid = _corpus_id(corpus_file) or entry_id(case, key, prop)
+            located = _locate(corpus_file, path, roots, key, prop, cid)
+            if located is None and roots:  # replaced since by a smaller entry of the same signature
+                located = _by_signature(roots, ident)
+                if located is not None:
+                    cid = _corpus_id(str(located)) or cid
             night.add_failure(Failure(
                 ident, resolved=t.get("resolved") or "", message=verdict.message, shape=list(case.shape),
-                source="fuzz", corpus_id=cid, corpus_file=_locate(corpus_file, path, roots, key, prop, cid),
-                also=list(f.get("also") or []),
+                source="fuzz", corpus_id=cid, corpus_file=located, also=list(f.get("also") or []),
             ))  # fmt: skip
 
 
@@ -292,8 +296,8 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             if not cov.status:
                 cov.status = "skipped" if status == "skip" else "error"
                 cov.reason = r.get("message") or ""
-            night.skips.append((f"{key}@{pin}", "skipped" if status == "skip" else "error",
-                                f"replay {prop}-{cid}", r.get("message") or ""))
+            night.skips.append((f"{key}@{pin}", "skipped" if status == "skip" else "error", "replay",
+                                r.get("message") or ""))
             continue
         if cov.status != "ok":
             cov.status, cov.reason = "ok", ""
@@ -305,18 +309,20 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             except CorpusError:
                 entry = None
         if status in REPLAY_FAILING:
-            cov.replayed[prop].add("failing")
             v = r.get("verdict") or {}
-            verdict = Verdict(prop, "fail", str(v.get("message") or r.get("message") or ""), str(v.get("output") or ""),
-                              [list(p) for p in v.get("positions") or []])
+            # what fails now: the entry's property, or no-crash when the base run crashed
+            vprop = v.get("property") if v.get("property") in PROPERTIES else prop
+            cov.replayed[vprop].add("failing")
+            verdict = Verdict(vprop, "fail", str(v.get("message") or r.get("message") or ""),
+                              str(v.get("output") or ""), [list(p) for p in v.get("positions") or []])
             if entry is not None:
                 case = entry.case
                 if r.get("dtype") and r["dtype"] != case.dtype:
                     case = case.replace(dtype=r["dtype"])
-                sig = signature(verdict.property, verdict, case) if verdict.property == prop else entry.signature
+                sig = signature(vprop, verdict, case)
             else:  # without the case the positions' kinds are unknown: the entry id stands in
-                sig = f"{prop}|corpus entry {cid} (file not found)"
-            ident = Identity(key, pin, prop, sig)
+                sig = f"{vprop}|corpus entry {cid} (file not found)"
+            ident = Identity(key, pin, vprop, sig)
             night.add_failure(Failure(
                 ident, resolved=r.get("resolved") or "", message=verdict.message or r.get("message") or "",
                 shape=list(entry.case.shape) if entry else None, source="replay", corpus_id=cid or None,
@@ -353,6 +359,23 @@ def _corpus_id(corpus_file: str | None) -> str | None:
         return None
     m = _CORPUS_NAME.fullmatch(Path(corpus_file).name)
     return m.group("id") if m else None
+
+
+def _by_signature(roots: list[Path], ident: Identity) -> Path | None:
+    """The corpus entry that stands for this (target key, property, signature) in one of `roots`:
+    `record` keeps one entry per signature, so a finding whose own file was replaced by a smaller
+    case of the same signature is represented by that one."""
+    from fuzz.corpus import CorpusError, load
+
+    for root in roots:
+        for f in sorted((root / ident.target.split(":", 1)[0]).glob(f"{ident.property}-*.json")):
+            try:
+                e = load(f)
+            except CorpusError:
+                continue
+            if e.key == ident.target and e.property == ident.property and e.signature == ident.signature:
+                return f
+    return None
 
 
 def _locate(recorded: str | None, results: Path, roots: list[Path], key: str, prop: str, cid: str | None) -> Path | None:
@@ -539,8 +562,7 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
                       [[f.identity.where, f.identity.property, f.identity.signature, why, f.last_seen or "",
                         links.corpus(f)] for f, why in cmp.unknown])),
         Section("Skipped / errors", "Target pins (or replays) that did not run tonight, with the reason.",
-                Table(["target@pin", "status", "source", "reason"],
-                      [[w, s, src, _first_line(r)] for w, s, src, r in _dedup(tonight.skips)])),
+                Table(["target@pin", "status", "source", "reason"], _skip_rows(tonight.skips))),
     ]
     for s in sections:
         if s.title != "Matrix" and s.table is not None:
@@ -548,8 +570,12 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
     return Document("maskfuzz nightly report", lines, sections)
 
 
-def _dedup(items: list[tuple]) -> list[tuple]:
-    return list(dict.fromkeys(items))
+def _skip_rows(skips: list[tuple[str, str, str, str]]) -> list[list[str]]:
+    """One row per (target@pin, status, source, first line of the reason); replays counted."""
+    counts: dict[tuple, int] = defaultdict(int)
+    for where, status, source, reason in skips:
+        counts[(where, status, source, _first_line(reason))] += 1
+    return [[w, s, f"{src} ({n} entries)" if src == "replay" else src, r] for (w, s, src, r), n in counts.items()]
 
 
 class _Linker:

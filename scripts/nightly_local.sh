@@ -21,6 +21,7 @@
 #                         repository's corpus/ inside the run, so the checkout stays clean)
 #   --previous FILE       the previous report.json (default: the newest under OUT)
 #   --no-replay           skip step 2
+#   --no-repro            skip step 3 (a reproducer runs its script on the pin: seconds each)
 #   -h, --help
 #
 # The exit status is 0 when the report was written (findings are the output, not an error),
@@ -39,6 +40,7 @@ PROFILE=nightly
 CORPUS=""
 PREVIOUS=""
 REPLAY=1
+REPRO=1
 TARGETS=()
 EXTRA=()
 
@@ -54,6 +56,7 @@ while [ $# -gt 0 ]; do
     --corpus) need "$@"; CORPUS=$2; shift 2 ;;
     --previous) need "$@"; PREVIOUS=$2; shift 2 ;;
     --no-replay) REPLAY=0; shift ;;
+    --no-repro) REPRO=0; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     -*) echo "nightly_local.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -125,11 +128,22 @@ fi
 list_corpus > "$RUN/out/corpus-after.txt"
 comm -13 "$RUN/out/corpus-before.txt" "$RUN/out/corpus-after.txt" > "$RUN/out/new-corpus-files.txt"
 echo "$(wc -l < "$RUN/out/new-corpus-files.txt") new corpus entr(y/ies): $RUN/out/new-corpus-files.txt"
-if maskfuzz repro --help > /dev/null 2>&1; then
+if [ "$REPRO" = 0 ]; then
+  echo "(--no-repro: no reproducers)"
+elif maskfuzz repro --help > /dev/null 2>&1; then
+  made=0
   while read -r f; do
     id=$(basename "$f" .json); id=${id##*-}
-    maskfuzz repro "$f" -o "$RUN/repro/$id" > /dev/null 2>> "$RUN/out/repro.log" || echo "repro failed for $f (see $RUN/out/repro.log)"
+    step maskfuzz repro "$f" -o "$RUN/repro/$id"
+    rc=0
+    maskfuzz repro "$f" -o "$RUN/repro/$id" > /dev/null 2>> "$RUN/out/repro.log" || rc=$?
+    case $rc in
+      0) made=$((made + 1)) ;;
+      1) made=$((made + 1)); echo "  written, but the case does not fail at its pin (see the reproducer)" ;;
+      *) echo "  no reproducer (see $RUN/out/repro.log)" ;;
+    esac
   done < "$RUN/out/new-corpus-files.txt"
+  echo "$made reproducer(s) in $RUN/repro"
 else
   echo "(no 'maskfuzz repro' command in this version: no reproducers)"
 fi

@@ -345,3 +345,34 @@ def test_fuzz_json_with_nan_literals_is_read(tmp_path):
     p = write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[POISON]))
     assert "NaN" in p.read_text()
     assert states(run_report(tmp_path, [p])) == {("verl", "0.4.1", "poison"): "new"}
+
+
+def test_a_replaced_corpus_file_is_found_by_signature(tmp_path):
+    """`record` replaces an entry by a smaller case of the same signature: the finding links to that one."""
+    corpus = tmp_path / "corpus"
+    small = CASE.replace(values=CASE.values * 0)  # same masks, same failure positions -> same signature
+    verdict = Verdict("poison", "fail", POISON["message"], "returns", [[0, 1]], [0.0], [1.0])
+    kept = save(Entry("verl", "0.5.0", "poison", small, verdict, found=Found(date="x")), corpus)
+    stale = str(corpus / "verl" / "poison-0123456789abcdef.json")  # the file the fuzz run wrote, since replaced
+    f = finding("poison", [[0, 1]], "returns", corpus_file=stale)
+    data = run_report(tmp_path, [write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[f]))],
+                      extra=["--corpus", str(corpus)])
+    (item,) = data["open"]
+    assert item["corpus_file"] == f"corpus/verl/{kept.name}" and kept.name.endswith(f"{item['corpus_id']}.json")
+
+
+def test_a_replay_that_crashes_is_a_no_crash_finding_and_skips_are_counted(tmp_path):
+    verdict = Verdict("poison", "fail", "m", "returns", [[0, 1]], [0.0], [1.0])
+    path = save(Entry("verl", "0.4.1", "poison", CASE, verdict, found=Found(date="x")), tmp_path / "corpus")
+    from fuzz.corpus import load
+
+    entry = load(path)
+    crashed = _replay_result(entry, "fail", pin="0.9.1")
+    crashed["verdict"] = {"property": "no-crash", "status": "fail", "message": "exception: IndexError: boom",
+                          "output": "", "positions": [], "expected": [], "observed": []}
+    skips = [_replay_result(entry, "skip", pin="0.1", message="cannot set up: offline") for _ in range(2)]
+    data = run_report(tmp_path, [_replay_json(tmp_path / "r.json", [crashed, *skips])])
+    (item,) = data["findings"]
+    assert (item["pin"], item["property"], item["signature"]) == ("0.9.1", "no-crash", "no-crash|-|-|f32|IndexError")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| verl@0.1 | skipped | replay (2 entries) | cannot set up: offline |" in md
