@@ -95,18 +95,29 @@ def build_junit(payload: dict) -> ET.Element:
                 counts["skipped"] += 1
             elif findings.get(prop):
                 first = findings[prop][0]
-                el = ET.SubElement(case, "failure", type=prop, message=_text(
-                    f"{first.get('message', '')} (failing examples: {failed}/{checked})"))
+                el = ET.SubElement(
+                    case,
+                    "failure",
+                    type=prop,
+                    message=_text(f"{first.get('message', '')} (failing examples: {failed}/{checked})"),
+                )
                 el.text = _text("\n\n".join(_finding_text(f) for f in findings[prop]))
                 counts["failures"] += 1
             elif failed:
-                el = ET.SubElement(case, "failure", type=prop,
-                                   message=_text(f"{failed}/{checked} examples failed (not shrunk to a finding)"))
+                el = ET.SubElement(
+                    case,
+                    "failure",
+                    type=prop,
+                    message=_text(f"{failed}/{checked} examples failed (not shrunk to a finding)"),
+                )
                 el.text = _text(INVARIANT.get(prop, ""))
                 counts["failures"] += 1
             elif not checked:
-                ET.SubElement(case, "skipped", message=_text(f"{prop} applied to none of the {t.get('examples', 0)} "
-                                                             "cases drawn for this target"))
+                ET.SubElement(
+                    case,
+                    "skipped",
+                    message=_text(f"{prop} applied to none of the {t.get('examples', 0)} cases drawn for this target"),
+                )
                 counts["skipped"] += 1
             else:
                 out = ET.SubElement(case, "system-out")

@@ -201,8 +201,9 @@ def load_night(paths: Iterable[Path], corpus_roots: Iterable[Path] = (), allow_r
         kind = kind_of(data)
         if kind is None:
             raise ReportInputError(
-                path, "not a maskfuzz result: expected the JSON of `maskfuzz fuzz --json`, `maskfuzz replay --json`"
-                + (" or a report.json of `maskfuzz report`" if allow_report else "")
+                path,
+                "not a maskfuzz result: expected the JSON of `maskfuzz fuzz --json`, `maskfuzz replay --json`"
+                + (" or a report.json of `maskfuzz report`" if allow_report else ""),
             )
         if kind == "report" and not allow_report:
             raise ReportInputError(path, "is a maskfuzz report (report.json): pass it with --previous")
@@ -264,8 +265,13 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
                 case = case_from_json(_field(f, "case", dict, path, fw), "case")
             except CorpusError as exc:
                 raise ReportInputError(path, f"{fw}{exc}") from None
-            verdict = Verdict(prop, "fail", str(f.get("message") or ""), str(f.get("output") or ""),
-                              [list(p) for p in f.get("positions") or []])
+            verdict = Verdict(
+                prop,
+                "fail",
+                str(f.get("message") or ""),
+                str(f.get("output") or ""),
+                [list(p) for p in f.get("positions") or []],
+            )
             ident = Identity(key, pin, prop, signature(prop, verdict, case))
             corpus_file = f.get("corpus_file")
             cid = _corpus_id(corpus_file) or entry_id(case, key, prop)
@@ -296,8 +302,9 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             if not cov.status:
                 cov.status = "skipped" if status == "skip" else "error"
                 cov.reason = r.get("message") or ""
-            night.skips.append((f"{key}@{pin}", "skipped" if status == "skip" else "error", "replay",
-                                r.get("message") or ""))
+            night.skips.append(
+                (f"{key}@{pin}", "skipped" if status == "skip" else "error", "replay", r.get("message") or "")
+            )
             continue
         if cov.status != "ok":
             cov.status, cov.reason = "ok", ""
@@ -313,8 +320,13 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             # what fails now: the entry's property, or no-crash when the base run crashed
             vprop = v.get("property") if v.get("property") in PROPERTIES else prop
             cov.replayed[vprop].add("failing")
-            verdict = Verdict(vprop, "fail", str(v.get("message") or r.get("message") or ""),
-                              str(v.get("output") or ""), [list(p) for p in v.get("positions") or []])
+            verdict = Verdict(
+                vprop,
+                "fail",
+                str(v.get("message") or r.get("message") or ""),
+                str(v.get("output") or ""),
+                [list(p) for p in v.get("positions") or []],
+            )
             if entry is not None:
                 case = entry.case
                 if r.get("dtype") and r["dtype"] != case.dtype:
@@ -378,7 +390,9 @@ def _by_signature(roots: list[Path], ident: Identity) -> Path | None:
     return None
 
 
-def _locate(recorded: str | None, results: Path, roots: list[Path], key: str, prop: str, cid: str | None) -> Path | None:
+def _locate(
+    recorded: str | None, results: Path, roots: list[Path], key: str, prop: str, cid: str | None
+) -> Path | None:
     """Where the corpus entry can be read now: the recorded path (as is, or relative to the results
     file's folder or the one above, as in an unpacked CI artifact), else `<root>/<target>/<prop>-<id>.json`."""
     candidates = []
@@ -457,7 +471,6 @@ class Link:
     href: str
 
 
-
 @dataclass
 class Table:
     header: list[str]
@@ -515,18 +528,24 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
         cells = [cell_state(cov, p, per_cell[(target, pin, p)]) for p in PROPERTIES]
         rows.append([f"{target}@{pin}", cov.resolved or "", str(cov.examples) if cov.fuzzed else "-", *cells])
     n = {s: sum(c.status == s for c in tonight.coverage.values()) for s in ("ok", "skipped", "error")}
-    counts = (f"{len(tonight.coverage)} target@pin(s): {n['ok']} ok, {n['skipped']} skipped, {n['error']} error(s). "
-              f"Findings failing tonight: {len(tonight.failures)} ({len(cmp.new)} new, {len(cmp.still)} still failing); "
-              f"fixed since the previous night: {len(cmp.fixed)}; unknown (not checked tonight): {len(cmp.unknown)}.")
+    counts = (
+        f"{len(tonight.coverage)} target@pin(s): {n['ok']} ok, {n['skipped']} skipped, {n['error']} error(s). "
+        f"Findings failing tonight: {len(tonight.failures)} ({len(cmp.new)} new, {len(cmp.still)} still failing); "
+        f"fixed since the previous night: {len(cmp.fixed)}; unknown (not checked tonight): {len(cmp.unknown)}."
+    )
     kinds = defaultdict(int)
     for _, k in tonight.files:
         kinds[k] += 1
     lines = [
         f"Generated {now} from {len(tonight.files)} result file(s) ("
-        + ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) + ").",
-        "Previous night: " + (
+        + ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items()))
+        + ").",
+        "Previous night: "
+        + (
             (f"report generated {cmp.previous_date}." if cmp.previous_date else "result files given.")
-            if cmp.had_previous else "none given: every finding tonight is listed as new."),
+            if cmp.had_previous
+            else "none given: every finding tonight is listed as new."
+        ),
         counts,
         "A finding's identity across nights: target (with entry point), pin as asked, property, failure signature.",
     ]
@@ -535,8 +554,15 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
         out_rows = []
         for f in items:
             i = f.identity
-            row = [i.where, f.resolved, i.property, f.severity, i.signature,
-                   "x".join(map(str, f.shape)) if f.shape else "", _first_line(f.message)]
+            row = [
+                i.where,
+                f.resolved,
+                i.property,
+                f.severity,
+                i.signature,
+                "x".join(map(str, f.shape)) if f.shape else "",
+                _first_line(f.message),
+            ]
             if extra == "first_seen":
                 row.append(f.first_seen or "")
             row += [links.corpus(f), links.repro(f)]
@@ -545,24 +571,56 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
 
     head = ["target@pin", "resolved", "property", "severity", "signature", "B x T", "message"]
     sections = [
-        Section("Matrix", MATRIX_LEGEND, Table(["target@pin", "resolved", "examples", *PROPERTIES], rows, "matrix"),
-                empty="no results"),
-        Section("New", "Failing tonight, not open the previous night.",
-                Table(head + ["corpus", "repro"], finding_rows(cmp.new))),
-        Section("Still failing", "Failing tonight and open the previous night.",
-                Table(head + ["first seen", "corpus", "repro"], finding_rows(cmp.still, "first_seen"))),
-        Section("Fixed since the previous night",
-                "Open the previous night, checked tonight at the same target@pin, and no longer failing.",
-                Table(["target@pin", "property", "signature", "evidence", "corpus"],
-                      [[f.identity.where, f.identity.property, f.identity.signature, why, links.corpus(f)]
-                       for f, why in cmp.fixed])),
-        Section("Unknown: open, not checked tonight",
-                "Open the previous night, but tonight gives no evidence either way; carried forward, never 'fixed'.",
-                Table(["target@pin", "property", "signature", "why", "last seen", "corpus"],
-                      [[f.identity.where, f.identity.property, f.identity.signature, why, f.last_seen or "",
-                        links.corpus(f)] for f, why in cmp.unknown])),
-        Section("Skipped / errors", "Target pins (or replays) that did not run tonight, with the reason.",
-                Table(["target@pin", "status", "source", "reason"], _skip_rows(tonight.skips))),
+        Section(
+            "Matrix",
+            MATRIX_LEGEND,
+            Table(["target@pin", "resolved", "examples", *PROPERTIES], rows, "matrix"),
+            empty="no results",
+        ),
+        Section(
+            "New",
+            "Failing tonight, not open the previous night.",
+            Table(head + ["corpus", "repro"], finding_rows(cmp.new)),
+        ),
+        Section(
+            "Still failing",
+            "Failing tonight and open the previous night.",
+            Table(head + ["first seen", "corpus", "repro"], finding_rows(cmp.still, "first_seen")),
+        ),
+        Section(
+            "Fixed since the previous night",
+            "Open the previous night, checked tonight at the same target@pin, and no longer failing.",
+            Table(
+                ["target@pin", "property", "signature", "evidence", "corpus"],
+                [
+                    [f.identity.where, f.identity.property, f.identity.signature, why, links.corpus(f)]
+                    for f, why in cmp.fixed
+                ],
+            ),
+        ),
+        Section(
+            "Unknown: open, not checked tonight",
+            "Open the previous night, but tonight gives no evidence either way; carried forward, never 'fixed'.",
+            Table(
+                ["target@pin", "property", "signature", "why", "last seen", "corpus"],
+                [
+                    [
+                        f.identity.where,
+                        f.identity.property,
+                        f.identity.signature,
+                        why,
+                        f.last_seen or "",
+                        links.corpus(f),
+                    ]
+                    for f, why in cmp.unknown
+                ],
+            ),
+        ),
+        Section(
+            "Skipped / errors",
+            "Target pins (or replays) that did not run tonight, with the reason.",
+            Table(["target@pin", "status", "source", "reason"], _skip_rows(tonight.skips)),
+        ),
     ]
     for s in sections:
         if s.title != "Matrix" and s.table is not None:
@@ -730,16 +788,28 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
         f.first_seen = f.first_seen or now
     for f in cmp.new + cmp.still:
         f.last_seen = now
-    items = ([item(f, "new") for f in cmp.new] + [item(f, "still-failing") for f in cmp.still]
-             + [item(f, "fixed", why) for f, why in cmp.fixed] + [item(f, "unknown", why) for f, why in cmp.unknown])
+    items = (
+        [item(f, "new") for f in cmp.new]
+        + [item(f, "still-failing") for f in cmp.still]
+        + [item(f, "fixed", why) for f, why in cmp.fixed]
+        + [item(f, "unknown", why) for f, why in cmp.unknown]
+    )
     return {
         "format": FORMAT,
         "version": VERSION,
         "generated": now,
         "inputs": [{"path": p, "kind": k} for p, k in tonight.files],
         "coverage": [
-            {"target": c.target, "pin": c.pin, "status": c.status, "reason": c.reason, "resolved": c.resolved,
-             "examples": c.examples, "checked": c.checked, "failed": c.failed}
+            {
+                "target": c.target,
+                "pin": c.pin,
+                "status": c.status,
+                "reason": c.reason,
+                "resolved": c.resolved,
+                "examples": c.examples,
+                "checked": c.checked,
+                "failed": c.failed,
+            }
             for c in tonight.coverage.values()
         ],
         "findings": items,

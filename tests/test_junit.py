@@ -19,16 +19,35 @@ CASE = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, 9.0]], score=[1.0],
 
 
 def _target(label, status="ok", findings=(), reason="", checked=None, failed=None):
-    return {"target": label, "pin": label.partition("@")[2], "resolved": "", "status": status, "reason": reason,
-            "examples": 40, "seconds": 2.0, "findings": list(findings),
-            "checked": checked if checked is not None else {p: 40 for p in PROPERTIES},
-            "failed": failed if failed is not None else {p: 0 for p in PROPERTIES}, "notes": [], "where": ""}
+    return {
+        "target": label,
+        "pin": label.partition("@")[2],
+        "resolved": "",
+        "status": status,
+        "reason": reason,
+        "examples": 40,
+        "seconds": 2.0,
+        "findings": list(findings),
+        "checked": checked if checked is not None else {p: 40 for p in PROPERTIES},
+        "failed": failed if failed is not None else {p: 0 for p in PROPERTIES},
+        "notes": [],
+        "where": "",
+    }
 
 
 def _finding(prop, message):
-    return {"property": prop, "shape": [1, 3], "output": "advantages", "message": message, "positions": [[0, 1]],
-            "expected": [0.0], "observed": [float("nan")], "also": ["reference"], "case": case_to_json(CASE),
-            "corpus_file": "corpus/verl/poison-0123456789abcdef.json"}
+    return {
+        "property": prop,
+        "shape": [1, 3],
+        "output": "advantages",
+        "message": message,
+        "positions": [[0, 1]],
+        "expected": [0.0],
+        "observed": [float("nan")],
+        "also": ["reference"],
+        "case": case_to_json(CASE),
+        "corpus_file": "corpus/verl/poison-0123456789abcdef.json",
+    }
 
 
 def _cases(root):
@@ -49,7 +68,11 @@ def test_counts_failures_and_skips(tmp_path):
     root = ET.parse(path).getroot()  # parses although a message held control characters
     assert root.tag == "testsuites"
     assert (root.get("tests"), root.get("failures"), root.get("skipped"), root.get("errors")) == (
-        str(3 * n), "2", str(1 + 2 * n), "0")
+        str(3 * n),
+        "2",
+        str(1 + 2 * n),
+        "0",
+    )
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert set(suites) == {"verl@0.4.1", "skyrl@0.3.1", "trl@1.12.0"}
     assert suites["verl@0.4.1"].get("failures") == "2" and suites["verl@0.4.1"].get("skipped") == "1"
@@ -101,8 +124,26 @@ def user_module(tmp_path, monkeypatch):
 def test_fuzz_junit_and_report_end_to_end(user_module):
     """A real `maskfuzz fuzz --json --junit` run (user callable in a worker), then `maskfuzz report`."""
     out = user_module / "out"
-    code = main(["fuzz", "--callable", "usergae:leaky", "--contract", "dense", "--max-examples", "10", "--seed", "1",
-                 "--json", str(out / "f.json"), "--junit", str(out / "f.xml"), "--corpus", "corpus", "--quiet"])
+    code = main(
+        [
+            "fuzz",
+            "--callable",
+            "usergae:leaky",
+            "--contract",
+            "dense",
+            "--max-examples",
+            "10",
+            "--seed",
+            "1",
+            "--json",
+            str(out / "f.json"),
+            "--junit",
+            str(out / "f.xml"),
+            "--corpus",
+            "corpus",
+            "--quiet",
+        ]
+    )
     assert code == 1
     payload = json.loads((out / "f.json").read_text())
     root = ET.parse(out / "f.xml").getroot()

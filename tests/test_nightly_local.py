@@ -62,8 +62,8 @@ def test_workflow_shape():
     text = WORKFLOW.read_text()
     assert re.search(r"^\s+schedule:\s*\n\s+- cron:", text, re.M) and "workflow_dispatch:" in text
     assert "maskfuzz targets --json" in text and "fromJSON(needs.plan.outputs.matrix)" in text
-    assert "pip install \"$TORCH_SPEC\" --index-url \"$TORCH_INDEX\"" in text
-    assert 'TORCH_SPEC: torch==2.13.0' in text and "download.pytorch.org/whl/cpu" in text
+    assert 'pip install "$TORCH_SPEC" --index-url "$TORCH_INDEX"' in text
+    assert "TORCH_SPEC: torch==2.13.0" in text and "download.pytorch.org/whl/cpu" in text
     assert 'PYTHON_VERSION: "3.11"' in text
     assert text.count("actions/upload-artifact@v4") >= 3 and "--profile nightly" in text
     assert "--previous previous/report.json" in text and "name: nightly-report" in text
@@ -76,14 +76,21 @@ def test_matrix_selection_matches_the_registry(tmp_path):
     code = textwrap.dedent(re.search(r"python - <<'EOF'\n(.*?)\n\s*EOF\n", text, re.S).group(1))
     from targets.registry import registry
 
-    listing = [{"id": s.id, "pins": [{"rev": p.rev, "default": p.default, "kind": p.kind} for p in s.pins]}
-               for s in registry().values()]
+    listing = [
+        {"id": s.id, "pins": [{"rev": p.rev, "default": p.default, "kind": p.kind} for p in s.pins]}
+        for s in registry().values()
+    ]
     (tmp_path / "targets.json").write_text(json.dumps({"targets": listing}))
     got = {}
     for mode in ("default", "nightly", "all"):
         out = tmp_path / f"out-{mode}"
-        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, capture_output=True,
-                       env=dict(os.environ, PINS=mode, GITHUB_OUTPUT=str(out)))
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            env=dict(os.environ, PINS=mode, GITHUB_OUTPUT=str(out)),
+        )
         lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
         got[mode] = [i["ref"] for i in json.loads(lines["matrix"])["include"]]
         assert int(lines["count"]) == len(got[mode]) and re.fullmatch(r"20\d{6}", lines["seed"])
@@ -94,8 +101,14 @@ def test_matrix_selection_matches_the_registry(tmp_path):
 
 
 def _script(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=env or os.environ.copy())
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or os.environ.copy(),
+    )
 
 
 def test_script_help_and_bad_options(tmp_path):
@@ -108,13 +121,13 @@ def test_script_help_and_bad_options(tmp_path):
 
 
 MODULE = textwrap.dedent(
-    '''
+    """
     import torch
 
     def zeros(*, token_rewards, values, trainable, attention, score, gamma, lam):
         z = torch.zeros_like(values)
         return z, z
-    '''
+    """
 )
 
 

@@ -19,8 +19,15 @@ from oracles.case import Case
 from oracles.properties import PROPERTIES, Verdict
 
 # one row: trainable, trainable, observation (masked-real), trainable, padding
-CASE = Case.build(trainable=[[1, 1, 0, 1, 0]], attention=[[1, 1, 1, 1, 0]], values=[[0.5, 0.25, 9.0, 1.0, 3.0]],
-                  score=[1.0], gamma=1.0, lam=1.0, dtype="float32")
+CASE = Case.build(
+    trainable=[[1, 1, 0, 1, 0]],
+    attention=[[1, 1, 1, 1, 0]],
+    values=[[0.5, 0.25, 9.0, 1.0, 3.0]],
+    score=[1.0],
+    gamma=1.0,
+    lam=1.0,
+    dtype="float32",
+)
 
 
 def finding(prop: str, positions: list, output: str = "advantages", message: str = "", corpus_file=None) -> dict:
@@ -39,9 +46,20 @@ def target(label: str, status: str = "ok", findings=(), reason: str = "", failed
     failed = {p: 0 for p in PROPERTIES} | {f["property"]: 7 for f in findings} | (failed or {})
     if status != "ok":
         checked, failed = {}, {}
-    return {"target": label, "pin": pin, "resolved": f"{label.split('@')[0]}=={pin}", "status": status,
-            "reason": reason, "examples": 50 if status == "ok" else 0, "seconds": 1.5, "findings": list(findings),
-            "checked": checked, "failed": failed, "notes": [], "where": "pkg/mod.py::gae"}
+    return {
+        "target": label,
+        "pin": pin,
+        "resolved": f"{label.split('@')[0]}=={pin}",
+        "status": status,
+        "reason": reason,
+        "examples": 50 if status == "ok" else 0,
+        "seconds": 1.5,
+        "findings": list(findings),
+        "checked": checked,
+        "failed": failed,
+        "notes": [],
+        "where": "pkg/mod.py::gae",
+    }
 
 
 def write_fuzz(path: Path, *targets: dict) -> Path:
@@ -106,8 +124,11 @@ def test_without_previous_everything_is_new(tmp_path):
 @pytest.mark.parametrize("status", ["skipped", "error"])
 def test_a_target_not_checked_tonight_is_unknown_not_fixed(tmp_path, status):
     prev = write_fuzz(tmp_path / "prev.json", target("trl@1.12.0", findings=[POISON]), target("verl@0.4.1"))
-    tonight = write_fuzz(tmp_path / "tonight.json", target("trl@1.12.0", status, reason="wheel not reachable\nmore"),
-                         target("verl@0.4.1"))
+    tonight = write_fuzz(
+        tmp_path / "tonight.json",
+        target("trl@1.12.0", status, reason="wheel not reachable\nmore"),
+        target("verl@0.4.1"),
+    )
     data = run_report(tmp_path, [tonight], [prev])
     assert states(data) == {("trl", "1.12.0", "poison"): "unknown"}
     (item,) = data["findings"]
@@ -208,8 +229,11 @@ class Checker(HTMLParser):
 
 def test_html_is_well_formed_self_contained_and_escaped(tmp_path):
     evil = finding("poison", [[0, 1]], "returns", message="<script>alert('x')</script> & a < b | c")
-    tonight = write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[evil]),
-                         target("trl@1.12.0", "error", reason="cannot import <trl>: see https://x?a=1&b=2"))
+    tonight = write_fuzz(
+        tmp_path / "t.json",
+        target("verl@0.4.1", findings=[evil]),
+        target("trl@1.12.0", "error", reason="cannot import <trl>: see https://x?a=1&b=2"),
+    )
     run_report(tmp_path, [tonight])
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<script" not in page and "&lt;script&gt;" in page
@@ -228,8 +252,15 @@ def test_html_is_well_formed_self_contained_and_escaped(tmp_path):
 
 def test_links_to_corpus_entries_and_reproducers(tmp_path):
     corpus = tmp_path / "corpus"
-    entry = Entry("verl", "0.4.1", "poison", CASE, Verdict("poison", "fail", POISON["message"], "returns", [[0, 1]],
-                                                           [0.0], [1.0]), resolved="verl==0.4.1", found=Found(date="x"))
+    entry = Entry(
+        "verl",
+        "0.4.1",
+        "poison",
+        CASE,
+        Verdict("poison", "fail", POISON["message"], "returns", [[0, 1]], [0.0], [1.0]),
+        resolved="verl==0.4.1",
+        found=Found(date="x"),
+    )
     path = save(entry, corpus)
     repro = tmp_path / "repro" / entry.id
     repro.mkdir(parents=True)
@@ -250,8 +281,14 @@ def test_corpus_file_relative_to_an_unpacked_artifact(tmp_path):
     """CI: out/T.json says corpus_file "corpus/verl/x.json" relative to the job's checkout; the
     artifact unpacks as <artifact>/out/T.json and <artifact>/corpus/verl/x.json."""
     art = tmp_path / "artifacts" / "nightly-verl-0.4.1"
-    entry = Entry("verl", "0.4.1", "poison", CASE, Verdict("poison", "fail", "m", "returns", [[0, 1]], [0.0], [1.0]),
-                  found=Found(date="x"))
+    entry = Entry(
+        "verl",
+        "0.4.1",
+        "poison",
+        CASE,
+        Verdict("poison", "fail", "m", "returns", [[0, 1]], [0.0], [1.0]),
+        found=Found(date="x"),
+    )
     path = save(entry, art / "corpus")
     (art / "out").mkdir()
     f = finding("poison", [[0, 1]], "returns", corpus_file=f"corpus/verl/{path.name}")
@@ -260,19 +297,51 @@ def test_corpus_file_relative_to_an_unpacked_artifact(tmp_path):
 
 
 def _replay_json(path: Path, results: list[dict]) -> Path:
-    path.write_text(json.dumps({"format": "maskfuzz-replay", "version": 1, "device": "cpu", "dtype": None,
-                                "exit_code": 1, "counts": {}, "unreadable": [], "results": results}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "maskfuzz-replay",
+                "version": 1,
+                "device": "cpu",
+                "dtype": None,
+                "exit_code": 1,
+                "counts": {},
+                "unreadable": [],
+                "results": results,
+            }
+        )
+    )
     return path
 
 
 def _replay_result(entry: Entry, status: str, pin: str | None = None, message: str = "") -> dict:
     v = entry.verdict
-    return {"id": entry.id, "path": str(entry.path), "target": entry.key, "pin": pin or entry.pin,
-            "resolved": None, "property": entry.property, "device": "cpu", "dtype": entry.case.dtype,
-            "status": status, "expected": "passes", "ledger_reason": None, "message": message, "seconds": 0.1,
-            "verdict": None if status not in ("fail", "xfail") else
-            {"property": v.property, "status": "fail", "message": v.message, "output": v.output,
-             "positions": v.positions, "expected": [0.0], "observed": [1.0]}}
+    return {
+        "id": entry.id,
+        "path": str(entry.path),
+        "target": entry.key,
+        "pin": pin or entry.pin,
+        "resolved": None,
+        "property": entry.property,
+        "device": "cpu",
+        "dtype": entry.case.dtype,
+        "status": status,
+        "expected": "passes",
+        "ledger_reason": None,
+        "message": message,
+        "seconds": 0.1,
+        "verdict": None
+        if status not in ("fail", "xfail")
+        else {
+            "property": v.property,
+            "status": "fail",
+            "message": v.message,
+            "output": v.output,
+            "positions": v.positions,
+            "expected": [0.0],
+            "observed": [1.0],
+        },
+    }
 
 
 def test_replay_results_are_read_and_a_clean_replay_is_fixed(tmp_path):
@@ -355,8 +424,9 @@ def test_a_replaced_corpus_file_is_found_by_signature(tmp_path):
     kept = save(Entry("verl", "0.5.0", "poison", small, verdict, found=Found(date="x")), corpus)
     stale = str(corpus / "verl" / "poison-0123456789abcdef.json")  # the file the fuzz run wrote, since replaced
     f = finding("poison", [[0, 1]], "returns", corpus_file=stale)
-    data = run_report(tmp_path, [write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[f]))],
-                      extra=["--corpus", str(corpus)])
+    data = run_report(
+        tmp_path, [write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[f]))], extra=["--corpus", str(corpus)]
+    )
     (item,) = data["open"]
     assert item["corpus_file"] == f"corpus/verl/{kept.name}" and kept.name.endswith(f"{item['corpus_id']}.json")
 
@@ -368,8 +438,15 @@ def test_a_replay_that_crashes_is_a_no_crash_finding_and_skips_are_counted(tmp_p
 
     entry = load(path)
     crashed = _replay_result(entry, "fail", pin="0.9.1")
-    crashed["verdict"] = {"property": "no-crash", "status": "fail", "message": "exception: IndexError: boom",
-                          "output": "", "positions": [], "expected": [], "observed": []}
+    crashed["verdict"] = {
+        "property": "no-crash",
+        "status": "fail",
+        "message": "exception: IndexError: boom",
+        "output": "",
+        "positions": [],
+        "expected": [],
+        "observed": [],
+    }
     skips = [_replay_result(entry, "skip", pin="0.1", message="cannot set up: offline") for _ in range(2)]
     data = run_report(tmp_path, [_replay_json(tmp_path / "r.json", [crashed, *skips])])
     (item,) = data["findings"]

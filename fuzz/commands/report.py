@@ -31,12 +31,30 @@ def register(subparsers) -> None:
     )
     p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="fuzz / replay --json files")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="where to write the report")
-    p.add_argument("--previous", nargs="+", type=Path, default=[], metavar="PREVIOUS",
-                   help="the previous night's report.json (or its fuzz / replay --json files)")
-    p.add_argument("--repro-dir", action="append", type=Path, default=[], metavar="DIR",
-                   help="reproducers: DIR/<corpus id>/report.md (repeatable)")
-    p.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
-                   help="corpus roots to find entries in when a recorded path does not resolve (repeatable)")
+    p.add_argument(
+        "--previous",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PREVIOUS",
+        help="the previous night's report.json (or its fuzz / replay --json files)",
+    )
+    p.add_argument(
+        "--repro-dir",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="reproducers: DIR/<corpus id>/report.md (repeatable)",
+    )
+    p.add_argument(
+        "--corpus",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="corpus roots to find entries in when a recorded path does not resolve (repeatable)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print the markdown report")
     p.set_defaults(func=main)
 
