@@ -1134,9 +1134,9 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     if bisect:
         out += ["## Bisection", "", *_bisection(bisect), ""]
     out += ["## Environment", "", *_environment(plan, run, env), ""]
-    if env.info.get("notes"):
+    if env.info.get("call_notes"):
         out += [f"How maskfuzz calls it ({plan.call.how}; the script does the same):", ""]
-        out += [f"- {note}" for note in env.info["notes"]] + [""]
+        out += [f"- {note}" for note in env.info["call_notes"]] + [""]
     out += ["## Reproduce", "", "```sh", *checkout_commands(t, env.resolved, env.info.get("wheel")), "```", ""]
     out += [
         "With the checkout at hand: `python repro.py /path/to/checkout` (or `MASKFUZZ_TARGET_ROOT=/path/to/checkout "
@@ -1254,7 +1254,7 @@ def _bisection(b: dict) -> list[str]:
     old, new = b.get("old") or {}, b.get("new") or {}
     span = (
         f"between `{old.get('id', '?')}` ({old.get('verdict', '?')}) and `{new.get('id', '?')}` "
-        f"({new.get('verdict', '?')}): {b.get('revisions', '?')} {unit}s, {b.get('evaluations', '?')} evaluations "
+        f"({new.get('verdict', '?')}): {b.get('revisions', '?')} {unit}(s), {b.get('evaluations', '?')} evaluations "
         f"({b.get('skips', 0)} skipped)"
     )
     result = b.get("result")
@@ -1294,12 +1294,12 @@ def _environment(plan: Plan, run: ScriptRun, env: Environment) -> list[str]:
     changed = data.get("changed") or []
     if changed:
         absent = set(env.info.get("absent") or [])
-        paths = [line[3:].strip('"') for line in changed]
-        why = " (only large files the source repository lacks, not code)" if absent and all(
-            line.startswith(" D") and p in absent for line, p in zip(changed, paths)
-        ) else ""
-        shown = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
-        rows.insert(4, ("local changes", f"{len(changed)} file(s){why}: {shown}"))
+        lacking = [c for c in changed if c.startswith(" D") and c[3:].strip('"') in absent]
+        others = [c.strip() for c in changed if c not in lacking]
+        parts = [f"{len(lacking)} file(s) missing that the source repository lacks (data, not code)"] if lacking else []
+        if others:
+            parts.append(", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+        rows.insert(4, ("local changes", "; ".join(parts)))
     if env.judged:
         rows.append(("maskfuzz's judge at this pin", env.judged))
     found = plan.entry.found
@@ -1398,7 +1398,7 @@ def produce(
         script.chmod(0o755)
     finally:
         tmp.unlink(missing_ok=True)
-    env = Environment(env.root, env.resolved, env.kind, env.info | ({"notes": notes} if notes else {}), judged)
+    env = Environment(env.root, env.resolved, env.kind, env.info | ({"call_notes": notes} if notes else {}), judged)
     report = out_dir / "report.md"
     report.write_text(render_report(plan, run, env, bisect), encoding="utf-8")
     return Written(script, report, run, status, judged)

@@ -409,7 +409,8 @@ def identify(root: Path) -> dict:
         if top and Path(top).resolve() == root:
             found["commit"] = git(root, "rev-parse", "HEAD")
             # tracked files that differ from the commit (" M file", " D file"), the first 20
-            found["changed"] = git(root, "status", "--porcelain", "--untracked-files=no").splitlines()[:20]
+            status = git(root, "-c", "core.quotePath=false", "status", "--porcelain", "--untracked-files=no")
+            found["changed"] = status.splitlines()[:20]
     for meta in sorted(root.glob("*.dist-info/METADATA")):
         head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
         fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
