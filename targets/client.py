@@ -4,16 +4,22 @@ A `Worker` is a `Run` (see `oracles.properties`): calling it with a case returns
 returns) or raises `TargetFailure` with kind 'exception' (the target raised), 'crash' (the
 process died) or 'hang' (no answer within the timeout). After a crash or hang the process is
 killed and the next call starts and loads a fresh one, so a run goes on.
+
+Processes are forked from a fork server that has imported torch (and torch's compiler stack,
+which some frameworks pull in at import) once, so starting a worker costs a fork and the
+target's own imports instead of a whole interpreter start: a bisection evaluates a revision in
+about a second. `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
+`python -m targets.worker` instead (slower; for debugging, or where fork is unavailable).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import select
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +28,9 @@ from oracles.properties import TargetFailure
 from targets import worker as protocol
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
+START_ENV = "MASKFUZZ_WORKER_START"
+# imported once by the fork server; nothing here touches CUDA or starts a thread
+PRELOAD = ["torch", "torch._dynamo", "oracles.properties", "targets.worker", "targets.adapters.base"]
 
 
 class WorkerSkip(Exception):
@@ -46,6 +55,103 @@ class LoadSpec:
     env: dict = field(default_factory=dict)
 
 
+def _worker_env(extra: dict) -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.setdefault("OMP_NUM_THREADS", "1")  # one worker per target: no intra-op thread contention
+    env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join(  # our own packages first, whatever the spec's env says
+        [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    return env
+
+
+class _Spawned:
+    """A worker as a fresh interpreter: `python -m targets.worker` on pipes."""
+
+    def __init__(self, env: dict, stderr):
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "targets.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            cwd=os.getcwd(),
+        )
+
+    def send(self, message) -> None:
+        protocol.send(self._proc.stdin, message)
+
+    def ready(self, timeout: float) -> bool:
+        return bool(select.select([self._proc.stdout], [], [], timeout)[0])
+
+    def receive(self):
+        return protocol.receive(self._proc.stdout)
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def exitcode(self) -> int | None:
+        return self._proc.wait()
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        for s in (self._proc.stdin, self._proc.stdout):
+            if s:
+                s.close()
+
+
+_CONTEXT = None
+
+
+def _forkserver():
+    """The multiprocessing context of the fork server, made once per fuzzing process."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+class _Forked:
+    """A worker forked from the fork server, talking over a multiprocessing Connection."""
+
+    def __init__(self, env: dict, stderr_path: str):
+        ctx = _forkserver()
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=protocol.forked, args=(child, stderr_path, env, os.getcwd()), daemon=True)
+        self._proc.start()
+        child.close()
+
+    def send(self, message) -> None:
+        self._conn.send(message)
+
+    def ready(self, timeout: float) -> bool:
+        return self._conn.poll(timeout)
+
+    def receive(self):
+        try:
+            return self._conn.recv()
+        except EOFError:
+            return None
+
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def exitcode(self) -> int | None:
+        self._proc.join()
+        return self._proc.exitcode
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join()
+        self._conn.close()
+
+
 class Worker:
     """One isolated process per (target, pin)."""
 
@@ -56,7 +162,7 @@ class Worker:
         self.info: dict | None = None
         self.restarts = 0
         self.calls = 0
-        self._proc: subprocess.Popen | None = None
+        self._proc: _Spawned | _Forked | None = None
         self._stderr = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -65,22 +171,12 @@ class Worker:
 
         Raises WorkerSkip (function absent at this pin) or WorkerLoadError."""
         self.close()
-        env = dict(os.environ)
-        env.setdefault("PYTHONHASHSEED", "0")
-        env.setdefault("OMP_NUM_THREADS", "1")  # one worker per target: no intra-op thread contention
-        env.update(self.spec.env)
-        env["PYTHONPATH"] = os.pathsep.join(  # our own packages first, whatever the spec's env says
-            [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        )
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "targets.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-            cwd=os.getcwd(),
-        )
+        env = _worker_env(self.spec.env)
+        self._stderr = tempfile.NamedTemporaryFile(prefix="maskfuzz-worker-", suffix=".log")
+        if os.environ.get(START_ENV, "forkserver") == "spawn":
+            self._proc = _Spawned(env, self._stderr)
+        else:
+            self._proc = _Forked(env, self._stderr.name)
         args = {k: getattr(self.spec, k) for k in ("adapter", "root", "entry", "stand_ins", "deny", "own", "device")}
         reply = self._exchange(("load", args), self.load_timeout, during="load")
         if reply[0] == "skip":
@@ -95,24 +191,18 @@ class Worker:
     def close(self) -> None:
         if self._proc is not None:
             try:
-                if self._proc.poll() is None:
-                    protocol.send(self._proc.stdin, ("exit",))
-                    self._proc.wait(timeout=0.5)  # nothing to flush: a slow interpreter exit is killed
-            except (OSError, subprocess.TimeoutExpired, ValueError):
+                if self._proc.alive():
+                    self._proc.send(("exit",))  # the worker leaves with os._exit at once
+            except (OSError, ValueError):
                 pass
             finally:
-                if self._proc.poll() is None:
-                    self._proc.kill()
-                    self._proc.wait()
-                for s in (self._proc.stdin, self._proc.stdout):
-                    if s:
-                        s.close()
+                self._proc.kill()
             self._proc = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         self.start()
         return self
 
@@ -121,7 +211,7 @@ class Worker:
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, case: Case):
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is None or not self._proc.alive():
             self.restarts += self._proc is not None
             try:
                 self.start()
@@ -136,23 +226,16 @@ class Worker:
     def _exchange(self, message, timeout: float, during: str):
         assert self._proc is not None
         try:
-            protocol.send(self._proc.stdin, message)
+            self._proc.send(message)
         except (BrokenPipeError, OSError):
             return self._died(during)
-        deadline = time.monotonic() + timeout
-        out = self._proc.stdout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._kill()
-                if during == "load":
-                    raise WorkerLoadError(f"loading took longer than {timeout:.0f} s")
-                raise TargetFailure("hang", f"no answer within {timeout:g} s; the worker was restarted")
-            ready, _, _ = select.select([out], [], [], min(left, 1.0))
-            if ready:
-                break
+        if not self._proc.ready(timeout):
+            self._kill()
+            if during == "load":
+                raise WorkerLoadError(f"loading took longer than {timeout:.0f} s")
+            raise TargetFailure("hang", f"no answer within {timeout:g} s; the worker was restarted")
         try:
-            reply = protocol.receive(out)
+            reply = self._proc.receive()
         except (EOFError, OSError):
             reply = None
         if reply is None:
@@ -160,7 +243,7 @@ class Worker:
         return reply
 
     def _died(self, during: str):
-        code = self._proc.wait() if self._proc is not None else None
+        code = self._proc.exitcode() if self._proc is not None else None
         tail = self.stderr_tail()
         self._kill()
         if during == "load":
@@ -168,14 +251,14 @@ class Worker:
         raise TargetFailure("crash", f"the worker process died (exit code {code}); stderr ends: {tail}")
 
     def _kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        if self._proc is not None:
             self._proc.kill()
-            self._proc.wait()
 
     def stderr_tail(self, n: int = 1500) -> str:
         if self._stderr is None:
             return ""
-        self._stderr.seek(0, os.SEEK_END)
-        size = self._stderr.tell()
-        self._stderr.seek(max(0, size - n))
-        return self._stderr.read().decode("utf-8", "replace").strip()
+        with open(self._stderr.name, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace").strip()

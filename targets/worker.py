@@ -1,9 +1,10 @@
 """The worker process: imports one target's real code once and runs the cases sent to it.
 
-Started by `targets.client.Worker` as `python -m targets.worker`. The protocol is length-prefixed
-pickles between the fuzzer and its own child (never read from files): the worker keeps a private
-duplicate of its stdout for replies and points fd 1 at stderr, so whatever the target prints
-cannot corrupt the protocol.
+Started by `targets.client.Worker`, forked from its fork server (`forked`) or as
+`python -m targets.worker` (`main`). Messages are pickles between the fuzzer and its own child
+(never read from files), over a multiprocessing Connection or length-prefixed on a private
+duplicate of stdout; the target's own output goes to a log file or stderr, so whatever the target
+prints cannot corrupt the protocol.
 
     -> ("load", {"adapter", "root", "entry", "stand_ins", "deny", "own", "device"})
     <- ("loaded", {"where", "notes", "stand_ins_used"}) | ("skip", reason) | ("error", text)
@@ -68,34 +69,70 @@ def _load(args: dict):
     return ("loaded", info), loaded
 
 
-def main() -> int:
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    requests = sys.stdin.buffer
+def serve(receive, reply) -> None:
+    """The request loop: `receive()` gives the next message (None at the end of input), `reply`
+    sends an answer. Leaves with os._exit: no interpreter teardown, whose atexit hooks and thread
+    joins in some frameworks take seconds."""
     loaded = None
     device = "cpu"
     while True:
-        msg = receive(requests)
+        msg = receive()
         if msg is None or msg[0] == "exit":
-            os._exit(0)  # no interpreter teardown: frameworks' atexit hooks and thread joins take seconds
+            os._exit(0)
         op = msg[0]
         if op == "load":
             device = msg[1].get("device", "cpu")
             try:
-                reply, loaded = _load(msg[1])
+                answer, loaded = _load(msg[1])
             except BaseException as exc:  # noqa: BLE001 - reported to the fuzzer as a load error
-                reply = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-            send(replies, reply)
+                answer = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            reply(answer)
         elif op == "run":
             if loaded is None:
-                send(replies, ("raised", "RuntimeError", "run before a successful load", ""))
+                reply(("raised", "RuntimeError", "run before a successful load", ""))
                 continue
             try:
                 adv, ret = loaded.run(msg[1], device)
-                send(replies, ("ok", _cpu(adv), _cpu(ret)))
+                reply(("ok", _cpu(adv), _cpu(ret)))
             except Exception as exc:  # noqa: BLE001 - the target's exception is a verdict
-                send(replies, ("raised", type(exc).__name__, str(exc), traceback.format_exc()))
+                reply(("raised", type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def main() -> int:
+    """`python -m targets.worker`: requests on stdin, replies on a private duplicate of stdout."""
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    serve(lambda: receive(requests), lambda message: send(replies, message))
+    return 0
+
+
+def forked(conn, stderr_path: str, env: dict, cwd: str) -> None:
+    """Entry of a worker forked from the fork server (targets.client): the same loop over a
+    multiprocessing Connection, with the caller's environment, working directory and PYTHONPATH
+    (the fork server was started earlier, possibly elsewhere) and output to `stderr_path`."""
+    fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    for path in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    import torch
+
+    torch.set_num_threads(max(1, int(env.get("OMP_NUM_THREADS") or 1)))
+
+    def receive():
+        try:
+            return conn.recv()
+        except EOFError:
+            return None
+
+    serve(receive, conn.send)
 
 
 def _cpu(x):

@@ -125,7 +125,7 @@ def test_open_target_runs_the_checkouts_code_and_closes_its_worker(toy):
             assert torch.equal(adv, torch.tensor([[2.0, 4.0, 0.0]]))
             assert torch.equal(ret, torch.tensor([[2.0, 3.0, 4.0]]))
             raise RuntimeError("leave the block")
-    assert proc.poll() is not None and h.run._proc is None  # the worker is gone with the block
+    assert not proc.alive() and h.run._proc is None  # the worker is gone with the block
 
 
 def test_function_absent_at_the_pin_is_a_skip(toy):
