@@ -141,6 +141,7 @@ class Night:
     skips: list[tuple[str, str, str, str]] = field(default_factory=list)  # (where, status, source, reason)
     files: list[tuple[str, str]] = field(default_factory=list)  # (path, kind)
     date: str | None = None  # when the previous report was generated
+    repro_dirs: list[Path] = field(default_factory=list)  # a previous report's copied reproducers
 
     def add_failure(self, f: Failure) -> None:
         old = self.failures.get(f.identity)
@@ -351,6 +352,8 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
 def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
     night.date = data.get("generated")
     base = path.parent
+    if (base / "repro").is_dir():
+        night.repro_dirs.append(base / "repro")
     for i, o in enumerate(_field(data, "open", list, path, "")):
         where = f"open[{i}]."
         ident = Identity(*(_field(o, k, str, path, where) for k in ("target", "pin", "property", "signature")))
@@ -841,6 +844,7 @@ def write_report(
     prev = load_night(previous, corpus_roots, allow_report=True) if previous else None
     cmp = compare(tonight, prev)
     out.mkdir(parents=True, exist_ok=True)
+    repro_dirs = list(repro_dirs) + (prev.repro_dirs if prev else [])  # tonight's first
     doc = build(tonight, cmp, out, repro_dirs, now)
     (out / "report.md").write_text(render_markdown(doc), encoding="utf-8")
     (out / "report.html").write_text(render_html(doc), encoding="utf-8")

@@ -275,6 +275,14 @@ def test_links_to_corpus_entries_and_reproducers(tmp_path):
     md = (out / "report.md").read_text()
     assert f"(corpus/verl/{path.name})" in md and f"(repro/{entry.id}/report.md)" in md
     assert data["open"][0]["corpus_id"] == entry.id and data["open"][0]["corpus_file"] == f"corpus/verl/{path.name}"
+    # the next night, without its own reproducers and corpus: both come from the previous report
+    f2 = finding("poison", [[0, 1]], "returns", corpus_file="gone/verl/" + path.name)
+    again = write_fuzz(tmp_path / "t2.json", target("verl@0.4.1", findings=[f2]))
+    data2 = run_report(tmp_path, [again], [out / "report.json"], name="out2")
+    md2 = (tmp_path / "out2" / "report.md").read_text()
+    assert data2["open"][0]["state"] == "still-failing"
+    assert f"(repro/{entry.id}/report.md)" in md2 and (tmp_path / "out2" / "repro" / entry.id / "repro.py").is_file()
+    assert (tmp_path / "out2" / "corpus" / "verl" / path.name).is_file()
 
 
 def test_corpus_file_relative_to_an_unpacked_artifact(tmp_path):
