@@ -181,7 +181,7 @@ CLEAN = {"no-crash", "row-independence", "masked-zero", "deterministic", "all-tr
 @pytest.mark.parametrize("pin, leaks", [("head", True), ("fixed", False)])
 def test_short_fuzz(pin, leaks, request):
     h = request.getfixturevalue(pin)
-    result = fuzz_target(h.run, h.declared, target="roll", pin=h.pin, max_examples=80, seed=0, derandomize=True,
+    result = fuzz_target(h.run, h.declared, target="roll", pin=h.pin, max_examples=200, seed=0, derandomize=True,
                          shrink=False)
     failed = {p for p, n in result.failed.items() if n}
     # the lost score shows as score-kept (gamma = 0) and reference; NaN poison at every pin
