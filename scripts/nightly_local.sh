@@ -82,7 +82,7 @@ fi
 mkdir -p "$CORPUS"
 # carry the previous night's open findings (copied next to its report) so the replay re-checks them
 if [ -n "$PREVIOUS" ] && [ -d "$(dirname "$PREVIOUS")/corpus" ]; then
-  cp -rn "$(dirname "$PREVIOUS")/corpus/." "$CORPUS/"
+  cp -r "$(dirname "$PREVIOUS")/corpus/." "$CORPUS/"
 fi
 list_corpus() { find "$CORPUS" -name '*.json' ! -name ledger.json | sort; }
 list_corpus > "$RUN/out/corpus-before.txt"
