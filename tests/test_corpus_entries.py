@@ -41,7 +41,7 @@ JOBS = rp.plan(ENTRIES, LEDGER)
 
 
 def _param(job: rp.Job):
-    marks = [pytest.mark.xdist_group(f"{job.entry.key}@{job.pin}")]
+    marks = [pytest.mark.xdist_group(f"{job.entry.key}-{job.pin}".replace("@", "_"))]  # xdist cuts names at "@"
     if job.expect and job.expect.fails:
         where = f"{job.entry.key}@{job.pin}"
         why = f"ledger: fails at {where}: {job.expect.reason} (if this passes it was fixed: update {LEDGER_NAME})"

@@ -53,7 +53,7 @@ def register(sub) -> None:
     )
     p.add_argument("--max-examples", type=int, help="examples per target (overrides the profile)")
     p.add_argument("--budget", type=float, help="seconds per target (overrides the profile)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="Hypothesis seed (default 0; the nightly profile uses the date, YYYYMMDD)")
     p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
     p.add_argument("--no-nonfinite", action="store_true", help="draw no NaN / inf poison")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -95,6 +95,8 @@ def main(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     labels = _resolve_labels(args.targets, args.callables, repos)
+    if args.seed is None:  # a nightly run draws new cases each night, reproducibly
+        args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples or profile.max_examples
     budget = args.budget if args.budget is not None else profile.budget
     jobs = [
