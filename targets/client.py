@@ -106,6 +106,16 @@ class _Spawned:
 _CONTEXT = None
 
 
+def _main_reloadable() -> bool:
+    """multiprocessing re-imports the caller's __main__ in each child: impossible for `python -c`
+    or stdin, so those callers get spawned workers."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.isfile(path)
+
+
 def _forkserver():
     """The multiprocessing context of the fork server, made once per fuzzing process."""
     global _CONTEXT
@@ -173,7 +183,7 @@ class Worker:
         self.close()
         env = _worker_env(self.spec.env)
         self._stderr = tempfile.NamedTemporaryFile(prefix="maskfuzz-worker-", suffix=".log")
-        if os.environ.get(START_ENV, "forkserver") == "spawn":
+        if os.environ.get(START_ENV, "forkserver") == "spawn" or not _main_reloadable():
             self._proc = _Spawned(env, self._stderr)
         else:
             self._proc = _Forked(env, self._stderr.name)
