@@ -7,8 +7,8 @@ killed and the next call starts and loads a fresh one, so a run goes on.
 
 Processes are forked from a fork server that has imported torch (and torch's compiler stack,
 which some frameworks pull in at import) once, so starting a worker costs a fork and the
-target's own imports instead of a whole interpreter start: a bisection evaluates a revision in
-about a second. `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
+target's own imports instead of a whole interpreter start (a miles bisection step: about 2 s,
+worktree included, against about 7 s with a fresh interpreter). `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
 `python -m targets.worker` instead (slower; for debugging, or where fork is unavailable).
 """
 
