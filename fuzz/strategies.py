@@ -177,21 +177,22 @@ def _fill(draw, shape: tuple[int, ...], label: str, pool=SMALL, allow_zero=True)
 
 
 def _poison(draw, shape, dtype: str, nonfinite: bool) -> torch.Tensor:
-    modes = ["const", "zeros", "mixed"] + (["non-finite"] if nonfinite else [])
+    """Values for the non-trainable positions: a constant (what shrinking goes to, so a shrunk case
+    reads like the seed report's single poisoned slot), zeros, or a seeded mix of the pool."""
+    modes = ["const", "zeros", "mixed"] + (["non-finite", "non-finite mixed"] if nonfinite else [])
     mode = draw(st.sampled_from(modes))
     event(f"poison: {mode}")
     if mode == "zeros":
         return torch.zeros(shape, dtype=torch.float64)
-    if mode == "const":
-        out = torch.full(shape, draw(st.sampled_from(FINITE_POISON)), dtype=torch.float64)
+    if mode in ("const", "non-finite"):
+        pool = FINITE_POISON if mode == "const" else NONFINITE_POISON
+        out = torch.full(shape, draw(st.sampled_from(pool)), dtype=torch.float64)
     else:
-        pool = FINITE_POISON + (NONFINITE_POISON if mode == "non-finite" else ())
+        pool = FINITE_POISON + (NONFINITE_POISON if mode == "non-finite mixed" else ())
         seed = draw(st.integers(0, 2**32 - 1))
         g = torch.Generator().manual_seed(seed)
         pick = torch.randint(len(pool), shape, generator=g)
         out = torch.tensor(pool, dtype=torch.float64)[pick]
-        if mode == "non-finite":
-            out.view(-1)[0] = pool[len(FINITE_POISON) + draw(st.integers(0, 2))]  # at least one
     if dtype == "float16":  # finite poison stays finite: 1e30 becomes the largest half
         out = torch.where(torch.isfinite(out), out.clamp(-6e4, 6e4), out)
     return out
