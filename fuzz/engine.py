@@ -76,7 +76,6 @@ class FuzzResult:
     checked: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     failed: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     notes: list[str] = field(default_factory=list)
-    _found: dict = field(default_factory=dict, repr=False)  # property -> (case, verdict, also, seed)
 
     def finding(self, prop: str) -> Finding | None:
         return next((f for f in self.findings if f.property == prop), None)
@@ -137,29 +136,22 @@ def fuzz_target(
     checked between batches of at most `batch` examples), until the budget is spent.
     `properties` restricts the checks (and the search ends when all of them are found);
     `stop_when(result)`, asked after every example, ends the search at once (benchmarks)."""
-    result = FuzzResult(target, pin)
+    search = _Search(
+        run=run,
+        declared=declared,
+        result=FuzzResult(target, pin),
+        wanted=tuple(properties or PROPERTIES),
+        device=device,
+        clock=clock,
+        progress=progress,
+        stop_when=stop_when,
+    )
     with _single_thread():
-        _fuzz(
-            run,
-            declared,
-            result,
-            max_examples,
-            seed,
-            budget,
-            sizes,
-            nonfinite,
-            device,
-            progress,
-            clock,
-            batch,
-            derandomize,
-            shrink,
-            tuple(properties or PROPERTIES),
-            stop_when,
-        )
+        search.loop(cases(declared.domain, sizes, nonfinite), max_examples, seed, budget, batch, derandomize, shrink)
+    result = search.result
     for prop in PROPERTIES:
-        if prop in result._found:
-            case, verdict, also, used_seed = result._found[prop]
+        if prop in search.found:
+            case, verdict, also, used_seed = search.found[prop]
             result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))
     return result
 
@@ -175,110 +167,88 @@ def _single_thread():
         torch.set_num_threads(before)
 
 
-def _fuzz(
-    run,
-    declared,
-    result,
-    max_examples,
-    seed,
-    budget,
-    sizes,
-    nonfinite,
-    device,
-    progress,
-    clock,
-    batch,
-    derandomize,
-    shrink,
-    wanted,
-    stop_when,
-):
-    start = clock()
-    strategy = cases(declared.domain, sizes, nonfinite)
-    found = result._found
-    batch_no = 0
-    while True:
-        todo = max_examples - result.generated
-        if budget is not None:
-            todo = min(todo, batch)
-        if todo <= 0:
-            break
-        current_seed = seed + batch_no
-        before = (result.generated, len(found))
-        _search(
-            run,
-            declared,
-            strategy,
-            todo,
-            current_seed,
-            device,
-            found,
-            result,
-            start,
-            clock,
-            progress,
-            base_settings(todo, derandomize, shrink),
-            wanted,
-            stop_when,
-        )
-        batch_no += 1
-        if result.stopped:
-            break
-        if budget is not None and clock() - start >= budget:
-            break
-        if set(wanted) <= set(found):
-            break
-        if budget is None and len(found) == before[1]:
-            break  # a batch without a new finding ran to its end (or exhausted the strategy)
-    result.seconds = clock() - start
+@dataclass
+class _Search:
+    """One fuzzing search: the target, what it promises, and what was found so far."""
 
+    run: Run
+    declared: Declared
+    result: FuzzResult
+    wanted: tuple[str, ...]
+    device: str
+    clock: Callable[[], float]
+    progress: Progress | None
+    stop_when: Callable[[FuzzResult], bool] | None
+    found: dict = field(default_factory=dict)  # property -> (case, verdict, also, seed), the smallest
+    start: float = 0.0
 
-def _search(
-    run, declared, strategy, n, seed, device, found, result, start, clock, progress, hyp_settings, wanted, stop_when
-) -> None:
-    raise_for = tuple(p for p in wanted if p not in found)
-    latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
-    state = {"failing": False}
+    def loop(self, strategy, max_examples, seed, budget, batch, derandomize, shrink) -> None:
+        """Batches of fresh seeds until the examples or the budget are spent (see fuzz_target)."""
+        self.start = self.clock()
+        batch_no = 0
+        while True:
+            todo = max_examples - self.result.generated
+            if budget is not None:
+                todo = min(todo, batch)
+            if todo <= 0:
+                break
+            known = len(self.found)
+            self.batch(strategy, seed + batch_no, base_settings(todo, derandomize, shrink))
+            batch_no += 1
+            if self.result.stopped or set(self.wanted) <= set(self.found):
+                break
+            if budget is not None and self.clock() - self.start >= budget:
+                break
+            if budget is None and len(self.found) == known:
+                break  # a batch without a new finding ran to its end (or exhausted the strategy)
+        self.result.seconds = self.clock() - self.start
 
-    def body(case: Case) -> None:
-        verdicts = judge(run, case, declared, device=device, only=wanted)
-        result.examples += 1
-        if not state["failing"]:
-            result.generated += 1
-        failing = [v for v in verdicts if v.failed]
-        for v in verdicts:
-            if v.status != "n/a":
-                result.checked[v.property] += 1
-            if v.failed:
-                result.failed[v.property] += 1
-                result.first_failure_at.setdefault(v.property, clock() - start)
-        if progress is not None:
-            progress(result)
-        if stop_when is not None and stop_when(result):
-            result.stopped = True
-            raise _StopSearch
-        first = next((v for v in failing if v.property in raise_for), None)
-        if first is None:
-            return
-        if result.first_failure_s is None:
-            result.first_failure_s = clock() - start
-        state["failing"] = True
-        also = [v.property for v in failing if v is not first]
-        latest[first.property] = (case, first, also, seed)
-        raise _VIOLATIONS[first.property](f"{first.property}: {first.message}")
+    def batch(self, strategy, seed: int, hyp_settings: settings) -> None:
+        """One Hypothesis search; each property not found yet raises its own exception type."""
+        result = self.result
+        raise_for = tuple(p for p in self.wanted if p not in self.found)
+        latest: dict[str, tuple[Case, Verdict, list[str], int]] = {}
+        state = {"failing": False}
 
-    test = hyp_seed(seed)(hyp_settings(given(strategy)(body)))
-    try:
-        test()
-    except _StopSearch:
-        pass
-    except (PropertyViolation, Flaky, _GROUP) as exc:
-        if isinstance(exc, Flaky):
-            result.notes.append(f"seed {seed}: Hypothesis reported a flaky failure: {str(exc)[:200]}")
-    for prop, rec in latest.items():
-        old = found.get(prop)
-        if old is None or _size(rec[0]) < _size(old[0]):
-            found[prop] = rec
+        def body(case: Case) -> None:
+            verdicts = judge(self.run, case, self.declared, device=self.device, only=self.wanted)
+            result.examples += 1
+            if not state["failing"]:
+                result.generated += 1
+            failing = [v for v in verdicts if v.failed]
+            for v in verdicts:
+                if v.status != "n/a":
+                    result.checked[v.property] += 1
+                if v.failed:
+                    result.failed[v.property] += 1
+                    result.first_failure_at.setdefault(v.property, self.clock() - self.start)
+            if self.progress is not None:
+                self.progress(result)
+            if self.stop_when is not None and self.stop_when(result):
+                result.stopped = True
+                raise _StopSearch
+            first = next((v for v in failing if v.property in raise_for), None)
+            if first is None:
+                return
+            if result.first_failure_s is None:
+                result.first_failure_s = self.clock() - self.start
+            state["failing"] = True
+            also = [v.property for v in failing if v is not first]
+            latest[first.property] = (case, first, also, seed)  # the last call is the shrunk example
+            raise _VIOLATIONS[first.property](f"{first.property}: {first.message}")
+
+        test = hyp_seed(seed)(hyp_settings(given(strategy)(body)))
+        try:
+            test()
+        except _StopSearch:
+            pass
+        except (PropertyViolation, Flaky, _GROUP) as exc:
+            if isinstance(exc, Flaky):
+                result.notes.append(f"seed {seed}: Hypothesis reported a flaky failure: {str(exc)[:200]}")
+        for prop, rec in latest.items():
+            old = self.found.get(prop)
+            if old is None or _size(rec[0]) < _size(old[0]):
+                self.found[prop] = rec
 
 
 def _size(case: Case) -> tuple[int, int]:
