@@ -27,10 +27,16 @@ The script is assembled from two kinds of source:
 
   Copying (2) succeeds when the reached code uses only the standard library, torch, the
   framework's packages, `targets.adapters.base` (`NotPresent`, `Loaded`, `import_from`,
-  `function_from`: the script has its own), `oracles.case.Case` (likewise) and module-level
-  definitions of other adapters under the same rules. Anything else (e.g. `targets.adapters.extract`)
-  makes the target unsupported, with the name that is missing: never a script that calls
-  something else than the adapter does.
+  `function_from`: the script has its own), `oracles.case.Case` (likewise), module-level
+  definitions of other adapters under the same rules, and module-level definitions of maskfuzz's
+  plain helper modules (`PLAIN`: `targets.adapters.extract`, which compiles code blocks from the
+  framework's source text; standard library + torch only, which is checked). Those are copied
+  verbatim, each under a banner naming its file, before the code that uses them. Only what the
+  call reaches is copied: the registry entry `SPEC` and what only it uses (`Domain`, `TargetSpec`,
+  `Pin`) stay out, so the call must not read `SPEC` (an adapter keeps what `load` needs from it in
+  a module constant that `SPEC` uses too, e.g. `PACKAGES` for `SPEC.own`). Anything else (e.g.
+  `oracles.reference`, `targets.registry`) makes the target unsupported, with the names that are
+  missing: never a script that calls something else than the adapter does.
 
 Expected values: for properties judged against numbers (reference, score-kept, telescoping,
 all-trainable, masked-zero) the float64 expectation and the tolerance per position are computed
@@ -85,9 +91,13 @@ SHIMS = {
     ("targets.adapters.base", "function_from"): "function_from",
     ("oracles.case", "Case"): "Case",
 }
-NOT_FOLLOWED = ("targets.adapters.base", "targets.adapters.extract")
-# maskfuzz modules (besides other adapters) whose definitions may be copied into a script
+NOT_FOLLOWED = ("targets.adapters.base",)
+# maskfuzz modules (besides other adapters) whose definitions may be copied into a script; their code
+# goes into the script's support section (adapters and PLAIN helpers go with the target's call)
 FOLLOWED = ("targets.standins",)
+# maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
+# anything else from them is refused (the adapter's own module may import the framework's packages)
+PLAIN = ("targets.standins", "targets.adapters.extract")
 # The finding section of the template, in the order the script lists it.
 DATA_NAMES = (
     "TARGET",
@@ -528,6 +538,11 @@ class Closure:
         for line in lines:
             top = line.module.split(".")[0]
             if top not in MASKFUZZ_PACKAGES:
+                if source.name in PLAIN and top not in sys.stdlib_module_names and top != "torch":
+                    raise Unsupported(
+                        f"{source.name} imports {line.module} ({why}); a helper module copied into a script must "
+                        "use only the standard library and torch"
+                    )
                 self.imports.add(line)
                 continue
             key = (line.module, line.name)
@@ -549,8 +564,17 @@ class Closure:
         """Raise Unsupported naming every maskfuzz definition the copied code needs but a script lacks."""
         if self.missing:
             what = "; ".join(f"{', '.join(names)} from {module}" for module, names in sorted(self.missing.items()))
+            # the usual cause: the copied call reads the registry entry (SPEC.own, ...), which pulls in
+            # TargetSpec / Pin / Domain; a module constant that both SPEC and the call use avoids it
+            spec = sorted({src.name for src, node in self.picked.values() if src.defs.get("SPEC") is node})
+            hint = (
+                f" ({', '.join(spec)}: the copied code reads SPEC; give what it reads from SPEC a module constant "
+                "that SPEC uses too)"
+                if spec
+                else ""
+            )
             raise Unsupported(
-                f"the adapter's call needs maskfuzz's {what}, which a standalone script does not have; "
+                f"the adapter's call needs maskfuzz's {what}, which a standalone script does not have{hint}; "
                 "the adapter can provide repro_source() (see fuzz/repro.py)"
             )
 
@@ -959,8 +983,14 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
     """The text of repro.py for `plan` (`resolved` / `wheel` only improve its instructions)."""
     data = data_sources(plan)
     closure, _ = assemble(plan.call, data, plan.check.data["kind"])
-    adapters = [name for name in closure.sources if name.startswith("targets.adapters.")]
-    adapter_code = [seg for name in adapters for seg in closure.code(name)]
+    own = plan.call.adapters[-1]
+    helper_code = []  # other adapters and helpers the call uses, each under its file's name, before their users
+    for name in helper_order(closure, own):
+        segments = closure.code(name)
+        if segments:
+            what = _summary_of(closure.sources[name])
+            helper_code += [_banner(f"From maskfuzz's {_adapter_file(name)}, copied (the code below uses it): {what}")]
+            helper_code += segments
     template_code = [seg for name in FOLLOWED if name in closure.sources for seg in closure.code(name)]
     template_code += closure.code(closure.template.name, prune=("Case",))
     main = template_code.pop()  # `main` is the template's last definition
@@ -971,8 +1001,9 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
         prev_plain = plain
     sections = [
         _banner("The finding") + "\n" + finding,
+        *helper_code,
         _banner(f"How maskfuzz calls {plan.target.label}: {plan.call.how}"),
-        *adapter_code,
+        *closure.code(own),
         plan.call.glue.text.strip(),
         _banner("Support: stand-ins for heavy imports, the case, the check (written by maskfuzz repro)"),
         *template_code,
@@ -993,9 +1024,40 @@ def render_script(plan: Plan, resolved: str | None = None, wheel: str | None = N
     return f"{_script_doc(plan, resolved, wheel)}\n\n{closure.import_block()}\n\n{body}\n"
 
 
+def helper_order(closure: Closure, own: str) -> list[str]:
+    """The maskfuzz modules besides the adapter `own` whose definitions the call copies (other adapters,
+    `targets.adapters.extract`), each after the ones it imports from: module-level code of the copied
+    definitions (constants, class bodies, decorators) runs in the order it is written."""
+    helpers = [
+        name
+        for name in closure.sources
+        if name.startswith("targets.") and name not in FOLLOWED and name != own and name in sys.modules
+    ]
+    done: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in done or name in path:
+            return
+        src = closure.sources[name]
+        for dep in dict.fromkeys(line.module for lines in src.imports.values() for line in lines):
+            if dep in helpers:
+                visit(dep, path + (name,))
+        done.append(name)
+
+    for name in helpers:
+        visit(name, ())
+    return done
+
+
+def _summary_of(source: Source) -> str:
+    """The first sentence of a module's docstring (what the module is for)."""
+    doc = " ".join((ast.get_docstring(source.tree) or "").split("\n\n", 1)[0].split())
+    return doc.split(". ", 1)[0].rstrip(".") + "." if doc else ""
+
+
 def _is_assignment(text: str) -> bool:
     first = next((line for line in text.splitlines() if not line.startswith("#")), "")
-    return bool(re.match(r"[A-Za-z_][A-Za-z0-9_]*(: [^=]+)? = ", first))
+    return bool(re.match(r"[A-Za-z_][A-Za-z0-9_]*(, [A-Za-z_][A-Za-z0-9_]*)*(: [^=]+)? = ", first))
 
 
 def _banner(title: str) -> str:

@@ -8,10 +8,15 @@ What is checked:
 * a script runs in a clean interpreter in which maskfuzz is not importable: exit 1 on the bug,
   0 on the fix; it lints clean under the project's ruff settings;
 * the command: files written, exit 0 / 1, no file when the script cannot run or disagrees with the
-  judge, exit 2 with the missing names for an adapter that cannot be copied (TRL);
+  judge, exit 2 with the missing names for an adapter that cannot be copied;
+* adapters built on `targets.adapters.extract` (TRL, AReaL, NeMo-RL): the helper module's definitions
+  the call reaches are copied (under their own banner, before the adapter), SPEC and what only it uses
+  are not; a copied helper that imports more than stdlib + torch, or a call that reads SPEC, is refused;
 * the report: title, summary, the example, the table, the property, bisection, environment, rerun;
-* real targets: verl 0.4.1 (poison leaks) vs 0.5.0 (fixed) from release wheels (network), and the
-  ROLL seed case at c09bc8bc9f43 from a mirror (MASKFUZZ_REPOS=roll=/path).
+* real targets: verl 0.4.1 (poison leaks) vs 0.5.0 (fixed) from release wheels (network); a corpus
+  finding of trl@1.12.0, trl:compute_advantages@0.11.4 and areal@1.0.4 (release wheels, network)
+  and of nemo-rl@7ea279abfbeb (MASKFUZZ_REPOS=nemo-rl=/path) reproduced by its script in a clean
+  interpreter; the ROLL seed case at c09bc8bc9f43 from a mirror (MASKFUZZ_REPOS=roll=/path).
 """
 
 from __future__ import annotations
@@ -185,6 +190,11 @@ def write_impl(folder: Path, body: str, contract: str) -> Path:
 
 
 SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
+# the seed with its masked token as padding (TRL's response-only domain has no masked real token)
+SEED_PADDED = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]],
+                         gamma=1.0, lam=0.95)
+# adapters that compile the framework's code with targets.adapters.extract: (target, entry)
+EXTRACT_TARGETS = [("trl", None), ("trl", "compute_advantages"), ("areal", None), ("nemo-rl", None)]
 GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
 OBS_TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], score=[1.0], gamma=0.0, lam=0.9)
 # (property, case, buggy implementation, contract, documented errors)
@@ -383,11 +393,12 @@ def test_scripts_pass_ruff(tmp_path):
         path = tmp_path / f"repro_{prop.replace('-', '_')}.py"
         path.write_text(repro.render_script(plan_for(prop, case, contract, documented)), encoding="utf-8")
         written.append(path)
-    for target in ("verl", "openrlhf", "roll", "miles", "slime", "skyrl", "torchrl"):
+    for target, entry in [(t, None) for t in ("verl", "openrlhf", "roll", "miles", "slime", "skyrl", "torchrl")] + \
+            EXTRACT_TARGETS:
         spec = registry.get(target)
-        info = repro.TargetInfo.from_spec(spec, None, spec.pins[0].rev)
-        plan = repro.make_plan(_entry("poison", SEED, target, info.pin, None), info)
-        path = tmp_path / f"repro_{target}.py"
+        info = repro.TargetInfo.from_spec(spec, entry, spec.pins[0].rev)
+        plan = repro.make_plan(_entry("poison", SEED_PADDED, target, info.pin, entry), info)
+        path = tmp_path / f"repro_{target}_{entry}.py"
         path.write_text(repro.render_script(plan, "x==1" if spec.package else "0" * 40), encoding="utf-8")
         written.append(path)
     done = subprocess.run(
@@ -446,12 +457,63 @@ def test_nothing_written_when_the_script_cannot_run_or_disagrees(tmp_path):
     assert not list(out.iterdir())
 
 
-def test_unsupported_adapter_exits_2_naming_what_is_missing(tmp_path, capsys):
-    path = save(_entry("poison", SEED, "trl", "0.11.4", None), tmp_path / "corpus")
+def test_unsupported_adapter_exits_2_naming_what_is_missing(tmp_path, capsys, monkeypatch):
+    # every registered adapter can be copied now: make TRL's helper module one that a script may not copy
+    monkeypatch.setattr(repro, "NOT_FOLLOWED", repro.NOT_FOLLOWED + ("targets.adapters.extract",))
+    path = save(_entry("poison", SEED_PADDED, "trl", "0.11.4", None), tmp_path / "corpus")
     assert cli(["repro", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "no reproducer for poison on trl@0.11.4" in err and "targets.adapters.extract" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("target,entry", EXTRACT_TARGETS, ids=[f"{t}:{e or 'default'}" for t, e in EXTRACT_TARGETS])
+def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
+    spec = registry.get(target)
+    info = repro.TargetInfo.from_spec(spec, entry, spec.pins[0].rev)
+    plan = repro.make_plan(_entry("poison", SEED_PADDED, target, info.pin, entry), info)
+    text = repro.render_script(plan)
+    helper = text.index("# From maskfuzz's targets/adapters/extract.py, copied")
+    assert helper < text.index("# How maskfuzz calls") < text.index("\ndef load(root: Path, entry: str | None)")
+    assert "\nclass SourceTree:" in text and "\nclass BlockNotFound(RuntimeError):" in text
+    # the registry entry and what only it uses stay out; the script imports nothing of maskfuzz
+    for absent in ("SPEC", "TargetSpec", "Domain(", "Pin(", "from targets", "from oracles", "import targets"):
+        assert absent not in text, absent
+    # only what the call reaches: NeMo-RL's adapter locates its class by name, not by the GAE loop
+    assert ("\ndef find_gae_loop(" in text) == (target != "nemo-rl")
+    adapter = importlib.import_module(spec.adapter)
+    assert adapter.PACKAGES == spec.own  # what load passes to SourceTree is the registry's `own`, copied as written
+    assert f"\nPACKAGES = ({json.dumps(adapter.PACKAGES[0])},)" in text
+
+
+def test_copied_helper_must_be_stdlib_and_torch():
+    template = repro.Source("fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
+    closure = repro.Closure(template)
+    helper = repro.Source("targets.adapters.extract", "import numpy\n\n\ndef f():\n    return numpy.zeros(1)\n")
+    closure.add_source(helper)
+    with pytest.raises(repro.Unsupported, match="imports numpy .*only the standard library and torch"):
+        closure.need(helper, "f", "test")
+    torch_only = repro.Source("targets.adapters.extract", "import torch\n\n\ndef f():\n    return torch.zeros(1)\n")
+    closure = repro.Closure(template)
+    closure.add_source(torch_only)
+    closure.need(torch_only, "f", "test")  # torch is fine
+    assert repro.ImportLine("torch") in closure.imports
+
+
+def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "spec_reading_adapter.py").write_text(
+        "from pathlib import Path\n\n"
+        "from targets.adapters.base import Loaded\n"
+        "from targets.registry import TargetSpec\n\n"
+        'SPEC = TargetSpec(id="x", adapter="spec_reading_adapter", own=("x",), contract="compressed")\n\n\n'
+        "def load(root: Path, entry: str | None) -> Loaded:\n"
+        "    return Loaded(None, SPEC.own[0])\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    call = repro.call_source("spec_reading_adapter")
+    with pytest.raises(repro.Unsupported, match=r"TargetSpec from targets\.registry.*reads SPEC; give what it reads"):
+        repro.assemble(call, {name: f"{name} = None\n" for name in repro.DATA_NAMES})
 
 
 def test_adapter_hooks(monkeypatch):
@@ -583,3 +645,66 @@ def test_roll_seed_case_at_c09bc8bc9f43(tmp_path, capsys, clean_python):
     assert data["observed"]["advantages"] == [pytest.approx([5.7, 6.0, 0.0])]
     assert data["expected"]["advantages"] == [pytest.approx([0.95, 1.0, 0.0])]
     assert "| advantages | 0 | 0 | trainable | 5.7 | 0.95 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def _failing_entry(label: str) -> Path:
+    """A corpus file of the finding the ledger expects to fail at `label` (T[:ENTRY]@PIN), the first by id."""
+    ledger = json.loads((ROOT / "corpus" / "ledger.json").read_text(encoding="utf-8"))["entries"]
+    for key in sorted(ledger):
+        expect = ledger[key].get(label) or {}
+        if expect.get("expect") == "fails" and not expect.get("reason", "").startswith("no-crash: hang"):  # fast ones
+            found = sorted((ROOT / "corpus").glob(f"*/*-{key}.json"))
+            if found:
+                return found[0]
+    pytest.fail(f"corpus/ledger.json names no failing finding at {label}")
+
+
+def _reproduce_in_clean_python(tmp_path, capsys, clean_python, label: str) -> dict:
+    """`maskfuzz repro` of a failing corpus finding at `label`: exit 0 with the judge agreeing, and the
+    script exits 1 on the same code in an interpreter without maskfuzz and passes ruff. Its JSON."""
+    from targets.acquire import acquire
+    from targets.session import parse_ref
+
+    path = _failing_entry(label)
+    code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    if code == 2 and "no network" in captured.err:
+        pytest.skip(f"{label} unavailable: {captured.err.strip()[-300:]}")
+    assert code == 0, captured.err
+    assert "judge agrees (fail)" in captured.out
+    ref = parse_ref(label)
+    root = acquire(registry.get(ref.target), ref.pin, parse_repos(None)).root
+    script = tmp_path / "out" / "repro.py"
+    code, data = run_clean(clean_python, script, root, tmp_path)
+    assert code == 1 and data["status"] == "reproduced", data.get("message")
+    assert data["property"] == json.loads(path.read_text())["property"]
+    ruff = _ruff()
+    if ruff is not None:
+        done = subprocess.run([*ruff, "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(script)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    return data
+
+
+EXTRACT_WHEELS = [
+    ("trl@1.12.0", "trl==1.12.0", "trl/experimental/ppo/ppo_trainer.py::PPOTrainer.train (lines "),
+    ("trl:compute_advantages@0.11.4", "trl==0.11.4", "trl/trainer/ppo_trainer.py::PPOTrainer.compute_advantages"),
+    ("areal@1.0.4", "areal==1.0.4", "areal/trainer/ppo/actor.py::PPOActor._compute_advantages"),
+]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("label,version,function", EXTRACT_WHEELS, ids=[w[0] for w in EXTRACT_WHEELS])
+def test_extract_target_finding_reproduces_from_wheel(tmp_path, capsys, clean_python, label, version, function):
+    data = _reproduce_in_clean_python(tmp_path, capsys, clean_python, label)
+    assert data["version"] == version and data["function"].startswith(function)
+
+
+@pytest.mark.needs_mirror
+def test_nemo_rl_finding_reproduces_at_7ea279abfbeb(tmp_path, capsys, clean_python):
+    if "nemo-rl" not in parse_repos(None):
+        pytest.skip("NeMo-RL is git only: needs MASKFUZZ_REPOS=nemo-rl=/path/to/a/clone/of/NVIDIA-NeMo/RL")
+    data = _reproduce_in_clean_python(tmp_path, capsys, clean_python, "nemo-rl@7ea279abfbeb")
+    assert data["commit"].startswith("7ea279abfbeb")
+    where = "nemo_rl/algorithms/advantage_estimator.py::GeneralizedAdvantageEstimator.compute_advantage"
+    assert data["function"] == where

@@ -52,6 +52,7 @@ from targets.adapters.base import Loaded, NotPresent
 from targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
 from targets.registry import Pin, TargetSpec
 
+PACKAGES = ("areal",)  # the framework's own packages: followed in its source, never imported
 PROMPT = 2  # prompt tokens before the response window
 KL_CLAMP = 10.0  # KLEstimator clamps the log-ratio to [-10, 10]; token rewards are scaled inside it
 METHODS: tuple[tuple[str, str], ...] = (  # (file, method of PPOActor) in the order they are looked at
@@ -79,7 +80,7 @@ CONFIG_SET = ("overlong_reward_penalty", "overlong_tokens", "overlong_penalty_fa
 SPEC = TargetSpec(
     id="areal",
     adapter="targets.adapters.areal",
-    own=("areal",),
+    own=PACKAGES,
     # the loop skips masked tokens: `nextvalues` and `lastgaelam` are carried over positions with
     # loss_mask 0 ("Skip tokens that do not contribute to the loss")
     contract="compressed",
@@ -125,7 +126,7 @@ def declared_for(entry: str | None = None) -> Declared:
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "", "default"):
         raise ValueError(f"areal has one entry (default), got {entry!r}")
-    tree = SourceTree(Path(root), SPEC.own)
+    tree = SourceTree(Path(root), PACKAGES)
     path, method = _locate(tree)
     rel = tree.rel(path)
     _check_reads(rel, method)

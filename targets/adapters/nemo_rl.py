@@ -43,10 +43,12 @@ from targets.adapters.base import Loaded, NotPresent
 from targets.adapters.extract import BlockNotFound, SourceTree, find_class, function_free_names
 from targets.registry import Pin, TargetSpec
 
+PACKAGES = ("nemo_rl",)  # the framework's own packages: followed in its source, never imported
+
 SPEC = TargetSpec(
     id="nemo-rl",
     adapter="targets.adapters.nemo_rl",
-    own=("nemo_rl",),
+    own=PACKAGES,
     # carry-forward masking: at masked positions next_values and last_gae_lam keep the last trainable token's,
     # so a gap costs nothing and the score sits on the last mask=1 token: the trainable-subsequence GAE.
     contract="compressed",
@@ -73,7 +75,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     """Compile NeMo-RL's GAE estimator from the checkout at `root`; NotPresent before it existed."""
     if entry not in (None, "default"):
         raise ValueError(f"nemo-rl has one entry, 'default', not {entry!r}")
-    tree = SourceTree(Path(root), SPEC.own)
+    tree = SourceTree(Path(root), PACKAGES)
     path = tree.module_file(_MODULE)
     if path is None:
         raise NotPresent(f"{_MODULE} is not present at this pin")

@@ -55,6 +55,8 @@ from targets.adapters.extract import (
 )
 from targets.registry import Pin, TargetSpec
 
+PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
+ENTRIES = ("train", "compute_advantages")  # entry points, the first is the default
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
     ("trl/experimental/ppo/ppo_trainer.py", "PPOTrainer"),
@@ -89,7 +91,7 @@ ENTRY_OVERRIDES: dict[str, dict] = {
 SPEC = TargetSpec(
     id="trl",
     adapter="targets.adapters.trl",
-    own=("trl",),
+    own=PACKAGES,
     contract="dense",
     git_url="https://github.com/huggingface/trl.git",
     package="trl",
@@ -104,7 +106,7 @@ SPEC = TargetSpec(
         Pin("f2cd57710ae345ea6428ae95363267fcf38a3dc8", "git main as mirrored (v1.9.0-26, Jul 2026)", kind="git"),
         Pin("1.16.0", "newest release: ships no PPO trainer at all (skips with that reason)"),
     ),
-    entries=("train", "compute_advantages"),
+    entries=ENTRIES,
     # train(): `advantages = masked_whiten(advantages, ~padding_mask)`; masked_var is unbiased
     # (Bessel mask_sum / (mask_sum - 1)) and masked_whiten adds 1e-8 under the rsqrt.
     whitening=Whitening(unbiased=True, eps=1e-8),
@@ -142,15 +144,15 @@ def declared_for(entry: str | None) -> Declared:
 
 def _entry(entry: str | None) -> str:
     if entry in (None, "", "default"):
-        return SPEC.entries[0]
-    if entry not in SPEC.entries:
-        raise ValueError(f"trl has no entry {entry!r}; entries: {', '.join(SPEC.entries)}")
+        return ENTRIES[0]
+    if entry not in ENTRIES:
+        raise ValueError(f"trl has no entry {entry!r}; entries: {', '.join(ENTRIES)}")
     return entry
 
 
 def load(root: Path, entry: str | None) -> Loaded:
     entry = _entry(entry)
-    tree = SourceTree(Path(root), SPEC.own)
+    tree = SourceTree(Path(root), PACKAGES)
     if entry == "train":
         return _load_train(tree)
     return _load_compute_advantages(tree)
