@@ -209,13 +209,16 @@ def _validate(c: Case) -> None:
     if outside.any():
         pos = [list(p) for p in outside.nonzero().tolist()[:5]]
         raise CaseError(f"trainable outside attention at [row, position] {pos}: trainable must be <= attention")
-    for row in range(b):
-        real = c.attention[row].nonzero().flatten()
-        if real.numel() and int(real[-1] - real[0] + 1) != real.numel():
-            raise CaseError(
-                f"attention of row {row} is not contiguous ({_bits(c.attention[row])}): "
-                "real tokens must form one run, padding only on the left and/or right"
-            )
+    count = c.attention.sum(dim=1)
+    first = c.attention.int().argmax(dim=1)
+    last = t - 1 - c.attention.flip(1).int().argmax(dim=1)
+    broken = (count > 0) & (last - first + 1 != count)
+    if broken.any():
+        row = int(broken.nonzero()[0])
+        raise CaseError(
+            f"attention of row {row} is not contiguous ({_bits(c.attention[row])}): "
+            "real tokens must form one run, padding only on the left and/or right"
+        )
     for name, v in (("gamma", c.gamma), ("lam", c.lam)):
         if not (math.isfinite(v) and 0.0 <= v <= 1.0):
             raise CaseError(f"{name}={v!r} is outside [0, 1]")

@@ -19,6 +19,7 @@ outputs kept only at trainable positions. Poison is *selected* out, never multip
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -95,6 +96,7 @@ def dense_loop(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 _CHUNK = 64
 
 
+@functools.lru_cache(maxsize=256)  # shared: callers only read it
 def _decay_matrix(c: float, n: int) -> torch.Tensor:
     """M[i, j] = c**(j - i) for j >= i, else 0; float64 [n, n]. 0**0 is 1."""
     i = torch.arange(n, dtype=torch.float64)
