@@ -5,18 +5,19 @@ returns) or raises `TargetFailure` with kind 'exception' (the target raised), 'c
 process died) or 'hang' (no answer within the timeout). After a crash or hang the process is
 killed and the next call starts and loads a fresh one, so a run goes on.
 
-Processes are forked from a fork server that has imported torch (and torch's compiler stack,
-which some frameworks pull in at import) once, so starting a worker costs a fork and the
-target's own imports instead of a whole interpreter start (a miles bisection step: about 2 s,
-worktree included, against about 7 s with a fresh interpreter). `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
+Processes are forked from a fork server (targets/forkserver.py) that has imported torch and its
+compiler stack once, so starting a worker costs a fork and the target's own imports instead of a
+whole interpreter start (a miles bisection step: about 2 s, worktree included, against about 7 s
+with a fresh interpreter). `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
 `python -m targets.worker` instead (slower; for debugging, or where fork is unavailable).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import pickle
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,11 +27,10 @@ from pathlib import Path
 from oracles.case import Case
 from oracles.properties import TargetFailure
 from targets import worker as protocol
+from targets.forkserver import ForkServer
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 START_ENV = "MASKFUZZ_WORKER_START"
-# imported once by the fork server; nothing here touches CUDA or starts a thread
-PRELOAD = ["torch", "torch._dynamo", "oracles.properties", "targets.worker", "targets.adapters.base"]
 
 
 class WorkerSkip(Exception):
@@ -103,63 +103,50 @@ class _Spawned:
                 s.close()
 
 
-_CONTEXT = None
-
-
-def _main_reloadable() -> bool:
-    """multiprocessing re-imports the caller's __main__ in each child: impossible for `python -c`
-    or stdin, so those callers get spawned workers."""
-    main = sys.modules.get("__main__")
-    if getattr(getattr(main, "__spec__", None), "name", None):
-        return True
-    path = getattr(main, "__file__", None)
-    return bool(path) and os.path.isfile(path)
-
-
-def _forkserver():
-    """The multiprocessing context of the fork server, made once per fuzzing process."""
-    global _CONTEXT
-    if _CONTEXT is None:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
-        _CONTEXT = ctx
-    return _CONTEXT
+_SERVER = ForkServer()
 
 
 class _Forked:
     """A worker forked from the fork server, talking over a multiprocessing Connection."""
 
     def __init__(self, env: dict, stderr_path: str):
-        ctx = _forkserver()
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=protocol.forked, args=(child, stderr_path, env, os.getcwd()), daemon=True)
-        self._proc.start()
-        child.close()
+        self._pid, self._conn = _SERVER.spawn(stderr_path, env, os.getcwd())
+        self._killed = False
 
     def send(self, message) -> None:
-        self._conn.send(message)
+        # plain pickle: multiprocessing's pickler would share tensors through a resource sharer
+        # that only its own children can reach
+        self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def ready(self, timeout: float) -> bool:
         return self._conn.poll(timeout)
 
     def receive(self):
         try:
-            return self._conn.recv()
+            return pickle.loads(self._conn.recv_bytes())
         except EOFError:
             return None
 
     def alive(self) -> bool:
-        return self._proc.is_alive()
+        if self._killed:
+            return False
+        try:
+            os.kill(self._pid, 0)  # the fork server reaps its children: a dead one is gone
+        except ProcessLookupError:
+            return False
+        return True
 
     def exitcode(self) -> int | None:
-        self._proc.join()
-        return self._proc.exitcode
+        return _SERVER.exitcode(self._pid)  # the fork server's child: it keeps the status
 
     def kill(self) -> None:
-        if self._proc.is_alive():
-            self._proc.kill()
-        self._proc.join()
-        self._conn.close()
+        if not self._killed:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._conn.close()
+        self._killed = True
 
 
 class Worker:
@@ -183,7 +170,7 @@ class Worker:
         self.close()
         env = _worker_env(self.spec.env)
         self._stderr = tempfile.NamedTemporaryFile(prefix="maskfuzz-worker-", suffix=".log")
-        if os.environ.get(START_ENV, "forkserver") == "spawn" or not _main_reloadable():
+        if os.environ.get(START_ENV, "forkserver") == "spawn":
             self._proc = _Spawned(env, self._stderr)
         else:
             self._proc = _Forked(env, self._stderr.name)
@@ -256,9 +243,10 @@ class Worker:
         code = self._proc.exitcode() if self._proc is not None else None
         tail = self.stderr_tail()
         self._kill()
+        how = f"exit code {code}" if code is not None else "exit status unknown"
         if during == "load":
-            raise WorkerLoadError(f"the worker died while loading (exit code {code}): {tail}")
-        raise TargetFailure("crash", f"the worker process died (exit code {code}); stderr ends: {tail}")
+            raise WorkerLoadError(f"the worker died while loading ({how}): {tail}")
+        raise TargetFailure("crash", f"the worker process died ({how}); stderr ends: {tail}")
 
     def _kill(self) -> None:
         if self._proc is not None:

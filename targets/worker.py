@@ -109,9 +109,10 @@ def main() -> int:
 
 
 def forked(conn, stderr_path: str, env: dict, cwd: str) -> None:
-    """Entry of a worker forked from the fork server (targets.client): the same loop over a
-    multiprocessing Connection, with the caller's environment, working directory and PYTHONPATH
-    (the fork server was started earlier, possibly elsewhere) and output to `stderr_path`."""
+    """Entry of a worker forked from the fork server (targets.forkserver): the same loop over a
+    multiprocessing Connection (plain pickles in its frames), with the caller's environment,
+    working directory and PYTHONPATH (the fork server was started earlier, possibly elsewhere)
+    and output to `stderr_path`."""
     fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -128,11 +129,11 @@ def forked(conn, stderr_path: str, env: dict, cwd: str) -> None:
 
     def receive():
         try:
-            return conn.recv()
+            return pickle.loads(conn.recv_bytes())
         except EOFError:
             return None
 
-    serve(receive, conn.send)
+    serve(receive, lambda message: conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)))
 
 
 def _cpu(x):

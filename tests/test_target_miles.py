@@ -308,7 +308,7 @@ def test_short_fuzz_finds_the_bug_before_and_nothing_after(before, fixed):
     from fuzz.engine import fuzz_target
 
     t0 = time.monotonic()
-    bad = fuzz_target(before.run, before.declared, target="miles", pin=BEFORE, max_examples=40, seed=0,
+    bad = fuzz_target(before.run, before.declared, target="miles", pin=BEFORE, max_examples=150, seed=0,
                       properties=("poison", "score-kept"))
     t1 = time.monotonic()
     good = fuzz_target(fixed.run, fixed.declared, target="miles", pin=FIX, max_examples=60, seed=0)

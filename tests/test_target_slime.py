@@ -214,7 +214,7 @@ def test_short_fuzz_at_head_finds_the_leak_and_the_lost_score(repos):
 
     with open_target(f"slime@{HEAD}", repos=repos) as h:
         t0 = time.monotonic()
-        result = fuzz_target(h.run, h.declared, target="slime", pin=HEAD, max_examples=40, seed=0,
+        result = fuzz_target(h.run, h.declared, target="slime", pin=HEAD, max_examples=150, seed=0,
                              properties=("poison", "score-kept"))
         print(f"\n[slime] fuzz {HEAD}: {time.monotonic() - t0:.1f} s, {result.examples} examples", file=sys.stderr)
     assert {f.property for f in result.findings} == {"poison", "score-kept"}
