@@ -20,7 +20,7 @@ import torch
 from hypothesis import event
 from hypothesis import strategies as st
 
-from oracles.case import Case, quantize
+from oracles.case import Case
 from oracles.domain import Domain
 
 FINITE_POISON = (100.0, 1.0, -1.0, 1e3, -1e3, -100.0, 1e30, -1e30, 0.0)
@@ -260,12 +260,12 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
     else:
         rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
     gamma, lam = draw(gamma_lam())
-    return Case(
-        attention=attention,
+    return Case.build(  # rounds the floats to the run dtype
         trainable=trainable,
-        token_rewards=quantize(rewards, dtype),
-        values=quantize(values, dtype),
-        score=quantize(score, dtype),
+        attention=attention,
+        token_rewards=rewards,
+        values=values,
+        score=score,
         gamma=gamma,
         lam=lam,
         dtype=dtype,

@@ -153,14 +153,15 @@ def _compare(prop, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.
 # ---------------------------------------------------------------------------------------------
 # Perturbed twins.
 # ---------------------------------------------------------------------------------------------
-def sanitized(case: Case, probe: float | None = None) -> Case:
-    """`case` with every value (and token reward) at non-trainable positions set to 0, or to
-    `probe` when given: the twin a poison check compares against."""
-    fill = 0.0 if probe is None else probe
+def sanitized(case: Case, fill: float = 0.0, rewards: bool = True) -> Case:
+    """`case` with every value (and, with `rewards`, token reward) at non-trainable positions set
+    to `fill`: 0 gives the clean twin a poison check compares against, POISON_PROBE a probe."""
     dead = case.poison_mask()
     values = torch.where(dead, torch.full_like(case.values, fill), case.values)
-    rewards = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
-    return case.replace(values=values, token_rewards=rewards)
+    token_rewards = case.token_rewards
+    if rewards:
+        token_rewards = torch.where(dead, torch.full_like(token_rewards, fill), token_rewards)
+    return case.replace(values=values, token_rewards=token_rewards)
 
 
 def finite_twin(case: Case) -> Case:
@@ -402,10 +403,8 @@ def _check_poison(
     else:
         poison_rewards = declared.domain.masked_rewards
         has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
-        clean = sanitized(case)
-        probe = case if has_poison else _poisoned(case, poison_rewards)
-        if not poison_rewards:
-            clean = clean.replace(token_rewards=case.token_rewards)
+        clean = sanitized(case, rewards=poison_rewards)
+        probe = case if has_poison else sanitized(case, POISON_PROBE, poison_rewards)
         if case.lam == 1.0:  # a leak telescopes away at lam = 1: probe at lam = 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
     if probe is case and case.lam < 1.0:
@@ -433,15 +432,6 @@ def _check_poison(
         f"{what} poison under the mask changed the output",
         2.0,
         slack,
-    )
-
-
-def _poisoned(case: Case, rewards: bool) -> Case:
-    dead = case.poison_mask()
-    fill = torch.full_like(case.values, POISON_PROBE)
-    return case.replace(
-        values=torch.where(dead, fill, case.values),
-        token_rewards=torch.where(dead, fill, case.token_rewards) if rewards else case.token_rewards,
     )
 
 

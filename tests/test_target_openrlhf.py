@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -145,24 +142,9 @@ def test_fuzzing_the_newest_release_finds_nan_leak_and_masked_carry_only(newest)
 # Pins without the method, and a changed signature: `load` on fake trees, in this process.
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
-def fake_tree(tmp_path, monkeypatch):
+def fake_tree(fake_package):
     """A function writing a fake openrlhf tree with the given experience_maker.py (None: no such module)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-
-    def make(experience_maker: str | None) -> Path:
-        pkg = tmp_path / "openrlhf" / "trainer" / "ppo_utils"
-        pkg.mkdir(parents=True)
-        for d in (tmp_path / "openrlhf", tmp_path / "openrlhf" / "trainer", pkg):
-            (d / "__init__.py").write_text("")
-        if experience_maker is not None:
-            (pkg / "experience_maker.py").write_text(textwrap.dedent(experience_maker))
-        return tmp_path
-
-    yield make
-    for name in set(sys.modules) - before:
-        if name == "openrlhf" or name.startswith("openrlhf."):
-            del sys.modules[name]
+    return lambda experience_maker: fake_package("openrlhf/trainer/ppo_utils", "experience_maker.py", experience_maker)
 
 
 def test_a_tree_without_the_method_is_a_skip(fake_tree):

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -230,24 +227,9 @@ def test_2337_is_where_the_gap_becomes_compressed():
 # worker costs seconds to start; the fake `verl` is removed from sys.modules afterwards).
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
-def fake_tree(tmp_path, monkeypatch):
+def fake_tree(fake_package):
     """A function writing a fake verl tree with the given core_algos.py (None: no such module)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-
-    def make(core_algos: str | None) -> Path:
-        pkg = tmp_path / "verl" / "trainer" / "ppo"
-        pkg.mkdir(parents=True)
-        for d in (tmp_path / "verl", tmp_path / "verl" / "trainer", pkg):
-            (d / "__init__.py").write_text("")
-        if core_algos is not None:
-            (pkg / "core_algos.py").write_text(textwrap.dedent(core_algos))
-        return tmp_path
-
-    yield make
-    for name in set(sys.modules) - before:
-        if name == "verl" or name.startswith("verl."):
-            del sys.modules[name]
+    return lambda core_algos: fake_package("verl/trainer/ppo", "core_algos.py", core_algos)
 
 
 def test_a_tree_without_the_function_is_a_skip(fake_tree):
