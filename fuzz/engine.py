@@ -234,7 +234,8 @@ class _Search:
                 result.first_failure_s = self.clock() - self.start
             state["failing"] = True
             also = [v.property for v in failing if v is not first]
-            latest[first.property] = (case, first, also, seed)  # the last call is the shrunk example
+            # the last call is the shrunk example; a crashing twin is a finding about the twin's case
+            latest[first.property] = (first.case or case, first, also, seed)
             raise _VIOLATIONS[first.property](f"{first.property}: {first.message}")
 
         test = hyp_seed(seed)(hyp_settings(given(strategy)(body)))

@@ -21,9 +21,10 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from oracles.case import Case
-from oracles.domain import Domain
+from oracles.domain import Domain, poison_cap
 
-FINITE_POISON = (100.0, 1.0, -1.0, 1e3, -1e3, -100.0, 1e30, -1e30, 0.0)
+# finite poison, each clamped to the dtype's poison_cap (an overflow of legitimate arithmetic is not a leak)
+FINITE_POISON = (100.0, 1.0, -1.0, 1e3, -1e3, -100.0, 1e6, -1e6, 0.0)
 NONFINITE_POISON = (float("nan"), float("inf"), float("-inf"))
 SMALL = (1.0, 0.5, -1.0, 2.0, 0.25, -0.5, 0.0)
 GAMMA_LAM = {
@@ -176,9 +177,12 @@ def _fill(draw, shape: tuple[int, ...], label: str, pool=SMALL, allow_zero=True)
     return torch.randn(shape, generator=g, dtype=torch.float64) * scale
 
 
-def _poison(draw, shape, dtype: str, nonfinite: bool) -> torch.Tensor:
-    """Values for the non-trainable positions: a constant (what shrinking goes to, so a shrunk case
-    reads like the seed report's single poisoned slot), zeros, or a seeded mix of the pool."""
+def _poison(draw, dead: torch.Tensor, dtype: str, nonfinite: bool) -> torch.Tensor:
+    """Values for the non-trainable positions `dead`: a constant (what shrinking goes to, so a
+    shrunk case reads like the seed report's single poisoned slot), zeros, or a seeded mix of the
+    pool; "non-finite mixed" puts one NaN / inf at a drawn dead position (the k-th, k shrinking to
+    the first), so non-finite findings shrink as far as finite ones."""
+    shape = tuple(dead.shape)
     modes = ["const", "zeros", "mixed"] + (["non-finite", "non-finite mixed"] if nonfinite else [])
     mode = draw(st.sampled_from(modes))
     event(f"poison: {mode}")
@@ -188,14 +192,16 @@ def _poison(draw, shape, dtype: str, nonfinite: bool) -> torch.Tensor:
         pool = FINITE_POISON if mode == "const" else NONFINITE_POISON
         out = torch.full(shape, draw(st.sampled_from(pool)), dtype=torch.float64)
     else:
-        pool = FINITE_POISON + (NONFINITE_POISON if mode == "non-finite mixed" else ())
         seed = draw(st.integers(0, 2**32 - 1))
         g = torch.Generator().manual_seed(seed)
-        pick = torch.randint(len(pool), shape, generator=g)
-        out = torch.tensor(pool, dtype=torch.float64)[pick]
-    if dtype == "float16":  # finite poison stays finite: 1e30 becomes the largest half
-        out = torch.where(torch.isfinite(out), out.clamp(-6e4, 6e4), out)
-    return out
+        pick = torch.randint(len(FINITE_POISON), shape, generator=g)
+        out = torch.tensor(FINITE_POISON, dtype=torch.float64)[pick]
+        where = dead.flatten().nonzero().flatten()
+        if mode == "non-finite mixed" and where.numel():
+            k = draw(st.integers(0, where.numel() - 1))
+            out.view(-1)[int(where[k])] = draw(st.sampled_from(NONFINITE_POISON))
+    cap = poison_cap(dtype)
+    return torch.where(torch.isfinite(out), out.clamp(-cap, cap), out)
 
 
 @st.composite
@@ -254,9 +260,13 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
     if dtype == "float16":  # keep trainable inputs inside half's range
         values, rewards, score = values.clamp(-6e4, 6e4), rewards.clamp(-6e4, 6e4), score.clamp(-6e4, 6e4)
     dead = ~trainable
-    values = torch.where(dead, _poison(draw, shape, dtype, nonfinite), values)
+    nonfinite = nonfinite and domain.nonfinite_poison
+    if domain.masked_values:
+        values = torch.where(dead, _poison(draw, dead, dtype, nonfinite), values)
+    else:
+        values = torch.where(dead, torch.zeros_like(values), values)
     if domain.masked_rewards and domain.token_rewards:
-        rewards = torch.where(dead, _poison(draw, shape, dtype, nonfinite), rewards)
+        rewards = torch.where(dead, _poison(draw, dead, dtype, nonfinite), rewards)
     else:
         rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
     gamma, lam = draw(gamma_lam())

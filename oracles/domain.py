@@ -1,17 +1,34 @@
-"""The inputs a target's framework can express.
+"""The inputs a target can be given: its `api` domain and its `pipeline` domain.
 
-A framework that has no token mask (torchrl: done flags) or only "response then padding" (TRL)
-cannot be asked about gaps; the strategies draw inside a target's domain instead of skipping most
-cases, and each narrowing carries the reason, so what is not tested is recorded, not hidden.
+`api`: what the function accepts by signature and docs. A framework that has no token mask
+(torchrl: done flags) or only "response then padding" (TRL) cannot be asked about gaps; the
+strategies draw inside the api domain instead of skipping most cases, and each narrowing carries
+the reason, so what is not tested is recorded, not hidden.
+
+`pipeline`: what the framework's own rollout, reward, KL and batching code can hand the function
+at a pin (`shared/design/kinds.md`, Reachability). Every narrowing of a pipeline domain cites the
+upstream file and lines (`cited`); a finding is `reach: pipeline` only with a witness inside it.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from oracles.case import DTYPES, Case
+
+WIDTH = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+def poison_cap(dtype: str) -> float:
+    """The largest finite poison magnitude drawn or probed in `dtype`: legitimate arithmetic on
+    masked positions (a TD error, a whitening square over a few hundred positions) cannot overflow
+    below it, so a non-finite output from finite poison under it is a leak, never an overflow."""
+    big = float(torch.finfo(DTYPES[dtype]).max)
+    return min(1e6, math.sqrt(big) / 16.0)
 
 
 @dataclass(frozen=True)
@@ -26,7 +43,14 @@ class Domain:
     all_masked_rows: bool = True  # rows with no trainable token next to normal rows
     masked_rewards: bool = True  # non-zero token rewards at non-trainable positions
     token_rewards: bool = True  # non-zero token rewards at all (else only the score)
+    masked_values: bool = True  # non-zero critic values at non-trainable positions
+    nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
     why: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def cited(self) -> list[str]:
+        """Narrowed fields whose reason cites no upstream file and line ("path.py:12" or
+        "path.py:12-30"): a pipeline domain must have none."""
+        return [k for k, why in self.restrictions().items() if not re.search(r"[\w/.-]+\.py:\d+", why)]
 
     def restrictions(self) -> dict[str, str]:
         """Each narrowed field mapped to the reason the target gives for it."""
@@ -66,4 +90,35 @@ class Domain:
             return "token rewards are non-zero (the target takes only the score)"
         if not self.masked_rewards and bool((case.token_rewards[~tr] != 0).any()):
             return "token rewards at non-trainable positions are non-zero"
+        if not self.nonfinite_poison and case.has_nonfinite_poison():
+            return "NaN / inf at non-trainable positions"
+        if not self.masked_values and bool((case.values[~tr] != 0).any()):
+            return "critic values at non-trainable positions are non-zero"
         return None
+
+    def project(self, case: Case) -> Case | None:
+        """The nearest case inside this domain that keeps `case`'s masks, or None when the masks
+        themselves are outside it (a gap, a tail, left padding: no projection keeps the finding's
+        shape). Non-finite poison becomes POISON_CAP-sized finite poison, disallowed masked values or
+        rewards become 0, a disallowed dtype the widest allowed one."""
+        changes: dict = {}
+        dead = ~case.trainable
+        values, rewards = case.values, case.token_rewards
+        if not self.nonfinite_poison and case.has_nonfinite_poison():
+            cap = poison_cap(case.dtype)
+            values = torch.nan_to_num(values, nan=cap, posinf=cap, neginf=-cap)
+            rewards = torch.nan_to_num(rewards, nan=cap, posinf=cap, neginf=-cap)
+        if not self.masked_values:
+            values = torch.where(dead, torch.zeros_like(values), values)
+        if not self.masked_rewards or not self.token_rewards:
+            rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
+        if not self.token_rewards:
+            rewards = torch.zeros_like(rewards)
+        if values is not case.values:
+            changes["values"] = values
+        if rewards is not case.token_rewards:
+            changes["token_rewards"] = rewards
+        if case.dtype not in self.dtypes:
+            changes["dtype"] = max(self.dtypes, key=lambda d: WIDTH[d])
+        out = case.replace(**changes) if changes else case
+        return None if self.rejects(out) else out

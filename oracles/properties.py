@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from oracles.case import Case
-from oracles.domain import Domain
+from oracles.domain import Domain, poison_cap
 from oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
 from oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
 
@@ -57,6 +57,16 @@ POISON_PROBE = 100.0
 MAX_REPORTED = 32
 
 
+class TwinFailure(Exception):
+    """A perturbed twin (row order, inserted gap, clean or probe twin) made the target fail: a
+    no-crash finding on the twin's own case, never a violation of the property that built it."""
+
+    def __init__(self, case: Case, cause: BaseException):
+        super().__init__(str(cause))
+        self.case = case
+        self.cause = cause
+
+
 class TargetFailure(Exception):
     """A target run that produced no output: `kind` is 'exception', 'crash' or 'hang'."""
 
@@ -75,7 +85,8 @@ class Declared:
     whitening: Whitening | None = None
     masked_zero: bool = True
     documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
-    domain: Domain = field(default_factory=Domain)
+    domain: Domain = field(default_factory=Domain)  # the api domain: what the function accepts
+    pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
 
 
 @dataclass
@@ -89,6 +100,8 @@ class Verdict:
     positions: list = field(default_factory=list)  # [[b, t], ...]
     expected: list = field(default_factory=list)
     observed: list = field(default_factory=list)
+    # the case this verdict is about when it is not the judged case: a perturbed twin that crashed
+    case: Case | None = field(default=None, compare=False, repr=False)
 
     @property
     def failed(self) -> bool:
@@ -180,7 +193,8 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
     insert_at = b_rows // 2
     real = domain.all_masked_rows
     extra_att = torch.full((1, t_len), real, dtype=torch.bool)
-    extra_val = torch.full((1, t_len), POISON_PROBE, dtype=torch.float64)
+    probe = min(POISON_PROBE, poison_cap(case.dtype))
+    extra_val = torch.full((1, t_len), probe, dtype=torch.float64)
     extra_rew = extra_val.clone() if domain.masked_rewards else torch.zeros(1, t_len, dtype=torch.float64)
 
     def stack(x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
@@ -195,7 +209,7 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
         score=torch.cat(
             [
                 case.score[perm][:insert_at],
-                torch.full((1,), POISON_PROBE, dtype=torch.float64),
+                torch.full((1,), probe, dtype=torch.float64),
                 case.score[perm][insert_at:],
             ]
         ),
@@ -208,7 +222,8 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
 
 def with_inserted_gap(case: Case) -> tuple[Case, int] | None:
     """Insert one non-trainable column right after the first trainable token of the first row
-    with two or more, poisoned; it is a real token where both neighbours are real. None if no
+    with two or more, clean (value and reward 0), so the twin measures the extra decay of a gap
+    and never re-reports poison; it is a real token where both neighbours are real. None if no
     row has two trainable tokens."""
     b_rows, t_len = case.shape
     counts = case.trainable.sum(dim=1)
@@ -222,11 +237,11 @@ def with_inserted_gap(case: Case) -> tuple[Case, int] | None:
     def ins(x: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
         return torch.cat([x[:, :p], col[:, None], x[:, p:]], dim=1)
 
-    probe = torch.full((b_rows,), POISON_PROBE, dtype=torch.float64)
+    clean = torch.zeros(b_rows, dtype=torch.float64)
     twin = case.replace(
         attention=ins(case.attention, att_col),
         trainable=ins(case.trainable, torch.zeros(b_rows, dtype=torch.bool)),
-        values=ins(case.values, probe),
+        values=ins(case.values, clean),
         token_rewards=ins(case.token_rewards, torch.zeros(b_rows, dtype=torch.float64)),
     )
     return twin, p
@@ -276,6 +291,9 @@ def judge(
     the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
     want = set(only or PROPERTIES)
     verdicts: dict[str, Verdict] = {}
+    if declared.whitening is not None and expected_outputs(case, declared) is None:
+        # the target documents its statistics as undefined here: nothing about the case is judged
+        return _ordered({}, "the target's whitening is undefined for < 2 trainable positions")
     try:
         adv, ret = _call(run, case)
     except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
@@ -296,6 +314,8 @@ def judge(
     live = case.trainable
     bad = live & ~(torch.isfinite(adv) & torch.isfinite(ret))
     if bad.any():
+        if _poison_may_overflow(case):
+            return _ordered({}, "finite poison above the dtype's poison cap: an overflow is not a leak")
         leak = _nonfinite_from_poison(run, case, declared, adv, ret) if "poison" in want else None
         if leak is not None:
             verdicts["poison"] = leak
@@ -308,11 +328,7 @@ def judge(
         return _ordered(verdicts, "the base run gave non-finite outputs")
     verdicts["no-crash"] = _ok("no-crash")
 
-    exp = expected_outputs(case, declared)
-    if exp is None:
-        verdicts["reference"] = _na("reference", "the target's whitening is undefined for < 2 trainable positions")
-        return _ordered(verdicts, "whitening undefined")
-    ref_adv, ref_ret = exp
+    ref_adv, ref_ret = expected_outputs(case, declared)
     bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening)
     base = _Base(case, adv, ret, ref_adv, ref_ret, bnd)
 
@@ -334,9 +350,39 @@ def judge(
             continue
         try:
             verdicts[prop] = check()
-        except Exception as exc:  # noqa: BLE001 - a rerun that fails is a verdict of that property
-            verdicts[prop] = Verdict(prop, "fail", f"perturbed rerun failed: {_describe(exc)}")
+        except TwinFailure as exc:
+            verdicts[prop], crash = _twin_failed(prop, exc, declared)
+            if crash is not None and not verdicts["no-crash"].failed:
+                verdicts["no-crash"] = crash
+        except Exception as exc:  # noqa: BLE001 - the base case itself failed on a rerun
+            verdicts[prop] = _na(prop, f"the rerun of the base case failed: {_describe(exc)}")
+            if not verdicts["no-crash"].failed:
+                verdicts["no-crash"] = Verdict("no-crash", "fail", f"a second run of the case failed: {_describe(exc)}")
     return _ordered(verdicts, "")
+
+
+def _twin_failed(prop: str, exc: TwinFailure, declared: Declared) -> tuple[Verdict, Verdict | None]:
+    """The property is n/a (its twin could not be judged); the twin's failure is a no-crash
+    verdict about the twin's own case unless the error is documented behaviour."""
+    if _documented(declared, exc.cause):
+        return _na(prop, f"the perturbed twin raised a documented error: {exc.cause}"), None
+    crash = Verdict("no-crash", "fail", f"the {prop} twin of the case: {_describe(exc.cause)}", case=exc.case)
+    return _na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case"), crash
+
+
+def _call_twin(run: Run, twin: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        return _call(run, twin)
+    except Exception as exc:  # noqa: BLE001 - any failure of the target on a twin
+        raise TwinFailure(twin, exc) from exc
+
+
+def _poison_may_overflow(case: Case) -> bool:
+    """Finite poison above the dtype's cap (old corpus entries: the strategies stay below it)."""
+    dead = case.poison_mask()
+    mags = torch.cat([case.values[dead], case.token_rewards[dead]]).abs()
+    mags = mags[torch.isfinite(mags)]
+    return bool(mags.numel()) and float(mags.max()) > poison_cap(case.dtype)
 
 
 def _ordered(verdicts: dict[str, Verdict], why_missing: str) -> list[Verdict]:
@@ -404,14 +450,20 @@ def _check_poison(
         poison_rewards = declared.domain.masked_rewards
         has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
         clean = sanitized(case, rewards=poison_rewards)
-        probe = case if has_poison else sanitized(case, POISON_PROBE, poison_rewards)
+        fill = min(POISON_PROBE, poison_cap(case.dtype))
+        probe = case if has_poison else sanitized(case, fill, poison_rewards)
         if case.lam == 1.0:  # a leak telescopes away at lam = 1: probe at lam = 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
     if probe is case and case.lam < 1.0:
         p_adv, p_ret = adv, ret
     else:
-        p_adv, p_ret = _call(run, probe)
-    c_adv, c_ret = _call(run, clean)
+        p_adv, p_ret = _call_twin(run, probe)
+    c_adv, c_ret = _call_twin(run, clean)
+    where = case.trainable
+    if nonfinite:  # where the clean twin is itself non-finite there is nothing to compare
+        where = where & torch.isfinite(c_adv) & torch.isfinite(c_ret)
+        if not where.any():
+            return _na(prop, "the clean twin's outputs are non-finite at every trainable position")
     if known is not None and clean.lam == case.lam:
         bnd = known
     else:
@@ -420,7 +472,7 @@ def _check_poison(
             return _na(prop, "whitening undefined for this case")
         bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
     what = "non-finite" if nonfinite else "finite"
-    slack = self_slack(case.dtype, c_adv[case.trainable], c_ret[case.trainable])
+    slack = self_slack(case.dtype, c_adv[where], c_ret[where])
     return _compare(
         prop,
         c_adv,
@@ -428,7 +480,7 @@ def _check_poison(
         bnd,
         p_adv,
         p_ret,
-        case.trainable,
+        where,
         f"{what} poison under the mask changed the output",
         2.0,
         slack,
@@ -442,7 +494,7 @@ def _base_slack(base: _Base) -> float:
 
 def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
     twin, where = with_extra_row(base.case, declared.domain)
-    t_adv, t_ret = _call(run, twin)
+    t_adv, t_ret = _call_twin(run, twin)
     return _compare(
         "row-independence",
         base.adv,
@@ -467,7 +519,7 @@ def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
     why = declared.domain.rejects(twin)
     if why:
         return _na("gap-invariance", f"the target cannot express the twin: {why}")
-    t_adv, t_ret = _call(run, twin)
+    t_adv, t_ret = _call_twin(run, twin)
     keep = [i for i in range(twin.shape[1]) if i != p]
     return _compare(
         "gap-invariance",

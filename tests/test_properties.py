@@ -91,16 +91,32 @@ def test_nonfinite_poison_is_reported_separately():
 
 
 def test_finite_poison_that_overflows_is_a_poison_leak_not_a_crash():
-    case = Case.build(trainable=[[1, 0]], values=[[0, 3e38]], gamma=1.0, lam=0.5, score=[1])
+    case = Case.build(trainable=[[1, 0]], values=[[0, 1e6]], gamma=1.0, lam=0.5, score=[1])
 
     def overflow(c: Case):
         x = c.inputs()
-        nxt = x["values"].roll(-1, dims=1) * 4  # cancels exactly below, unless it overflows
+        nxt = x["values"].roll(-1, dims=1) * 1e33  # cancels exactly below, unless it overflows
         adv = (x["score"][:, None] + nxt - nxt) * x["trainable"]
         return adv, adv
 
     v = failures(judge(overflow, case, Declared("dense")))
     assert "poison" in v and "no-crash" not in v
+
+
+def test_poison_above_the_dtype_cap_overflowing_is_not_judged():
+    """An overflow of legitimate arithmetic on huge finite poison is not a leak (old corpus
+    entries hold 1e30 and 3e38; the strategies stay under poison_cap)."""
+    case = Case.build(trainable=[[1, 0]], values=[[0, 3e38]], gamma=1.0, lam=0.5, score=[1])
+
+    def squares(c: Case):
+        x = c.inputs()
+        sq = (x["values"] ** 2).sum(dim=1, keepdim=True)  # whitening-like arithmetic over every position
+        adv = (x["score"][:, None] + sq - sq) * x["trainable"]
+        return adv, adv
+
+    verdicts = judge(squares, case, Declared("dense"))
+    assert not failures(verdicts)
+    assert all(v.status == "n/a" and "poison cap" in v.message for v in verdicts)
 
 
 def test_exceptions_are_no_crash_verdicts_unless_documented():
@@ -123,3 +139,59 @@ def test_wrong_output_shape_is_a_no_crash_failure():
     case = Case.build(trainable=[[1, 1]])
     v = failures(judge(lambda c: (torch.zeros(1, 3), torch.zeros(1, 3)), case, Declared("dense")))
     assert "shape [1, 3], expected [1, 2]" in v["no-crash"].message
+
+
+# -- judge mechanics: the judge is never the cause of a failure ------------------------------------
+def test_a_crashing_twin_is_no_crash_on_the_twin_not_the_property_that_built_it():
+    base = Case.build(trainable=[[1, 1]], values=[[0.5, 0.25]], gamma=0.9, lam=0.9, score=[1])
+    inner = ref_run("compressed")
+
+    def crash_on_three_rows_or_gaps(c: Case):
+        if c.shape[0] > 1 or c.shape[1] > 2:
+            raise IndexError("index 3 is out of bounds")
+        return inner(c)
+
+    verdicts = {v.property: v for v in judge(crash_on_three_rows_or_gaps, base, Declared("compressed"))}
+    assert verdicts["row-independence"].status == "n/a" and verdicts["gap-invariance"].status == "n/a"
+    crash = verdicts["no-crash"]
+    assert crash.failed and "IndexError" in crash.message
+    assert crash.case is not None and crash.case.shape != base.shape  # the twin's own case
+
+
+def test_poison_nonfinite_ignores_positions_non_finite_in_the_clean_twin_too():
+    case = Case.build(trainable=[[1, 1, 0]], values=[[0, 0, float("nan")]], gamma=0.9, lam=0.9, score=[1])
+
+    def nan_everywhere(c: Case):  # non-finite whatever the poison: not the poison's doing
+        x = c.inputs()
+        out = torch.full_like(x["values"], float("nan"))
+        return out, out
+
+    v = {x.property: x for x in judge(nan_everywhere, case, Declared("compressed"))}
+    assert v["poison-nonfinite"].status == "n/a" and "clean twin" in v["poison-nonfinite"].message
+
+
+def test_gap_twin_inserts_a_clean_token():
+    from oracles.properties import with_inserted_gap
+
+    case = Case.build(trainable=[[1, 1]], values=[[0.5, 0.25]])
+    twin, p = with_inserted_gap(case)
+    assert p == 1 and float(twin.values[0, 1]) == 0.0 and float(twin.token_rewards[0, 1]) == 0.0
+
+
+def test_undefined_whitening_makes_every_property_not_applicable():
+    case = Case.build(trainable=[[1, 0]], values=[[0.0, 7.0]], score=[1])
+
+    def leaky(c: Case):  # leaks and crashes would both be reported if the case were judged
+        raise ZeroDivisionError("std of one element")
+
+    verdicts = judge(leaky, case, Declared("compressed", whitening=Whitening(unbiased=True, eps=1e-8)))
+    assert all(v.status == "n/a" for v in verdicts), [v.to_dict() for v in verdicts if v.status != "n/a"]
+
+
+def test_nonfinite_findings_shrink_to_two_positions():
+    from fuzz.engine import fuzz_target
+
+    run = zoo.as_run(zoo.nan_leaks_through_multiply)
+    result = fuzz_target(run, Declared("dense"), target="zoo", max_examples=300, properties=("poison-nonfinite",))
+    finding = result.finding("poison-nonfinite")
+    assert finding is not None and finding.case.shape[0] * finding.case.shape[1] <= 2, finding.case

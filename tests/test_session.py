@@ -174,12 +174,13 @@ def test_open_callable(tmp_path):
 
 
 
-def test_targets_command_lists_pins_and_offline_availability(toy, capsys):
+def test_targets_command_lists_pins_and_offline_availability(toy, capsys, monkeypatch):
     import argparse
     import json
 
     from fuzz.commands import targets as command
 
+    monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # the toy registry knows none of the real targets
     assert command.run(argparse.Namespace(repo=[f"toy={toy['repos']['toy']}"], json=True)) == 0
     out = json.loads(capsys.readouterr().out)
     (t,) = out["targets"]
