@@ -44,6 +44,14 @@ class Finding:
     verdict: Verdict
     also: list[str] = field(default_factory=list)  # other properties the case violates
     seed: int | None = None
+    # filled by fuzz.triage: the root cause, how bad, and whether the framework's pipeline reaches it
+    mechanism: str = ""
+    evidence: str = ""
+    severity: str = ""
+    reach: str = ""
+    reach_how: str = ""
+    witness: Case | None = None
+    defect: str = ""
 
     def to_dict(self) -> dict:
         from fuzz.corpus import case_to_json
@@ -51,6 +59,13 @@ class Finding:
         b, t = self.case.shape
         return {
             "property": self.property,
+            "defect": self.defect,
+            "mechanism": self.mechanism,
+            "evidence": self.evidence,
+            "reach": self.reach,
+            "severity": self.severity,
+            "reach_how": self.reach_how,
+            "witness": None if self.witness is None or self.witness is self.case else case_to_json(self.witness),
             "shape": [b, t],
             "output": self.verdict.output,
             "message": self.verdict.message,

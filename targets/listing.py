@@ -43,6 +43,9 @@ def rows(repos: Mapping[str, Path] | None = None, cache: Path | None = None,
             "entries": list(spec.entries),
             "pins": pins,
             "notes": spec.notes,
+            "api": spec.domain.restrictions(),
+            "pipeline": None if spec.pipeline is None else spec.pipeline.restrictions(),
+            "pipeline_by_pin": {rev: d.restrictions() for rev, d in spec.pipeline_by_pin.items()},
         })  # fmt: skip
     return out
 
@@ -64,6 +67,15 @@ def render(data: list[dict], cache: Path | None = None) -> str:
         entries = list(t["entries"])
         entries[0] += " (default)"
         lines.append(f"    entries: {', '.join(entries)}")
+        for name, why in t.get("api", {}).items():
+            lines.append(f"    api: no {name}: {why}")
+        if t.get("pipeline") is None:
+            lines.append("    pipeline: not declared (every finding reported at reach api)")
+        else:
+            for name, why in t["pipeline"].items():
+                lines.append(f"    pipeline: no {name}: {why}")
+            for rev, narrowed in t.get("pipeline_by_pin", {}).items():
+                lines.append(f"    pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items()))
         if not t["pins"]:
             lines.append(f"    pins: none registered; name one, e.g. {t['id']}@<commit>")
         for p in t["pins"]:

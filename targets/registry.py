@@ -47,7 +47,11 @@ class TargetSpec:
     documented_errors: tuple[str, ...] = ()  # regexes over "ExcType: message"
     stand_ins: tuple[str, ...] = ()  # heavy top-level packages the math never touches
     deny: tuple[str, ...] = ()  # must stay missing even if installed
-    domain: Domain = field(default_factory=Domain)
+    domain: Domain = field(default_factory=Domain)  # api: what the function accepts (fuzzed)
+    # pipeline: what the framework's own rollout / reward / batching code hands the function, every
+    # narrowing citing file:line at the pin; None = not researched, so every finding is `reach: api`
+    pipeline: Domain | None = None
+    pipeline_by_pin: dict = field(default_factory=dict, hash=False)  # pin rev -> Domain where it differs
     notes: str = ""
     entry_overrides: dict = field(default_factory=dict, hash=False)  # entry -> field changes for that entry
 
@@ -57,7 +61,7 @@ class TargetSpec:
         key = entry or self.entries[0]
         return dataclasses.replace(self, **self.entry_overrides.get(key, {})) if key in self.entry_overrides else self
 
-    def declared(self, entry: str | None = None) -> Declared:
+    def declared(self, entry: str | None = None, pin: str | None = None) -> Declared:
         spec = self.for_entry(entry)
         return Declared(
             contract=spec.contract,
@@ -65,7 +69,16 @@ class TargetSpec:
             masked_zero=spec.masked_zero,
             documented_errors=spec.documented_errors,
             domain=spec.domain,
+            pipeline=spec.pipeline_at(pin),
         )
+
+    def pipeline_at(self, pin: str | None) -> Domain | None:
+        """The pipeline domain at `pin` (a rev, as named or resolved; prefixes of a hash match)."""
+        if pin:
+            for rev, dom in self.pipeline_by_pin.items():
+                if rev == pin or (len(pin) >= 7 and (rev.startswith(pin) or pin.startswith(rev))):
+                    return dom
+        return self.pipeline
 
     def pin(self, rev: str) -> Pin | None:
         return next((p for p in self.pins if p.rev == rev), None)

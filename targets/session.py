@@ -159,7 +159,8 @@ def open_target(
                 message += f"\n(the source repository lacks {len(absent)} file(s) of this commit: {shown})"
             raise SetupError(message) from None
         info = dict(loaded) | {"checkout": dict(checkout.info)}
-        yield Handle(spec, ref, ref.pin, checkout, checkout.resolved, worker, spec.declared(ref.entry), info)
+        declared = spec.declared(ref.entry, ref.pin)
+        yield Handle(spec, ref, ref.pin, checkout, checkout.resolved, worker, declared, info)
     finally:
         worker.close()
 

@@ -240,3 +240,20 @@ def as_run(fn):
 
     run.__name__ = fn.__name__
     return run
+
+# mutant -> the mechanism `oracles.diagnosis` must name for the finding of its CATCHES property
+MECHANISM = {
+    values_masked_for_storage_only: "masked-value-bootstrap",
+    mask_ignored: "masked-value-bootstrap",
+    score_on_last_real_token: "score-lost",
+    extra_decay_per_masked_token: "extra-decay",
+    nan_leaks_through_multiply: "nan-through-mask",
+    off_by_one_bootstrap: "unexplained",
+    crash_on_all_masked_row: "crash-degenerate",
+    whitening_not_mask_weighted: "masked-statistics",
+    crash_at_zero_decay: "crash-degenerate",
+    chunked_scan_drops_carry: "unexplained",
+    rows_coupled_by_batch_mean: "masked-statistics",
+    carry_left_at_masked_positions: "masked-nonzero",
+    nondeterministic_noise: "nondeterminism",
+}

@@ -166,6 +166,7 @@ def run_job(job: Job) -> dict:
     """Fuzz one target in this process and return its JSON result (never raises for the target's
     sake: set-up problems become status 'error', an absent function 'skipped')."""
     from fuzz.engine import fuzz_target
+    from fuzz.triage import triage
     from targets.session import SetupError, Skip, open_callable, open_target
 
     out = {
@@ -176,6 +177,7 @@ def run_job(job: Job) -> dict:
         "reason": "",
         "examples": 0,
         "seconds": 0.0,
+        "defects": [],
         "findings": [],
         "checked": {},
         "failed": {},
@@ -217,6 +219,10 @@ def run_job(job: Job) -> dict:
                 progress=progress,
                 derandomize=job.derandomize,
             )
+            if result.findings:
+                _say(f"[{job.label}] triage: root cause, reach and severity of {len(result.findings)} finding(s)")
+            entry = handle.ref.entry if not job.is_callable else None
+            defects = triage(result, handle.run, handle.declared, entry=entry, seed=job.seed)
             out["restarts"] = handle.run.restarts
     except Skip as exc:
         out.update(status="skipped", reason=exc.reason)
@@ -227,6 +233,9 @@ def run_job(job: Job) -> dict:
         _say(f"[{job.label}] error: {exc}")
         return out
     out.update(
+        entry=entry or "",
+        defects=[d.to_dict() for d in defects],
+        pipeline_declared=handle.declared.pipeline is not None,
         examples=result.examples,
         seconds=round(result.seconds, 2),
         checked=result.checked,
@@ -241,7 +250,8 @@ def run_job(job: Job) -> dict:
             item["corpus_file"] = _save(finding, Path(job.corpus))
         out["findings"].append(item)
         _say(
-            f"[{job.label}] FINDING {finding.property}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
+            f"[{job.label}] FINDING {finding.property} ({finding.mechanism}, reach {finding.reach}, "
+            f"{finding.severity}): {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
             f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else "")
         )
     return out
@@ -290,7 +300,17 @@ def summary_table(results: list[dict]) -> str:
     """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
     width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
     head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT[p].rjust(9) for p in PROPERTIES)
-    lines = ["", "Summary (cells: failing/checked examples; * = shrunk finding)", head, "-" * len(head)]
+    lines = ["", "Defects (root cause [reach, severity] explains properties; smallest case)"]
+    for r in results:
+        for d in r.get("defects", []):
+            b, t = d["case"]["shape"]
+            lines.append(
+                f"  {d['id']}: {d['mechanism']} [{d['reach']}, {d['severity']}] "
+                f"explains {', '.join(d['properties'])}; B={b} T={t}"
+            )
+    if len(lines) == 2:
+        lines.append("  none")
+    lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)", head, "-" * len(head)]
     for r in results:
         row = r["target"].ljust(width) + r["status"].ljust(9) + str(r["examples"]).rjust(8) + " "
         if r["status"] != "ok":
@@ -304,9 +324,13 @@ def summary_table(results: list[dict]) -> str:
             cells.append(cell.rjust(9))
         lines.append(row + " ".join(cells))
     n_find = sum(len(r["findings"]) for r in results)
+    n_def = sum(len(r.get("defects", [])) for r in results)
     n_skip = sum(r["status"] == "skipped" for r in results)
     n_err = sum(r["status"] == "error" for r in results)
-    lines.append(f"{len(results)} target(s): {n_find} finding(s), {n_skip} skipped, {n_err} error(s)")
+    lines.append(
+        f"{len(results)} target(s): {n_def} defect(s) from {n_find} property finding(s), "
+        f"{n_skip} skipped, {n_err} error(s)"
+    )
     return "\n".join(lines)
 
 

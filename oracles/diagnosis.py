@@ -1,0 +1,198 @@
+"""Root causes: which mechanism explains a property finding, and how bad it is.
+
+One upstream defect shows as several properties (a leaked value breaks `poison`, `reference`,
+`telescoping`, ...). `diagnose` runs targeted probes on the shrunk case, each isolating one
+mechanism of `shared/design/kinds.md` (Root causes), and names the first that explains it:
+
+1. the property itself names it: a crash (`crash-degenerate`), NaN / inf under the mask
+   (`nan-through-mask`), bits that change between runs (`nondeterminism`), non-zero masked
+   advantages (`masked-nonzero`);
+2. `masked-value-bootstrap` / `masked-reward-leak`: on the case with clean masked positions
+   (the twin the property built, for row-independence and gap-invariance), setting only the
+   masked values (only the masked rewards) to a probe changes trainable outputs;
+3. `precision`: the property holds when the same (already rounded) inputs run in float64;
+4. `extra-decay`: a `compressed` target on the clean case agrees with the `dense` reference;
+5. `masked-statistics`: a row's outputs depend on other rows on the clean case, or a whitening
+   target agrees with the reference whitened over real tokens or every position;
+6. `score-lost`: score + 1 moves the advantage at the last trainable token differently from the
+   reference (the score sits on a masked position, is decayed, or is dropped);
+7. otherwise `unexplained` (reported as such, never forced into a mechanism).
+
+Severity (kinds.md): `high` a wrong finite training signal, `medium` a crash or error on valid
+input, `low` non-finite leaks and precision-only differences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from oracles.case import Case
+from oracles.domain import poison_cap
+from oracles.properties import (
+    POISON_PROBE,
+    Declared,
+    Run,
+    _call,
+    expected_outputs,
+    judge,
+    sanitized,
+    with_extra_row,
+    with_inserted_gap,
+)
+from oracles.reference import last_trainable, masked_whiten, reference
+from oracles.tolerance import bounds, mismatches, self_slack
+
+MECHANISMS: dict[str, str] = {
+    "masked-value-bootstrap": "a critic value at a non-trainable position bootstraps into trainable advantages",
+    "masked-reward-leak": "a reward (or KL term) at a non-trainable position reaches trainable outputs",
+    "extra-decay": "each masked token between trainable ones adds a decay step and a zero bootstrap",
+    "score-lost": "the outcome reward lands on a masked position, is decayed or is dropped",
+    "nan-through-mask": "NaN / inf under the mask reaches trainable outputs (a mask product keeps NaN)",
+    "crash-degenerate": "an error or a non-finite output on a valid edge input (empty or all-masked rows, ...)",
+    "masked-statistics": "a statistic (whitening mean / variance) counts non-trainable tokens, rows or groups",
+    "split-normaliser": "a normaliser depends on the split of the step or on padding",
+    "precision": "arithmetic below the precision of the inputs (the property holds in float64)",
+    "nondeterminism": "the same input gives different bits on CPU",
+    "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
+    "unexplained": "no single-mechanism probe isolates it",
+}
+SEVERITIES = ("high", "medium", "low")
+_BY_PROPERTY = {
+    "no-crash": "crash-degenerate",
+    "poison-nonfinite": "nan-through-mask",
+    "deterministic": "nondeterminism",
+    "masked-zero": "masked-nonzero",
+}
+_LOW = {"nan-through-mask", "precision", "nondeterminism", "masked-nonzero"}
+
+
+def severity(mechanism: str) -> str:
+    """`high` a wrong finite training signal; `medium` a crash or error on valid input; `low`
+    non-finite leaks, precision-only differences and outputs the loss never reads."""
+    if mechanism == "crash-degenerate":
+        return "medium"
+    return "low" if mechanism in _LOW else "high"
+
+
+def worst(levels) -> str:
+    """The most severe of `levels` ('low' for none)."""
+    levels = list(levels)
+    return next((s for s in SEVERITIES if s in levels), "low")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    mechanism: str
+    evidence: str  # what the probe that decided it saw
+
+    @property
+    def severity(self) -> str:
+        return severity(self.mechanism)
+
+
+def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
+    """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
+    if prop in _BY_PROPERTY:
+        return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
+    try:
+        return _probe(run, case, declared, prop)
+    except Exception as exc:  # noqa: BLE001 - a probe the target cannot run decides nothing
+        return Diagnosis("unexplained", f"a probe failed to run: {type(exc).__name__}: {exc}")
+
+
+def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
+    subject = case
+    if prop == "row-independence":
+        subject = with_extra_row(case, declared.domain)[0]
+    elif prop == "gap-invariance" and with_inserted_gap(case) is not None:
+        subject = with_inserted_gap(case)[0]
+    # clean masked positions; probes at lam < 1, where a leaked value does not telescope away
+    clean = sanitized(subject, rewards=True).replace(lam=0.5 if subject.lam == 1.0 else subject.lam)
+    exp = expected_outputs(clean, declared)
+    if exp is None:
+        return Diagnosis("unexplained", "the reference is undefined on the clean case")
+    c_adv, c_ret = _call(run, clean)
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
+    live = clean.trainable
+    slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
+    probe = min(POISON_PROBE, poison_cap(clean.dtype))
+    if (~live).any():
+        for field, mech in (("values", "masked-value-bootstrap"), ("token_rewards", "masked-reward-leak")):
+            if field == "token_rewards" and not declared.domain.masked_rewards:
+                continue
+            poked = clean.replace(**{field: torch.where(live, getattr(clean, field), torch.full_like(c_adv, probe))})
+            p_adv, p_ret = _call(run, poked)
+            moved = _moved(p_adv, c_adv, bnd.advantages, slack, live) | _moved(p_ret, c_ret, bnd.returns, slack, live)
+            if moved.any():
+                where = moved.nonzero().tolist()[0]
+                return Diagnosis(mech, f"{field} = {probe:g} at the masked positions moved the output at {where}")
+    if case.dtype != "float64" and "float64" in declared.domain.dtypes:
+        wide = case.replace(dtype="float64")
+        verdict = next(v for v in judge(run, wide, declared, only=(prop,)) if v.property == prop)
+        if verdict.status == "pass":
+            return Diagnosis("precision", f"{prop} holds when the same inputs run in float64")
+    wrong = _moved(c_adv, exp[0], bnd.advantages, slack, live).any()
+    if declared.contract == "compressed" and _has_gap(clean) and wrong:
+        d_exp = expected_outputs(clean, dataclasses.replace(declared, contract="dense"))
+        if d_exp is not None and not _moved(c_adv, d_exp[0], bnd.advantages, slack, live).any():
+            return Diagnosis("extra-decay", "on the clean case the output equals the dense reference (a decay per gap)")
+    if clean.shape[0] >= 1:
+        rows = next(v for v in judge(run, clean, declared, only=("row-independence",)) if v.property == "row-independence")
+        if rows.failed:
+            return Diagnosis("masked-statistics", f"a row's outputs depend on the other rows: {rows.message}")
+    if declared.whitening is not None and wrong:
+        raw, _ = reference(clean, declared.contract)
+        for name, mask in (("real tokens", clean.attention), ("every position", torch.ones_like(clean.attention))):
+            try:
+                other = masked_whiten(raw, mask, declared.whitening)
+            except ValueError:
+                continue
+            if not _moved(c_adv, other, bnd.advantages, slack, live).any():
+                return Diagnosis("masked-statistics", f"the output equals the reference whitened over {name}")
+    moved = _score_misplaced(run, clean, declared, c_adv, c_ret, bnd, slack)
+    if moved is not None:
+        return Diagnosis("score-lost", moved)
+    return Diagnosis("unexplained", "no single-mechanism probe isolates it")
+
+
+def _moved(a: torch.Tensor, b: torch.Tensor, bound: torch.Tensor, slack: float, where: torch.Tensor) -> torch.Tensor:
+    return mismatches(a, b, 2.0 * bound + slack, where)
+
+
+def _has_gap(case: Case) -> bool:
+    tr = case.trainable
+    for row in tr:
+        idx = row.nonzero().flatten()
+        if idx.numel() >= 2 and int(idx[-1] - idx[0]) + 1 != idx.numel():
+            return True
+    return False
+
+
+def _score_misplaced(run: Run, clean: Case, declared: Declared, c_adv, c_ret, bnd, slack) -> str | None:
+    """Score + 1 must move the returns (and, unwhitened, the advantages) at each row's last
+    trainable token as the reference says (by +1); a different move there means the score is
+    placed, decayed or dropped wrongly (earlier tokens are left out: a wrong recursion moves them
+    too; whitened advantages are left out: whitening two tokens hides any score)."""
+    if not clean.trainable.any():
+        return None
+    bumped = clean.replace(score=clean.score + 1.0)
+    b_adv, b_ret = _call(run, bumped)
+    e0, e1 = expected_outputs(clean, declared), expected_outputs(bumped, declared)
+    if e0 is None or e1 is None:
+        return None
+    last = last_trainable(clean.trainable)
+    pairs = [("returns", b_ret - c_ret, e1[1] - e0[1], bnd.returns)]
+    if declared.whitening is None:
+        pairs.insert(0, ("advantage", b_adv - c_adv, e1[0] - e0[0], bnd.advantages))
+    for name, got, want, bound in pairs:
+        bad = _moved(got, want, bound, slack, last)
+        if bad.any():
+            b, t = bad.nonzero().tolist()[0]
+            return (
+                f"score + 1 moved the {name} at the last trainable token [{b}, {t}] by {float(got[b, t]):.6g}, "
+                f"the reference by {float(want[b, t]):.6g}"
+            )
+    return None

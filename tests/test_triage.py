@@ -1,0 +1,70 @@
+"""Root causes, reach and severity: every mutant's finding is diagnosed as its own mechanism, its
+findings group into fewer defects, and reach is `pipeline` only with a witness inside the
+pipeline domain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mutant_zoo as zoo
+import pytest
+
+from fuzz.engine import fuzz_target
+from fuzz.triage import reach, triage
+from oracles.case import Case
+from oracles.diagnosis import diagnose, severity
+from oracles.domain import Domain
+
+MUTANTS = list(zoo.CATCHES.items())
+
+
+@pytest.mark.parametrize("mutant,want", MUTANTS, ids=[m.__name__ for m, _ in MUTANTS])
+def test_each_mutant_is_diagnosed_as_its_mechanism(mutant, want):
+    declared, prop = want
+    run = zoo.as_run(mutant)
+    result = fuzz_target(run, declared, target=mutant.__name__, max_examples=300, seed=0)
+    defects = triage(result, run, declared, witness_examples=20)
+    mine = result.finding(prop)
+    assert mine is not None
+    assert mine.mechanism == zoo.MECHANISM[mutant], (mine.mechanism, mine.evidence)
+    assert mine.severity == severity(mine.mechanism) and mine.reach == "api"  # the zoo declares no pipeline
+    assert len(defects) <= len(result.findings)
+    assert all(d.properties and d.id.endswith("/" + d.mechanism) for d in defects)
+
+
+def test_value_leak_findings_group_into_one_defect():
+    declared, _ = zoo.CATCHES[zoo.mask_ignored]
+    run = zoo.as_run(zoo.mask_ignored)
+    result = fuzz_target(run, declared, target="m", max_examples=300, seed=0, nonfinite=False)
+    defects = triage(result, run, declared, witness_examples=20)
+    leak = [d for d in defects if d.mechanism == "masked-value-bootstrap"]
+    assert len(leak) == 1 and {"poison", "reference"} <= set(leak[0].properties)
+    assert len(defects) < len(result.findings)
+    assert leak[0].severity == "high"
+
+
+def test_reach_is_pipeline_only_with_a_witness_inside_the_pipeline_domain():
+    declared, _ = zoo.CATCHES[zoo.mask_ignored]
+    run = zoo.as_run(zoo.mask_ignored)
+    leak = Case.build(trainable=[[1, 0]], values=[[0.0, 100.0]], gamma=1.0, lam=0.5, score=[1.0])
+    mech = diagnose(run, leak, declared, "poison").mechanism
+    assert mech == "masked-value-bootstrap"
+    assert reach(run, leak, "poison", mech, declared).level == "api"  # no pipeline declared
+    inside = dataclasses.replace(declared, pipeline=Domain(why={}))
+    r = reach(run, leak, "poison", mech, inside)
+    assert r.level == "pipeline" and r.witness is leak
+    # a pipeline whose critic values are zeroed under the mask cannot leak values: no witness
+    zeroed = Domain(masked_values=False, masked_rewards=False, why={"masked_values": "x.py:1", "masked_rewards": "x.py:2"})
+    r = reach(run, leak, "poison", mech, dataclasses.replace(declared, pipeline=zeroed), examples=40)
+    assert r.level == "api" and r.witness is None and "outside the pipeline domain" in r.how
+
+
+def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
+    declared, _ = zoo.CATCHES[zoo.mask_ignored]
+    run = zoo.as_run(zoo.mask_ignored)
+    case = Case.build(trainable=[[1, 0]], values=[[0.0, float("nan")]], gamma=1.0, lam=0.5, score=[1.0])
+    pipe = Domain(nonfinite_poison=False, why={"nonfinite_poison": "critic.py:10"})
+    projected = pipe.project(case)
+    assert projected is not None and not projected.has_nonfinite_poison()
+    assert pipe.rejects(projected) is None and Domain().cited() == [] and pipe.cited() == []
+    assert Domain(gaps=False, why={"gaps": "no citation"}).cited() == ["gaps"]
