@@ -140,7 +140,9 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
         if d_exp is not None and not _moved(c_adv, d_exp[0], bnd.advantages, slack, live).any():
             return Diagnosis("extra-decay", "on the clean case the output equals the dense reference (a decay per gap)")
     if clean.shape[0] >= 1:
-        rows = next(v for v in judge(run, clean, declared, only=("row-independence",)) if v.property == "row-independence")
+        rows = next(
+            v for v in judge(run, clean, declared, only=("row-independence",)) if v.property == "row-independence"
+        )
         if rows.failed:
             return Diagnosis("masked-statistics", f"a row's outputs depend on the other rows: {rows.message}")
     if declared.whitening is not None and wrong:

@@ -15,8 +15,9 @@ from targets import cache as cachemod
 from targets.registry import TargetSpec, registry
 
 
-def rows(repos: Mapping[str, Path] | None = None, cache: Path | None = None,
-         specs: Mapping[str, TargetSpec] | None = None) -> list[dict]:
+def rows(
+    repos: Mapping[str, Path] | None = None, cache: Path | None = None, specs: Mapping[str, TargetSpec] | None = None
+) -> list[dict]:
     """One dict per target: id, contract, whitening, source, entries, pins (rev, label, kind,
     default, offline), and whether a --repo was given for it."""
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
@@ -75,7 +76,9 @@ def render(data: list[dict], cache: Path | None = None) -> str:
             for name, why in t["pipeline"].items():
                 lines.append(f"    pipeline: no {name}: {why}")
             for rev, narrowed in t.get("pipeline_by_pin", {}).items():
-                lines.append(f"    pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items()))
+                lines.append(
+                    f"    pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items())
+                )
         if not t["pins"]:
             lines.append(f"    pins: none registered; name one, e.g. {t['id']}@<commit>")
         for p in t["pins"]:

@@ -74,7 +74,14 @@ def test_callable_with_a_bug_exits_1_and_writes_json_and_corpus(user_module, cap
     assert finding["reach"] == "api" and finding["severity"] == "high"  # no pipeline for a callable
     assert finding["defect"] == "usergae:leaky/masked-value-bootstrap"
     (leak,) = [d for d in target["defects"] if d["mechanism"] == "masked-value-bootstrap"]
-    assert "poison" in leak["properties"] and set(leak) >= {"id", "mechanism", "reach", "severity", "properties", "case"}
+    assert "poison" in leak["properties"] and set(leak) >= {
+        "id",
+        "mechanism",
+        "reach",
+        "severity",
+        "properties",
+        "case",
+    }
     assert finding["corpus_file"] and (user_module / "corpus").exists()
     text = capsys.readouterr().out
     assert text.index("Defects") < text.index("Property findings")

@@ -54,14 +54,14 @@ def test_reach_is_pipeline_only_with_a_witness_inside_the_pipeline_domain():
     r = reach(run, leak, "poison", mech, inside)
     assert r.level == "pipeline" and r.witness is leak
     # a pipeline whose critic values are zeroed under the mask cannot leak values: no witness
-    zeroed = Domain(masked_values=False, masked_rewards=False, why={"masked_values": "x.py:1", "masked_rewards": "x.py:2"})
+    zeroed = Domain(
+        masked_values=False, masked_rewards=False, why={"masked_values": "x.py:1", "masked_rewards": "x.py:2"}
+    )
     r = reach(run, leak, "poison", mech, dataclasses.replace(declared, pipeline=zeroed), examples=40)
     assert r.level == "api" and r.witness is None and "outside the pipeline domain" in r.how
 
 
 def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
-    declared, _ = zoo.CATCHES[zoo.mask_ignored]
-    run = zoo.as_run(zoo.mask_ignored)
     case = Case.build(trainable=[[1, 0]], values=[[0.0, float("nan")]], gamma=1.0, lam=0.5, score=[1.0])
     pipe = Domain(nonfinite_poison=False, why={"nonfinite_poison": "critic.py:10"})
     projected = pipe.project(case)
