@@ -19,6 +19,7 @@ Loading parses JSON only (no pickle, no torch.load): a corrupt, truncated or new
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -41,7 +42,9 @@ from oracles.case import DTYPES, Case, CaseError, quantize
 from oracles.properties import PROPERTIES, Verdict
 
 FORMAT = "maskfuzz-corpus"
-VERSION = 1
+VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); version 1 files still load
+REACHES = ("pipeline", "api")
+SEVERITY_LEVELS = ("high", "medium", "low")
 LEDGER_NAME = "ledger.json"
 OUTPUTS = ("advantages", "returns", "")
 STATUSES = ("fail", "pass", "n/a")
@@ -375,6 +378,9 @@ class Entry:
     also: tuple[str, ...] = ()
     found: Found = field(default_factory=Found)
     path: Path | None = None  # where it was loaded from / saved to
+    # version 2: the triage when it was found; replay recomputes it at each pin (None: a version 1 file)
+    triage: dict | None = None  # defect, mechanism, evidence, severity, reach, reach_how
+    witness: Case | None = None  # the pipeline-domain case behind `reach: pipeline`, when not `case`
 
     @property
     def key(self) -> str:
@@ -422,6 +428,8 @@ class Entry:
                 "maskfuzz": self.found.maskfuzz,
                 "device": self.found.device,
             },
+            "triage": None if self.triage is None else dict(self.triage),
+            "witness": None if self.witness is None else case_to_json(self.witness),
         }
 
 
@@ -479,7 +487,23 @@ def entry_from_json(d: Any) -> Entry:
             field="id",
         )
     _get(d, "signature", str)  # informative: recomputed on use, so a stale one is not an error
+    if version >= 2:
+        witness = None if d.get("witness") is None else case_from_json(d["witness"], "witness")
+        entry = dataclasses.replace(entry, triage=_triage_from_json(d.get("triage")), witness=witness)
     return entry
+
+
+def _triage_from_json(t: Any) -> dict | None:
+    if t is None:
+        return None
+    if not isinstance(t, dict):
+        raise CorpusError(f"expected an object or null, got {type(t).__name__}", field="triage")
+    for key, allowed in (("reach", REACHES), ("severity", SEVERITY_LEVELS)):
+        if t.get(key) not in allowed:
+            raise CorpusError(f"{t.get(key)!r} is not one of {', '.join(allowed)}", field=f"triage.{key}")
+    for key in ("defect", "mechanism"):
+        _get(t, key, str, "triage")
+    return dict(t)
 
 
 def _verdict_from_json(d: dict, prop: str, case: Case) -> Verdict:
@@ -727,7 +751,16 @@ def entry_from_finding(finding: Any, found: Found | None = None) -> Entry:
         resolved=getattr(finding, "resolved", None),
         also=tuple(p for p in (getattr(finding, "also", ()) or ()) if p != finding.property),
         found=found or Found.now(getattr(finding, "seed", None), device),
+        triage=_finding_triage(finding),
+        witness=None if getattr(finding, "witness", None) is finding.case else getattr(finding, "witness", None),
     )
+
+
+def _finding_triage(finding: Any) -> dict | None:
+    if not getattr(finding, "mechanism", ""):
+        return None
+    keys = ("defect", "mechanism", "evidence", "severity", "reach", "reach_how")
+    return {k: getattr(finding, k, "") for k in keys}
 
 
 def record(finding: Any, root: Path | str | Store) -> Recorded:

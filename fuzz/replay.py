@@ -133,10 +133,11 @@ class Outcome:
     dtype: str = ""
     seconds: float = 0.0
     verdict: Verdict | None = None
+    triaged: dict | None = None  # failing outcomes: mechanism, evidence, severity, reach, reach_how
 
     def to_json(self) -> dict:
         e = self.job.entry
-        return {
+        return (self.triaged or {}) | {
             "id": e.id,
             "path": str(e.path) if e.path else None,
             "target": e.key,
@@ -247,6 +248,30 @@ def judge_entry(run: Any, declared: Any, entry: Entry, device: str = "cpu", dtyp
     return Judged("pass", "", v)
 
 
+def retriage(handle: Any, entry: Entry, verdict: Verdict, dtype: str | None) -> dict:
+    """Root cause, severity and reach recomputed at this pin (reach without a search: the case,
+    the recorded witness or its projection into the pipeline domain)."""
+    from fuzz.triage import reach
+    from oracles.diagnosis import diagnose
+
+    case = entry.case if dtype is None else entry.case.replace(dtype=dtype)
+    prop = verdict.property
+    declared = handle.declared
+    if not hasattr(declared, "pipeline"):  # a fake handle of the tests without the triage fields
+        return {}
+    d = diagnose(handle.run, case, declared, prop)
+    r = reach(handle.run, case, prop, d.mechanism, declared, examples=0, known=entry.witness)
+    defect = f"{entry.key}/{d.mechanism}"
+    return {
+        "defect": defect,
+        "mechanism": d.mechanism,
+        "evidence": d.evidence,
+        "severity": d.severity,
+        "reach": r.level,
+        "reach_how": r.how,
+    }
+
+
 def classify(state: str, expect: Expectation | None) -> str:
     """Strict expected-failure semantics (see fuzz/ledger.py)."""
     expected_fail = bool(expect and expect.fails)
@@ -314,6 +339,8 @@ def replay_one(
         out.status, out.message = "error", f"replay raised {type(exc).__name__}: {exc}"
         out.seconds = time.monotonic() - start
         return out
+    if judged.state == "fail" and judged.verdict is not None:
+        out.triaged = retriage(handle, e, judged.verdict, dtype)
     out.seconds = time.monotonic() - start
     out.verdict = judged.verdict
     out.status = classify(judged.state, job.expect)

@@ -86,8 +86,10 @@ def reach(
     seed: int = 0,
     sizes: Sizes = Sizes(8, 64),
     examples: int = WITNESS_EXAMPLES,
+    known: Case | None = None,
 ) -> Reach:
-    """Can the framework's own pipeline produce a case violating `prop` through `mechanism`?"""
+    """Can the framework's own pipeline produce a case violating `prop` through `mechanism`?
+    `known`: a witness recorded earlier, tried first; `examples` = 0 searches nothing (replay)."""
     pipe = declared.pipeline
     if pipe is None:
         return Reach("api", None, "the adapter declares no pipeline domain for this pin")
@@ -96,6 +98,12 @@ def reach(
     if why is None and _violates(run, case, declared, prop):
         return Reach("pipeline", case, "the shrunk case is inside the pipeline domain")
     why = why or "the property needed poison the pipeline does not make"
+    if known is not None and pipe.rejects(known) is None:
+        try:
+            if _violates(run, known, declared, prop) and same(known):
+                return Reach("pipeline", known, "the recorded pipeline witness still violates it")
+        except Exception:  # noqa: BLE001 - a witness the target cannot run any more is no witness
+            pass
     projected = pipe.project(case)
     if projected is not None:
         try:
@@ -103,6 +111,8 @@ def reach(
                 return Reach("pipeline", projected, f"projected into the pipeline domain (was: {why})")
         except Exception:  # noqa: BLE001 - a projection the target cannot run is no witness
             pass
+    if examples <= 0:
+        return Reach("api", None, f"outside the pipeline domain ({why}); no recorded or projected witness")
     inside = dataclasses.replace(declared, domain=pipe)
     found = fuzz_target(
         run,
