@@ -118,3 +118,16 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_a_run_without_json_or_corpus_leaves_its_results_in_the_working_directory(user_module, monkeypatch, capsys):
+    monkeypatch.chdir(user_module)
+    code = main(["fuzz", "--callable", "usergae:leaky", "--contract", "dense", "--max-examples", "30", "--quiet"])
+    assert code == 1
+    (folder,) = (user_module / "maskfuzz-results").iterdir()
+    data = json.loads((folder / "results.json").read_text())
+    assert data["targets"][0]["findings"] and list((folder / "corpus").rglob("*.json"))
+    err = capsys.readouterr().err.splitlines()
+    assert any(line.startswith(f"results: {folder}") for line in err[-4:])
+    assert any("maskfuzz repro" in line and "--target usergae:leaky" in line for line in err[-4:])
+    assert any("maskfuzz replay" in line for line in err[-4:])

@@ -99,6 +99,10 @@ def main(args) -> int:
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples or profile.max_examples
     budget = args.budget if args.budget is not None else profile.budget
+    results_dir = None
+    if args.json is None and args.corpus is None:  # results always land where the user can act on them
+        results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
+        args.json, args.corpus = results_dir / "results.json", results_dir / "corpus"
     jobs = [
         Job(
             label,
@@ -142,9 +146,24 @@ def main(args) -> int:
 
         write_junit(payload, args.junit)
         _say(f"wrote {args.junit}")
+    _next_steps(results, results_dir, args.corpus)
     if any(r["status"] == "error" for r in results):
         return 2
     return 1 if any(r["findings"] for r in results) else 0
+
+
+def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -> None:
+    """The last lines: where the results are and the commands that act on them."""
+    if folder is not None:
+        _say(f"results: {folder} (results.json, corpus/)")
+    files = [(r, f) for r in results for f in r["findings"] if f.get("corpus_file")]
+    if not files:
+        return
+    r, f = min(files, key=lambda rf: ({"high": 0, "medium": 1, "low": 2}.get(rf[1].get("severity"), 3), rf[1]["shape"]))
+    label = r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}"
+    out = (folder or Path(".")) / "repro" / Path(f["corpus_file"]).stem
+    _say(f"next: maskfuzz repro {f['corpus_file']} --target {label} -o {out}")
+    _say(f"      maskfuzz replay {corpus}")
 
 
 def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> list[str]:
