@@ -101,10 +101,16 @@ class Failure:
     also: list = field(default_factory=list)
     first_seen: str | None = None
     last_seen: str | None = None
+    triage: dict = field(default_factory=dict)  # defect, mechanism, severity, reach (fuzz / replay JSON)
 
     @property
     def severity(self) -> str:
-        return SEVERITY.get(self.identity.property, "high")
+        return self.triage.get("severity") or SEVERITY.get(self.identity.property, "high")
+
+    @property
+    def defect(self) -> str:
+        """The defect id (`<target>/<mechanism>`); untriaged inputs group by property."""
+        return self.triage.get("defect") or f"{self.identity.target}/{self.identity.property} (not triaged)"
 
 
 @dataclass
@@ -153,6 +159,7 @@ class Night:
         old.corpus_file = old.corpus_file or f.corpus_file
         old.resolved = old.resolved or f.resolved
         old.shape = old.shape or f.shape
+        old.triage = old.triage or f.triage
 
     def cover(self, target: str, pin: str) -> Coverage:
         key = (target, pin)
@@ -284,7 +291,12 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
             night.add_failure(Failure(
                 ident, resolved=t.get("resolved") or "", message=verdict.message, shape=list(case.shape),
                 source="fuzz", corpus_id=cid, corpus_file=located, also=list(f.get("also") or []),
+                triage=_triage_of(f),
             ))  # fmt: skip
+
+
+def _triage_of(d: dict) -> dict:
+    return {k: d[k] for k in ("defect", "mechanism", "severity", "reach") if d.get(k)}
 
 
 def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
@@ -339,7 +351,7 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             night.add_failure(Failure(
                 ident, resolved=r.get("resolved") or "", message=verdict.message or r.get("message") or "",
                 shape=list(entry.case.shape) if entry else None, source="replay", corpus_id=cid or None,
-                corpus_file=located,
+                corpus_file=located, triage=_triage_of(r),
             ))  # fmt: skip
         elif status in REPLAY_CLEAN:
             cov.replayed[prop].add("clean")
@@ -362,7 +374,7 @@ def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             ident, resolved=o.get("resolved") or "", message=o.get("message") or "", shape=o.get("shape"),
             source="previous", corpus_id=o.get("corpus_id"),
             corpus_file=(base / cf) if cf and (base / cf).is_file() else None,
-            first_seen=o.get("first_seen"), last_seen=o.get("last_seen"),
+            first_seen=o.get("first_seen"), last_seen=o.get("last_seen"), triage=_triage_of(o),
         ))  # fmt: skip
     for c in data.get("coverage") or []:
         cov = night.cover(c["target"], c["pin"])
@@ -573,7 +585,17 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
         return out_rows
 
     head = ["target@pin", "resolved", "property", "severity", "signature", "B x T", "message"]
+    state = {id(f): "new" for f in cmp.new} | {id(f): "still failing" for f in cmp.still}
     sections = [
+        Section(
+            "Defects",
+            "Failing tonight, grouped by root cause: one line per defect (mechanism, reach, severity, the "
+            "properties it explains, the smallest case).",
+            Table(
+                ["defect", "mechanism", "reach", "severity", "target@pin", "properties", "smallest B x T", "state"],
+                _defect_rows(cmp.new + cmp.still, state),
+            ),
+        ),
         Section(
             "Matrix",
             MATRIX_LEGEND,
@@ -629,6 +651,26 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
         if s.title != "Matrix" and s.table is not None:
             s.title = f"{s.title} ({len(s.table.rows)})"
     return Document("maskfuzz nightly report", lines, sections)
+
+
+def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
+    groups: dict[str, list[Failure]] = defaultdict(list)
+    for f in failing:
+        groups[f.defect].append(f)
+    rank = {"high": 0, "medium": 1, "low": 2}
+    rows = []
+    for defect, fs in groups.items():
+        t = next((f.triage for f in fs if f.triage), {})
+        reach = "pipeline" if any(f.triage.get("reach") == "pipeline" for f in fs) else t.get("reach", "unknown")
+        sev = min((f.severity for f in fs), key=lambda x: rank.get(x, 3))
+        small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
+        rows.append([
+            defect, t.get("mechanism", "(not triaged)"), reach, sev,
+            ", ".join(sorted({f.identity.where for f in fs})), ", ".join(sorted({f.identity.property for f in fs})),
+            "x".join(map(str, small.shape)) if small else "", ", ".join(sorted({state.get(id(f), "") for f in fs})),
+        ])  # fmt: skip
+    rows.sort(key=lambda r: (rank.get(r[3], 3), r[2] != "pipeline", r[0]))
+    return rows
 
 
 def _skip_rows(skips: list[tuple[str, str, str, str]]) -> list[list[str]]:
@@ -782,7 +824,8 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
             "corpus_file": _rel(f.corpus_file, out),
             "first_seen": f.first_seen,
             "last_seen": f.last_seen,
-        }
+            "defect": f.defect,
+        } | {k: v for k, v in f.triage.items() if k != "severity"}
         if why:
             d["why"] = why
         return d
@@ -814,6 +857,10 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
                 "failed": c.failed,
             }
             for c in tonight.coverage.values()
+        ],
+        "defects": [
+            dict(zip(("id", "mechanism", "reach", "severity", "where", "properties", "smallest", "state"), row))
+            for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
         ],
         "findings": items,
         "open": [d for d in items if d["state"] in ("new", "still-failing", "unknown")],

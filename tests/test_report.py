@@ -461,3 +461,20 @@ def test_a_replay_that_crashes_is_a_no_crash_finding_and_skips_are_counted(tmp_p
     assert (item["pin"], item["property"], item["signature"]) == ("0.9.1", "no-crash", "no-crash|-|-|f32|IndexError")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| verl@0.1 | skipped | replay (2 entries) | cannot set up: offline |" in md
+
+
+def test_the_report_leads_with_defects_grouping_findings_by_mechanism(tmp_path):
+    leak = {"defect": "verl/masked-value-bootstrap", "mechanism": "masked-value-bootstrap", "severity": "high"}
+    findings = [
+        POISON | leak | {"reach": "api"},
+        REFERENCE | leak | {"reach": "pipeline"},
+        SCORE | {"defect": "verl/score-lost", "mechanism": "score-lost", "severity": "high", "reach": "api"},
+    ]
+    data = run_report(tmp_path, [write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=findings))])
+    defects = {d["id"]: d for d in data["defects"]}
+    assert set(defects) == {"verl/masked-value-bootstrap", "verl/score-lost"}
+    bootstrap = defects["verl/masked-value-bootstrap"]
+    assert bootstrap["reach"] == "pipeline" and bootstrap["properties"] == "poison, reference"
+    assert all(f["defect"] and f["reach"] for f in data["findings"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert text.index("Defects") < text.index("Matrix")
