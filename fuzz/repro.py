@@ -1387,6 +1387,7 @@ class Written:
     run: ScriptRun
     status: str  # reproduced | fixed (at the pin the script was checked at)
     judged: str | None
+    info: dict = field(default_factory=dict)  # the judge's worker load info (where, notes, mechanism)
 
 
 def bisect_of(entry: Entry, path: Path | None = None) -> dict | None:
@@ -1436,6 +1437,7 @@ def produce(
             judged = judge() if judge is not None else None
             run = pending.result()
         notes: list[str] = []
+        loaded: dict = {}
         if isinstance(judged, tuple):  # (status, the worker's load info: where, notes)
             judged, loaded = judged
             notes = list((loaded or {}).get("notes") or [])
@@ -1463,7 +1465,7 @@ def produce(
     env = Environment(env.root, env.resolved, env.kind, env.info | ({"call_notes": notes} if notes else {}), judged)
     report = out_dir / "report.md"
     report.write_text(render_report(plan, run, env, bisect), encoding="utf-8")
-    return Written(script, report, run, status, judged)
+    return Written(script, report, run, status, judged, dict(loaded or {}))
 
 
 def _tail(text: str, lines: int = 15) -> str:

@@ -80,10 +80,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {written.script} and {written.report}")
     print(f"at {target.label}: {written.status} ({message}){judged}")
     print(f"rerun: python {written.script} {env.root}")
+    _upstream_test(entry, target, env, written, args.out)
     if written.status != "reproduced":
         print(f"note: the case does not fail at {target.label}; the script exits 0 there", file=sys.stderr)
         return 1
     return 0
+
+
+def _upstream_test(entry, target, env, written, out: Path) -> None:
+    """DIR/test_<target>_<defect>.py, the test a maintainer can drop into the framework's suite."""
+    from fuzz import upstream_test
+
+    info = getattr(written, "info", None) or {}
+    mechanism = info.get("mechanism") or (entry.triage or {}).get("mechanism")
+    if not upstream_test.supported(entry.target) or not mechanism or not info.get("where"):
+        why = "no recipe for this target" if not upstream_test.supported(entry.target) else "the case passes here"
+        print(f"no upstream test: {why} (repro.py covers it)", file=sys.stderr)
+        return
+    try:
+        text = upstream_test.render(
+            entry.case, target.declared, target=entry.target, pin=target.pin, resolved=env.resolved or "",
+            where=info["where"], mechanism=mechanism, prop=entry.property,
+        )
+    except ValueError as exc:
+        print(f"no upstream test: {exc}", file=sys.stderr)
+        return
+    path = out / upstream_test.filename(entry.target, mechanism)
+    path.write_text(text)
+    print(f"wrote {path} (pytest, imports only torch and {entry.target})")
 
 
 def _registered(args, entry):
@@ -115,6 +139,10 @@ def _registered(args, entry):
             with open_target(ref, repos=repos, device=args.device) as handle:
                 verdicts = judge_case(handle.run, entry.case, target.declared, args.device, only=(entry.property,))
                 info = dict(handle.info)
+                if any(v.failed for v in verdicts):
+                    from oracles.diagnosis import diagnose
+
+                    info["mechanism"] = diagnose(handle.run, entry.case, target.declared, entry.property).mechanism
         except (Skip, SetupError) as exc:
             return f"n/a ({exc})", {}
         return next(v.status for v in verdicts if v.property == entry.property), info
