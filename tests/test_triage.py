@@ -68,3 +68,20 @@ def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
     assert projected is not None and not projected.has_nonfinite_poison()
     assert pipe.rejects(projected) is None and Domain().cited() == [] and pipe.cited() == []
     assert Domain(gaps=False, why={"gaps": "no citation"}).cited() == ["gaps"]
+
+
+def test_every_declared_pipeline_domain_cites_upstream_lines():
+    """A pipeline narrowing without a file:line citation would be an unverifiable claim about
+    someone else's code; a target without any pipeline domain reports every finding at reach api."""
+    from targets.registry import registry
+
+    declared = 0
+    for tid, spec in registry().items():
+        for entry in spec.entries:
+            s = spec.for_entry(entry)
+            for where, dom in [("pipeline", s.pipeline)] + [(f"pipeline@{r}", d) for r, d in s.pipeline_by_pin.items()]:
+                if dom is None:
+                    continue
+                declared += 1
+                assert dom.cited() == [], f"{tid}:{entry} {where}: uncited narrowing of {dom.cited()}"
+    assert declared >= 1
