@@ -149,3 +149,30 @@ def test_method_reading_unknown_self_attributes_fails_loudly(tmp_path):
 def test_tree_without_ppo_actor_is_not_present(tmp_path):
     with pytest.raises(NotPresent, match="no PPOActor advantage method"):
         areal.load(_tree(tmp_path, "class Critic:\n    pass\n"), None)
+
+
+def test_pipeline_domain_is_cited_and_rejects_what_areal_never_builds():
+    spec = areal.SPEC
+    domains = {"default": spec.pipeline, **spec.pipeline_by_pin}
+    assert set(spec.pipeline_by_pin) <= {p.rev for p in spec.pins}
+    for rev, dom in domains.items():
+        assert dom is not None and dom.cited() == [], (rev, dom.cited())
+        assert set(dom.restrictions()) == {"left_padding", "nonfinite_poison"}, rev
+        # left_padding: rows are prompt + output with padding appended on the right
+        left = Case.build(trainable=[[0, 1, 1]], attention=[[0, 1, 1]])
+        assert "left-padded" in dom.rejects(left)
+        # nonfinite_poison: critic values / log-probs are finite and padding is 0.0
+        nan = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], values=[[0.0, 0.0, math.nan]])
+        assert "NaN" in dom.rejects(nan)
+        # reachable: a tool-output tail (examples/tir), gaps (multi_turn), masked values, KL token rewards,
+        # an all-masked row, half precision
+        tail = Case.build(
+            trainable=[[1, 0, 1, 0, 0], [0, 0, 0, 0, 0]],
+            values=[[0.5, 3, 0.25, 7, 9], [1, 2, 3, 4, 5]],
+            token_rewards=[[0.1, 0.2, 0.3, 0.4, 0.5], [0, 0, 0, 0, 0]],
+            score=[1.0, 0.0],
+            dtype="bfloat16",
+        )
+        assert dom.rejects(tail) is None, rev
+    assert spec.pipeline_at("b0ebd07b61d0") is spec.pipeline_by_pin["b0ebd07b61d01122cf21579295c61863c969d3b1"]
+    assert spec.pipeline_at("1.0.4") is spec.pipeline

@@ -151,6 +151,23 @@ def test_registry_entry():
     assert spec.stand_ins == () and spec.domain.restrictions() == {}
 
 
+def test_pipeline_domain_is_cited_and_rejects_what_the_ppo_loop_never_builds():
+    spec = nemo_rl.SPEC
+    pipe = spec.pipeline
+    assert pipe.cited() == [] and set(pipe.restrictions()) == {"dtypes", "left_padding", "nonfinite_poison"}
+    assert spec.pipeline_at(HEAD_PIN) is pipe and spec.pipeline_at(FIRST_PIN) is pipe
+    # what the multi-turn PPO loop does build: a leading prompt, a tool gap, an observation tail, an all-masked
+    # row (sample_mask 0), critic values and KL rewards under the mask, float32 and float64
+    multi = Case.build(trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]], token_rewards=[[0.5, -0.1, 0.2, 0.0, 3.0]] * 2,
+                       values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2, score=[1.0, 0.0])
+    assert pipe.rejects(multi) is None and pipe.rejects(multi.replace(dtype="float64")) is None
+    assert "dtype bfloat16" in pipe.rejects(Case.build(trainable=[[1, 1]], dtype="bfloat16"))  # dtypes
+    assert "left-padded" in pipe.rejects(Case.build(trainable=[[0, 1, 1]], attention=[[0, 1, 1]]))  # left_padding
+    nan_value = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, math.nan]])
+    assert "NaN / inf" in pipe.rejects(nan_value)  # nonfinite_poison
+    assert spec.domain.rejects(nan_value) is None  # the api domain is unchanged
+
+
 def test_kl_scale_is_a_power_of_two_from_trainable_rewards_only():
     small = Case.build(trainable=[[1, 0]], token_rewards=[[-8.0, 1e30]])
     assert nemo_rl._kl_scale(small) == 1.0  # the masked 1e30 is poison: it is clamped and masked by NeMo-RL

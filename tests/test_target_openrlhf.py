@@ -168,3 +168,39 @@ def test_a_changed_signature_fails_loudly(fake_tree):
     )
     with pytest.raises(RuntimeError, match="expected \\(self, values, rewards, action_mask, gamma, lambd\\)"):
         openrlhf.load(root, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline domain: every narrowing cited, and each one rejects a case of its kind.
+# ---------------------------------------------------------------------------------------------
+_INF = float("inf")
+_OUTSIDE = {  # narrowed field -> (a case outside it, what rejects() says)
+    "dtypes": (Case.build(trainable=[[1, 1]], dtype="bfloat16"), "dtype bfloat16"),
+    "leading_mask": (Case.build(trainable=[[0, 1]], attention=[[1, 1]]), "starts with real non-trainable"),
+    "left_padding": (Case.build(trainable=[[0, 1]], attention=[[0, 1]]), "left-padded"),
+    "all_masked_rows": (Case.build(trainable=[[1, 1], [0, 0]]), "no trainable token"),
+    "masked_rewards": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], token_rewards=[[0, 2]]), "non-trainable"),
+    "masked_values": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, 3]]), "critic values"),
+    "nonfinite_poison": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, _INF]]), "NaN / inf"),
+}
+_INSIDE = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]], score=[1.0, -1.0])
+
+
+@pytest.mark.parametrize("pin", [p.rev for p in openrlhf.SPEC.pins])
+def test_the_pipeline_domain_is_cited_and_rejects_what_it_narrows(pin):
+    dom = openrlhf.SPEC.pipeline_at(pin)
+    assert dom is not None
+    assert dom.cited() == []
+    assert all(pin in why for why in dom.restrictions().values()), dom.restrictions()
+    assert dom.rejects(_INSIDE) is None
+    narrowed = dom.restrictions()
+    assert narrowed, f"{pin}: nothing narrowed"
+    for name in narrowed:
+        case, says = _OUTSIDE[name]
+        reason = dom.rejects(case)
+        assert reason is not None and says in reason, (pin, name, reason)
+    # what stays permissive: a gap between actions is a pipeline input at every pin, and at 0.11.2
+    # a prompt token before the first action (leading mask) is one too
+    assert dom.rejects(GAP.replace(values=GAP.values * GAP.trainable)) is None
+    lead = _OUTSIDE["leading_mask"][0]
+    assert (dom.rejects(lead) is None) == (pin == NEWEST)

@@ -34,6 +34,23 @@ extra trailing pad column keeps every row shorter than L, so no row takes AReaL'
 value. With old log-probs 0 the KL reward is `-kl_ctl * clamp(0 - ref_logp, -10, 10)`, which is
 exactly `token_rewards` while |token_rewards| / kl_ctl <= 10; kl_ctl is the smallest power of two
 (>= 1) that keeps it there, so the division is exact.
+
+Pipeline domain (`SPEC.pipeline` for 1.0.4 and git main, whose cited files are identical;
+`SPEC.pipeline_by_pin` for v0.3.4, the same facts at other lines). Every workflow builds one row as
+prompt (loss_mask 0) + output (loss_mask 1) with `attention_mask` all ones, and batches are right-padded with 0
+(`concat_padded_tensors`). `areal/workflow/multi_turn.py:105` (v0.3.4 :103) appends each retry's feedback prompt with
+loss_mask 0 (gaps; the prompt itself is the leading mask); AReaL's own `examples/tir/tir_workflow.py:171-173, 241`
+(v0.3.4 :156-158, 226) appends tool output with loss_mask 0 and stops on `max_turns` / `max_length` right after it,
+so a row can end in real masked tokens (the score then sits on a masked slot: the corpus' score-kept / telescoping /
+reference entries are reachable); `len(context_ids) >= max_len` before the first turn and empty completions
+(skipped when dumping, `areal/infra/workflow_executor.py:896-898`, git main :893-895) give rows with no trainable
+token. Values are the critic's at every real position (not zeroed at the prompt) in the engine dtype (`dtype`,
+default bfloat16; float16/float32 by config), ref log-probs are non-zero at the prompt, and `kl_ctl` (default 0.1)
+makes token rewards: dtypes, masked values and rewards stay permissive. Narrowed: left padding (right-padded
+rows) and non-finite poison (critic outputs and ref log-probs are finite; padding is filled with 0.0; rollout
+log-probs are 0.0 on the prompt). Not exercised by the adapter (its trailing pad column avoids it): in a real batch
+the longest row always has `seqlens == max_seqlen`, takes the "no EOS" path and bootstraps from `values[:, -1]`, a
+position the critic is never trained on.
 """
 
 from __future__ import annotations
@@ -112,6 +129,40 @@ SPEC = TargetSpec(
             "after the prompt",
         },
     ),
+    pipeline=Domain(
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "left_padding": "rows are prompt + output with attention_mask all ones (areal 1.0.4: "
+            "areal/workflow/rlvr.py:165-175, areal/workflow/multi_turn.py:127-133) and batches are right-padded: "
+            "concat_padded_tensors -> _pad_cat_dim0 pads dims 1.. on the right (areal/utils/data.py:204-238, "
+            "241-297; concat_batch areal/utils/data.py:369-390 under batched_call, areal/trainer/ppo/actor.py:143)",
+            "nonfinite_poison": "values are critic forward outputs (areal/trainer/ppo/critic.py:35-40), set per "
+            "trajectory (areal/trainer/rl_trainer.py:633-635; git main :595-597), padded with 0.0 "
+            "(areal/engine/core/train_engine.py:140-144, areal/utils/data.py:544-555) and by concat_padded_tensors "
+            "pad_value 0.0 (areal/utils/data.py:241-297); ref_logp is a ref-engine forward padded the same way "
+            "(areal/trainer/rl_trainer.py:650-652; git main :612-614); rollout log-probs are 0.0 on the prompt "
+            "(areal/workflow/rlvr.py:166, areal/workflow/multi_turn.py:104); no NaN/inf is written at a masked "
+            "position",
+        },
+    ),
+    pipeline_by_pin={
+        "b0ebd07b61d01122cf21579295c61863c969d3b1": Domain(
+            left_padding=False,
+            nonfinite_poison=False,
+            why={
+                "left_padding": "v0.3.4: rows are prompt + output with attention_mask all ones "
+                "(areal/workflow/rlvr.py:83-113, areal/workflow/multi_turn.py:103-126); concat_padded_tensors "
+                "appends the padding on the right (areal/utils/data.py:152-220, torch.cat at :217)",
+                "nonfinite_poison": "v0.3.4: values are PPOCritic.compute_values, an engine forward "
+                "(areal/engine/ppo/critic.py:20-25; absent -> zeros, areal/engine/ppo/actor.py:128-129) "
+                "unpacked and padded with 0.0 (areal/engine/base_hf_engine.py:603-607, areal/utils/data.py:318-328); "
+                "batches padded with pad_value 0.0 (areal/utils/data.py:152-217); rollout log-probs are 0.0 on "
+                "the prompt (areal/workflow/rlvr.py:84); ref_logp is zeros (areal/engine/ppo/actor.py:107) or a "
+                "ref-engine forward padded the same way (examples/countdown/train.py:328)",
+            },
+        ),
+    },
     notes=(
         "score at attention length - 2 in rolled coordinates = the last real (attended) response token, not the "
         "last trainable one; adv_norm (off by default) is not exercised"

@@ -25,6 +25,17 @@ How a canonical case becomes NeMo-RL's inputs (the PPO loop in `nemo_rl/algorith
                       power of two (>= 1) keeping |r / c| <= 8 at trainable positions; powers of two keep it exact.
     estimator config as the framework's own unit tests build it (tests/unit/algorithms/test_ppo.py): gae_gamma,
     gae_lambda, normalize_advantages=False, no VAPO decoupling (gae_lambda_value/policy None, alpha 0).
+
+Pipeline domain (`SPEC.pipeline`, the same facts at 7ea279abf and 857b11522; each reason cites both pins' lines).
+The PPO loop (`nemo_rl/algorithms/ppo.py`, 7ea: 1464-1596, 857b: 1127-1250) gives the estimator the whole flat
+sequence: `token_loss_mask` is 1 on assistant messages only, so prompt, tool/environment messages and padding are
+masked; multi-turn rollouts (`max_rollout_turns`) make gaps, leading masks and observation tails; rows whose
+`sample_mask` is 0 (overlong filtering; 7ea multiplies it into the mask) are all-masked. Values are the critic's at
+every position (prompt positions included, not zeroed), and the KL term is computed at every position before
+`token_level_rewards * mask`; `use_kl_in_reward` is a config option, so token and masked rewards stay permissive.
+Narrowed: dtypes (rewards and values are float32, so the recursion runs in float32 or wider), left padding
+(right-padded batches) and non-finite poison (critic values finite and zero-padded; logprobs finite or selected to
+0 outside the mask under top-k/top-p; calculate_kl clamps +-inf, so only NaN logprobs could leak and none are made).
 """
 
 from __future__ import annotations
@@ -62,6 +73,32 @@ SPEC = TargetSpec(
     masked_zero=True,  # compute_advantage ends with masked_fill(advantages, ~mask, 0)
     stand_ins=(),  # nothing of nemo_rl is imported (see the module docstring), so nothing is stood in for
     domain=Domain(),  # mask, values, score and token rewards are independent inputs in any dtype; no narrowing
+    # the PPO loop's own inputs (module docstring, "Pipeline domain"); line numbers as "7ea: ...; 857b: ..."
+    pipeline=Domain(
+        dtypes=("float32", "float64"),
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": "the GAE arithmetic is promoted to >= float32: token_level_rewards take rewards.dtype "
+            "(nemo_rl/algorithms/advantage_estimator.py:383, 857b: :344) and total_reward is float32 "
+            "(7ea: nemo_rl/experience/rollouts.py:872; 857b: nemo_rl/experience/rollouts.py:382); values are cast "
+            "to float32 (7ea: nemo_rl/models/automodel/train.py:1091; 857b: "
+            "nemo_rl/models/value/workers/megatron_value_worker.py:106-107); float64 kept (an env may return "
+            "float64 rewards), half precision never reaches the recursion",
+            "left_padding": "flat sequences are right-padded: 'Padding is always applied to the right side' "
+            "(7ea: nemo_rl/data/llm_message_utils.py:269; 857b: nemo_rl/data/llm_message_utils.py:249) via "
+            "pad_sequence (7ea: nemo_rl/distributed/batched_data_dict.py:323; 857b: :161)",
+            "nonfinite_poison": "values are finite critic outputs, padding columns filled with 0.0 "
+            "(7ea: nemo_rl/models/value/workers/dtensor_value_worker_v2.py:516-518; 857b: "
+            "nemo_rl/models/value/workers/megatron_value_worker.py:861); prev_logprobs are full-vocab log_softmax "
+            "zeroed past input_lengths (7ea: nemo_rl/models/automodel/train.py:789; 857b: :741) and, under "
+            "top-k/top-p, -inf replaced by selection outside the mask (7ea: nemo_rl/algorithms/utils.py:254-255; "
+            "857b: nemo_rl/algorithms/utils.py:237); reference logprobs use no top-k/top-p "
+            "(7ea: nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py:1034; 857b: :1017); "
+            "calculate_kl clamps +-inf "
+            "(7ea: nemo_rl/algorithms/utils.py:73-74, 98-99; 857b: nemo_rl/algorithms/utils.py:66, 81)",
+        },
+    ),
     notes="source of GeneralizedAdvantageEstimator executed from the pin (its module needs real transformers, "
     "tensorboard and pydantic to import); token rewards through its KL-in-reward term",
 )
