@@ -255,6 +255,7 @@ def retriage(handle: Any, entry: Entry, verdict: Verdict, dtype: str | None) -> 
     from oracles.diagnosis import diagnose
 
     case = entry.case if dtype is None else entry.case.replace(dtype=dtype)
+    case = verdict.case or case  # a crashing twin: the finding is about the twin's own case
     prop = verdict.property
     declared = handle.declared
     if not hasattr(declared, "pipeline"):  # a fake handle of the tests without the triage fields

@@ -7,9 +7,10 @@ mechanism of `shared/design/kinds.md` (Root causes), and names the first that ex
 1. the property itself names it: a crash (`crash-degenerate`), NaN / inf under the mask
    (`nan-through-mask`), bits that change between runs (`nondeterminism`), non-zero masked
    advantages (`masked-nonzero`);
-2. `masked-value-bootstrap` / `masked-reward-leak`: on the case with clean masked positions
-   (the twin the property built, for row-independence and gap-invariance), setting only the
-   masked values (only the masked rewards) to a probe changes trainable outputs;
+2. `masked-value-bootstrap` / `masked-reward-leak`: the case carries that poison (non-zero
+   masked values / rewards; the `poison` property brings its own) and, on the case with clean
+   masked positions (the twin the property built, for row-independence and gap-invariance),
+   setting only the masked values (only the masked rewards) to a probe changes trainable outputs;
 3. `precision`: the property holds when the same (already rounded) inputs run in float64;
 4. `extra-decay`: a `compressed` target on the clean case agrees with the `dense` reference;
 5. `masked-statistics`: a row's outputs depend on other rows on the clean case, or a whitening
@@ -123,6 +124,9 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
         for field, mech in (("values", "masked-value-bootstrap"), ("token_rewards", "masked-reward-leak")):
             if field == "token_rewards" and not declared.domain.masked_rewards:
                 continue
+            own = getattr(subject, field)[~live]
+            if prop != "poison" and not bool((own != 0).any()):
+                continue  # the case has no such poison: a leak of the probe's cannot explain its failure
             poked = clean.replace(**{field: torch.where(live, getattr(clean, field), torch.full_like(c_adv, probe))})
             p_adv, p_ret = _call(run, poked)
             moved = _moved(p_adv, c_adv, bnd.advantages, slack, live) | _moved(p_ret, c_ret, bnd.returns, slack, live)

@@ -85,3 +85,21 @@ def test_every_declared_pipeline_domain_cites_upstream_lines():
                 declared += 1
                 assert dom.cited() == [], f"{tid}:{entry} {where}: uncited narrowing of {dom.cited()}"
     assert declared >= 1
+
+
+def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
+    """ROLL c09bc8bc9f43 leaks masked values AND drops a score on a masked tail; a case with zero
+    masked values that fails score-kept is score-lost, not a value bootstrap."""
+
+    def leaky_and_drops_tail_score(*, token_rewards, values, trainable, attention, score, gamma, lam):
+        rewards = zoo._place_score(token_rewards * trainable, score, attention)  # score on the last real token
+        adv, ret = zoo._scan(rewards * trainable, values, gamma, lam)  # masked values bootstrap
+        return adv * trainable, ret * trainable
+
+    from oracles.properties import Declared
+
+    run = zoo.as_run(leaky_and_drops_tail_score)
+    case = Case.build(trainable=[[1, 0]], values=[[0.0, 0.0]], score=[1.0], gamma=0.0, lam=1.0)
+    assert diagnose(run, case, Declared("dense"), "score-kept").mechanism == "score-lost"
+    poisoned = case.replace(values=[[0.0, 100.0]], gamma=1.0, lam=0.5)
+    assert diagnose(run, poisoned, Declared("dense"), "poison").mechanism == "masked-value-bootstrap"
