@@ -354,3 +354,21 @@ def test_vanilla_is_not_present_where_the_flag_is_missing(tmp_path):
     spec = miles.SPEC
     with pytest.raises(WorkerSkip, match="no `chunked` flag"):
         Worker(LoadSpec(spec.adapter, str(tmp_path), "vanilla", spec.stand_ins, spec.deny, spec.own)).start()
+
+
+def test_pipeline_domain_cites_every_narrowing_and_rejects_what_miles_never_builds():
+    spec = miles.SPEC
+    for pin in ("0.0.2", "6ccdc7da6", "3d2e0e411"):
+        dom = spec.pipeline_at(pin)
+        assert dom is not None and dom.cited() == []
+        assert sorted(dom.restrictions()) == ["dtypes", "left_padding", "nonfinite_poison"]
+        ok = Case.build(trainable=[[1, 0, 1, 0], [0, 0, 0, 0]], token_rewards=[[0, 2, 0, 3], [0] * 4], score=[1, 2])
+        assert dom.rejects(ok) is None  # gaps, a masked tail, an all-masked row, masked KL are all reachable
+        assert "left-padded" in dom.rejects(Case.build(trainable=[[0, 1]], attention=[[0, 1]]))
+        assert "NaN / inf" in dom.rejects(Case.build(trainable=[[1, 0]], token_rewards=[[0.0, float("nan")]]))
+        assert "dtype" in dom.rejects(Case.build(trainable=[[1, 1]], dtype="float64"))
+    # --true-on-policy-mode keeps bf16 value logits in the 0.0.2 wheel; the git pins upcast them
+    bf16 = Case.build(trainable=[[1, 1]], dtype="bfloat16")
+    assert spec.pipeline_at("0.0.2").rejects(bf16) is None
+    assert "dtype" in spec.pipeline_at("3d2e0e411").rejects(bf16)
+    assert spec.pipeline_at("6ccdc7da6123456") is miles.PIPELINE_GIT

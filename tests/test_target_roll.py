@@ -209,6 +209,31 @@ def test_domain_excludes_float64_and_left_padding():
     assert set(domain.restrictions()) == {"dtypes", "left_padding"}
 
 
+def test_pipeline_domains_cite_and_reject():
+    """RLVR: one contiguous right-padded response, finite inputs; agentic: turns with gaps, the KL masked by the
+    same mask the advantage reads. Every narrowing cites a ROLL file:line at every pin."""
+    rlvr = {pin: roll.SPEC.for_entry("default").pipeline_at(pin) for pin in (SEED_PIN, HEAD_PIN, FIX_PIN)}
+    agentic = {pin: roll.SPEC.for_entry("agentic").pipeline_at(pin) for pin in (SEED_PIN, HEAD_PIN, FIX_PIN)}
+    assert rlvr[SEED_PIN] is roll.SPEC.pipeline and agentic[HEAD_PIN] is not rlvr[HEAD_PIN]
+    for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
+        dom, agt = rlvr[pin], agentic[pin]
+        assert dom.cited() == [] and agt.cited() == []
+        assert all(pin in why for why in dom.restrictions().values())
+        assert set(dom.restrictions()) == {"gaps", "masked_real_tail", "left_padding", "nonfinite_poison"}
+        assert set(agt.restrictions()) == {"left_padding", "masked_rewards", "nonfinite_poison"}
+        # the seed report's case with its masked slot as padding (a critic value under it) is in both pipelines
+        padded = SEED.replace(attention=SEED.trainable.clone())
+        assert dom.rejects(padded) is None and agt.rejects(padded) is None
+        assert "gap" in dom.rejects(GAP) and agt.rejects(GAP) is None
+        assert "ends in real non-trainable" in dom.rejects(TAIL) and agt.rejects(TAIL) is None
+        left = Case.build(trainable=[[0, 1, 1]], attention=[[0, 1, 1]])
+        assert "left-padded" in dom.rejects(left) and "left-padded" in agt.rejects(left)
+        nan = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], values=[[0, 0, math.nan]])
+        assert "NaN" in dom.rejects(nan) and "NaN" in agt.rejects(nan)
+        kl_under_mask = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 0, 5]])
+        assert dom.rejects(kl_under_mask) is None and "non-trainable" in agt.rejects(kl_under_mask)
+
+
 def test_tree_without_roll_is_not_present(tmp_path):
     (tmp_path / "roll" / "utils").mkdir(parents=True)
     (tmp_path / "roll" / "__init__.py").write_text("")

@@ -218,3 +218,19 @@ def test_short_fuzz_at_head_finds_the_leak_and_the_lost_score(repos):
                              properties=("poison", "score-kept"))
         print(f"\n[slime] fuzz {HEAD}: {time.monotonic() - t0:.1f} s, {result.examples} examples", file=sys.stderr)
     assert {f.property for f in result.findings} == {"poison", "score-kept"}
+
+
+def test_pipeline_domain_cites_every_narrowing_and_rejects_what_slime_never_builds():
+    for pin in (HEAD, OLDER):
+        dom = slime.SPEC.pipeline_at(pin)
+        assert dom is not None and dom.cited() == []
+        assert sorted(dom.restrictions()) == ["dtypes", "left_padding", "nonfinite_poison"]
+        assert pin in dom.why["dtypes"]
+        ok = Case.build(trainable=[[1, 0, 1, 0]], token_rewards=[[0, 2, 0, 3]], values=[[1, 9, 1, 9]], score=[1.0])
+        assert dom.rejects(ok) is None  # gaps, a masked tail, masked KL and masked values are all reachable
+        assert dom.rejects(ALL_MASKED) is None
+        assert "dtype" in dom.rejects(Case.build(trainable=[[1, 1]], dtype="bfloat16"))
+        assert "left-padded" in dom.rejects(Case.build(trainable=[[0, 1]], attention=[[0, 1]]))
+        inf = Case.build(trainable=[[1, 0]], values=[[0.0, float("inf")]])
+        assert "NaN / inf" in dom.rejects(inf)
+    assert slime.SPEC.pipeline_at(OLDER) is slime.PIPELINE_166441911

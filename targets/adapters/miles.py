@@ -23,6 +23,16 @@ with every group trivial (`GroupInfo(rank=0, size=1, group=None)`; in the older 
 `mpu` of the slime adapter. `fla` is deny-listed: miles probes it, and a stand-in would change
 what it runs.
 
+Pipeline domain (`SPEC.pipeline` at the git pins, `pipeline_by_pin["0.0.2"]` for the wheel): what
+miles' own rollout and PPO path hand the function. Narrowed: no left padding (per-sample lists of
+exactly `response_lengths[i]` tokens), no non-finite poison (critic outputs and log-prob differences;
+tool tokens carry log-prob 0.0), and at the git pins dtypes to float32 (values upcast `.float()`,
+KL `.float()`); the 0.0.2 wheel keeps bf16 / fp16, which `--true-on-policy-mode` gives its value
+logits. Reachable, so permissive: gaps and observation tails (`multi_turn` generate appends tool
+responses with loss_mask 0 and can stop after one), leading masked tokens
+(`--mask-offpolicy-in-partial-rollout`), all-masked rows (`remove_sample`), KL rewards and critic
+values at every response token.
+
 Mapping of the canonical case is slime's (`targets.adapters.slime.Samples`): a row's real tokens
 are the sample's response, padding (left or right) is dropped, `trainable` is `loss_masks[i]`
 (torch.int), token rewards are the per-token rewards (through the caller: as KL), the score is
@@ -51,6 +61,63 @@ from targets.adapters.slime import (
 )
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
+_TB = "miles/backends/training_utils"
+PIPELINE_GIT = Domain(
+    dtypes=("float32",),
+    left_padding=False,
+    nonfinite_poison=False,
+    why={
+        "dtypes": f"miles 6ccdc7da6 / 3d2e0e411: critic values are upcast, {_TB}/loss_hub/logit_processors.py:254 "
+        f"`.float()`; token rewards are -kl_coef * KL with KL cast `.float()` ({_TB}/loss_hub/math_utils.py:155) "
+        f"or float32 zeros ({_TB}/loss.py:57); GAE runs in values dtype ({_TB}/loss_hub/math_utils.py:641 at "
+        "6ccdc7da6, :668 at 3d2e0e411)",
+        "left_padding": "miles 6ccdc7da6 / 3d2e0e411: per-sample unpadded lists, loss_masks[i] has exactly "
+        "response_lengths[i] entries (miles/ray/rollout/train_data_conversion.py:78-87) and values are cut per "
+        f"response ({_TB}/loss_hub/logit_processors.py:243-254); there is no padding at all",
+        "nonfinite_poison": "miles 6ccdc7da6 / 3d2e0e411: values are value-head outputs "
+        f"({_TB}/loss_hub/logit_processors.py:243-254), token rewards -kl_coef * (log-prob differences) "
+        f"({_TB}/loss_hub/advantages.py:59-65, {_TB}/loss_hub/math_utils.py:155); tool tokens get rollout "
+        "log-prob 0.0 (miles/rollout/generate_utils/tool_call_utils.py:64): nothing non-finite under the mask",
+        # permissive fields, with the code that produces them
+        "gaps": "reachable: tool responses are appended with loss_mask 0 "
+        "(miles/rollout/generate_utils/tool_call_utils.py:63, miles/rollout/generate_hub/multi_turn.py:93), "
+        "then the next assistant turn",
+        "masked_real_tail": "reachable: the turn loop (miles/rollout/generate_hub/multi_turn.py:53) ends after a "
+        "tool response when generate_max_turns runs out or the context is full",
+        "leading_mask": "reachable: --partial-rollout with --mask-offpolicy-in-partial-rollout zeroes the old part "
+        "of a resumed response (miles/rollout/sglang_rollout.py:268-269, new tokens trainable at :237-238)",
+        "all_masked_rows": "reachable: remove_sample zeroes a whole loss mask "
+        "(miles/ray/rollout/train_data_conversion.py:85-86)",
+        "masked_rewards": f"reachable: -kl_coef * KL at every response token, unmasked ({_TB}/loss_hub/advantages.py:"
+        "59-65); from #1827 the function itself drops them",
+        "masked_values": f"reachable: the critic values every response token ({_TB}/loss_hub/logit_processors.py:"
+        "243-254), never masked before the call",
+    },
+)
+PIPELINE_0_0_2 = Domain(
+    dtypes=("float32", "bfloat16", "float16"),
+    left_padding=False,
+    nonfinite_poison=False,
+    why={
+        "dtypes": "miles-rl 0.0.2: value logits are asserted float32 only outside --true-on-policy-mode "
+        f"({_TB}/loss.py:69-70); in that mode they are cast to bf16 / fp16 ({_TB}/loss.py:81-85) and "
+        "get_advantages_and_returns_batch runs in values dtype (miles/utils/ppo_utils.py:558); never float64",
+        "left_padding": "miles-rl 0.0.2: per-sample unpadded lists, loss_masks[i] has exactly response_lengths[i] "
+        f"entries (miles/ray/rollout.py:695-703), values cut per response ({_TB}/loss.py:232-272); no padding",
+        "nonfinite_poison": f"miles-rl 0.0.2: values are value-head outputs ({_TB}/loss.py:264-272), token "
+        f"rewards -kl_coef * (log-prob differences) ({_TB}/loss.py:346-355, miles/utils/ppo_utils.py:81); tool "
+        "tokens get rollout log-prob 0.0 (miles/rollout/generate_utils/tool_call_utils.py:64)",
+        "gaps": "reachable: miles/rollout/generate_utils/tool_call_utils.py:63 (loss_mask 0 for tool responses), "
+        "miles/rollout/generate_hub/multi_turn.py:75",
+        "masked_real_tail": "reachable: the turn loop (miles/rollout/generate_hub/multi_turn.py:46) can end "
+        "after a tool response",
+        "leading_mask": "reachable: miles/rollout/sglang_rollout.py:242-243 (--mask-offpolicy-in-partial-rollout)",
+        "all_masked_rows": "reachable: remove_sample, miles/ray/rollout.py:701-702",
+        "masked_rewards": f"reachable: KL at every response token, score on the last one ({_TB}/loss.py:346-355)",
+        "masked_values": f"reachable: critic values at every response token ({_TB}/loss.py:264-272)",
+    },
+)
+
 SPEC = TargetSpec(
     id="miles",
     adapter="targets.adapters.miles",
@@ -74,6 +141,8 @@ SPEC = TargetSpec(
             + " (one domain per target, so float64 is left out at every pin)"
         },
     ),
+    pipeline=PIPELINE_GIT,
+    pipeline_by_pin={"0.0.2": PIPELINE_0_0_2},
     notes=(
         "contract: compressed. PR #1827 documents it (GAE over the trainable subsequence, zero "
         "bootstrap after the last trainable token, score on the last trainable token, 0 at masked "
@@ -247,4 +316,3 @@ def load(root: Path, entry: str | None) -> Loaded:
         return run_caller(call, case, device)
 
     return Loaded(run, f"{where} via {caller_where}", notes + smoke(run))
-

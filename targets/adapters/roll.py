@@ -26,6 +26,18 @@ How a canonical case becomes ROLL's inputs (everything below is ROLL's own code 
                              token, `argmax(position_ids * attention_mask)`, not on the last trainable one.
 
 Whitening, reward normalisation, clipping and OPD stay off (ROLL's defaults), so the outputs are the raw GAE.
+
+Pipeline domain (`SPEC.pipeline` at c09bc8bc9f43, `pipeline_by_pin` for the other pins: same facts, other lines;
+the agentic entry overrides both). RLVR (`default`): every response comes from `postprocess_generate`, which
+left-aligns the sequence and marks one contiguous response run ending on the last attended token, and
+`get_sample_level_mask` zeroes whole rows only: no gaps, no observation tail, no left padding. Agentic: the env
+managers concatenate prompt/observation and response turns (gaps) and right-pad; a masked tail is not ruled out
+(pluggable env managers; the shipped trajectory managers drop a trailing observation). Both: the critic's values
+are its raw output at every position, unmasked (at the first slot after the response they are the critic's value
+of the last real token), so masked values are always there; the only token reward is the KL term
+`-beta * kld` with `kld` multiplied by `response_mask[:, 1:]`: non-zero under the mask only in RLVR rows that
+`get_sample_level_mask` zeroes (the agentic call reads the same mask the KL used); values and rewards are model
+outputs and log-prob differences, finite. Every restriction cites its line in `why`.
 """
 
 from __future__ import annotations
@@ -41,6 +53,89 @@ from oracles.case import Case
 from oracles.domain import Domain
 from targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+
+
+def _rlvr_pipeline(rev: str, fn: dict[str, str]) -> Domain:
+    """The RLVR pipeline's domain at `rev`; `fn` gives that pin's line references."""
+    return Domain(
+        gaps=False,
+        masked_real_tail=False,
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "gaps": f"ROLL {rev}: roll/utils/functionals.py:{fn['resp']} postprocess_generate sets "
+            "new_response_mask[i][prompt_len:valid_length] = 1, one contiguous run; "
+            f"roll/utils/functionals.py:{fn['sample']} get_sample_level_mask scales whole rows; "
+            f"roll/pipeline/rlvr/rlvr_pipeline.py:{fn['call']} passes that final_response_mask",
+            "masked_real_tail": f"ROLL {rev}: roll/utils/functionals.py:{fn['tail']} attention is 1 on "
+            "[0, valid_length) and the response mask on [prompt_len, valid_length): the last attended token is "
+            "the last response token",
+            "left_padding": f"ROLL {rev}: roll/utils/functionals.py:{fn['shift']} postprocess_generate shifts every "
+            "row left (output[i, :-shift] = output[i, shift:]) and sets attention 1 on [0, valid_length)",
+            "masked_values": f"ROLL {rev}: roll/pipeline/base_worker.py:{fn['values']} values = output_tensor[:, :-1] "
+            "over the whole sequence, unmasked: the slot after the last response token holds the critic's value of "
+            "that last real token (kept permissive)",
+            "nonfinite_poison": f"ROLL {rev}: values are the critic's output, "
+            f"roll/pipeline/base_worker.py:{fn['values']} (finite); token rewards are score - beta * kld with "
+            f"roll/utils/functionals.py:{fn['kl']} kld = log-prob difference * response_mask (finite "
+            "log-probs, 0 under the mask)",
+        },
+    )
+
+
+def _agentic_pipeline(rev: str, fn: dict[str, str]) -> Domain:
+    """The agentic pipeline's domain at `rev`; `fn` gives that pin's line references."""
+    return Domain(
+        left_padding=False,
+        masked_rewards=False,
+        nonfinite_poison=False,
+        why={
+            "gaps": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['turns']} concatenates "
+            "[0] * prompt/observation + [1] * response per turn (kept permissive)",
+            "masked_real_tail": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pop']} drops "
+            "a trailing observation, but env managers are pluggable (VL, proxy/message-tracker ones re-tokenise "
+            "chat templates): kept permissive",
+            "all_masked_rows": f"ROLL {rev}: roll/pipeline/agentic/env_manager/agent_native_env_manager.py:"
+            f"{fn['placeholder']} placeholder rollouts have response_mask all 0 (kept permissive)",
+            "left_padding": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pad']} right-pads "
+            f"the token list with pad_to_length (roll/utils/functionals.py:{fn['padfn']} appends)",
+            "masked_rewards": f"ROLL {rev}: the only token reward is -beta * kld, roll/utils/functionals.py:{fn['kl']} "
+            "kld * data.batch['response_mask'][:, 1:]; agentic_compute_advantage is called without response_mask "
+            f"(roll/pipeline/agentic/agentic_pipeline.py:{fn['call']}) and reads the same mask, "
+            f"roll/pipeline/agentic/utils.py:{fn['mask']}",
+            "masked_values": f"ROLL {rev}: roll/pipeline/base_worker.py:{fn['values']} values = output_tensor[:, :-1] "
+            "over the whole sequence, unmasked: the slot after the last response token holds the critic's value of "
+            "that last real token (kept permissive)",
+            "nonfinite_poison": f"ROLL {rev}: values are the critic's output, "
+            f"roll/pipeline/base_worker.py:{fn['values']} (finite); token rewards are score - beta * kld with "
+            f"roll/utils/functionals.py:{fn['kl']} kld = log-prob difference * response_mask (finite "
+            "log-probs, 0 under the mask)",
+        },
+    )
+
+
+_KL = {"c09bc8bc9f43": "208,618-624", "090ac94658ad": "207,625-631", "8eb27cc2dc34": "209,621-627"}
+_VALUES = {"c09bc8bc9f43": "675-678", "090ac94658ad": "675-678", "8eb27cc2dc34": "690-693"}
+RLVR_PIPELINE = {
+    rev: _rlvr_pipeline(rev, dict(fn, kl=_KL[rev], values=_VALUES[rev]))
+    for rev, fn in {
+        "c09bc8bc9f43": dict(resp="930", sample="728-729", call="652-662", tail="925-930", shift="919-928"),
+        "090ac94658ad": dict(resp="941", sample="735-736", call="652-662", tail="936-941", shift="930-939"),
+        "8eb27cc2dc34": dict(resp="1292", sample="731-732", call="710-721", tail="1287-1292", shift="1281-1290"),
+    }.items()
+}
+AGENTIC_PIPELINE = {
+    rev: _agentic_pipeline(rev, dict(fn, kl=_KL[rev], values=_VALUES[rev]))
+    for rev, fn in {
+        "c09bc8bc9f43": dict(turns="303-307", pop="289-290", placeholder="444", pad="338-341", padfn="455-465",
+                             call="454-463", mask="469-470"),
+        "090ac94658ad": dict(turns="303-307", pop="289-290", placeholder="444", pad="338-341", padfn="462-472",
+                             call="454-463", mask="469-470"),
+        "8eb27cc2dc34": dict(turns="325-329", pop="311-312", placeholder="443", pad="360-363", padfn="456-466",
+                             call="499-508", mask="469-470"),
+    }.items()
+}
+_SEED_REV = "c09bc8bc9f43"
 
 SPEC = TargetSpec(
     id="roll",
@@ -77,6 +172,14 @@ SPEC = TargetSpec(
             "no batch reaching compute_advantage is left-padded",
         },
     ),
+    pipeline=RLVR_PIPELINE[_SEED_REV],
+    pipeline_by_pin={rev: dom for rev, dom in RLVR_PIPELINE.items() if rev != _SEED_REV},
+    entry_overrides={
+        "agentic": {
+            "pipeline": AGENTIC_PIPELINE[_SEED_REV],
+            "pipeline_by_pin": {rev: dom for rev, dom in AGENTIC_PIPELINE.items() if rev != _SEED_REV},
+        }
+    },
     notes="score on the last attended token (ROLL's expand_to_token_level), token rewards through ROLL's KL term",
 )
 

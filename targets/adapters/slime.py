@@ -28,6 +28,16 @@ KL (`log_probs = 0`, `ref_log_probs = token_rewards`, `kl_loss_type = "k1"`, `kl
 `-kl_coef * (0 - r) = r` exactly). Outputs come back per sample and are scattered to the real
 positions; padding positions are 0.
 
+Pipeline domain (`SPEC.pipeline` at 624b824a8, `pipeline_by_pin` for 166441911: same facts, other
+lines): what slime's own rollout and PPO caller hand the function. Narrowed: dtypes to float32 (the
+value head is asserted float32, KL is cast `.float()`), no left padding (per-sample lists of exactly
+`response_lengths[i]` tokens; there is no padding at all), no non-finite poison (values are critic
+outputs, rewards log-prob differences; tool tokens carry log-prob 0.0). Everything else is reachable
+and stays permissive: gaps and observation tails (tool tokens appended with loss_mask 0 by
+`Sample.append_response_tokens(trainable=False)` and the search-r1 / retool generators), leading
+masked tokens (`--mask-offpolicy-in-partial-rollout`), all-masked rows (`remove_sample`), KL rewards
+and critic values at every response token, unmasked.
+
 The shared machinery here (mpu state, per-sample lists, caller arguments) also serves the miles
 adapter: miles is a fork of slime and its older pins run the same caller.
 """
@@ -58,6 +68,75 @@ FLOAT64_WHY = (
     ".float()), so a float64 case would only measure that rounding"
 )
 
+
+def slime_pipeline(pin: str, lines: dict) -> Domain:
+    """slime's pipeline domain at `pin`; `lines` holds the pin's line numbers for each citation
+    (the facts are the same at both registered pins, the lines are not)."""
+    g = lines
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": f"slime {pin}: critic values are value-head logits asserted float32 "
+            f"(slime/backends/megatron_utils/loss.py:{g['assert_fp32']}, get_values "
+            f"slime/backends/megatron_utils/loss.py:{g['values']}); token rewards are -kl_coef * KL with KL "
+            f"cast .float() (slime/utils/ppo_utils.py:28) or float32 zeros "
+            f"(slime/backends/megatron_utils/loss.py:{g['kl_zeros']}); GAE runs in values dtype "
+            f"(slime/utils/ppo_utils.py:{g['gae_dtype']})",
+            "left_padding": f"slime {pin}: per-sample unpadded lists, loss_masks[i] has exactly "
+            f"response_lengths[i] entries (slime/ray/rollout.py:{g['masks']}) and values/KL are cut per "
+            f"response (slime/backends/megatron_utils/loss.py:{g['values']}); there is no padding at all",
+            "nonfinite_poison": f"slime {pin}: values are value-head outputs "
+            f"(slime/backends/megatron_utils/loss.py:{g['values']}), token rewards differences of "
+            f"log-probs (slime/utils/ppo_utils.py:28, slime/backends/megatron_utils/loss.py:{g['caller']}); "
+            "tool tokens get rollout log-prob 0.0, so nothing non-finite sits under the mask by construction",
+            # permissive fields, with the code that produces them
+            "gaps": f"reachable: tool / observation tokens enter the response with loss_mask 0 "
+            f"({g['gaps']}), then more assistant tokens",
+            "masked_real_tail": f"reachable: the turn loop can stop right after an observation ({g['gaps']})",
+            "leading_mask": "reachable: --partial-rollout with --mask-offpolicy-in-partial-rollout zeroes the "
+            f"old part of a resumed response (slime/rollout/sglang_rollout.py:{g['partial']})",
+            "all_masked_rows": "reachable: remove_sample zeroes a whole loss mask "
+            f"(slime/ray/rollout.py:{g['remove']})",
+            "masked_rewards": f"reachable: -kl_coef * KL at every response token, unmasked "
+            f"(slime/backends/megatron_utils/loss.py:{g['caller']})",
+            "masked_values": f"reachable: the critic values every response token, never masked "
+            f"(slime/backends/megatron_utils/loss.py:{g['values']})",
+        },
+    )
+
+
+PIPELINE_HEAD = slime_pipeline(
+    "624b824a8",
+    {
+        "assert_fp32": 128,
+        "values": "607-649",
+        "kl_zeros": 746,
+        "gae_dtype": 508,
+        "masks": "671-683",
+        "caller": "770-780",
+        "gaps": "slime/utils/types.py:292 Sample.append_response_tokens(trainable=False); "
+        "examples/search-r1/generate_with_search.py:241-244",
+        "partial": "232-233",
+        "remove": "680-681",
+    },
+)
+PIPELINE_166441911 = slime_pipeline(
+    "166441911",
+    {
+        "assert_fp32": 59,
+        "values": "175-216",
+        "kl_zeros": 259,
+        "gae_dtype": 404,
+        "masks": "355-367",
+        "caller": "278-288",
+        "gaps": "examples/search-r1/generate_with_search.py:215-218, examples/retool/generate_with_retool.py:313",
+        "partial": "203-204",
+        "remove": "364-365",
+    },
+)
+
 SPEC = TargetSpec(
     id="slime",
     adapter="targets.adapters.slime",
@@ -75,6 +154,8 @@ SPEC = TargetSpec(
         dtypes=("float32", "bfloat16", "float16"),
         why={"dtypes": FLOAT64_WHY},
     ),
+    pipeline=PIPELINE_HEAD,
+    pipeline_by_pin={"166441911": PIPELINE_166441911},
     notes=(
         "contract: slime never passes the loss mask to GAE (every response token is a transition and "
         "the score sits on the last response token); it documents no masked semantics. It is judged "

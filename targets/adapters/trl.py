@@ -27,6 +27,23 @@ False (TRL's default). No trl module is imported, so no stand-ins are needed.
 
 If the file and trainer class exist but the block is not found, `load` raises `BlockNotFound` (a
 load error that names the file); with no PPO trainer at all (trl >= 1.13) it raises `NotPresent`.
+
+Pipeline domain (`SPEC.pipeline` for 1.12.0 and the git pin, `pipeline_by_pin` for 0.19.1 and 0.11.4: the same
+facts at each pin's own lines; the `compute_advantages` entry overrides both). `train`: the window is the generated
+response (`query_response[:, context_length:]`, right-padded by generation and by `truncate_response`), and what the
+policy trains on is `padding_mask = idx > sequence_lengths` with `sequence_length` the first pad token - 1: always a
+prefix of the window, so no gaps, no leading mask, no masked real tail, no left padding. An all-masked row is
+reachable (a first response token equal to the pad token, e.g. pad == eos, gives `sequence_length = -1`). The block
+is handed the raw logprob / ref-logprob / critic tensors at every position and masks them itself (`INVALID_LOGPROB`
+fill under padding_mask, values zeroed beyond sequence_lengths + 1), so masked token rewards and masked values stay
+permissive; the value kept at the first pad slot is the value model's output there, which TRL trains
+(`vf_loss` over `~padding_mask_p1`) and into which it puts the score. Non-finite poison is narrowed: every masked
+input the block does not replace by selection is a finite value-model output. Dtypes stay permissive (the policy,
+reference, value and reward models are the user's, in any dtype). `compute_advantages` (0.11.4): `step()` takes
+user responses and optional `response_masks` over the whole query + response sequence, left- or right-padded, so
+gaps, tails, leading (query) masks, left padding and all-masked rows are all reachable, and the KL and values are
+non-zero under the mask; narrowed are dtypes (logits are cast to float32 by the value-head wrapper, so the rewards
+and the recursion are float32, float64 only with float64 values) and non-finite poison (model outputs).
 """
 
 from __future__ import annotations
@@ -72,6 +89,59 @@ _RESPONSE_ONLY = (
     "a response is one run of tokens followed by padding, every token before the first pad is trained on"
 )
 
+
+def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: str, fill: str) -> Domain:
+    """The pipeline domain of the `train` block at one pin, each reason citing that pin's lines: `f` the trainer
+    file, `trunc` truncate_response's fill ("path.py:N"), the others line numbers in `f`."""
+    prefix = f"{f}:{pmask} padding_mask = idx > sequence_lengths, with {f}:{seq} sequence_length = first pad token - 1"
+    return Domain(
+        gaps=False,
+        masked_real_tail=False,
+        leading_mask=False,
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "gaps": prefix + ": the trained tokens are a prefix of the response, nothing masks a token inside it",
+            "masked_real_tail": prefix + "; after the stop token the response is filled with pad "
+            f"({trunc} truncate_response): every position after the prefix is padding to TRL",
+            "leading_mask": prefix + ": position 0 is trained whenever the row has a trained token",
+            "left_padding": f"{f}:{resp} response = query_response[:, context_length:]: the window starts at the "
+            "first generated token; generation pads finished rows on the right (queries are left-padded, outside)",
+            "nonfinite_poison": f"{f}:{fill} logprobs / ref_logprobs filled with INVALID_LOGPROB under padding_mask "
+            "and values filled with 0 beyond sequence_lengths + 1 (masked_fill selects, NaN cannot survive); the "
+            f"one masked input kept, the value at sequence_lengths + 1, is the value model's output ({f}:{value} "
+            "get_reward on query_response): finite",
+        },
+    )
+
+
+NEW_FILE = "trl/experimental/ppo/ppo_trainer.py"  # 1.12.0 and the git pin: the same lines
+TRAIN_PIPELINE = _train_pipeline(NEW_FILE, "701", f"{NEW_FILE}:187", "727", "729-732", "764", "765-769")
+TRAIN_PIPELINE_BY_PIN = {
+    "0.19.1": _train_pipeline(
+        "trl/trainer/ppo_trainer.py", "438", "trl/trainer/utils.py:1374", "464", "466-469", "501", "502-506"
+    ),
+    "0.11.4": _train_pipeline(
+        "trl/trainer/ppov2_trainer.py", "347", "trl/trainer/utils.py:1240", "371", "373-376", "408", "409-413"
+    ),
+}
+
+# The old PPOTrainer.step (0.11.4): trl/trainer/ppo_trainer.py and the value-head wrapper.
+OLD_PIPELINE = Domain(
+    dtypes=("float32", "float64"),
+    nonfinite_poison=False,
+    why={
+        "dtypes": "the recursion runs in float32: logits are cast to float32 by the value-head wrapper "
+        "(trl/models/modeling_value_head.py:186-188), which model and ref_model must be "
+        "(trl/trainer/ppo_trainer.py:209-211, 241-256), so logprobs and the KL reward are float32 "
+        "(trl/trainer/ppo_trainer.py:1031, 1138-1146: the score is added in place); half-precision values are "
+        "promoted by the float32 rewards (trl/trainer/ppo_trainer.py:1184); float64 kept for float64 values",
+        "nonfinite_poison": "values and logprobs at masked (query, pad, response_masks = 0) positions are the "
+        "models' outputs on real or pad tokens (trl/trainer/ppo_trainer.py:1022, 1031; value head "
+        "trl/models/modeling_value_head.py:184): finite",
+    },
+)
+
 # Declarations that differ for the old standalone compute_advantages (TargetSpec.entry_overrides).
 ENTRY_OVERRIDES: dict[str, dict] = {
     "compute_advantages": {
@@ -83,6 +153,9 @@ ENTRY_OVERRIDES: dict[str, dict] = {
         # the old PPOTrainer.step takes response_masks, so gaps and masked tails are expressible
         "domain": Domain(),
         "notes": "old PPOTrainer: compute_rewards puts the score at mask.nonzero()[-1] (last trainable token)",
+        # step(response_masks=...) over query + response: everything but dtype and NaN is reachable
+        "pipeline": OLD_PIPELINE,
+        "pipeline_by_pin": {},
     },
 }
 
@@ -126,6 +199,8 @@ SPEC = TargetSpec(
             "left_padding": "responses are right-padded (queries are left-padded, outside the window)",
         },
     ),
+    pipeline=TRAIN_PIPELINE,  # module docstring, "Pipeline domain"
+    pipeline_by_pin=TRAIN_PIPELINE_BY_PIN,
     entry_overrides=ENTRY_OVERRIDES,
     notes=(
         "train(): TRL places the score at sequence_lengths + 1 (the first pad slot) and keeps the value there "
