@@ -19,6 +19,22 @@ attended response tokens: the last *attended* response token, which is an observ
 a multi-turn episode ends in a tool response. The adapter runs that code on a DataProto built from
 the case, with a scorer that returns 1.0, to learn the position, and puts the case's score there
 in the case's dtype (the manager's own tensor is float32, which would round a float64 score).
+
+Pipeline domain: what verl's own trainer (`verl/trainer/ppo/ray_trainer.py`), rollouts, reward managers
+and critics can hand the function, per pin (every narrowing cites file:line at that pin in `why`).
+0.1 and 0.4.1 pass `attention_mask[:, -response_length:]` as the mask (ray_trainer.py:118 in 0.1;
+compute_response_mask, set unconditionally at ray_trainer.py:1012 in 0.4.1, where multi-turn + GAE is also
+asserted out), so the mask equals the attention of a right-padded response: no gaps, observation tails,
+leading masked tokens or all-masked rows with real tokens. From the agent loop (#2124, so at both git pins)
+and in 0.5.0 / 0.9.1 the rollout's own response_mask reaches GAE (tool tokens 0), so those shapes stay
+allowed (sglang multi-turn truncates a response inside a tool turn; custom agent loops are a config option).
+Everywhere: the run dtype is float32 (reward tensors are float32, 0.9.1 casts values with .float()), the
+response window is right-padded, and values and rewards are finite critic / scorer outputs. Masked token
+rewards: the KL penalty is multiplied by the mask and every built-in reward manager writes only the score at
+the last attended token, so they are excluded up to 0.5.0; 0.9.1 loads external reward managers from config
+(verl/trainer/ppo/reward.py:96-105), so it stays allowed there. Masked values: 0.1's FSDP critic does not
+mask values (model outputs at padding), 0.4.1's critics zero them (mask == attention), 0.5.0 and the git pins'
+Megatron critic masks with the attention only and 0.9.1 masks nothing but padding, so tool-token values stay.
 """
 
 from __future__ import annotations
@@ -38,6 +54,176 @@ _GAE = ("verl.trainer.ppo.core_algos", "compute_gae_advantage_return")
 # First commit whose GAE skips masked positions, and its parent (the last plain-loop commit).
 _MASKING_COMMIT = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"
 _BEFORE_MASKING = "11ee5125d269d657f1edf101d627b4b599eaceae"
+
+# --- pipeline domains (what verl's own rollout / reward / KL / critic code hands the function) ---
+_RIGHT_PADDED_0_1 = (
+    "verl 0.1: verl/trainer/ppo/rollout/vllm_rollout/vllm_rollout.py:184 pads the response on the right "
+    "(pad_sequence_to_length) and :199 builds its attention with get_eos_mask"
+)
+_MASK_IS_ATTENTION_0_1 = (
+    "verl 0.1: verl/trainer/ppo/ray_trainer.py:118 passes response_mask = attention_mask[:, -response_length:] "
+    "as eos_mask, so trainable == attention over a right-padded response"
+)
+_MASK_IS_ATTENTION_0_4_1 = (
+    "verl 0.4.1: verl/trainer/ppo/ray_trainer.py:1012 sets response_mask = compute_response_mask(batch) "
+    "unconditionally (:181-196, attention_mask[:, -response_length:]; the chat scheduler's mask is overwritten) "
+    "and :477-479 asserts multi-turn with tools is GRPO-only, so trainable == attention over the response"
+)
+_NO_EMPTY_0_1 = (
+    _MASK_IS_ATTENTION_0_1 + "; verl/utils/torch_functional.py:145-147 get_eos_mask always keeps position 0, "
+    "so every row has a trainable token"
+)
+_NO_EMPTY_0_4_1 = (
+    _MASK_IS_ATTENTION_0_4_1 + "; verl/utils/torch_functional.py:239-240 get_response_mask always keeps position 0 "
+    "(verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:339), so every row has a trainable token"
+)
+_NONFINITE = (
+    "values are critic outputs ({critic}) and rewards are the scorer's float placed by the reward manager "
+    "({reward}) minus a KL of finite log-probs; nothing in the pipeline writes NaN / inf at masked positions"
+)
+
+
+def _pipeline_0_1() -> Domain:
+    return Domain(
+        dtypes=("float32",),
+        gaps=False,
+        masked_real_tail=False,
+        leading_mask=False,
+        left_padding=False,
+        all_masked_rows=False,
+        masked_rewards=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": (
+                "verl 0.1: verl/trainer/main_ppo.py:46 builds the reward tensor as float32 and "
+                "verl/trainer/ppo/critic/dp_critic.py:49-55 runs the critic under bf16 autocast, so GAE runs in float32"
+            ),
+            "gaps": _MASK_IS_ATTENTION_0_1,
+            "masked_real_tail": _MASK_IS_ATTENTION_0_1,
+            "leading_mask": _MASK_IS_ATTENTION_0_1,
+            "left_padding": _RIGHT_PADDED_0_1,
+            "all_masked_rows": _NO_EMPTY_0_1,
+            "masked_rewards": (
+                "verl 0.1: verl/trainer/ppo/ray_trainer.py:87-93 multiplies the KL by the response mask and "
+                "verl/trainer/main_ppo.py:75 writes the score at valid_response_length - 1 (a trainable token, "
+                "the mask being the attention)"
+            ),
+            "nonfinite_poison": _NONFINITE.format(
+                critic="verl 0.1: verl/trainer/ppo/critic/dp_critic.py:54-56 output.logits",
+                reward="verl/trainer/main_ppo.py:75",
+            ),
+        },
+    )
+
+
+def _pipeline_0_4_1() -> Domain:
+    return Domain(
+        dtypes=("float32",),
+        gaps=False,
+        masked_real_tail=False,
+        leading_mask=False,
+        left_padding=False,
+        all_masked_rows=False,
+        masked_rewards=False,
+        masked_values=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": (
+                "verl 0.4.1: verl/workers/reward_manager/naive.py:53 builds the reward tensor as float32 and "
+                "verl/workers/critic/dp_critic.py:65 runs the critic under bf16 autocast, so GAE runs in float32"
+            ),
+            "gaps": _MASK_IS_ATTENTION_0_4_1,
+            "masked_real_tail": _MASK_IS_ATTENTION_0_4_1,
+            "leading_mask": _MASK_IS_ATTENTION_0_4_1,
+            "left_padding": (
+                "verl 0.4.1: verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:307 right-pads the response "
+                "(pad_2d_list_to_length) and :339 builds its attention with get_response_mask"
+            ),
+            "all_masked_rows": _NO_EMPTY_0_4_1,
+            "masked_rewards": (
+                "verl 0.4.1: verl/trainer/ppo/ray_trainer.py:164 multiplies the KL by the response mask; the reward "
+                "managers write only the score at the last attended token (verl/workers/reward_manager/naive.py:95, "
+                "dapo.py:118, prime.py:166, batch.py:104), a trainable token since mask == attention"
+            ),
+            "masked_values": (
+                "verl 0.4.1: verl/workers/critic/dp_critic.py:183-184 and "
+                "verl/workers/critic/megatron_critic.py:122-123 multiply values by "
+                "attention_mask[:, -response_length:], the same mask GAE gets at this pin"
+            ),
+            "nonfinite_poison": _NONFINITE.format(
+                critic="verl 0.4.1: verl/workers/critic/dp_critic.py:109-123",
+                reward="verl/workers/reward_manager/naive.py:95",
+            ),
+        },
+    )
+
+
+def _pipeline_multi_turn(pin: str, naive: str, kl: str, padding: str, critic: str) -> Domain:
+    """The agent-loop era (the rollout's own response_mask reaches GAE): masks may have gaps, observation
+    tails, leading masked tokens and empty rows; narrowed are dtype, padding side, masked rewards (<= 0.5.0)
+    and non-finite poison."""
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        masked_rewards=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": (
+                f"verl {pin}: {naive} builds the reward tensor as float32 (rm_scores likewise); the critic's bf16 "
+                "values are promoted, so GAE runs in float32"
+            ),
+            "left_padding": f"verl {pin}: {padding} pads responses on the right",
+            "masked_rewards": (
+                f"verl {pin}: {kl} multiplies the KL by data.batch['response_mask'] (the rollout's own mask) and the "
+                f"built-in reward managers write only the score at valid_response_length - 1 ({naive}); reward "
+                "managers come from the registry only (verl/trainer/ppo/reward.py get_reward_manager_cls)"
+            ),
+            "nonfinite_poison": _NONFINITE.format(critic=critic, reward=naive),
+        },
+    )
+
+
+_PIPELINE_0_5_0 = _pipeline_multi_turn(
+    "0.5.0",
+    naive="verl/workers/reward_manager/naive.py:54,98 (dapo.py:124, prime.py:174, batch.py:104)",
+    kl="verl/trainer/ppo/ray_trainer.py:170-179",
+    padding="verl/experimental/agent_loop/agent_loop.py:343 (padding_side='right')",
+    critic="verl/workers/critic/dp_critic.py:185-186, verl/workers/critic/megatron_critic.py:131-132",
+)
+
+
+def _pipeline_git(rev: str) -> Domain:
+    return _pipeline_multi_turn(
+        rev[:12],
+        naive="verl/workers/reward_manager/naive.py:54,98",
+        kl="verl/trainer/ppo/ray_trainer.py:161-170",
+        padding="verl/experimental/agent_loop/agent_loop.py:269 (padding_side='right')",
+        critic="verl/workers/critic/dp_critic.py:195, verl/workers/critic/megatron_critic.py:132",
+    )
+
+
+def _pipeline_0_9_1() -> Domain:
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": (
+                "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:1262 casts the critic's values with .float() and "
+                "verl/workers/reward_manager/naive.py:98 builds the reward tensor as float32"
+            ),
+            "left_padding": (
+                "verl 0.9.1: verl/experimental/agent_loop/agent_loop.py:763-779 pads responses and the response "
+                "mask on the right"
+            ),
+            "nonfinite_poison": _NONFINITE.format(
+                critic="verl 0.9.1: verl/workers/engine/fsdp/transformer_impl.py:1600-1644, padding filled by "
+                "no_padding_2_padding in verl/trainer/ppo/ray_trainer.py:1261",
+                reward="verl/workers/reward_manager/naive.py:153",
+            ),
+        },
+    )
+
 
 SPEC = TargetSpec(
     id="verl",
@@ -91,13 +277,22 @@ SPEC = TargetSpec(
             ),
         },
     ),
+    pipeline=_PIPELINE_0_5_0,
+    pipeline_by_pin={
+        "0.1": _pipeline_0_1(),
+        "0.4.1": _pipeline_0_4_1(),
+        "0.9.1": _pipeline_0_9_1(),
+        _MASKING_COMMIT: _pipeline_git(_MASKING_COMMIT),
+        _BEFORE_MASKING: _pipeline_git(_BEFORE_MASKING),
+    },
     notes=(
         "Contract: compressed, what verl intends since #2337 (0.5.0): 'skip values and TD-error on observation "
         "tokens' (core_algos.py); its test checks that values at masked positions do not change the outputs. "
-        "0.1 ... 0.4.1 run a plain GAE loop over every position and use the mask only for whitening; they relied on "
+        "0.1 ... 0.4.1 run a plain GAE loop over every position and use the mask only for whitening; 0.4.x relied on "
         "the critic (dp_critic.py: values = values * response_mask) and apply_kl_penalty (kld * response_mask) to "
-        "zero masked values and rewards upstream, so at those pins poison and gap findings are what the function "
-        "itself does, not necessarily what the whole pipeline feeds it. Masks are passed as int64, as verl's "
+        "zero masked values and rewards upstream (0.1's FSDP critic does not mask values: the seed report is a "
+        "pipeline input there); see pipeline_by_pin for what each pin's pipeline feeds the function. "
+        "Masks are passed as int64, as verl's "
         "pipeline does (attention_mask slices; agent_loop.py builds response_mask with dtype=torch.int64). "
         "The score goes where verl's reward manager puts it (last attended response token), so with a masked "
         "observation tail it lands on a masked position: 0.5+ then drops it (lastgaelam is not updated there)."
