@@ -92,6 +92,25 @@ def test_gaps_are_outside_the_domain_with_a_reason():
     assert not torchrl.SPEC.masked_zero and "after `done`" in torchrl.SPEC.masked_zero_why
 
 
+def test_pipeline_domain_is_cited_and_follows_the_nan_sanitising_of_the_gae_module():
+    spec = torchrl.SPEC
+    old, new, head = spec.pipeline, spec.pipeline_at("0.14.1"), spec.pipeline_at("ae9719f17b15")
+    assert all(spec.pipeline_at(p) is old for p in ("0.12.0", "0.10.1", "0.8.1", "0.6.0"))
+    assert old.cited() == [] and new.cited() == [] and head.cited() == []
+    assert set(old.restrictions()) == {"gaps"}  # a general library: everything else stays permissive
+    assert set(new.restrictions()) == set(head.restrictions()) == {"gaps", "nonfinite_poison"}
+    gap = Case.build(trainable=[[1, 0, 1]])
+    assert "gap" in old.rejects(gap) and "gap" in new.rejects(gap)  # gaps, as the api domain
+    # AutoResetTransform's NaN next observation: V(next) at the done step is NaN up to 0.12.0, sanitised from 0.14.1
+    nan_next = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 1]], values=[[0.5, 0.25, math.nan]])
+    assert old.rejects(nan_next) is None
+    assert "NaN / inf" in new.rejects(nan_next) and "NaN / inf" in head.rejects(nan_next)  # nonfinite_poison
+    anything = Case.build(trainable=[[0, 1, 1, 0], [0, 0, 0, 0]], attention=[[1, 1, 1, 1], [0, 0, 1, 1]],
+                          token_rewards=[[1.0, 2.0, 3.0, 4.0]] * 2, values=[[9.0, 1.0, 2.0, -9.0]] * 2,
+                          dtype="bfloat16")
+    assert old.rejects(anything) is None and new.rejects(anything) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # Release 0.14.1, both entries.
 # ---------------------------------------------------------------------------------------------

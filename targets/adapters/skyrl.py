@@ -25,6 +25,18 @@ How SkyRL feeds it (read at the pins; `skyrl_train/trainer.py` in releases, `sky
 
 The function runs plain GAE over every position and whitens the advantages inside with
 `masked_whiten(advantages, response_mask)` (unbiased variance, eps 1e-8, mean shifted out).
+
+Pipeline domain (`SPEC.pipeline` for the release layouts 0.1.0, 0.3.1 and skyrl_train-v0.4.0;
+`SPEC.pipeline_by_pin` for git main). SkyRLGymGenerator builds multi-turn responses whose loss mask is 0 on
+observation and chat-template tokens: gaps, leading template tokens and masked real tails (0.1.0 keeps the
+final observation in the response; later pins strip it but mask an appended EOS, and the score or turn reward
+sits on that last, masked token), and zero-variance / overlong filtering zeroes whole loss masks while
+`response_mask` stays 1 (all-masked rows). Critic values are unmasked value-head outputs at every position
+(trained only under the loss mask), per-step rewards may sit on masked tokens, and KL-in-reward is a config
+option, so values, masked rewards and token rewards stay permissive. Narrowed: dtypes (rewards are a float32
+tensor, values bf16 or float32, so the recursion runs in float32), left padding at the release pins (the
+response window is right-padded; git main right-aligns it, so left padding is allowed there) and non-finite
+poison (value-head outputs, zero-filled float rewards and a clamped, masked KL are finite).
 """
 
 from __future__ import annotations
@@ -68,6 +80,12 @@ SPEC = TargetSpec(
         Pin("skyrl_train-v0.4.0", "last tagged skyrl-train release in the old skyrl-train/ layout", kind="git"),
     ),
     whitening=Whitening(unbiased=True, eps=1e-8, shift_mean=True),
+    masked_zero=False,
+    masked_zero_why=(
+        "the function whitens and returns every response position (masked_whiten shifts and scales all of [B, T]); "
+        "the policy loss reads advantages only under loss_mask (0.3.1: skyrl_train/utils/ppo_utils.py:593 and "
+        "reduce_loss :881-899; git main: skyrl/backends/skyrl_train/utils/ppo_utils.py:586)"
+    ),
     documented_errors=(
         # masked_var raises these itself, on purpose, when the response mask has < 2 tokens
         r"ValueError: At least one element in the mask has to be 1",
@@ -82,6 +100,39 @@ SPEC = TargetSpec(
         # of the response window, and zero-variance filtering zeroes whole loss masks.
         why={},
     ),
+    pipeline=Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": "rewards are a float32 tensor (0.3.1: skyrl_train/dataset/preprocess.py:118; 0.1.0: :120; "
+            "v0.4.0: skyrl-train/skyrl_train/dataset/preprocess.py:118), values come from the critic under "
+            "bf16 autocast (0.3.1: skyrl_train/workers/worker.py:962-966), and the fp32 rewards promote "
+            "`delta` to float32 (0.3.1: skyrl_train/utils/ppo_utils.py:1019; 0.1.0: :748)",
+            "left_padding": "the response window is right-padded: output_attention_mask = [1] * len + [0] * pad "
+            "(0.3.1: skyrl_train/dataset/preprocess.py:101; 0.1.0: :103; "
+            "v0.4.0: skyrl-train/skyrl_train/dataset/preprocess.py:101)",
+            "nonfinite_poison": "values are value-head outputs, padding zero-filled under sample packing "
+            "(0.3.1: skyrl_train/model_wrapper.py:500-508; 0.1.0: skyrl_train/models.py:560-568); rewards are a "
+            "zero-initialised float tensor (0.3.1: skyrl_train/dataset/preprocess.py:118-122); the KL penalty is "
+            "clamped and multiplied by the loss mask (0.3.1: skyrl_train/utils/ppo_utils.py:115-126)",
+        },
+    ),
+    pipeline_by_pin={
+        "a9564572eb8e": Domain(
+            dtypes=("float32",),
+            nonfinite_poison=False,
+            why={
+                "dtypes": "rewards are packed as np.float32 (skyrl/train/dataset/preprocess.py:214-220), values "
+                "come from the critic under bf16 autocast (skyrl/backends/skyrl_train/workers/worker.py:1550), "
+                "and the fp32 rewards promote `delta` to float32 (skyrl/backends/skyrl_train/utils/ppo_utils.py:1333)",
+                "nonfinite_poison": "values are value-head outputs, padding zero-filled under sample packing "
+                "(skyrl/backends/skyrl_train/workers/model_wrapper.py:491-499); rewards are zero-initialised "
+                "float32 (skyrl/train/dataset/preprocess.py:214-217); the KL penalty is clamped and masked positions "
+                "routed to 0 with torch.where (skyrl/backends/skyrl_train/utils/ppo_utils.py:115-125)",
+            },
+        ),
+    },
     # the wheels say Requires-Python ==3.12.* but are pure Python (py3-none-any) and import on 3.11
     pip_args=("--python-version", "3.12"),
     notes=(

@@ -28,6 +28,18 @@ Importing `torchrl` with a torch it was not built against only warns about its C
 (`torchrl._torchrl`, used by prioritized replay buffers); the functional GAE is pure torch.
 Releases 0.2.0 and 0.4.0 do not import with torch 2.13 / tensordict 0.15 (0.2 loads the extension
 eagerly, 0.4 needs `tensordict._tensordict`), so the release pins start at 0.6.0.
+
+Pipeline domain. torchrl is a general RL library: its LLM stack (torchrl/envs/llm, objectives/llm: GRPO, SFT,
+distillation) never calls GAE, so the pipeline is the classic one: collectors hand contiguous [B, T] batches in
+which `done` falls anywhere (what follows it is the next episode, what precedes the first step is the end of
+the previous one, a row may hold no `done`), and the `GAE` module calls the functional with value-network
+outputs at `obs` and `("next", obs)`. Dtypes, rewards and values are whatever the user's env and networks make,
+so everything the api domain allows stays permissive, with one fact per pin: `AutoResetTransform` fills the
+`("next", obs)` of a done step with NaN by default (`fill_float="nan"`), so V(next) is NaN exactly where the
+functional multiplies it by `not_terminated`; at 0.6.0 .. 0.12.0 the GAE module passes it through
+(non-finite poison reachable), from 0.14.1 (and git main) `_sanitize_next_obs_nan` replaces NaN next
+observations before the value network (`pipeline_by_pin`: non-finite poison narrowed). `gaps` stays excluded as
+in the api domain (no token mask to express them).
 """
 
 from __future__ import annotations
@@ -72,6 +84,40 @@ SPEC = TargetSpec(
             "transition with its own value and reward, so gaps are not expressible",
         },
     ),
+    pipeline=Domain(
+        gaps=False,
+        why={
+            "gaps": "as the api domain: the functional takes done / terminated flags and no token mask "
+            "(0.14.1: torchrl/objectives/value/functional.py:120-128), so a masked token inside a trajectory "
+            "cannot be expressed; non-finite poison stays allowed here: AutoResetTransform fills the next "
+            "observation of a done step with NaN (0.12.0: torchrl/envs/transforms/transforms.py:10459; 0.10.1: "
+            ":10077; 0.8.1: :9892; 0.6.0: :8212) and the GAE module feeds V(NaN) to the functional unsanitised "
+            "(0.12.0: torchrl/objectives/value/advantages.py:1505, 1537-1556)",
+        },
+    ),
+    pipeline_by_pin={
+        rev: Domain(
+            gaps=False,
+            nonfinite_poison=False,
+            why={
+                "gaps": "as the api domain: the functional takes done / terminated flags and no token mask "
+                "(torchrl/objectives/value/functional.py:120-128)",
+                "nonfinite_poison": "the GAE module replaces NaN next observations (AutoResetTransform, "
+                f"compact_obs) by the root observation before the value network ({cite}); rewards and "
+                "the other values are env / network outputs, finite",
+            },
+        )
+        for rev, cite in (
+            (
+                "0.14.1",
+                "torchrl/objectives/value/advantages.py:609-661, 872; fill at torchrl/envs/transforms/_env.py:2232",
+            ),
+            (
+                "ae9719f17b15",
+                "torchrl/objectives/value/advantages.py:562-614, 813; fill at torchrl/envs/transforms/_env.py:2112",
+            ),
+        )
+    },
     notes=(
         "row -> one trajectory ending at the last trainable token (done = terminated there); "
         "next_state_value = values shifted left with 0 after the row; score added at the last trainable token"
