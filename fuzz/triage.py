@@ -94,7 +94,7 @@ def reach(
     if pipe is None:
         return Reach("api", None, "the adapter declares no pipeline domain for this pin")
     same = lambda c: diagnose(run, c, declared, prop).mechanism == mechanism  # noqa: E731
-    why = pipe.rejects(case)
+    why = pipe.rejects(case) or _twin_outside(case, prop, pipe, declared)
     if why is None and _violates(run, case, declared, prop):
         return Reach("pipeline", case, "the shrunk case is inside the pipeline domain")
     why = why or "the property needed poison the pipeline does not make"
@@ -127,6 +127,21 @@ def reach(
     if found is not None and _violates(run, found.case, declared, prop) and same(found.case):
         return Reach("pipeline", found.case, f"found by a search inside the pipeline domain (the shrunk case: {why})")
     return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")
+
+
+def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None:
+    """Why the twin a property builds lies outside the pipeline (the failure is on the twin)."""
+    from oracles.properties import with_extra_row, with_inserted_gap
+
+    if prop == "gap-invariance":
+        made = with_inserted_gap(case)
+        twin = made[0] if made else None
+    elif prop == "row-independence":
+        twin = with_extra_row(case, declared.domain)[0]
+    else:
+        return None
+    why = pipe.rejects(twin) if twin is not None else None
+    return f"the {prop} twin: {why}" if why else None
 
 
 def triage(

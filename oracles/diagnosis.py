@@ -129,7 +129,9 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
                 continue  # the case has no such poison: a leak of the probe's cannot explain its failure
             poked = clean.replace(**{field: torch.where(live, getattr(clean, field), torch.full_like(c_adv, probe))})
             p_adv, p_ret = _call(run, poked)
-            moved = _moved(p_adv, c_adv, bnd.advantages, slack, live) | _moved(p_ret, c_ret, bnd.returns, slack, live)
+            moved = _moved(p_ret, c_ret, bnd.returns, slack, live)
+            if declared.whitening is None:  # whitened advantages move with any masked statistic: returns decide
+                moved = moved | _moved(p_adv, c_adv, bnd.advantages, slack, live)
             if moved.any():
                 where = moved.nonzero().tolist()[0]
                 return Diagnosis(mech, f"{field} = {probe:g} at the masked positions moved the output at {where}")
