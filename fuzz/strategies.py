@@ -72,6 +72,8 @@ def _allowed_layouts(domain: Domain) -> list[str]:
             continue
         if name == "all masked" and not domain.all_masked_rows:
             continue
+        if name == "padding only" and not domain.empty_rows:
+            continue
         out.append(name)
     return out
 

@@ -41,6 +41,7 @@ class Domain:
     leading_mask: bool = True  # real non-trainable tokens before the first trainable one
     left_padding: bool = True  # padding before the real tokens
     all_masked_rows: bool = True  # rows with no trainable token next to normal rows
+    empty_rows: bool = True  # rows with no real token at all (a zero-length response)
     masked_rewards: bool = True  # non-zero token rewards at non-trainable positions
     token_rewards: bool = True  # non-zero token rewards at all (else only the score)
     masked_values: bool = True  # non-zero critic values at non-trainable positions
@@ -71,6 +72,8 @@ class Domain:
         pos = torch.arange(case.shape[1])
         for b in range(case.shape[0]):
             a_idx, t_idx = att[b].nonzero().flatten(), tr[b].nonzero().flatten()
+            if not a_idx.numel() and not self.empty_rows:
+                return f"row {b} is empty (a zero-length response)"
             if not t_idx.numel():
                 if a_idx.numel() and not self.all_masked_rows:
                     return f"row {b} has no trainable token"

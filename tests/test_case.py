@@ -75,3 +75,13 @@ def test_domain_rejections_name_the_reason():
     assert Domain().rejects(gap) is None
     assert narrow.restrictions()["gaps"] == "no token mask"
     assert narrow.restrictions()["left_padding"] == "(no reason recorded)"
+
+
+def test_domain_tells_an_empty_row_from_an_all_masked_row():
+    empty = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]])
+    masked = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [1, 1]])
+    no_empty = Domain(empty_rows=False)
+    assert "zero-length response" in no_empty.rejects(empty)
+    assert no_empty.rejects(masked) is None
+    assert "no trainable token" in Domain(all_masked_rows=False).rejects(masked)
+    assert Domain(all_masked_rows=False).rejects(empty) is None

@@ -65,12 +65,16 @@ _TB = "miles/backends/training_utils"
 PIPELINE_GIT = Domain(
     dtypes=("float32",),
     left_padding=False,
+    empty_rows=False,
     nonfinite_poison=False,
     why={
         "dtypes": f"miles 6ccdc7da6 / 3d2e0e411: critic values are upcast, {_TB}/loss_hub/logit_processors.py:254 "
         f"`.float()`; token rewards are -kl_coef * KL with KL cast `.float()` ({_TB}/loss_hub/math_utils.py:155) "
         f"or float32 zeros ({_TB}/loss.py:57); GAE runs in values dtype ({_TB}/loss_hub/math_utils.py:641 at "
         "6ccdc7da6, :668 at 3d2e0e411)",
+        "empty_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/utils/arguments.py:2921-2929 keeps "
+        "rollout_max_prompt_len <= rollout_max_context_len - 1 'so that there is at least one generated token to "
+        "compute loss'; a zero-length response is not an input the rollout intends",
         "left_padding": "miles 6ccdc7da6 / 3d2e0e411: per-sample unpadded lists, loss_masks[i] has exactly "
         "response_lengths[i] entries (miles/ray/rollout/train_data_conversion.py:78-87) and values are cut per "
         f"response ({_TB}/loss_hub/logit_processors.py:243-254); there is no padding at all",
@@ -97,11 +101,14 @@ PIPELINE_GIT = Domain(
 PIPELINE_0_0_2 = Domain(
     dtypes=("float32", "bfloat16", "float16"),
     left_padding=False,
+    empty_rows=False,
     nonfinite_poison=False,
     why={
         "dtypes": "miles-rl 0.0.2: value logits are asserted float32 only outside --true-on-policy-mode "
         f"({_TB}/loss.py:69-70); in that mode they are cast to bf16 / fp16 ({_TB}/loss.py:81-85) and "
         "get_advantages_and_returns_batch runs in values dtype (miles/utils/ppo_utils.py:558); never float64",
+        "empty_rows": "miles-rl 0.0.2: miles/utils/arguments.py:2199-2207 keeps rollout_max_prompt_len <= "
+        "rollout_max_context_len - 1 'so that there is at least one generated token to compute loss'",
         "left_padding": "miles-rl 0.0.2: per-sample unpadded lists, loss_masks[i] has exactly response_lengths[i] "
         f"entries (miles/ray/rollout.py:695-703), values cut per response ({_TB}/loss.py:232-272); no padding",
         "nonfinite_poison": f"miles-rl 0.0.2: values are value-head outputs ({_TB}/loss.py:264-272), token "

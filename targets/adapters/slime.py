@@ -76,8 +76,12 @@ def slime_pipeline(pin: str, lines: dict) -> Domain:
     return Domain(
         dtypes=("float32",),
         left_padding=False,
+        empty_rows=False,
         nonfinite_poison=False,
         why={
+            "empty_rows": f"slime {pin}: slime/utils/arguments.py:{g['one_token']} keeps rollout_max_prompt_len <= "
+            "rollout_max_context_len - 1 'so that there is at least one generated token to compute loss', and "
+            f"prompts longer are filtered (slime/rollout/data_source.py:{g['filter']})",
             "dtypes": f"slime {pin}: critic values are value-head logits asserted float32 "
             f"(slime/backends/megatron_utils/loss.py:{g['assert_fp32']}, get_values "
             f"slime/backends/megatron_utils/loss.py:{g['values']}); token rewards are -kl_coef * KL with KL "
@@ -120,6 +124,8 @@ PIPELINE_HEAD = slime_pipeline(
         "examples/search-r1/generate_with_search.py:241-244",
         "partial": "232-233",
         "remove": "680-681",
+        "one_token": "2027-2035",
+        "filter": "75",
     },
 )
 PIPELINE_166441911 = slime_pipeline(
@@ -134,6 +140,8 @@ PIPELINE_166441911 = slime_pipeline(
         "gaps": "examples/search-r1/generate_with_search.py:215-218, examples/retool/generate_with_retool.py:313",
         "partial": "203-204",
         "remove": "364-365",
+        "one_token": "1692-1700",
+        "filter": "69",
     },
 )
 
