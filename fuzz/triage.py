@@ -94,18 +94,21 @@ def reach(
     if pipe is None:
         return Reach("api", None, "the adapter declares no pipeline domain for this pin")
     same = lambda c: diagnose(run, c, declared, prop).mechanism == mechanism  # noqa: E731
-    why = pipe.rejects(case) or _twin_outside(case, prop, pipe, declared)
+    def outside(c: Case) -> str | None:  # a twin-built property also needs its twin in the pipeline
+        return pipe.rejects(c) or _twin_outside(c, prop, pipe, declared)
+
+    why = outside(case)
     if why is None and _violates(run, case, declared, prop):
         return Reach("pipeline", case, "the shrunk case is inside the pipeline domain")
     why = why or "the property needed poison the pipeline does not make"
-    if known is not None and pipe.rejects(known) is None:
+    if known is not None and outside(known) is None:
         try:
             if _violates(run, known, declared, prop) and same(known):
                 return Reach("pipeline", known, "the recorded pipeline witness still violates it")
         except Exception:  # noqa: BLE001 - a witness the target cannot run any more is no witness
             pass
     projected = pipe.project(case)
-    if projected is not None:
+    if projected is not None and outside(projected) is None:
         try:
             if _violates(run, projected, declared, prop) and same(projected):
                 return Reach("pipeline", projected, f"projected into the pipeline domain (was: {why})")
@@ -124,7 +127,9 @@ def reach(
         nonfinite=pipe.nonfinite_poison,
         properties=(prop,),
     ).finding(prop)
-    if found is not None and _violates(run, found.case, declared, prop) and same(found.case):
+    if found is None or outside(found.case) is not None:
+        return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")
+    if _violates(run, found.case, declared, prop) and same(found.case):
         return Reach("pipeline", found.case, f"found by a search inside the pipeline domain (the shrunk case: {why})")
     return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")
 

@@ -103,3 +103,17 @@ def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
     assert diagnose(run, case, Declared("dense"), "score-kept").mechanism == "score-lost"
     poisoned = case.replace(values=[[0.0, 100.0]], gamma=1.0, lam=0.5)
     assert diagnose(run, poisoned, Declared("dense"), "poison").mechanism == "masked-value-bootstrap"
+
+
+def test_a_twin_built_finding_is_api_when_the_pipeline_cannot_build_its_twin():
+    """A gap-invariance failure lives on the gap twin: a pipeline without gaps never builds it, so
+    neither the case nor its projection is a witness (the verl 0.4.1 extra-decay shape)."""
+    declared, _ = zoo.CATCHES[zoo.extra_decay_per_masked_token]
+    run = zoo.as_run(zoo.extra_decay_per_masked_token)
+    case = Case.build(trainable=[[1, 1]], gamma=1.0, lam=0.9, score=[1.0])
+    mech = diagnose(run, case, declared, "gap-invariance").mechanism
+    assert mech == "extra-decay"
+    assert reach(run, case, "gap-invariance", mech, dataclasses.replace(declared, pipeline=Domain())).level == "pipeline"
+    no_gaps = Domain(gaps=False, why={"gaps": "rollout.py:1"})
+    r = reach(run, case, "gap-invariance", mech, dataclasses.replace(declared, pipeline=no_gaps), examples=20)
+    assert r.level == "api" and r.witness is None and "twin" in r.how
