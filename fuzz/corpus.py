@@ -39,14 +39,15 @@ from typing import Any
 import torch
 
 from oracles.case import DTYPES, Case, CaseError, quantize
-from oracles.properties import PROPERTIES, Verdict
+from oracles.kinds import ALL_PROPERTIES as PROPERTIES
+from oracles.properties import Verdict
 
 FORMAT = "maskfuzz-corpus"
 VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); version 1 files still load
 REACHES = ("pipeline", "api")
 SEVERITY_LEVELS = ("high", "medium", "low")
 LEDGER_NAME = "ledger.json"
-OUTPUTS = ("advantages", "returns", "")
+OUTPUTS = ("advantages", "returns", "", "kl", "out")  # GAE / returns, then the other kinds
 STATUSES = ("fail", "pass", "n/a")
 
 _U64 = (1 << 64) - 1
@@ -205,6 +206,8 @@ def case_to_json(case: Case) -> dict:
         "token_rewards": _tensor_rows(case.token_rewards),
         "values": _tensor_rows(case.values),
         "score": _tensor_rows(case.score),
+        **({"group": case.group.tolist()} if case.group is not None else {}),
+        **({"extra": {k: _tensor_rows(v) for k, v in case.extra.items()}} if case.extra else {}),
     }
 
 
@@ -230,7 +233,10 @@ def case_from_json(d: Any, where: str = "case") -> Case:
         "values": _floats(_get(d, "values", list, where), f"{where}.values", (b, t)),
         "score": _floats(_get(d, "score", list, where), f"{where}.score", (b,)),
     }
-    for key in ("token_rewards", "values", "score"):
+    extra = _get(d, "extra", dict, where, optional=True) or {}
+    for key in extra:
+        fields_[key] = _floats(extra[key], f"{where}.extra.{key}", (b, t))
+    for key in ("token_rewards", "values", "score", *extra):
         x = fields_[key]
         ok = ~torch.isfinite(x) | (quantize(x, dtype) == x)
         if not ok.all():
@@ -243,8 +249,15 @@ def case_from_json(d: Any, where: str = "case") -> Case:
             )
     gamma = decode_float(_get(d, "gamma", (int, float, str), where), f"{where}.gamma")
     lam = decode_float(_get(d, "lam", (int, float, str), where), f"{where}.lam")
+    group = _get(d, "group", list, where, optional=True)
+    if group is not None:
+        group = _list(group, f"{where}.group", b)
+        if not all(isinstance(g, int) and not isinstance(g, bool) for g in group):
+            raise CorpusError(f"expected {b} integer group ids, got {group!r}", field=f"{where}.group")
+        group = torch.tensor(group, dtype=torch.int64)
+    tensors = {k: fields_.pop(k) for k in list(extra)}
     try:
-        return Case(**fields_, gamma=gamma, lam=lam, dtype=dtype)
+        return Case(**fields_, gamma=gamma, lam=lam, dtype=dtype, group=group, extra=tensors)
     except CaseError as exc:
         raise CorpusError(f"not a valid case: {exc}", field=where) from None
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 from hypothesis.errors import Flaky
 
+from fuzz.kind_strategies import kind_cases
 from fuzz.strategies import Sizes, cases
 
 try:
@@ -29,6 +30,8 @@ try:
 except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _GROUP
 from oracles.case import Case
+from oracles.kinds import ALL_KINDS, GAE_KINDS
+from oracles.kinds import properties as kind_properties
 from oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
 
 
@@ -104,7 +107,8 @@ class PropertyViolation(AssertionError):
     """Base of the per-property exception types Hypothesis tracks as distinct bugs."""
 
 
-_VIOLATIONS = {p: type(f"Violation_{p.replace('-', '_')}", (PropertyViolation,), {}) for p in PROPERTIES}
+_ALL_PROPERTIES = tuple(dict.fromkeys(p for kind in ALL_KINDS for p in kind_properties(kind)))
+_VIOLATIONS = {p: type(f"Violation_{p.replace('-', '_')}", (PropertyViolation,), {}) for p in _ALL_PROPERTIES}
 
 Progress = Callable[[FuzzResult], None]
 
@@ -151,20 +155,26 @@ def fuzz_target(
     checked between batches of at most `batch` examples), until the budget is spent.
     `properties` restricts the checks (and the search ends when all of them are found);
     `stop_when(result)`, asked after every example, ends the search at once (benchmarks)."""
+    props = kind_properties(declared.kind)
+    result = FuzzResult(target, pin, checked={p: 0 for p in props}, failed={p: 0 for p in props})
     search = _Search(
         run=run,
         declared=declared,
-        result=FuzzResult(target, pin),
-        wanted=tuple(properties or PROPERTIES),
+        result=result,
+        wanted=tuple(properties or props),
         device=device,
         clock=clock,
         progress=progress,
         stop_when=stop_when,
     )
     with _single_thread():
-        search.loop(cases(declared.domain, sizes, nonfinite), max_examples, seed, budget, batch, derandomize, shrink)
+        if declared.kind in GAE_KINDS:
+            strategy = cases(declared.domain, sizes, nonfinite)
+        else:
+            strategy = kind_cases(declared.kind, declared.domain, sizes, nonfinite)
+        search.loop(strategy, max_examples, seed, budget, batch, derandomize, shrink)
     result = search.result
-    for prop in PROPERTIES:
+    for prop in props:
         if prop in search.found:
             case, verdict, also, used_seed = search.found[prop]
             result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))

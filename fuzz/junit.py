@@ -23,7 +23,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from oracles.properties import INVARIANT, PROPERTIES
+from oracles.kinds import INVARIANT as KIND_INVARIANT
+from oracles.kinds import properties as kind_properties
+from oracles.properties import INVARIANT as GAE_INVARIANT
+
+INVARIANT = {**GAE_INVARIANT, **KIND_INVARIANT}
 
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -82,7 +86,7 @@ def build_junit(payload: dict) -> ET.Element:
         for f in t.get("findings", []):
             findings.setdefault(f["property"], []).append(f)
         status = t.get("status", "ok")
-        for prop in PROPERTIES:
+        for prop in kind_properties(t.get("kind") or "gae"):
             case = ET.SubElement(suite, "testcase", classname=_text(f"maskfuzz.{label}"), name=prop, time="0")
             counts["tests"] += 1
             checked = int((t.get("checked") or {}).get(prop, 0))

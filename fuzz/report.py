@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import quote
 
-from oracles.properties import PROPERTIES, SEVERITY, Verdict
+from oracles.kinds import ALL_PROPERTIES as PROPERTIES
+from oracles.properties import SEVERITY, Verdict
 
 FORMAT = "maskfuzz-report"
 VERSION = 1

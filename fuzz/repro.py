@@ -237,7 +237,7 @@ def _poison_check(case: Case, prop: str, declared: Declared) -> Check:
         what = "values and token rewards" if poison_rewards else "values"
         if not poison_rewards:
             clean = clean.replace(token_rewards=case.token_rewards)
-        if case.lam == 1.0:  # a leak telescopes away at lam = 1: the judge probes at lam = 0.5
+        if case.lam == 1.0 and declared.domain.critic:  # a leak telescopes away at lam = 1: the judge probes at 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
         twin_is = f"the same input with 0 instead of the {what} at non-trainable positions"
     exp = expected_outputs(clean, declared)

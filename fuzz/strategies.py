@@ -272,6 +272,8 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
     else:
         rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
     gamma, lam = draw(gamma_lam())
+    if not domain.critic:  # the returns kind: no critic, a discounted sum (GAE with V = 0, lam = 1)
+        values, lam = torch.zeros_like(values), 1.0
     return Case.build(  # rounds the floats to the run dtype
         trainable=trainable,
         attention=attention,

@@ -54,6 +54,13 @@ class Case:
     score[b]            float64, the outcome reward of the row
     gamma, lam          discount and GAE lambda in [0, 1]
     dtype               the precision a target runs the case in
+    group[b]            int64, the prompt group of the row (kind `group-advantage`, group-level
+                        statistics); None when the kind has no groups
+    extra[name][b, t]   float64, the per-token inputs of the other kinds (`kl`: logp, ref_logp;
+                        `normalization`: x), finite at trainable positions, anything elsewhere
+
+    GAE and `returns` use the first seven fields; the other kinds (`oracles/kinds`) add `group`
+    and `extra` and ignore what they do not read.
     """
 
     attention: torch.Tensor
@@ -64,6 +71,8 @@ class Case:
     gamma: float
     lam: float
     dtype: str = "float32"
+    group: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,10 +94,13 @@ class Case:
         gamma: float = 1.0,
         lam: float = 1.0,
         dtype: str = "float32",
+        group: Sequence[int] | torch.Tensor | None = None,
+        extra: dict | None = None,
     ) -> "Case":
         """Build a case from nested lists or tensors, rounding the floats to `dtype`.
 
-        Omitted fields default to: attention = every position real, rewards/values/score = 0.
+        Omitted fields default to: attention = every position real, rewards/values/score = 0,
+        no groups, no extra tensors.
         """
         tr = _as_bool(trainable, "trainable")
         if tr.dim() != 2:
@@ -108,6 +120,8 @@ class Case:
             gamma=gamma,
             lam=lam,
             dtype=name,
+            group=None if group is None else _as_group(group),
+            extra={k: quantize(_as_f64(v, k), name) for k, v in (extra or {}).items()},
         )
 
     # -- views ----------------------------------------------------------------------------------
@@ -127,6 +141,11 @@ class Case:
                 changes[key] = quantize(_as_f64(changes[key], key), name)
             elif name != self.dtype:
                 changes[key] = quantize(getattr(self, key), name)
+        if "extra" in changes or name != self.dtype:
+            extra = changes.get("extra", self.extra)
+            changes["extra"] = {k: quantize(_as_f64(v, k), name) for k, v in extra.items()}
+        if changes.get("group") is not None:
+            changes["group"] = _as_group(changes["group"])
         changes.setdefault("meta", {})
         return replace(self, **changes)
 
@@ -152,7 +171,12 @@ class Case:
 
     def has_nonfinite_poison(self) -> bool:
         poison = self.poison_mask()
-        return bool((~torch.isfinite(self.values[poison])).any() or (~torch.isfinite(self.token_rewards[poison])).any())
+        tensors = (self.values, self.token_rewards, *self.extra.values())
+        return any(bool((~torch.isfinite(x[poison])).any()) for x in tensors)
+
+    def per_token(self) -> dict[str, torch.Tensor]:
+        """Every float64 [B, T] input by name: token_rewards, values, then the extra tensors."""
+        return {"token_rewards": self.token_rewards, "values": self.values, **self.extra}
 
     def __repr__(self) -> str:
         rows = [
@@ -183,6 +207,13 @@ def _as_f64(x, name: str) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float64).clone()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise CaseError(f"{name} is not a numeric array: {exc}") from None
+
+
+def _as_group(x) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.is_floating_point() or t.dtype == torch.bool:
+        raise CaseError(f"group ids must be integers, got {t.dtype}")
+    return t.to(torch.int64).clone()
 
 
 def _validate(c: Case) -> None:
@@ -232,6 +263,15 @@ def _validate(c: Case) -> None:
             )
     if not torch.isfinite(c.score).all():
         raise CaseError("score must be finite in every row")
+    if c.group is not None and (c.group.dtype != torch.int64 or list(c.group.shape) != [b]):
+        raise CaseError(f"group must be int64 of shape [{b}] (one id per row), got {list(c.group.shape)}")
+    for name, x in c.extra.items():
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or list(x.shape) != [b, t]:
+            raise CaseError(f"extra tensor {name!r} must be float64 of shape [{b}, {t}]")
+        bad = live & ~torch.isfinite(x)
+        if bad.any():
+            pos = [list(p) for p in bad.nonzero().tolist()[:5]]
+            raise CaseError(f"{name} is not finite at trainable positions {pos}: only masked positions may be")
 
 
 def _bits(row: torch.Tensor) -> str:

@@ -111,7 +111,8 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     elif prop == "gap-invariance" and with_inserted_gap(case) is not None:
         subject = with_inserted_gap(case)[0]
     # clean masked positions; probes at lam < 1, where a leaked value does not telescope away
-    clean = sanitized(subject, rewards=True).replace(lam=0.5 if subject.lam == 1.0 else subject.lam)
+    probe_lam = 0.5 if subject.lam == 1.0 and declared.domain.critic else subject.lam
+    clean = sanitized(subject, rewards=True).replace(lam=probe_lam)
     exp = expected_outputs(clean, declared)
     if exp is None:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")

@@ -46,6 +46,7 @@ class Domain:
     token_rewards: bool = True  # non-zero token rewards at all (else only the score)
     masked_values: bool = True  # non-zero critic values at non-trainable positions
     nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
+    critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
     why: dict = field(default_factory=dict, compare=False, hash=False)
 
     def cited(self) -> list[str]:
@@ -97,6 +98,8 @@ class Domain:
             return "NaN / inf at non-trainable positions"
         if not self.masked_values and bool((case.values[~tr] != 0).any()):
             return "critic values at non-trainable positions are non-zero"
+        if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
+            return "the target takes no critic: values must be 0 and lam 1"
         return None
 
     def project(self, case: Case) -> Case | None:

@@ -87,6 +87,8 @@ class Declared:
     documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
     domain: Domain = field(default_factory=Domain)  # the api domain: what the function accepts
     pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
+    kind: str = "gae"  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
+    variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>.py)
 
 
 @dataclass
@@ -289,6 +291,10 @@ def judge(
 ) -> list[Verdict]:
     """Run `case` (and the perturbed twins it needs) through `run`; one verdict per property, in
     the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
+    if declared.kind not in ("gae", "returns"):
+        from oracles.kinds.judge import judge as judge_kind
+
+        return judge_kind(run, case, declared, device=device, only=only)
     want = set(only or PROPERTIES)
     verdicts: dict[str, Verdict] = {}
     if declared.whitening is not None and expected_outputs(case, declared) is None:
@@ -452,7 +458,7 @@ def _check_poison(
         clean = sanitized(case, rewards=poison_rewards)
         fill = min(POISON_PROBE, poison_cap(case.dtype))
         probe = case if has_poison else sanitized(case, fill, poison_rewards)
-        if case.lam == 1.0:  # a leak telescopes away at lam = 1: probe at lam = 0.5
+        if case.lam == 1.0 and declared.domain.critic:  # a value leak telescopes away at lam = 1: probe at 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
     if probe is case and case.lam < 1.0:
         p_adv, p_ret = adv, ret

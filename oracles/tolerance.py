@@ -127,3 +127,11 @@ def mismatches(
     ok = (obs - expected).abs() <= bound
     ok = ok | ((obs == expected) & torch.isinf(expected))
     return where & ~ok
+
+
+def kind_bound(dtype: str, ref: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+    """The bound of the kinds beyond GAE (`oracles.kinds`): the floor plus SAFETY * u * condition,
+    where the kind's `condition` is the magnitude a correct implementation in `dtype` rounds at
+    (the inputs' scale over the normaliser, times the log of the reduction length)."""
+    rtol, atol = FLOOR[dtype]
+    return atol + rtol * ref.abs() + SAFETY * UNIT_ROUNDOFF[dtype] * condition

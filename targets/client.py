@@ -217,7 +217,7 @@ class Worker:
         self.calls += 1
         reply = self._exchange(("run", case), self.timeout, during="run")
         if reply[0] == "ok":
-            return reply[1], reply[2]
+            return tuple(reply[1:])
         raise TargetFailure("exception", f"{reply[1]}: {reply[2]}")
 
     def _exchange(self, message, timeout: float, during: str):

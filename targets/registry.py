@@ -54,6 +54,10 @@ class TargetSpec:
     pipeline_by_pin: dict = field(default_factory=dict, hash=False)  # pin rev -> Domain where it differs
     notes: str = ""
     entry_overrides: dict = field(default_factory=dict, hash=False)  # entry -> field changes for that entry
+    # the kind of masked math (shared/design/kinds.md) and its variant (oracles/kinds/<kind>.py);
+    # set per entry through entry_overrides: one framework has entries of several kinds
+    kind: str = "gae"
+    variant: dict = field(default_factory=dict, hash=False)
 
     def for_entry(self, entry: str | None) -> "TargetSpec":
         """This spec with `entry_overrides[entry]` applied (entries of one framework may promise
@@ -70,7 +74,12 @@ class TargetSpec:
             documented_errors=spec.documented_errors,
             domain=spec.domain,
             pipeline=spec.pipeline_at(pin),
+            kind=spec.kind,
+            variant=dict(spec.variant),
         )
+
+    def kind_of(self, entry: str | None) -> str:
+        return self.for_entry(entry).kind
 
     def pipeline_at(self, pin: str | None) -> Domain | None:
         """The pipeline domain at `pin` (a rev, as named or resolved; prefixes of a hash match)."""

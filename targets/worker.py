@@ -9,7 +9,8 @@ prints cannot corrupt the protocol.
     -> ("load", {"adapter", "root", "entry", "stand_ins", "deny", "own", "device"})
     <- ("loaded", {"where", "notes", "stand_ins_used"}) | ("skip", reason) | ("error", text)
     -> ("run", case)
-    <- ("ok", advantages, returns) | ("raised", type_name, message, traceback)
+    <- ("ok", *outputs) | ("raised", type_name, message, traceback)
+       outputs: (advantages, returns) for GAE and returns, the kind's outputs otherwise
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def serve(receive, reply) -> None:
                 reply(("raised", "RuntimeError", "run before a successful load", ""))
                 continue
             try:
-                adv, ret = loaded.run(msg[1], device)
-                reply(("ok", _cpu(adv), _cpu(ret)))
+                outputs = loaded.run(msg[1], device)
+                reply(("ok", *[_cpu(x) for x in outputs]))
             except Exception as exc:  # noqa: BLE001 - the target's exception is a verdict
                 reply(("raised", type(exc).__name__, str(exc), traceback.format_exc()))
 

@@ -168,7 +168,7 @@ def _line(rev: Revision) -> str:
 
 
 def run(args) -> int:
-    from oracles.properties import PROPERTIES
+    from oracles.kinds import ALL_PROPERTIES as PROPERTIES
 
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")

@@ -23,7 +23,7 @@ from fuzz import profiles
 from fuzz.cli import UsageError
 from fuzz.repos import parse_repos
 from fuzz.strategies import Sizes
-from oracles.properties import PROPERTIES
+from oracles.kinds import properties as kind_properties
 
 
 def register(sub) -> None:
@@ -170,14 +170,21 @@ def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> li
     from targets.registry import registry
     from targets.session import RefError, parse_ref
 
+    specs = registry()
     if not targets and not callables:
-        return [f"{spec.id}@{pin.rev}" for spec in registry().values() for pin in spec.default_pins]
+        targets = [f"{spec.id}@{pin.rev}" for spec in specs.values() for pin in spec.default_pins]
     labels = []
     for text in targets:
         try:
-            labels.append(str(parse_ref(text)))
+            ref = parse_ref(text)
         except RefError as exc:
             raise UsageError(str(exc)) from None
+        if ":" in text.partition("@")[0]:
+            labels.append(str(ref))
+            continue
+        # a framework named without an entry means every entry of it (GAE and the other kinds)
+        for i, entry in enumerate(specs[ref.target].entries):
+            labels.append(f"{ref.target}{'' if i == 0 else ':' + entry}@{ref.pin}")
     return labels + list(callables)
 
 
@@ -205,6 +212,7 @@ def run_job(job: Job) -> dict:
     }
     ref_target, _, ref_pin = job.label.partition("@")
     out["pin"] = ref_pin if not job.is_callable else "local"
+    out["kind"] = _kind_of(job.label) if not job.is_callable else "gae"
     repos = {k: Path(v) for k, v in job.repos.items()}
     try:
         if job.is_callable:
@@ -276,6 +284,15 @@ def run_job(job: Job) -> dict:
     return out
 
 
+def _kind_of(label: str) -> str:
+    from targets.registry import registry
+
+    head = label.partition("@")[0]
+    target, _, entry = head.partition(":")
+    spec = registry().get(target)
+    return spec.kind_of(entry or None) if spec is not None else "gae"
+
+
 def _save(finding, root: Path) -> str:
     from fuzz.corpus import record
 
@@ -312,13 +329,16 @@ SHORT = {
     "masked-zero": "mzero",
     "deterministic": "determ",
     "reference": "ref",
+    "pad-invariance": "pad",
+    "permutation": "perm",
+    "group-isolation": "groups",
+    "affine": "affine",
 }
 
 
 def summary_table(results: list[dict]) -> str:
     """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
     width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
-    head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT[p].rjust(9) for p in PROPERTIES)
     lines = ["", "Defects (root cause [reach, severity] explains properties; smallest case)"]
     for r in results:
         for d in r.get("defects", []):
@@ -329,19 +349,26 @@ def summary_table(results: list[dict]) -> str:
             )
     if len(lines) == 2:
         lines.append("  none")
-    lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)", head, "-" * len(head)]
-    for r in results:
-        row = r["target"].ljust(width) + r["status"].ljust(9) + str(r["examples"]).rjust(8) + " "
-        if r["status"] != "ok":
-            lines.append(row + (r["reason"].splitlines()[0] if r["reason"] else ""))
-            continue
-        found = {f["property"] for f in r["findings"]}
-        cells = []
-        for p in PROPERTIES:
-            checked, failed = r["checked"].get(p, 0), r["failed"].get(p, 0)
-            cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
-            cells.append(cell.rjust(9))
-        lines.append(row + " ".join(cells))
+    lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)"]
+    kinds = list(dict.fromkeys(r.get("kind", "gae") for r in results))
+    for kind in kinds:
+        props = kind_properties(kind)
+        head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT.get(p, p)[:9].rjust(9) for p in props)
+        if len(kinds) > 1 or kind != "gae":
+            lines.append(f"kind {kind}:")
+        lines += [head, "-" * len(head)]
+        for r in (r for r in results if r.get("kind", "gae") == kind):
+            row = r["target"].ljust(width) + r["status"].ljust(9) + str(r["examples"]).rjust(8) + " "
+            if r["status"] != "ok":
+                lines.append(row + (r["reason"].splitlines()[0] if r["reason"] else ""))
+                continue
+            found = {f["property"] for f in r["findings"]}
+            cells = []
+            for p in props:
+                checked, failed = r["checked"].get(p, 0), r["failed"].get(p, 0)
+                cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
+                cells.append(cell.rjust(9))
+            lines.append(row + " ".join(cells))
     n_find = sum(len(r["findings"]) for r in results)
     n_def = sum(len(r.get("defects", [])) for r in results)
     n_skip = sum(r["status"] == "skipped" for r in results)

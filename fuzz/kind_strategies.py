@@ -1,0 +1,120 @@
+"""Hypothesis strategies for the kinds beyond GAE (`oracles.kinds`).
+
+Masks come from the GAE layouts (`fuzz.strategies`: masked tails, gaps, all-masked and
+padding-only rows, left padding), inside the target's `Domain`. On top of them each kind draws
+what breaks it: group ids in any order with unequal sizes and singletons (`group-advantage`,
+group-level `normalization`), scores and inputs at large offsets and tiny scales, identical scores
+in a group, log-ratios from 0 to where an estimator's exp overflows (`kl`), and poison (finite
+below the dtype's cap, non-finite behind the switch) under the masks of the inputs the kind
+poisons. Every class is recorded with `hypothesis.event()`.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import event
+from hypothesis import strategies as st
+
+from fuzz.strategies import Sizes, _allowed_layouts, _poison, _row
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.kinds import spec
+
+SCORES = (0.0, 1.0, -1.0, 0.5, 2.0, 10.0, -0.25)
+OFFSETS = (0.0, 0.0, 0.0, 1.0, 100.0, 1e3, 1e4)
+
+
+@st.composite
+def groups(draw, b_rows: int) -> torch.Tensor:
+    """[B] int64 group ids: contiguous equal blocks (what most pipelines build), or any order
+    with unequal sizes and singletons, with ids that are not 0..k-1."""
+    mode = draw(st.sampled_from(["one group", "contiguous blocks", "any order", "all singletons"]))
+    event(f"groups: {mode}")
+    if mode == "one group":
+        ids = [0] * b_rows
+    elif mode == "all singletons":
+        ids = list(range(b_rows))
+    elif mode == "contiguous blocks":
+        size = draw(st.integers(1, b_rows))
+        ids = [i // size for i in range(b_rows)]
+    else:
+        k = draw(st.integers(1, b_rows))
+        ids = [draw(st.integers(0, k - 1)) for _ in range(b_rows)]
+    if draw(st.booleans()):
+        ids = [7 * g + 3 for g in ids]  # ids are labels, not indices
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def _values(draw, shape, label: str, pool=SCORES, offsets=OFFSETS) -> torch.Tensor:
+    """Inputs at live positions: a constant, per-row constants (identical in a group), or a
+    seeded random fill at a drawn scale, plus a drawn offset."""
+    mode = draw(st.sampled_from(["const", "per-row", "random", "binary"]))
+    event(f"{label}: {mode}")
+    if mode == "const":
+        x = torch.full(shape, draw(st.sampled_from(pool)), dtype=torch.float64)
+    elif mode == "per-row":
+        rows = torch.tensor([draw(st.sampled_from(pool)) for _ in range(shape[0])], dtype=torch.float64)
+        x = rows.reshape(-1, *([1] * (len(shape) - 1))).expand(shape).clone()
+    else:
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
+        if mode == "binary":
+            x = torch.randint(0, 2, shape, generator=g).to(torch.float64)
+        else:
+            x = torch.randn(shape, generator=g, dtype=torch.float64) * draw(st.sampled_from((1.0, 0.01, 10.0)))
+    offset = draw(st.sampled_from(offsets))
+    if offset:
+        event(f"{label}: offset {offset:g}")
+    return x + offset
+
+
+@st.composite
+def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite: bool = True) -> Case:
+    """A case of `kind` inside `domain`; B <= sizes.max_b, T <= min(sizes.max_t, 64)."""
+    k = spec(kind)
+    domain = domain or Domain()
+    dtype = draw(st.sampled_from(domain.dtypes))
+    event(f"dtype: {dtype}")
+    t_len = draw(st.integers(1, min(8, sizes.max_t)) | st.integers(1, min(64, sizes.max_t)))
+    layouts = _allowed_layouts(domain)
+    if draw(st.integers(0, 3)) == 0:
+        layouts = ["all trainable"]
+        event("uniform batch: all trainable")
+    rows = draw(st.lists(_row(t_len, layouts, domain), min_size=1, max_size=sizes.max_b))
+    attention = torch.tensor([r[0] for r in rows], dtype=torch.bool)
+    trainable = torch.tensor([r[1] for r in rows], dtype=torch.bool)
+    for r in rows:
+        event(f"layout: {r[2]}")
+    b_rows = len(rows)
+    shape = (b_rows, t_len)
+    dead = ~trainable
+    nonfinite = nonfinite and domain.nonfinite_poison
+    group = draw(groups(b_rows)) if k.grouped else None
+    extra: dict[str, torch.Tensor] = {}
+    score = torch.zeros(b_rows, dtype=torch.float64)
+    rewards = torch.zeros(shape, dtype=torch.float64)
+    if kind == "group-advantage":
+        score = _values(draw, (b_rows,), "score")
+        if domain.masked_rewards:
+            rewards = torch.where(dead, _poison(draw, dead, dtype, nonfinite), rewards)
+    elif kind == "normalization":
+        extra["x"] = _values(draw, shape, "x")
+    elif kind == "kl":
+        ref = -_values(draw, shape, "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
+        ratios = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0, 20.0, -20.0)
+        d = _values(draw, shape, "log-ratio", pool=ratios, offsets=(0.0,))
+        extra["ref_logp"], extra["logp"] = ref, ref + d
+    if dtype == "float16":  # keep live inputs inside half's range
+        score = score.clamp(-6e4, 6e4)
+        extra = {n: x.clamp(-6e4, 6e4) for n, x in extra.items()}
+    for name in k.poisoned:
+        if name in extra:
+            extra[name] = torch.where(dead, _poison(draw, dead, dtype, nonfinite), extra[name])
+    return Case.build(
+        trainable=trainable,
+        attention=attention,
+        token_rewards=rewards,
+        score=score,
+        dtype=dtype,
+        group=group,
+        extra=extra,
+    )

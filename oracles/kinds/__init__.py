@@ -1,0 +1,96 @@
+"""The kinds of masked RL math beyond GAE (`shared/design/kinds.md`), one module each.
+
+Each kind module gives `OUTPUTS` (the names of the tensors a target returns, in order, each
+[B, T]), `options(variant)` (the variant with defaults, unknown keys rejected),
+`reference(case, variant, vectorised=False)` (float64; a plain loop, or the independent
+vectorised form; None where the kind's statistic is undefined) and `condition(case, variant)`
+(how far a correct implementation in the case's dtype may be off, in units of the unit roundoff).
+`KINDS` says which inputs are poison under the mask, which input the `affine` property moves and
+which properties apply. The `returns` kind is GAE with V = 0 and lam = 1: it runs on the GAE
+judge (`oracles.properties`), with the `critic=False` domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from oracles.kinds import group_advantage, kl, normalization
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    module: ModuleType
+    properties: tuple[str, ...]  # in priority order: the first a case violates names the finding
+    poisoned: tuple[str, ...]  # per-token inputs that are poison under the mask
+    affine: str | None = None  # "score" or an extra tensor: what the affine property moves
+    grouped: bool = False  # rows carry group ids
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.module.OUTPUTS
+
+
+_COMMON = ("no-crash", "poison-nonfinite", "poison", "pad-invariance")
+KINDS: dict[str, KindSpec] = {
+    "group-advantage": KindSpec(
+        "group-advantage",
+        group_advantage,
+        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "deterministic", "reference"),
+        poisoned=("token_rewards",),
+        affine="score",
+        grouped=True,
+    ),
+    "normalization": KindSpec(
+        "normalization",
+        normalization,
+        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "deterministic", "reference"),
+        poisoned=("x",),
+        affine="x",
+        grouped=True,
+    ),
+    "kl": KindSpec(
+        "kl",
+        kl,
+        (*_COMMON, "masked-zero", "deterministic", "reference"),
+        poisoned=("logp", "ref_logp"),
+    ),
+}
+GAE_KINDS = ("gae", "returns")
+ALL_KINDS = (*GAE_KINDS, *KINDS)
+
+INVARIANT = {
+    "pad-invariance": "a padding column and an all-masked row change no output at trainable positions",
+    "permutation": "permuting rows (group ids kept) permutes the outputs",
+    "group-isolation": "a group's outputs do not depend on the other groups",
+    "affine": "a x + b (a > 0, large b) gives the reference of the moved input (std-normalised outputs unchanged)",
+}
+
+
+def spec(kind: str) -> KindSpec:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; known: {', '.join(ALL_KINDS)}")
+    return KINDS[kind]
+
+
+def properties(kind: str) -> tuple[str, ...]:
+    """The property ids of `kind`, in priority order."""
+    if kind in GAE_KINDS:
+        from oracles.properties import PROPERTIES
+
+        return PROPERTIES
+    return spec(kind).properties
+
+
+def _all_properties() -> tuple[str, ...]:
+    from oracles.properties import PROPERTIES
+
+    return tuple(dict.fromkeys([*PROPERTIES, *(p for k in KINDS.values() for p in k.properties)]))
+
+
+ALL_PROPERTIES = _all_properties()  # every property id of every kind, GAE's first
+
+
+def outputs(kind: str) -> tuple[str, ...]:
+    return ("advantages", "returns") if kind in GAE_KINDS else spec(kind).outputs

@@ -1,0 +1,177 @@
+"""Kind `group-advantage`: outcome advantages normalised within groups of responses to one prompt.
+
+Input (a `Case`): `score[b]` the row's outcome reward, `group[b]` its prompt group (any order, any
+sizes, singletons), `trainable[b, t]` the response mask; `token_rewards` is poison under the mask
+(a framework that sums rewards without the mask reads it). Output: `advantages[b, t]`, the row's
+advantage at its trainable positions, 0 elsewhere.
+
+Variants (`Declared.variant`, every key optional):
+
+    estimator  "grpo" (default) | "rloo"
+    std        "unbiased" (default) | "biased" | None      grpo: None = Dr.GRPO, r - mean_g
+    eps        1e-6                                         added as eps_place says
+    eps_place  "std" (default): (r - mean) / (std + eps) | "var": (r - mean) / sqrt(var + eps)
+    singleton  "raw" (default, mean 0 and std 1: r / (1 + eps)) | "zero"
+    empty_rows "excluded" (default: a row without trainable tokens counts in no statistic)
+               | "counted" (the framework documents counting it)
+
+For a group of n >= 2 counted rows (two-pass float64 statistics):
+
+    grpo  A_i = (r_i - mean_g) / (std_g + eps)           std_g with 1/(n-1) or 1/n
+    rloo  A_i = r_i - (sum_g - r_i) / (n - 1)  = n / (n - 1) * (r_i - mean_g)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from oracles.case import Case
+
+OUTPUTS = ("advantages",)
+DEFAULTS = {
+    "estimator": "grpo",
+    "std": "unbiased",
+    "eps": 1e-6,
+    "eps_place": "std",
+    "singleton": "raw",
+    "empty_rows": "excluded",
+}
+
+
+def options(variant: dict | None) -> dict:
+    """The variant with every default filled in; unknown keys or values are a ValueError."""
+    out = dict(DEFAULTS)
+    for key, value in (variant or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"unknown group-advantage option {key!r}; known: {sorted(DEFAULTS)}")
+        out[key] = value
+    if out["estimator"] not in ("grpo", "rloo") or out["std"] not in ("unbiased", "biased", None):
+        raise ValueError(f"unknown group-advantage variant {out}")
+    if out["eps_place"] not in ("std", "var") or out["singleton"] not in ("raw", "zero"):
+        raise ValueError(f"unknown group-advantage variant {out}")
+    return out
+
+
+def counted(case: Case, v: dict) -> torch.Tensor:
+    """[B] bool: the rows that enter their group's statistics."""
+    if v["empty_rows"] == "counted":
+        return torch.ones(case.shape[0], dtype=torch.bool)
+    return case.trainable.any(dim=1)
+
+
+def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor:
+    """[B] float64 per-row advantages, a plain loop per group (the reference)."""
+    v = options(variant)
+    groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+    use = counted(case, v)
+    out = [0.0] * case.shape[0]
+    for g in sorted(set(groups.tolist())):
+        rows = [b for b in range(case.shape[0]) if int(groups[b]) == g and bool(use[b])]
+        r = [float(case.score[b]) for b in rows]
+        n = len(r)
+        if n == 0:
+            continue
+        if n == 1:
+            if v["singleton"] == "zero":
+                continue
+            denom = 1.0 + v["eps"] if (v["estimator"] == "grpo" and v["std"] is not None) else 1.0
+            if v["eps_place"] == "var" and v["estimator"] == "grpo" and v["std"] is not None:
+                denom = math.sqrt(1.0 + v["eps"])
+            out[rows[0]] = r[0] / denom
+            continue
+        mean = sum(r) / n
+        if v["estimator"] == "rloo":
+            total = sum(r)
+            for b, x in zip(rows, r):
+                out[b] = x - (total - x) / (n - 1)
+            continue
+        if v["std"] is None:
+            for b, x in zip(rows, r):
+                out[b] = x - mean
+            continue
+        var = sum((x - mean) ** 2 for x in r) / (n - 1 if v["std"] == "unbiased" else n)
+        denom = math.sqrt(var) + v["eps"] if v["eps_place"] == "std" else math.sqrt(var + v["eps"])
+        for b, x in zip(rows, r):
+            out[b] = (x - mean) / denom
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
+    """[B] float64 per-row advantages, vectorised over groups (scatter sums); equals the loop."""
+    v = options(variant)
+    b_rows = case.shape[0]
+    groups = case.group if case.group is not None else torch.zeros(b_rows, dtype=torch.int64)
+    _, gid = torch.unique(groups, return_inverse=True)
+    k = int(gid.max()) + 1
+    use = counted(case, v).to(torch.float64)
+    r = case.score * use
+    n = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, use)
+    total = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, r)
+    n_row, total_row = n[gid], total[gid]
+    mean = total_row / n_row.clamp(min=1)
+    centred = (case.score - mean) * use
+    ss = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, centred**2)[gid]
+    if v["estimator"] == "rloo":
+        adv = case.score - (total_row - case.score) / (n_row - 1).clamp(min=1)
+        single = case.score.clone()
+    elif v["std"] is None:
+        adv, single = case.score - mean, case.score.clone()
+    else:
+        var = ss / ((n_row - 1) if v["std"] == "unbiased" else n_row).clamp(min=1)
+        eps = v["eps"]
+        denom = var.sqrt() + eps if v["eps_place"] == "std" else (var + eps).sqrt()
+        adv = (case.score - mean) / denom
+        single = case.score / (1.0 + eps if v["eps_place"] == "std" else math.sqrt(1.0 + eps))
+    if v["singleton"] == "zero":
+        single = torch.zeros_like(single)
+    adv = torch.where(n_row == 1, single, adv)
+    return torch.where(use.bool(), adv, torch.zeros_like(adv))
+
+
+def reference(case: Case, variant: dict | None = None, vectorised: bool = False) -> dict[str, torch.Tensor]:
+    """The outputs: advantages [B, T], the row advantage at trainable positions, 0 elsewhere."""
+    rows = row_advantages(case, variant) if vectorised else row_advantages_loop(case, variant)
+    adv = torch.where(case.trainable, rows[:, None].expand(case.shape), torch.zeros(case.shape, dtype=torch.float64))
+    return {"advantages": adv}
+
+
+def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
+    """[B, T] float64: the magnitude a correct implementation in the case's dtype may be off by,
+    in units of the unit roundoff: |r| and the group mean over the group's scale, times the log of
+    the group size (summation order)."""
+    v = options(variant)
+    groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+    use = counted(case, v)
+    cond = torch.zeros(case.shape[0], dtype=torch.float64)
+    for g in set(groups.tolist()):
+        rows = (groups == g) & use
+        n = int(rows.sum())
+        if n == 0:
+            continue
+        r = case.score[rows]
+        big = float(r.abs().max())
+        if v["estimator"] == "grpo" and v["std"] is not None and n > 1:
+            var = float(((r - r.mean()) ** 2).sum()) / (n - 1 if v["std"] == "unbiased" else n)
+            eps = v["eps"]
+            s = math.sqrt(var) + eps if v["eps_place"] == "std" else math.sqrt(var + eps)
+            scale = big / s if s > 0 else 0.0
+        else:
+            scale = big
+        cond[rows] = (scale + 1.0) * (2.0 + math.log2(n))
+    return cond[:, None].expand(case.shape)
+
+
+def peak(case: Case, variant: dict | None = None) -> float:
+    """The largest intermediate a two-pass implementation forms (a group's sum of |r| or of
+    squared deviations)."""
+    v = options(variant)
+    groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+    use = counted(case, v)
+    out = 0.0
+    for g in set(groups.tolist()):
+        r = case.score[(groups == g) & use]
+        if r.numel():
+            out = max(out, float(r.abs().sum()), float(((r - r.mean()) ** 2).sum()))
+    return out

@@ -1,0 +1,328 @@
+"""The properties of the kinds beyond GAE (`shared/design/kinds.md`), on one case.
+
+A `Run` maps a `Case` to the kind's outputs (a tuple of [B, T] tensors, `KindSpec.outputs`).
+Every comparison is at trainable positions, within the one tolerance policy
+(`oracles.tolerance.kind_bound`); a target compared with itself on a perturbed twin gets twice
+the bound plus `self_slack`. The judge mechanics follow the GAE judge: a twin that crashes is a
+`no-crash` finding on the twin's own case, non-finite poison is judged by `poison-nonfinite`
+alone, finite poison stays below the dtype's cap, an undefined statistic makes every property n/a.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oracles.case import DTYPES, Case
+from oracles.domain import poison_cap
+from oracles.kinds import KindSpec, spec
+from oracles.properties import (
+    POISON_PROBE,
+    Declared,
+    TargetFailure,
+    TwinFailure,
+    Verdict,
+    _describe,
+    _diff,
+    _documented,
+    _na,
+    _ok,
+)
+from oracles.tolerance import kind_bound, mismatches, self_slack
+
+Outputs = dict[str, torch.Tensor]
+
+
+def judge(
+    run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None
+) -> list[Verdict]:
+    """One verdict per property of the declared kind, in its priority order."""
+    k = spec(declared.kind)
+    v = k.module.options(declared.variant)
+    want = set(only or k.properties)
+    verdicts: dict[str, Verdict] = {}
+    ordered = lambda why: [verdicts.get(p) or _na(p, why or "not requested") for p in k.properties]  # noqa: E731
+    ref = k.module.reference(case, v)
+    if ref is None:
+        return ordered("the kind's statistic is undefined for this case (too few trainable positions)")
+    if _overflows(case, ref, k, v):
+        return ordered(f"the reference exceeds the range of {case.dtype}: an overflow is not a defect")
+    try:
+        out = call(run, case, k)
+    except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
+        ok = _documented(declared, exc)
+        verdicts["no-crash"] = (
+            _ok("no-crash", f"documented error: {exc}") if ok else Verdict("no-crash", "fail", _describe(exc))
+        )
+        return ordered("the base run raised")
+    if case.has_nonfinite_poison():
+        if "poison-nonfinite" in want:
+            verdicts["poison-nonfinite"] = _guard(
+                "poison-nonfinite", lambda: _poison(run, k, v, case, out, True), verdicts
+            )
+        verdicts.setdefault("no-crash", _ok("no-crash"))
+        return ordered("checked for non-finite poison only")
+    live = case.trainable
+    for name in k.outputs:
+        bad = live & ~torch.isfinite(out[name])
+        if bad.any():
+            verdicts["no-crash"] = _diff(
+                "no-crash", name, bad, ref[name], out[name], "non-finite output on finite inputs"
+            )
+            return ordered("the base run gave non-finite outputs")
+    verdicts["no-crash"] = _ok("no-crash")
+    bound = {n: kind_bound(case.dtype, ref[n], k.module.condition(case, v)) for n in k.outputs}
+    checks = {
+        "reference": lambda: _compare("reference", ref, out, bound, live, "differs from the float64 reference"),
+        "masked-zero": lambda: _masked_zero(declared, k, case, out),
+        "poison": lambda: _poison(run, k, v, case, out, False),
+        "pad-invariance": lambda: _pad(run, k, v, case, out, declared),
+        "permutation": lambda: _permutation(run, k, v, case, out),
+        "group-isolation": lambda: _isolation(run, k, v, case, out),
+        "affine": lambda: _affine(run, k, v, case),
+        "deterministic": lambda: _deterministic(run, k, case, out, device),
+    }
+    for prop in k.properties:
+        if prop in checks and prop in want:
+            verdicts[prop] = _guard(prop, checks[prop], verdicts, declared)
+    return ordered("")
+
+
+def call(run, case: Case, k: KindSpec) -> Outputs:
+    """The target's outputs by name, float64 on the CPU; a wrong arity or shape is a failure."""
+    got = run(case)
+    if not isinstance(got, (tuple, list)) or len(got) != len(k.outputs):
+        raise TargetFailure(
+            "exception", f"returned {type(got).__name__}, expected {len(k.outputs)} tensor(s) {k.outputs}"
+        )
+    out = {}
+    for name, x in zip(k.outputs, got):
+        if not isinstance(x, torch.Tensor) or list(x.shape) != list(case.shape):
+            shape = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TargetFailure("exception", f"{name} has shape {shape}, expected {list(case.shape)}")
+        out[name] = x.detach().to("cpu", torch.float64)
+    return out
+
+
+def _guard(prop: str, check, verdicts: dict, declared: Declared | None = None) -> Verdict:
+    try:
+        return check()
+    except TwinFailure as exc:
+        if declared is not None and _documented(declared, exc.cause):
+            return _na(prop, f"the perturbed twin raised a documented error: {exc.cause}")
+        if not verdicts["no-crash"].failed:
+            verdicts["no-crash"] = Verdict(
+                "no-crash", "fail", f"the {prop} twin of the case: {_describe(exc.cause)}", case=exc.case
+            )
+        return _na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case")
+
+
+def _twin(run, twin: Case, k: KindSpec) -> Outputs:
+    try:
+        return call(run, twin, k)
+    except Exception as exc:  # noqa: BLE001 - any failure on a twin is a no-crash finding about it
+        raise TwinFailure(twin, exc) from exc
+
+
+def _overflows(case: Case, ref: Outputs, k: KindSpec | None = None, v: dict | None = None) -> bool:
+    """Whether the reference, or an intermediate a correct implementation forms (`peak`), is
+    beyond the case's dtype."""
+    big = float(torch.finfo(DTYPES[case.dtype]).max) / 16.0
+    if k is not None and hasattr(k.module, "peak") and k.module.peak(case, v) > big:
+        return True
+    return any(bool((x[case.trainable].abs() > big).any()) for x in ref.values())
+
+
+def _compare(prop, exp: Outputs, obs: Outputs, bound: Outputs, where, msg, slack: float = 0.0) -> Verdict:
+    for name in exp:
+        bad = mismatches(obs[name], exp[name], bound[name] + slack, where)
+        if bad.any():
+            return _diff(prop, name, bad, exp[name], obs[name], msg)
+    return _ok(prop)
+
+
+def _twin_compare(prop, k, v, case, mine: Outputs, theirs: Outputs, where, msg) -> Verdict:
+    """`mine` (the case) against `theirs` (a twin mapped back to the case's positions)."""
+    slack = self_slack(case.dtype, *[mine[n][where] for n in mine])
+    bound = {n: 2.0 * kind_bound(case.dtype, mine[n], k.module.condition(case, v)) for n in mine}
+    return _compare(prop, mine, theirs, bound, where, msg, slack)
+
+
+def clean_twin(case: Case, k: KindSpec, fill: float = 0.0) -> Case:
+    """`case` with every poisoned input at masked positions set to `fill`."""
+    dead = ~case.trainable
+    changes: dict = {}
+    extra = dict(case.extra)
+    for name in k.poisoned:
+        if name == "token_rewards":
+            changes["token_rewards"] = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
+        elif name in extra:
+            extra[name] = torch.where(dead, torch.full_like(extra[name], fill), extra[name])
+    return case.replace(**changes, extra=extra)
+
+
+def _carries_poison(case: Case, k: KindSpec) -> bool:
+    dead = ~case.trainable
+    per = case.per_token()
+    return any(bool((per[n][dead] != 0).any()) for n in k.poisoned if n in per)
+
+
+def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool) -> Verdict:
+    prop = "poison-nonfinite" if nonfinite else "poison"
+    if not bool((~case.trainable).any()):
+        return _na(prop, "no masked position")
+    if nonfinite:
+        clean = clean_twin(case, k)
+        theirs, mine = out, _twin(run, clean, k)
+        if not all(bool(torch.isfinite(mine[n][case.trainable]).all()) for n in mine):
+            return _na(prop, "the clean twin's own output is not finite")
+        return _twin_compare(
+            prop, k, v, clean, mine, theirs, case.trainable, "non-finite poison under the mask changed the output"
+        )
+    if _carries_poison(case, k):
+        clean, poisoned, mine_out, msg = (
+            clean_twin(case, k),
+            case,
+            None,
+            "finite poison under the mask changed the output",
+        )
+    else:
+        probe = min(POISON_PROBE, poison_cap(case.dtype))
+        clean, poisoned, mine_out, msg = (
+            case,
+            clean_twin(case, k, probe),
+            out,
+            f"poison {probe:g} under the mask changed the output",
+        )
+    mine = mine_out if mine_out is not None else _twin(run, clean, k)
+    theirs = out if poisoned is case else _twin(run, poisoned, k)
+    return _twin_compare("poison", k, v, clean, mine, theirs, case.trainable, msg)
+
+
+def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
+    """`case` plus one padding column and, where the api allows, one all-masked row (in row 0's
+    group), every input there at the poison probe."""
+    dom = declared.domain
+    probe = min(POISON_PROBE, poison_cap(case.dtype))
+    b, t = case.shape
+    # a variant that documents counting empty rows (empty_rows="counted") gets the column only
+    add_row = (dom.all_masked_rows or dom.empty_rows) and declared.variant.get("empty_rows") != "counted"
+
+    def grow(x: torch.Tensor, fill) -> torch.Tensor:
+        x = torch.cat([x, torch.full((b, 1), fill, dtype=x.dtype)], dim=1)
+        if add_row:
+            row = torch.full((1, t + 1), fill, dtype=x.dtype)
+            x = torch.cat([x, row], dim=0)
+        return x
+
+    att = grow(case.attention, False)
+    if add_row and dom.all_masked_rows:
+        att[b, :t] = True
+    changes = {
+        "attention": att,
+        "trainable": grow(case.trainable, False),
+        "token_rewards": grow(case.token_rewards, probe),
+        "values": grow(case.values, 0.0),
+        "extra": {n: grow(x, probe) for n, x in case.extra.items()},
+    }
+    if add_row:
+        changes["score"] = torch.cat([case.score, torch.tensor([probe], dtype=torch.float64)])
+        if case.group is not None:
+            changes["group"] = torch.cat([case.group, case.group[:1]])
+    return case.replace(**changes)
+
+
+def _pad(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
+    twin = with_padding(case, k, declared)
+    b, t = case.shape
+    got = {n: x[:b, :t] for n, x in _twin(run, twin, k).items()}
+    return _twin_compare(
+        "pad-invariance", k, v, case, out, got, case.trainable, "a padding column / all-masked row changed the output"
+    )
+
+
+def _rows(case: Case, idx: torch.Tensor) -> Case:
+    return case.replace(
+        attention=case.attention[idx],
+        trainable=case.trainable[idx],
+        token_rewards=case.token_rewards[idx],
+        values=case.values[idx],
+        score=case.score[idx],
+        group=None if case.group is None else case.group[idx],
+        extra={n: x[idx] for n, x in case.extra.items()},
+    )
+
+
+def _permutation(run, k, v, case: Case, out: Outputs) -> Verdict:
+    if case.shape[0] < 2:
+        return _na("permutation", "one row")
+    perm = torch.arange(case.shape[0] - 1, -1, -1)
+    got = _twin(run, _rows(case, perm), k)
+    back = {n: x[perm] for n, x in got.items()}  # perm is its own inverse
+    return _twin_compare(
+        "permutation", k, v, case, out, back, case.trainable, "reversing the rows changed a row's output"
+    )
+
+
+def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
+    level = v.get("level", "group")
+    if case.group is None or level == "batch":
+        return _na("group-isolation", "no group-level statistic")
+    keys = case.group.unique()
+    if len(keys) < 2:
+        return _na("group-isolation", "one group")
+    rows = (case.group == case.group[0]).nonzero().flatten()
+    alone = _rows(case, rows)
+    if k.module.reference(alone, v) is None:
+        return _na("group-isolation", "the group alone has an undefined statistic")
+    got = _twin(run, alone, k)
+    mine = {n: x[rows] for n, x in out.items()}
+    return _twin_compare(
+        "group-isolation", k, v, alone, mine, got, alone.trainable, "another group changed this group's output"
+    )
+
+
+def _affine(run, k, v, case: Case) -> Verdict:
+    field = k.affine
+    live = case.trainable
+    if not live.any():
+        return _na("affine", "no trainable position")
+    x = case.score if field == "score" else case.extra[field]
+    big = float((x[live.any(dim=1)] if field == "score" else x[live]).abs().max())
+    offset = 2.0 ** round(torch.log2(torch.tensor(256.0 * (1.0 + big))).item())
+    cap = poison_cap(case.dtype)
+    if offset * 4 > cap:
+        return _na("affine", f"an offset of {offset:g} is beyond what {case.dtype} holds here")
+    if field == "score":
+        twin = case.replace(score=2.0 * x + offset)
+    else:
+        twin = case.replace(extra={**case.extra, field: torch.where(live, 2.0 * x + offset, x)})
+    ref = k.module.reference(twin, v)
+    if ref is None or _overflows(twin, ref, k, v):
+        return _na("affine", "the reference is undefined at the moved input")
+    got = _twin(run, twin, k)
+    bound = {n: kind_bound(twin.dtype, ref[n], k.module.condition(twin, v)) for n in k.outputs}
+    return _compare("affine", ref, got, bound, live, f"at {field}' = 2 {field} + {offset:g} differs from the reference")
+
+
+def _masked_zero(declared: Declared, k: KindSpec, case: Case, out: Outputs) -> Verdict:
+    if not declared.masked_zero:
+        return _na("masked-zero", "the target documents non-zero outputs at masked positions")
+    dead = ~case.trainable
+    for name in k.outputs:
+        bad = dead & (out[name] != 0)
+        if bad.any():
+            return _diff(
+                "masked-zero", name, bad, torch.zeros_like(out[name]), out[name], "non-zero output at a masked position"
+            )
+    return _ok("masked-zero")
+
+
+def _deterministic(run, k, case: Case, out: Outputs, device: str) -> Verdict:
+    if device != "cpu":
+        return _na("deterministic", "bitwise repeatability is a CPU promise")
+    again = _twin(run, case, k)
+    for name in k.outputs:
+        same = (again[name] == out[name]) | (torch.isnan(again[name]) & torch.isnan(out[name]))
+        if not bool(same.all()):
+            return _diff("deterministic", name, ~same, out[name], again[name], "a second run gave different bits")
+    return _ok("deterministic")

@@ -1,0 +1,189 @@
+"""The mutant zoo of the kinds beyond GAE: deliberately buggy implementations that test the suite
+itself (`oracles.kinds`), one per way frameworks get the kind wrong, and a correct one per kind.
+
+They are NOT upstream code. Each takes a `Case` and computes in the case's dtype with ordinary
+torch code, returning the kind's outputs as a tuple. `CATCHES[fn] = (kind, variant, properties)`
+lists the properties a mutant must fail; a correct implementation must fail none.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oracles.case import Case
+
+
+def _live(case: Case):
+    return case.trainable, case.torch_dtype
+
+
+def _score_rows(case: Case) -> torch.Tensor:
+    return case.score.to(case.torch_dtype)
+
+
+# -- group-advantage ---------------------------------------------------------------------------
+def _grpo(case: Case, score: torch.Tensor, use: torch.Tensor, *, unbiased=True, one_pass=False) -> torch.Tensor:
+    dt = case.torch_dtype
+    adv = torch.zeros(case.shape[0], dtype=dt)
+    for g in case.group.unique():
+        rows = ((case.group == g) & use).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        r = score[rows]
+        if rows.numel() == 1:
+            adv[rows] = r / (1 + 1e-6)
+            continue
+        mean = r.mean()
+        if one_pass:
+            var = ((r * r).mean() - mean * mean) * (rows.numel() / (rows.numel() - 1))
+            std = var.clamp(min=0).sqrt()
+        else:
+            std = r.std(unbiased=unbiased)
+        adv[rows] = (r - mean) / (std + 1e-6)
+    return adv
+
+
+def _broadcast(case: Case, adv: torch.Tensor) -> torch.Tensor:
+    return torch.where(case.trainable, adv[:, None].expand(case.shape), torch.zeros((), dtype=adv.dtype))
+
+
+def grpo_correct(case: Case):
+    return (_broadcast(case, _grpo(case, _score_rows(case), case.trainable.any(1))),)
+
+
+def grpo_unmasked_reward_sum(case: Case):
+    """Sums the token rewards over the whole row, masked positions included (score at the last
+    trainable token): rewards under the mask leak into the score."""
+    dt = case.torch_dtype
+    last = torch.where(case.trainable, torch.arange(case.shape[1]), -1).max(1).values
+    rew = case.token_rewards.to(dt).clone()
+    for b, t in enumerate(last.tolist()):
+        if t >= 0:
+            rew[b, t] += case.score[b].to(dt)
+    return (_broadcast(case, _grpo(case, rew.sum(-1), case.trainable.any(1))),)
+
+
+def grpo_counts_empty_rows(case: Case):
+    """Rows without a trainable token still enter their group's mean and std."""
+    return (_broadcast(case, _grpo(case, _score_rows(case), torch.ones(case.shape[0], dtype=torch.bool))),)
+
+
+def grpo_fixed_group_size(case: Case):
+    """Assumes groups are contiguous blocks of the first group's size (`view(-1, n)`)."""
+    dt = case.torch_dtype
+    n = int((case.group == case.group[0]).sum())
+    b = case.shape[0]
+    if b % n:
+        n = 1
+    r = _score_rows(case).view(-1, n)
+    std = r.std(dim=1, keepdim=True) if n > 1 else torch.ones_like(r)
+    mean = r.mean(dim=1, keepdim=True) if n > 1 else torch.zeros_like(r)
+    adv = ((r - mean) / (std + 1e-6)).view(-1).to(dt)
+    adv = torch.where(case.trainable.any(1), adv, torch.zeros_like(adv))
+    return (_broadcast(case, adv),)
+
+
+def grpo_biased_std(case: Case):
+    """Divides by the biased (1/n) std where the unbiased one is declared."""
+    return (_broadcast(case, _grpo(case, _score_rows(case), case.trainable.any(1), unbiased=False)),)
+
+
+def grpo_one_pass_variance(case: Case):
+    """E[r^2] - E[r]^2 in the run dtype: cancels catastrophically at large offsets."""
+    return (_broadcast(case, _grpo(case, _score_rows(case), case.trainable.any(1), one_pass=True)),)
+
+
+def grpo_not_masked(case: Case):
+    """Broadcasts the row advantage to every position, masked ones included."""
+    adv = _grpo(case, _score_rows(case), case.trainable.any(1))
+    return (adv[:, None].expand(case.shape).clone(),)
+
+
+# -- kl ----------------------------------------------------------------------------------------
+def _d(case: Case) -> torch.Tensor:
+    dt = case.torch_dtype
+    return case.extra["logp"].to(dt) - case.extra["ref_logp"].to(dt)
+
+
+def k3_correct(case: Case):
+    d = _d(case)
+    k = torch.expm1(-d) + d
+    return (torch.where(case.trainable, k, torch.zeros((), dtype=k.dtype)),)
+
+
+def k3_mask_by_multiply(case: Case):
+    """k * mask: NaN * 0 = NaN at masked positions."""
+    d = _d(case)
+    return ((torch.expm1(-d) + d) * case.trainable.to(d.dtype),)
+
+
+def k3_wrong_sign(case: Case):
+    """exp(d) - 1 - d: the estimator of KL(ref || policy) where KL(policy || ref) is declared."""
+    d = _d(case)
+    return (torch.where(case.trainable, torch.expm1(d) - d, torch.zeros((), dtype=d.dtype)),)
+
+
+def k1_centred_over_all_positions(case: Case):
+    """Subtracts the batch mean of d over every position, padding included."""
+    d = _d(case)
+    d = torch.where(torch.isfinite(d), d, torch.zeros_like(d))
+    k = d - d.mean()
+    return (torch.where(case.trainable, k, torch.zeros((), dtype=k.dtype)),)
+
+
+# -- normalization -----------------------------------------------------------------------------
+def _whiten(case: Case, x: torch.Tensor, mask: torch.Tensor, *, one_pass=False, unbiased=True) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    xs = torch.where(mask, x, torch.zeros((), dtype=x.dtype))
+    n = m.sum()
+    mean = xs.sum() / n
+    if one_pass:
+        var = ((xs * xs).sum() / n - mean * mean) * (n / (n - 1) if unbiased else 1)
+    else:
+        var = (((xs - mean) * m) ** 2).sum() / ((n - 1) if unbiased else n)
+    w = (x - mean) * torch.rsqrt(var + 1e-8)
+    return torch.where(mask, w, torch.zeros((), dtype=x.dtype))
+
+
+def whiten_correct(case: Case):
+    """Half-precision inputs whiten in float32 (eps = 1e-8 is 0 in float16)."""
+    x = case.extra["x"].to(case.torch_dtype)
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (_whiten(case, wide, case.trainable).to(x.dtype),)
+
+
+def whiten_over_all_positions(case: Case):
+    """Statistics over every position: padding and masked tokens count."""
+    x = case.extra["x"].to(case.torch_dtype)
+    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    return (_whiten(case, x, torch.ones_like(case.trainable)) * case.trainable,)
+
+
+def whiten_one_pass(case: Case):
+    return (_whiten(case, case.extra["x"].to(case.torch_dtype), case.trainable, one_pass=True),)
+
+
+def whiten_biased(case: Case):
+    return (_whiten(case, case.extra["x"].to(case.torch_dtype), case.trainable, unbiased=False),)
+
+
+GA = {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "singleton": "raw"}
+K3 = {"estimator": "k3"}
+WH = {"level": "batch", "unbiased": True, "eps": 1e-8}
+CATCHES = {
+    grpo_correct: ("group-advantage", GA, ()),
+    grpo_unmasked_reward_sum: ("group-advantage", GA, ("poison",)),
+    grpo_counts_empty_rows: ("group-advantage", GA, ("pad-invariance",)),
+    grpo_fixed_group_size: ("group-advantage", GA, ("group-isolation",)),
+    grpo_biased_std: ("group-advantage", GA, ("reference",)),
+    grpo_one_pass_variance: ("group-advantage", GA, ("affine",)),
+    grpo_not_masked: ("group-advantage", GA, ("masked-zero",)),
+    k3_correct: ("kl", K3, ()),
+    k3_mask_by_multiply: ("kl", K3, ("masked-zero",)),
+    k3_wrong_sign: ("kl", K3, ("reference",)),
+    k1_centred_over_all_positions: ("kl", {"estimator": "k1"}, ("poison",)),
+    whiten_correct: ("normalization", WH, ()),
+    whiten_over_all_positions: ("normalization", WH, ("poison",)),
+    whiten_one_pass: ("normalization", WH, ("affine",)),
+    whiten_biased: ("normalization", WH, ("reference",)),
+}

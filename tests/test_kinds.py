@@ -1,0 +1,190 @@
+"""The kinds beyond GAE (oracles/kinds): references against hand-computed values, the loop against
+the vectorised form, each reference soaked against every property of its kind, and the mutant zoo
+(tests/kind_zoo.py), each mutant caught by its property."""
+
+from __future__ import annotations
+
+import math
+
+import kind_zoo as zoo
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzz.engine import fuzz_target
+from fuzz.kind_strategies import kind_cases
+from fuzz.strategies import Sizes
+from oracles.case import Case
+from oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, normalization
+from oracles.properties import Declared, judge
+
+pytestmark = pytest.mark.xdist_group("kinds")
+
+GROUPS = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], score=[1.0, 0.0, 3.0, 5.0], group=[7, 7, 3, 7]
+)
+
+
+def _rows(variant):
+    return [round(float(x), 6) for x in group_advantage.row_advantages_loop(GROUPS, variant)]
+
+
+def test_group_advantage_by_hand():
+    # group 7 counts rows 0 and 1 (row 3 has no trainable token): scores 1, 0, mean 0.5, unbiased std sqrt(0.5)
+    s = math.sqrt(0.5)
+    assert _rows({}) == [round(0.5 / (s + 1e-6), 6), round(-0.5 / (s + 1e-6), 6), round(3 / (1 + 1e-6), 6), 0.0]
+    assert _rows({"std": None}) == [0.5, -0.5, 3.0, 0.0]  # Dr.GRPO; a singleton keeps its score ("raw")
+    assert _rows({"estimator": "rloo"}) == [1.0, -1.0, 3.0, 0.0]  # r_i - mean of the others
+    assert _rows({"std": "biased", "singleton": "zero"}) == [
+        round(0.5 / (0.5 + 1e-6), 6),
+        round(-0.5 / (0.5 + 1e-6), 6),
+        0.0,
+        0.0,
+    ]
+    assert _rows({"eps_place": "var", "eps": 0.5}) == [
+        round(0.5 / math.sqrt(1.0), 6),
+        round(-0.5, 6),
+        round(3 / math.sqrt(1.5), 6),
+        0.0,
+    ]
+    # the empty row counted (a framework that documents it): scores 1, 0, 5, mean 2, var 7
+    assert _rows({"empty_rows": "counted"}) == [
+        round(-1 / (math.sqrt(7) + 1e-6), 6),
+        round(-2 / (math.sqrt(7) + 1e-6), 6),
+        round(3 / (1 + 1e-6), 6),
+        round(3 / (math.sqrt(7) + 1e-6), 6),
+    ]
+    adv = group_advantage.reference(GROUPS)["advantages"]
+    assert adv[0, 2] == 0 and adv[3].abs().sum() == 0 and adv[0, 0] == adv[0, 1]
+    with pytest.raises(ValueError, match="unknown group-advantage option"):
+        group_advantage.options({"epsilon": 1e-6})
+
+
+def test_kl_estimators_by_hand():
+    case = Case.build(
+        trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, float("nan")]], "ref_logp": [[-1.5, -1.0, 0.0]]}
+    )
+    want = {  # d = logp - ref = 0.5, -1
+        "k1": [0.5, -1.0],
+        "abs": [0.5, 1.0],
+        "mse": [0.125, 0.5],
+        "low_var_kl": [math.exp(-0.5) - 1 + 0.5, math.e - 1 - 1],
+    }
+    for est, vals in want.items():
+        got = kl.reference(case, {"estimator": est})["kl"]
+        assert got[0, :2].tolist() == pytest.approx(vals) and got[0, 2] == 0
+    clamped = kl.reference(case, {"estimator": "k3", "clamp": (-0.5, 0.5)})["kl"]
+    assert clamped[0, 1] == 0.5
+    assert kl.reference(case, {"estimator": "k1", "clamp_d": (-0.25, 0.25)})["kl"][0, :2].tolist() == [0.25, -0.25]
+
+
+def test_normalization_by_hand():
+    case = Case.build(trainable=[[1, 1, 0], [1, 0, 1]], extra={"x": [[1.0, 2.0, 9.0], [3.0, 0.0, 4.0]]}, group=[0, 1])
+    # batch: 1, 2, 3, 4: mean 2.5, unbiased var 5/3
+    out = normalization.reference(case, {"eps": 0.0})["out"]
+    assert out[0, 0] == pytest.approx(-1.5 / math.sqrt(5 / 3)) and out[0, 2] == 0
+    biased = normalization.reference(case, {"eps": 0.0, "unbiased": False})["out"]
+    assert biased[1, 2] == pytest.approx(1.5 / math.sqrt(1.25))
+    shifted = normalization.reference(case, {"eps": 0.0, "shift_mean": False})["out"]
+    assert shifted[0, 0] == pytest.approx(-1.5 / math.sqrt(5 / 3) + 2.5)
+    rows = normalization.reference(case, {"level": "row", "eps": 0.0})["out"]  # each row: two values
+    assert rows[0, :2].tolist() == pytest.approx([-math.sqrt(0.5), math.sqrt(0.5)])
+    std_eps = normalization.reference(case, {"eps": 1.0, "eps_place": "std"})["out"]
+    assert std_eps[0, 0] == pytest.approx(-1.5 / (math.sqrt(5 / 3) + 1.0))
+    mean = normalization.reference(case, {"output": "mean"})["out"]
+    assert mean[1, 0] == 2.5 and mean[1, 1] == 0
+    one = Case.build(trainable=[[1, 0]], extra={"x": [[1.0, 0.0]]})
+    assert normalization.reference(one) is None  # an unbiased variance of one position is undefined
+
+
+VARIANTS = {
+    "group-advantage": [
+        {},
+        {"std": None},
+        {"estimator": "rloo"},
+        {"std": "biased", "eps_place": "var", "singleton": "zero"},
+        {"empty_rows": "counted"},
+    ],
+    "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
+    "normalization": [
+        {},
+        {"level": "row"},
+        {"level": "group", "unbiased": False},
+        {"shift_mean": False, "eps_place": "std"},
+        {"output": "mean"},
+    ],
+}
+PAIRS = [(k, v) for k, vs in VARIANTS.items() for v in vs]
+
+
+@pytest.mark.parametrize("kind,variant", PAIRS, ids=[f"{k}-{i}" for k, vs in VARIANTS.items() for i in range(len(vs))])
+def test_loop_and_vectorised_references_agree(kind, variant):
+    mod = KINDS[kind].module
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(kind_cases(kind, sizes=Sizes(12, 64), nonfinite=False), st.just(0))
+    def check(case, _):
+        loop = mod.reference(case.replace(dtype="float64"), variant)
+        vec = mod.reference(case.replace(dtype="float64"), variant, vectorised=True)
+        assert (loop is None) == (vec is None)
+        if loop is None:
+            return
+        for name in loop:
+            assert torch.allclose(loop[name], vec[name], rtol=1e-9, atol=1e-9, equal_nan=True), name
+
+    check()
+
+
+def _reference_target(kind, variant):
+    mod = KINDS[kind].module
+
+    def run(case):
+        ref = mod.reference(case, variant, vectorised=True)
+        if ref is None:
+            raise ValueError("undefined")
+        return tuple(ref[n].to(case.torch_dtype) for n in mod.OUTPUTS)
+
+    return run
+
+
+SOAK = 150
+
+
+@pytest.mark.parametrize("kind,variant", PAIRS, ids=[f"{k}-{i}" for k, vs in VARIANTS.items() for i in range(len(vs))])
+def test_each_reference_passes_every_property_of_its_kind(kind, variant):
+    """The reference as a target (vectorised, rounded to the case's dtype): SOAK examples, zero failures."""
+    declared = Declared(kind=kind, variant=variant, masked_zero=True, documented_errors=("ValueError: undefined",))
+    result = fuzz_target(
+        _reference_target(kind, variant), declared, target="reference", max_examples=SOAK, sizes=Sizes(8, 32)
+    )
+    assert result.findings == [], [(f.property, f.verdict.message, f.case) for f in result.findings]
+    assert result.generated >= SOAK
+    batch_level = kind == "normalization" and normalization.options(variant)["level"] == "batch"
+    never = {"group-isolation"} if batch_level else set()  # n/a: no group-level statistic
+    assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked
+
+
+@pytest.mark.parametrize("fn", list(zoo.CATCHES), ids=lambda f: f.__name__)
+def test_each_kind_mutant_is_caught_by_its_property(fn):
+    kind, variant, want = zoo.CATCHES[fn]
+    declared = Declared(kind=kind, variant=variant, masked_zero=True)
+    result = fuzz_target(fn, declared, target=fn.__name__, max_examples=200, sizes=Sizes(6, 16))
+    found = {f.property for f in result.findings}
+    if not want:
+        assert not found, [(f.property, f.verdict.message, f.case) for f in result.findings]
+    assert set(want) <= found, (want, found)
+    assert found <= set(ALL_PROPERTIES)
+
+
+def test_a_crashing_twin_is_a_no_crash_finding_on_the_twin():
+    def crash_on_two_groups(case):
+        if case.group is not None and len(case.group.unique()) == 1 and case.shape[0] > 1:
+            raise IndexError("one group only")
+        return zoo.grpo_correct(case)
+
+    case = Case.build(trainable=[[1], [1], [1]], score=[1.0, 2.0, 0.0], group=[0, 0, 1])
+    declared = Declared(kind="group-advantage", masked_zero=True)
+    verdicts = {v.property: v for v in judge(crash_on_two_groups, case, declared)}
+    assert verdicts["no-crash"].failed and verdicts["no-crash"].case is not None
+    assert verdicts["group-isolation"].status == "n/a"
