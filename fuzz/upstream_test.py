@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -138,11 +139,19 @@ def render(
     mechanism: str,
     prop: str,
     fix_pin: str | None = None,
+    entry_id: str = "",
 ) -> str:
-    """The test module's text (about 30 lines); ValueError when the target has no recipe."""
+    """The test module's text (about 30 lines); ValueError when the target has no recipe.
+
+    A poison finding is rendered on the input the judge compared: the case's own poison (or the
+    judge's probe under the mask when the case carries none), at lam = 0.5 where the case has
+    lam = 1 (a leaked value telescopes away at lam = 1). A masked-zero finding also asserts the
+    zeros at the masked positions."""
     if target not in RECIPES:
         raise ValueError(f"no upstream-test recipe for {target}; known: {', '.join(RECIPES)}")
     recipe = RECIPES[target]
+    if prop == "poison":
+        case = poison_input(case, declared)
     path, _, attr = where.partition("::")
     module = path.removesuffix(".py").replace("/", ".")
     top, _, rest = attr.partition(".")
@@ -156,7 +165,7 @@ def render(
     tol = {n: 2.0 * float(b[live].max()) + atol for n, b in (("advantages", bnd.advantages), ("returns", bnd.returns))}
     tensors = recipe.tensors(case)
     call = recipe.call.format(fn=fn, gamma=repr(case.gamma), lam=repr(case.lam))
-    name = _snake(f"{target} {mechanism}")
+    name = _snake(f"{target} {mechanism} {entry_id[:8]}")
     squeeze = ".squeeze(-1)" if recipe.squeeze else ""
     fixed = f"; passes at {fix_pin}, where it is fixed" if fix_pin else ""
     lines = [
@@ -184,8 +193,69 @@ def render(
             f"    torch.testing.assert_close({out}{squeeze}[trainable].double(), "
             f"torch.tensor({_floats(ref[live].tolist())}, dtype=torch.float64), rtol={rtol!r}, atol={tol[out]:.3g})"
         )
+    if prop == "masked-zero":
+        zeros = f"(advantages{squeeze}[~trainable] == 0).all()"
+        lines.append(f"    assert {zeros}, 'non-zero advantages at masked positions'")
     return "\n".join(lines) + "\n"
 
 
-def filename(target: str, mechanism: str) -> str:
-    return f"test_{_snake(target)}_{_snake(mechanism)}.py"
+def poison_input(case: Case, declared: Declared) -> Case:
+    """The poisoned input the judge's poison check ran (oracles.properties._check_poison)."""
+    from oracles.domain import poison_cap
+    from oracles.properties import POISON_PROBE, sanitized
+
+    dead = case.poison_mask()
+    rewards = declared.domain.masked_rewards
+    carries = bool((case.values[dead] != 0).any() or (rewards and (case.token_rewards[dead] != 0).any()))
+    probe = case if carries else sanitized(case, min(POISON_PROBE, poison_cap(case.dtype)), rewards)
+    if probe.lam == 1.0 and declared.domain.critic:
+        probe = probe.replace(lam=0.5)
+    return probe
+
+
+def filename(target: str, mechanism: str, entry_id: str = "") -> str:
+    tail = f"_{entry_id[:8]}" if entry_id else ""
+    return f"test_{_snake(target)}_{_snake(mechanism)}{tail}.py"
+
+
+_RUNNER = """
+import runpy, sys
+root, script, test = sys.argv[1:4]
+sys.path.insert(0, root)
+runpy.run_path(script, run_name="maskfuzz_repro_lib")["install_stand_ins"]()
+import pytest
+args = ["-q", "-p", "no:cacheprovider", "--noconftest", "-o", "addopts=", "--rootdir", sys.argv[4], test]
+sys.exit(pytest.main(args))
+"""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The written test run at a pin: `status` "fails" (pytest exit 1: what a test of a defect
+    must do there), "passes" (exit 0) or "error" (it could not be collected or run)."""
+
+    status: str
+    detail: str  # the lines that say why (pytest's E lines or its summary)
+
+
+def check(test: Path, script: Path, root: Path, timeout: float = 600.0, python: str | None = None) -> Checked:
+    """Run `test` with pytest on the checkout `root`, in an isolated interpreter that installs the
+    stand-ins of the reproducer `script` (the heavy packages the framework imports but the math
+    never uses), from the test's folder."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [python or sys.executable, "-I", "-c", _RUNNER, str(root), str(script), str(test), str(test.parent)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MASKFUZZ_TARGET_ROOT")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=test.parent, env=env, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return Checked("error", f"no answer within {timeout:.0f} s")
+    lines = (proc.stdout + proc.stderr).splitlines()
+    why = [ln for ln in lines if ln.startswith("E ")][:6] or lines[-3:]
+    status = {0: "passes", 1: "fails"}.get(proc.returncode, "error")
+    return Checked(status, "\n".join(why))

@@ -97,17 +97,52 @@ def _upstream_test(entry, target, env, written, out: Path) -> None:
         why = "no recipe for this target" if not upstream_test.supported(entry.target) else "the case passes here"
         print(f"no upstream test: {why} (repro.py covers it)", file=sys.stderr)
         return
+    fix_pin = _fix_pin(entry)
     try:
         text = upstream_test.render(
             entry.case, target.declared, target=entry.target, pin=target.pin, resolved=env.resolved or "",
-            where=info["where"], mechanism=mechanism, prop=entry.property,
+            where=info["where"], mechanism=mechanism, prop=entry.property, fix_pin=fix_pin, entry_id=entry.id,
         )
     except ValueError as exc:
         print(f"no upstream test: {exc}", file=sys.stderr)
         return
-    path = out / upstream_test.filename(entry.target, mechanism)
+    path = out / upstream_test.filename(entry.target, mechanism, entry.id)
     path.write_text(text)
-    print(f"wrote {path} (pytest, imports only torch and {entry.target})")
+    # a test of a defect must fail where the defect is: run it at the pin before keeping it
+    checked = upstream_test.check(path, written.script, env.root)
+    if checked.status != "fails":
+        rejected = path.with_suffix(".rejected")
+        path.rename(rejected)
+        print(
+            f"no upstream test: the generated test {checked.status} at {target.label} instead of failing "
+            f"(kept as {rejected} for inspection):\n{checked.detail}",
+            file=sys.stderr,
+        )
+        return
+    fixed = f"; the ledger says it passes at {fix_pin}" if fix_pin else ""
+    print(f"wrote {path} (pytest, imports only torch and {entry.target}); it fails at {target.label}{fixed}")
+    for line in checked.detail.splitlines()[:3]:
+        print(f"  {line}")
+
+
+def _fix_pin(entry) -> str | None:
+    """A pin the corpus ledger records as fixed ("passes", "fixed by ...") for this entry."""
+    from fuzz.corpus import LEDGER_NAME
+    from fuzz.ledger import Ledger
+
+    path = getattr(entry, "path", None)
+    if path is None:
+        return None
+    ledger_path = Path(path).resolve().parent.parent / LEDGER_NAME
+    try:
+        ledger = Ledger.load(ledger_path)
+    except Exception:  # noqa: BLE001 - a ledger that cannot be read names no fix
+        return None
+    for written, exp in ledger.entries.get(entry.id, {}).items():
+        key, _, pin = written.partition("@")
+        if key == entry.key and exp.expect == "passes" and "fixed" in exp.reason.lower():
+            return pin
+    return None
 
 
 def _registered(args, entry):

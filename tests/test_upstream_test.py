@@ -1,0 +1,89 @@
+"""fuzz/upstream_test.py: the generated pytest file fails on a framework with the defect and passes
+on one without it, importing only torch and the framework (here two small fake frameworks in a
+temporary checkout, one with a masked value leak, one correct)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fuzz import upstream_test
+from oracles.case import Case
+from oracles.domain import Domain
+from oracles.properties import Declared
+
+FRAMEWORK = '''
+import torch
+
+
+def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
+    """GAE over the trainable tokens only{note}."""
+    b_rows, t_len = values.shape
+    adv = torch.zeros_like(values)
+    for b in range(b_rows):
+        nxt_v, carry = 0.0, 0.0
+        for t in reversed(range(t_len)):
+            if not {skip}:
+                continue
+            delta = token_level_rewards[b, t] + gamma * nxt_v - values[b, t]
+            carry = delta + gamma * lam * carry
+            adv[b, t] = carry
+            nxt_v = values[b, t]
+    return adv, adv + values
+'''
+SCRIPT = "def install_stand_ins():\n    return None\n"
+
+
+def _checkout(tmp: Path, leaky: bool) -> Path:
+    root = tmp / ("leaky" if leaky else "fixed")
+    (root / "fakefw").mkdir(parents=True)
+    (root / "fakefw" / "__init__.py").write_text("")
+    skip = "True" if leaky else "bool(response_mask[b, t])"  # the leaky one runs dense over masked values
+    (root / "fakefw" / "core.py").write_text(FRAMEWORK.format(note=" (not really)" if leaky else "", skip=skip))
+    return root
+
+
+def test_the_generated_test_fails_with_the_defect_and_passes_without(tmp_path):
+    case = Case.build(trainable=[[1, 0, 1]], values=[[0.5, 100.0, 0.25]], score=[1.0], gamma=1.0, lam=1.0)
+    declared = Declared(contract="compressed", domain=Domain())
+    text = upstream_test.render(
+        case,
+        declared,
+        target="verl",
+        pin="1.0",
+        resolved="fakefw==1.0",
+        where="fakefw/core.py::compute_gae_advantage_return",
+        mechanism="masked-value-bootstrap",
+        prop="poison",
+        fix_pin="1.1",
+        entry_id="0123456789abcdef",
+    )
+    assert "from fakefw.core import compute_gae_advantage_return" in text and "passes at 1.1" in text
+    assert "import maskfuzz" not in text and "oracles" not in text and len(text.splitlines()) <= 40
+    assert ", 0.5)" in text  # the poison is judged at lam = 0.5, where a leaked value does not telescope away
+    out = tmp_path / "out"
+    out.mkdir()
+    test = out / upstream_test.filename("verl", "masked-value-bootstrap", "0123456789abcdef")
+    assert test.name == "test_verl_masked_value_bootstrap_01234567.py"
+    test.write_text(text)
+    script = out / "repro.py"
+    script.write_text(SCRIPT)
+    at_pin = upstream_test.check(test, script, _checkout(tmp_path, leaky=True), timeout=300)
+    assert at_pin.status == "fails", at_pin.detail
+    assert "not close" in at_pin.detail
+    fixed = upstream_test.check(test, script, _checkout(tmp_path, leaky=False), timeout=300)
+    assert fixed.status == "passes", fixed.detail
+
+
+def test_a_masked_zero_test_asserts_the_masked_positions(tmp_path):
+    case = Case.build(trainable=[[1, 0]], score=[1.0], gamma=1.0, lam=1.0)
+    text = upstream_test.render(
+        case,
+        Declared(),
+        target="openrlhf",
+        pin="0.3",
+        resolved="openrlhf==0.3",
+        where="openrlhf/models/utils.py::get_advantages_and_returns",
+        mechanism="masked-nonzero",
+        prop="masked-zero",
+    )
+    assert "(advantages[~trainable] == 0).all()" in text
