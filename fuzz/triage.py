@@ -71,7 +71,7 @@ def _violates(run: Run, case: Case, declared: Declared, prop: str) -> bool:
     """`case` violates `prop` by itself: a poison verdict counts only when the case carries the
     poison (the judge probes a clean case with poison of its own, which the pipeline may not make)."""
     dead = case.poison_mask()
-    if prop == "poison" and not bool((case.values[dead] != 0).any() or (case.token_rewards[dead] != 0).any()):
+    if prop == "poison" and not any(bool((x[dead] != 0).any()) for x in case.per_token().values()):
         return False
     return any(v.property == prop and v.failed for v in judge(run, case, declared, only=(prop,)))
 
@@ -93,30 +93,32 @@ def reach(
     pipe = declared.pipeline
     if pipe is None:
         return Reach("api", None, "the adapter declares no pipeline domain for this pin")
+    # judged as the pipeline would run it: the twins a property builds stay inside the pipeline too
+    inside = dataclasses.replace(declared, domain=pipe)
     same = lambda c: diagnose(run, c, declared, prop).mechanism == mechanism  # noqa: E731
+
     def outside(c: Case) -> str | None:  # a twin-built property also needs its twin in the pipeline
-        return pipe.rejects(c) or _twin_outside(c, prop, pipe, declared)
+        return pipe.rejects(c) or _twin_outside(c, prop, pipe, inside)
 
     why = outside(case)
-    if why is None and _violates(run, case, declared, prop):
+    if why is None and _violates(run, case, inside, prop):
         return Reach("pipeline", case, "the shrunk case is inside the pipeline domain")
     why = why or "the property needed poison the pipeline does not make"
     if known is not None and outside(known) is None:
         try:
-            if _violates(run, known, declared, prop) and same(known):
+            if _violates(run, known, inside, prop) and same(known):
                 return Reach("pipeline", known, "the recorded pipeline witness still violates it")
         except Exception:  # noqa: BLE001 - a witness the target cannot run any more is no witness
             pass
     projected = pipe.project(case)
     if projected is not None and outside(projected) is None:
         try:
-            if _violates(run, projected, declared, prop) and same(projected):
+            if _violates(run, projected, inside, prop) and same(projected):
                 return Reach("pipeline", projected, f"projected into the pipeline domain (was: {why})")
         except Exception:  # noqa: BLE001 - a projection the target cannot run is no witness
             pass
     if examples <= 0:
         return Reach("api", None, f"outside the pipeline domain ({why}); no recorded or projected witness")
-    inside = dataclasses.replace(declared, domain=pipe)
     found = fuzz_target(
         run,
         inside,
@@ -129,7 +131,7 @@ def reach(
     ).finding(prop)
     if found is None or outside(found.case) is not None:
         return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")
-    if _violates(run, found.case, declared, prop) and same(found.case):
+    if _violates(run, found.case, inside, prop) and same(found.case):
         return Reach("pipeline", found.case, f"found by a search inside the pipeline domain (the shrunk case: {why})")
     return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")
 
@@ -143,6 +145,11 @@ def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None
         twin = made[0] if made else None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
+    elif prop == "pad-invariance" and declared.kind not in ("gae", "returns"):
+        from oracles.kinds import spec
+        from oracles.kinds.judge import with_padding
+
+        twin = with_padding(case, spec(declared.kind), declared)
     else:
         return None
     why = pipe.rejects(twin) if twin is not None else None

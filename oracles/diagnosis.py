@@ -58,6 +58,8 @@ MECHANISMS: dict[str, str] = {
     "precision": "arithmetic below the precision of the inputs (the property holds in float64)",
     "nondeterminism": "the same input gives different bits on CPU",
     "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
+    "group-mixing": "a group statistic crosses group boundaries (rows assumed contiguous or of one size)",
+    "variant-mismatch": "the output is another variant's (std, eps, singleton rule, estimator): documented or not",
     "unexplained": "no single-mechanism probe isolates it",
 }
 SEVERITIES = ("high", "medium", "low")
@@ -96,6 +98,10 @@ class Diagnosis:
 
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
+    if declared.kind not in ("gae", "returns"):
+        from oracles.kinds.diagnosis import diagnose_kind
+
+        return diagnose_kind(run, case, declared, prop)
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     try:

@@ -114,6 +114,9 @@ class Domain:
             cap = poison_cap(case.dtype)
             values = torch.nan_to_num(values, nan=cap, posinf=cap, neginf=-cap)
             rewards = torch.nan_to_num(rewards, nan=cap, posinf=cap, neginf=-cap)
+            if case.extra:
+                fix = {n: torch.nan_to_num(x, nan=cap, posinf=cap, neginf=-cap) for n, x in case.extra.items()}
+                changes["extra"] = fix
         if not self.masked_values:
             values = torch.where(dead, torch.zeros_like(values), values)
         if not self.masked_rewards or not self.token_rewards:

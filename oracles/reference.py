@@ -221,12 +221,14 @@ class Whitening:
     """Mask-weighted whitening over the whole batch, as a target does it inside.
 
     w = (x - mean) / sqrt(var + eps), mean and var over trainable positions only; var with the
-    Bessel correction when `unbiased`; `shift_mean=False` adds the mean back.
+    Bessel correction when `unbiased`; `shift_mean=False` adds the mean back; `floor=True` uses
+    max(var, eps) instead of var + eps (OpenRLHF's `var.clamp(min=eps).rsqrt()`).
     """
 
     unbiased: bool = True
     eps: float = 1e-8
     shift_mean: bool = True
+    floor: bool = False
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, spec: Whitening) -> torch.Tensor:
@@ -242,5 +244,5 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, spec: Whitening) -> torch
         if n == 1:
             raise ValueError("unbiased whitening needs at least two trainable positions")
         var = var * n / (n - 1)
-    out = (x - mean) * torch.rsqrt(var + spec.eps)
+    out = (x - mean) * torch.rsqrt(var.clamp(min=spec.eps) if spec.floor else var + spec.eps)
     return out + mean if not spec.shift_mean else out

@@ -188,3 +188,30 @@ def test_a_crashing_twin_is_a_no_crash_finding_on_the_twin():
     verdicts = {v.property: v for v in judge(crash_on_two_groups, case, declared)}
     assert verdicts["no-crash"].failed and verdicts["no-crash"].case is not None
     assert verdicts["group-isolation"].status == "n/a"
+
+
+def test_kind_findings_are_diagnosed_and_grouped_into_defects():
+    from fuzz.triage import triage
+    from oracles.diagnosis import diagnose
+    from oracles.domain import Domain
+
+    declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
+    biased = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
+    d = diagnose(zoo.grpo_biased_std, biased, declared, "reference")
+    assert d.mechanism == "variant-mismatch" and "std='biased'" in d.evidence
+    result = fuzz_target(zoo.grpo_unmasked_reward_sum, declared, target="zoo", max_examples=120, sizes=Sizes(6, 8))
+    defects = triage(result, zoo.grpo_unmasked_reward_sum, declared, witness_examples=0)
+    leak = next(f for f in result.findings if f.property == "poison")
+    assert leak.mechanism == "masked-reward-leak" and leak.severity == "high" and leak.reach == "api"
+    assert len(defects) < len(result.findings)
+    # a pipeline whose rewards are never non-zero under the mask cannot build the leak
+    scores_only = Domain(masked_rewards=False, why={"masked_rewards": "reward.py:1 score at the last token"})
+    piped = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True, pipeline=scores_only)
+    triage(result, zoo.grpo_unmasked_reward_sum, piped, witness_examples=20)
+    assert next(f for f in result.findings if f.property == "poison").reach == "api"
+    # its pad-invariance twin puts rewards under the padding: outside that pipeline too
+    assert next(f for f in result.findings if f.property == "pad-invariance").reach == "api"
+    counted = fuzz_target(zoo.grpo_counts_empty_rows, piped, target="zoo", max_examples=120, sizes=Sizes(6, 8))
+    triage(counted, zoo.grpo_counts_empty_rows, piped, witness_examples=20)
+    pad = next(f for f in counted.findings if f.property == "pad-invariance")
+    assert pad.mechanism == "masked-statistics" and pad.reach == "pipeline"

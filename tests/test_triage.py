@@ -113,7 +113,8 @@ def test_a_twin_built_finding_is_api_when_the_pipeline_cannot_build_its_twin():
     case = Case.build(trainable=[[1, 1]], gamma=1.0, lam=0.9, score=[1.0])
     mech = diagnose(run, case, declared, "gap-invariance").mechanism
     assert mech == "extra-decay"
-    assert reach(run, case, "gap-invariance", mech, dataclasses.replace(declared, pipeline=Domain())).level == "pipeline"
+    anywhere = dataclasses.replace(declared, pipeline=Domain())
+    assert reach(run, case, "gap-invariance", mech, anywhere).level == "pipeline"
     no_gaps = Domain(gaps=False, why={"gaps": "rollout.py:1"})
     r = reach(run, case, "gap-invariance", mech, dataclasses.replace(declared, pipeline=no_gaps), examples=20)
     assert r.level == "api" and r.witness is None and "twin" in r.how

@@ -220,7 +220,7 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
     changes = {
         "attention": att,
         "trainable": grow(case.trainable, False),
-        "token_rewards": grow(case.token_rewards, probe),
+        "token_rewards": grow(case.token_rewards, probe if dom.masked_rewards else 0.0),
         "values": grow(case.values, 0.0),
         "extra": {n: grow(x, probe) for n, x in case.extra.items()},
     }
