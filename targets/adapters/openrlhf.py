@@ -34,6 +34,7 @@ in `pipeline` / `pipeline_by_pin`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -41,6 +42,8 @@ import torch
 
 from oracles.case import Case
 from oracles.domain import Domain
+from oracles.reference import Whitening
+from targets.adapters import openrlhf_kinds
 from targets.adapters.base import Loaded, NotPresent, import_from
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
@@ -118,6 +121,145 @@ _PIPELINE_0112 = Domain(
     },
 )
 
+# ---- entries beyond GAE (targets/adapters/openrlhf_kinds.py); lines are at 0.11.2 ----------------------
+_EM = "0.11.2: openrlhf/trainer/ppo_utils/experience_maker.py"
+_UT = "0.11.2: openrlhf/models/utils.py"
+_FP32_KL = f"{_UT}:93 log_ratio = log_probs.float() - ...; {_UT}:155 the shaped reward is cast to kl.dtype (float32)"
+_NO_LEFT_PAD = (
+    "0.11.2: openrlhf/trainer/ppo_utils/samples_generator.py:253-263 the window is the sample from its second "
+    "token; openrlhf/trainer/ppo_utils/experience.py:113 batches are right-padded"
+)
+_LOGP_MASKED = (
+    "0.11.2: openrlhf/models/actor.py:298 action log-probs (actor and reference) are multiplied by the action "
+    "mask, so the KL under the mask is 0 and finite"
+)
+_PIPELINE_GROUP = Domain(
+    dtypes=("float32",),
+    left_padding=False,
+    masked_rewards=False,
+    nonfinite_poison=False,
+    why={
+        "dtypes": _FP32_KL,
+        "left_padding": _NO_LEFT_PAD,
+        "masked_rewards": _LOGP_MASKED + f" ({_UT}:93-113 k1/k2/k3 of 0 - 0 is 0)",
+        "nonfinite_poison": _LOGP_MASKED,
+    },
+)
+_PIPELINE_LOGP = Domain(
+    dtypes=("float32",),
+    left_padding=False,
+    nonfinite_poison=False,
+    why={
+        "dtypes": "0.11.2: openrlhf/models/actor.py:267 logits to float32, so action log-probs are float32",
+        "left_padding": _NO_LEFT_PAD,
+        "nonfinite_poison": _LOGP_MASKED,
+    },
+)
+_NOT_MASKED = (
+    f"{_EM}:390-421 get_cumulative_returns masks the rewards, not its output: a masked position before the last "
+    "action token (prompt / observation tokens of the window) carries the later return, and the trainer uses it "
+    f"as the advantage ({_EM}:317)"
+)
+_GROUP_ERRORS = (r"GroupShapeError",)
+_GROUP_NOTE = (
+    "OpenRLHF has no group ids: rewards are scattered to prompt order by experience.index and reshaped to "
+    "(-1, n_samples_per_prompt) (experience_maker.py:252-256); the adapter numbers each group's rows in order of "
+    "appearance, and unequal group sizes or n == 1 (asserted away by cli/train_ppo_ray.py:656-659) are a "
+    "documented GroupShapeError."
+)
+
+
+def _group_entry(variant: dict) -> dict:
+    return dict(
+        kind="group-advantage",
+        variant=variant,
+        domain=Domain(),
+        pipeline=_PIPELINE_GROUP,
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=_NOT_MASKED,
+        documented_errors=_GROUP_ERRORS,
+        whitening=None,
+        notes=_GROUP_NOTE,
+    )
+
+
+_NO_F64 = ("float16", "bfloat16", "float32")
+_F32_WHY = (
+    "compute_approx_kl computes in float32 by design (log_probs.float() - log_probs_base.float(), "
+    "openrlhf/models/utils.py:93 at 0.11.2): a float64 case would be judged at float64 tolerance on float32 arithmetic"
+)
+
+
+def _kl_entry(variant: dict) -> dict:
+    return dict(
+        kind="kl",
+        variant=variant,
+        domain=Domain(dtypes=_NO_F64, why={"dtypes": _F32_WHY}),
+        pipeline=_PIPELINE_LOGP,
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=f"{_UT}:69-75 compute_approx_kl takes no mask; the loss / reward apply it later",
+        whitening=None,
+        notes="compute_approx_kl computes in float32 (log_probs.float(), utils.py:93) and clamps every estimate.",
+    )
+
+
+_CLAMP10 = (-10.0, 10.0)
+ENTRY_OVERRIDES = {
+    # experience_maker.py:273-274: (r - mean_g) / (r.std(-1) + 1e-9), torch.std unbiased, eps outside the std
+    "group_norm": _group_entry({"estimator": "grpo", "std": "unbiased", "eps": 1e-9}),
+    # experience_maker.py:271-272: r - mean_g
+    "dr_grpo": _group_entry({"estimator": "grpo", "std": None}),
+    # experience_maker.py:268-270: r - (sum_g - r) / (n - 1)
+    "rloo": _group_entry({"estimator": "rloo"}),
+    # utils.py:98 k1 = log_ratio; utils.py:113 every estimate clamped to [-10, 10]
+    "kl-k1": _kl_entry({"estimator": "k1", "clamp": _CLAMP10}),
+    # utils.py:104 k2 = log_ratio**2 / 2; utils.py:113 clamp
+    "kl-k2": _kl_entry({"estimator": "k2", "clamp": _CLAMP10}),
+    # utils.py:108-109 log_ratio clamped at min -10 before exp(-lr) - 1 + lr; utils.py:113 clamp
+    "kl-k3": _kl_entry({"estimator": "k3", "clamp_d": (-10.0, float("inf")), "clamp": _CLAMP10}),
+    "masked_mean": dict(
+        kind="normalization",
+        # utils.py:199-202 (t * mask).sum(dim) / mask.sum(dim); called with dim=-1 (experience_maker.py:215-216)
+        variant={"level": "row", "output": "mean"},
+        domain=Domain(),
+        pipeline=_PIPELINE_LOGP,
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=f"{_UT}:199-202 masked_mean returns one value per row; the adapter broadcasts it to the row",
+        whitening=None,
+        notes="masked_mean(kl, action_mask, dim=-1) as experience_maker.py:215 calls it.",
+    ),
+    "reinforce": dict(
+        kind="returns",
+        contract="dense",
+        # experience_maker.py:326-338: mean and var over all action tokens, var biased (/ num_actions), rstd =
+        # var.clamp(min=1e-8).rsqrt() (a floor, not an added eps), advantages cast to float32 first (327)
+        whitening=Whitening(unbiased=False, eps=1e-8),
+        domain=Domain(
+            dtypes=_NO_F64,
+            critic=False,
+            why={
+                "critic": f"{_EM}:305-317 reinforce takes no values",
+                "dtypes": f"{_EM}:327 the whitening casts the advantages to float32 (.float()) by design: a float64 "
+                "case would be judged at float64 tolerance on float32 statistics",
+            },
+        ),
+        pipeline=dataclasses.replace(
+            _PIPELINE_GROUP,
+            critic=False,
+            why={**_PIPELINE_GROUP.why, "critic": f"{_EM}:305-317 reinforce takes no critic values"},
+        ),
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=f"{_EM}:338 the whitened advantages are not multiplied by the mask; " + _NOT_MASKED,
+        notes="reinforce: compute_reward places the score at the last action token, get_cumulative_returns "
+        "(dense: every position a transition), then the batch whitening of compute_advantages_and_returns.",
+    ),
+}
+
+
 SPEC = TargetSpec(
     id="openrlhf",
     adapter="targets.adapters.openrlhf",
@@ -148,6 +290,8 @@ SPEC = TargetSpec(
     ),
     pipeline=_PIPELINE_0112,
     pipeline_by_pin={"0.3.6.post1": _PIPELINE_036, "0.6.3": _PIPELINE_063},
+    entries=("default", *ENTRY_OVERRIDES),
+    entry_overrides=ENTRY_OVERRIDES,
 )
 
 
@@ -194,8 +338,14 @@ def _score_placer(root: Path):
 
 
 def load(root: Path, entry: str | None) -> Loaded:
+    if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
+        return openrlhf_kinds.load_estimator(root, entry)
+    if entry in ("kl-k1", "kl-k2", "kl-k3"):
+        return openrlhf_kinds.load_kl(root, entry.split("-")[1])
+    if entry == "masked_mean":
+        return openrlhf_kinds.load_masked_mean(root)
     if entry not in (None, "default"):
-        raise ValueError(f"openrlhf has one entry point, 'default'; got {entry!r}")
+        raise ValueError(f"openrlhf has no entry {entry!r}; its entries: {', '.join(SPEC.entries)}")
     gae, where = _find_gae(root)
     params = list(inspect.signature(gae).parameters)
     if params[:6] != ["self", "values", "rewards", "action_mask", "gamma", "lambd"]:

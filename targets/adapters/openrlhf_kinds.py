@@ -1,0 +1,174 @@
+"""OpenRLHF entries beyond GAE: group advantages, the KL estimators, masked_mean and REINFORCE returns.
+
+Every entry calls OpenRLHF's own code at the pin, imported from the checkout:
+
+* group-advantage (`group_norm`, `dr_grpo`, `rloo`) and returns (`reinforce`): the experience
+  maker's real `compute_advantages_and_returns(self, experiences)`, called unbound with a namespace
+  `self` (`strategy.args`, `kl_ctl`, `advantage_estimator`, the real `get_cumulative_returns`) on one
+  real `Experience`. That method runs the inline group block (the rewards scattered back to prompt
+  order by `experience.index`, `reshape(-1, n_samples_per_prompt)`, the estimator's baseline), then
+  `compute_reward` (the shaped scalar at the last action-mask token, minus `kl_coef * kl`), then
+  `get_cumulative_returns` (`action_mask * rewards`, a discounted cumsum over every position), then,
+  for `reinforce`, the inline whitening over all action tokens. The advantage the trainer uses is
+  the output.
+* kl (`kl-k1`, `kl-k2`, `kl-k3`): `openrlhf/models/utils.py::compute_approx_kl`.
+* normalization (`masked_mean`): `openrlhf/models/utils.py::masked_mean(tensor, mask, dim=-1)`, as
+  the experience maker calls it on the KL (row means), broadcast back to the row.
+
+Inputs from the canonical case. Groups: OpenRLHF has no group ids; `n_samples_per_prompt` rows
+per prompt sit contiguously in prompt order and `experience.index` maps each row to that order.
+The adapter numbers each group's rows in order of appearance and passes that index, the way the
+samples generator numbers rollouts; groups of unequal size cannot be expressed (a documented
+`GroupShapeError`), nor can `n_samples_per_prompt == 1` for these estimators (the CLI asserts
+`n > 1`, `cli/train_ppo_ray.py:656-659`). Token rewards: the only per-token reward OpenRLHF has is
+the KL term of `compute_reward`, so the case's token rewards enter as `kl = -token_rewards` with
+`kl_coef = 1` (in the case's dtype, as the GAE adapter adds them to the reward). The reward clip
+range is opened wide (`--reward.clip_range` is a user option; the clip is not masking behaviour and
+would blur the comparison, as in the GAE adapter).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from oracles.case import Case
+from targets.adapters.base import Loaded, NotPresent, import_from
+
+_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+_EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"
+_UTILS = "openrlhf.models.utils"
+_WIDE = (-1e30, 1e30)
+
+
+class GroupShapeError(ValueError):
+    """The case's groups cannot be expressed as OpenRLHF's fixed-size prompt groups."""
+
+
+def _rel(root: Path, mod) -> str:
+    return str(Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve()))
+
+
+def _method(root: Path, name: str):
+    mod = import_from(root, _MAKER)
+    for obj in vars(mod).values():
+        if inspect.isclass(obj) and obj.__module__ == mod.__name__ and name in vars(obj):
+            return vars(obj)[name], f"{_rel(root, mod)}::{vars(obj)[name].__qualname__}"
+    raise NotPresent(f"{_MAKER} has no class with {name}")
+
+
+def prompt_order(group: torch.Tensor) -> tuple[list[int], int]:
+    """`experience.index` for rows with these group ids (group g's k-th row -> g_rank * n + k) and n.
+
+    GroupShapeError when the groups are not all of one size n >= 2."""
+    ids = group.tolist()
+    order = list(dict.fromkeys(ids))
+    sizes = {g: ids.count(g) for g in order}
+    n = sizes[order[0]]
+    if len(set(sizes.values())) != 1:
+        raise GroupShapeError(
+            f"GroupShapeError: groups of sizes {sorted(set(sizes.values()))}: OpenRLHF reshapes the rewards to "
+            "(-1, n_samples_per_prompt) (experience_maker.py:256), every prompt has n rows"
+        )
+    if n < 2:
+        raise GroupShapeError(
+            "GroupShapeError: n_samples_per_prompt == 1: the CLI asserts n > 1 for rloo / reinforce_baseline / "
+            "group_norm / dr_grpo (cli/train_ppo_ray.py:656-659)"
+        )
+    seen = {g: 0 for g in order}
+    index = []
+    for g in ids:
+        index.append(order.index(g) * n + seen[g])
+        seen[g] += 1
+    return index, n
+
+
+def _args(estimator: str, n: int, gamma: float) -> SimpleNamespace:
+    ns = SimpleNamespace
+    return ns(
+        rollout=ns(n_samples_per_prompt=n),
+        algo=ns(advantage=ns(estimator=estimator, gamma=gamma, lambd=1.0, no_std_norm=False)),
+        reward=ns(clip_range=_WIDE, overlong_buffer_len=None, stop_properly_penalty_coef=None),
+    )
+
+
+def load_estimator(root: Path, estimator: str) -> Loaded:
+    """`group_norm` / `dr_grpo` / `rloo` (group-advantage) or `reinforce` (returns) through the
+    real `compute_advantages_and_returns`."""
+    method, where = _method(root, "compute_advantages_and_returns")
+    cumulative, _ = _method(root, "get_cumulative_returns")
+    experience_cls = getattr(import_from(root, _EXPERIENCE), "Experience", None)
+    if experience_cls is None:
+        raise NotPresent(f"{_EXPERIENCE} has no Experience")
+    src = inspect.getsource(method)
+    if f'"{estimator}"' not in src:
+        raise NotPresent(f"{where} has no estimator {estimator!r} at this pin")
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        if estimator == "reinforce":
+            index, n, gamma = list(range(case.shape[0])), 1, case.gamma
+        else:
+            index, n = prompt_order(case.group)
+            gamma = 1.0
+        args = _args(estimator, n, gamma)
+        self = SimpleNamespace(
+            strategy=SimpleNamespace(args=args),
+            args=args,
+            kl_ctl=SimpleNamespace(value=1.0),
+            advantage_estimator=estimator,
+        )
+        self.get_cumulative_returns = cumulative.__get__(self)
+        exp = experience_cls(
+            action_mask=case.trainable.to(device),
+            rewards=case.score.to(device=device, dtype=dt),
+            kl=-case.token_rewards.to(device=device, dtype=dt),
+            index=index,
+        )
+        (out,) = method(self, [exp])
+        if estimator == "reinforce":
+            return out.advantages, out.returns
+        return (out.advantages,)
+
+    notes = [
+        "called unbound with a namespace self (strategy.args at the CLI defaults, kl_ctl.value = 1, the real "
+        "get_cumulative_returns) on one real Experience",
+        "experience.index numbers each group's rows in order of appearance (prompt order, n rows per prompt)",
+        "token rewards enter as kl = -token_rewards with kl_coef 1; reward clip range opened wide",
+    ]
+    return Loaded(run, where, notes)
+
+
+def load_kl(root: Path, estimator: str) -> Loaded:
+    mod = import_from(root, _UTILS)
+    fn = getattr(mod, "compute_approx_kl", None)
+    if fn is None:
+        raise NotPresent(f"{_UTILS}.compute_approx_kl is not present at this pin")
+    params = inspect.signature(fn).parameters
+    if "kl_estimator" not in params:
+        raise NotPresent(f"{_UTILS}.compute_approx_kl takes no kl_estimator at this pin ({list(params)})")
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        lp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        return (fn(lp, ref, kl_estimator=estimator),)
+
+    return Loaded(run, f"{_rel(root, mod)}::compute_approx_kl", [f"kl_estimator={estimator!r}, no mask argument"])
+
+
+def load_masked_mean(root: Path) -> Loaded:
+    mod = import_from(root, _UTILS)
+    fn = getattr(mod, "masked_mean", None)
+    if fn is None:
+        raise NotPresent(f"{_UTILS}.masked_mean is not present at this pin")
+
+    def run(case: Case, device: str):
+        x = case.extra["x"].to(device=device, dtype=case.torch_dtype)
+        mask = case.trainable.to(device)
+        return (fn(x, mask, dim=-1)[:, None].expand(case.shape),)
+
+    return Loaded(run, f"{_rel(root, mod)}::masked_mean", ["dim=-1 (row means), broadcast back to the row"])
