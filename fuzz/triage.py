@@ -167,7 +167,7 @@ def triage(
 ) -> list[Defect]:
     """Diagnose, place and grade every finding of `result` (in place) and return its defects,
     most severe first."""
-    label = result.target + (f":{entry}" if entry else "")
+    label = result.target + (f":{entry}" if entry and ":" not in result.target else "")
     groups: dict[str, list[Finding]] = {}
     for finding in result.findings:
         d = diagnose(run, finding.case, declared, finding.property)

@@ -313,10 +313,10 @@ def test_reinforce_returns_then_whitening_by_hand(entry):
     assert ret[0].tolist() == pytest.approx([0.25, 0.5, 1.0])  # dense: the masked head is a transition too
     # whitened over the two action tokens (biased var 0.0625, rstd 4): [.., -1, 1]; the head is not masked
     assert adv[0].tolist() == pytest.approx([-2.0, -1.0, 1.0])
-    # the variance floor var.clamp(min=1e-8) is not eps added under the sqrt: at var 6e-5 they differ by 1e-4
+    # the variance floor var.clamp(min=1e-8), not eps added under the sqrt: declared (Whitening.floor), so it passes
     tiny = case.replace(score=torch.tensor([0.0154], dtype=torch.float64), gamma=0.0)
     v = verdicts(entry("reinforce").run, tiny, entry("reinforce").declared)
-    assert v["reference"].failed  # tool limitation: Whitening has no floor placement
+    assert v["reference"].status == "pass"
 
 
 def _fuzz(h, name, n=40):

@@ -236,7 +236,7 @@ ENTRY_OVERRIDES = {
         contract="dense",
         # experience_maker.py:326-338: mean and var over all action tokens, var biased (/ num_actions), rstd =
         # var.clamp(min=1e-8).rsqrt() (a floor, not an added eps), advantages cast to float32 first (327)
-        whitening=Whitening(unbiased=False, eps=1e-8),
+        whitening=Whitening(unbiased=False, eps=1e-8, floor=True),
         domain=Domain(
             dtypes=_NO_F64,
             critic=False,
