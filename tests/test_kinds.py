@@ -48,6 +48,7 @@ def test_group_advantage_by_hand():
         round(3 / math.sqrt(1.5), 6),
         0.0,
     ]
+    assert _rows({"eps_place": "floor", "eps": 0.9}) == [round(0.5 / 0.9, 6), round(-0.5 / 0.9, 6), 3.0, 0.0]
     # the empty row counted (a framework that documents it): scores 1, 0, 5, mean 2, var 7
     assert _rows({"empty_rows": "counted"}) == [
         round(-1 / (math.sqrt(7) + 1e-6), 6),
@@ -92,6 +93,8 @@ def test_normalization_by_hand():
     assert rows[0, :2].tolist() == pytest.approx([-math.sqrt(0.5), math.sqrt(0.5)])
     std_eps = normalization.reference(case, {"eps": 1.0, "eps_place": "std"})["out"]
     assert std_eps[0, 0] == pytest.approx(-1.5 / (math.sqrt(5 / 3) + 1.0))
+    floor = normalization.reference(case, {"eps": 4.0, "eps_place": "floor"})["out"]  # max(5/3, 4) = 4
+    assert floor[0, 0] == pytest.approx(-1.5 / 2.0)
     mean = normalization.reference(case, {"output": "mean"})["out"]
     assert mean[1, 0] == 2.5 and mean[1, 1] == 0
     one = Case.build(trainable=[[1, 0]], extra={"x": [[1.0, 0.0]]})
@@ -105,9 +108,11 @@ VARIANTS = {
         {"estimator": "rloo"},
         {"std": "biased", "eps_place": "var", "singleton": "zero"},
         {"empty_rows": "counted"},
+        {"eps_place": "floor", "eps": 1e-3},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
     "normalization": [
+        {"eps_place": "floor", "eps": 1e-3},
         {},
         {"level": "row"},
         {"level": "group", "unbiased": False},

@@ -176,3 +176,96 @@ def test_pipeline_domain_is_cited_and_rejects_what_areal_never_builds():
         assert dom.rejects(tail) is None, rev
     assert spec.pipeline_at("b0ebd07b61d0") is spec.pipeline_by_pin["b0ebd07b61d01122cf21579295c61863c969d3b1"]
     assert spec.pipeline_at("1.0.4") is spec.pipeline
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds beyond GAE (targets/adapters/areal_kinds.py): Normalization and KLEstimator compiled from
+# areal/utils/data.py at the pin.
+#
+# * reward_norm (group / group) gets the [B] scores with no loss mask (actor.py:172-173): a row without a
+#   trainable token (a prompt over max length, an empty completion) still enters its group's mean and std.
+# * adv_norm (batch / batch) multiplies by the loss mask inside its sums: NaN * 0 leaks NaN (api only).
+# * KLEstimator on the actor's masked log-probs matches the reference with its [-10, 10] output clamp.
+# ---------------------------------------------------------------------------------------------
+HEAD = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"  # git main, Aug 2026: Normalization takes group_sizes
+
+
+def kind_verdicts(handle, case: Case) -> dict:
+    from oracles.kinds.judge import judge as kind_judge
+
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+
+
+def kind_fuzz(handle, entry: str) -> set:
+    result = fuzz_target(handle.run, handle.declared, target=f"areal:{entry}", pin=RELEASE, max_examples=40, seed=0,
+                         derandomize=True, shrink=False)
+    return {p for p, n in result.failed.items() if n}
+
+
+def test_kind_entries_are_declared():
+    spec = areal.SPEC
+    assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3")
+    assert [spec.kind_of(e) for e in spec.entries[1:]] == ["group-advantage", "normalization", "kl", "kl", "kl"]
+    assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("grpo").variant["eps"] == 1e-5
+    assert spec.for_entry("adv-norm").pipeline.cited() == []
+
+
+def test_blocks_of_group_ids():
+    import torch
+
+    from targets.adapters.areal_kinds import blocks
+
+    assert blocks(torch.tensor([5, 5, 2, 2, 2, 9])) == [2, 3, 1]
+    assert blocks(torch.tensor([5, 2, 5])) is None
+
+
+@pytest.mark.network
+def test_grpo_reward_norm_counts_rows_without_trainable_tokens():
+    with open_target(f"areal:grpo@{RELEASE}") as h:
+        assert h.info["where"] == "areal/utils/data.py::Normalization"
+        case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 4], group=[7, 7, 3, 3], dtype="float32")
+        (adv,) = h.run(case)
+        # group 7: mean 1/2, unbiased std sqrt(1/2); group 3: mean 3, std sqrt(2); eps 1e-5 on the std
+        s7, s3 = math.sqrt(0.5) + 1e-5, math.sqrt(2) + 1e-5
+        assert adv[:, 0].tolist() == pytest.approx([0.5 / s7, -0.5 / s7, -1 / s3, 1 / s3], rel=1e-6)
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+        # the loss-masked row 1 still counts in group 7
+        masked = Case.build(trainable=[[1, 1], [0, 0], [1, 1], [1, 1]], score=[1, 0, 2, 4], group=[7, 7, 3, 3])
+        assert kind_verdicts(h, masked)["reference"].failed
+        # unequal or interleaved groups cannot be expressed at the release: the adapter's documented refusal
+        with pytest.raises(Exception, match="areal: Normalization"):
+            h.run(Case.build(trainable=[[1]] * 3, score=[1, 0, 2], group=[0, 0, 1]))
+        bad = kind_fuzz(h, "grpo")
+        assert {"pad-invariance", "reference"} <= bad, bad
+        assert not bad & {"no-crash", "poison", "permutation", "group-isolation", "deterministic"}, bad
+
+
+@pytest.mark.network
+def test_adv_norm_and_kl_estimators():
+    with open_target(f"areal:adv-norm@{RELEASE}") as h:
+        case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"x": [[1.0, 2.0, 50.0], [3.0, -7.0, 0.0]]})
+        (out,) = h.run(case)
+        assert out.flatten().tolist() == pytest.approx([-1 / (1 + 1e-5), 0.0, 0.0, 1 / (1 + 1e-5), 0.0, 0.0])
+        v = kind_verdicts(h, case)
+        assert all(v[p].status == "pass" for p in ("reference", "poison", "masked-zero")), v
+        nan = Case.build(trainable=[[1, 1], [1, 0]], extra={"x": [[1.0, 2.0], [3.0, math.nan]]})
+        assert kind_verdicts(h, nan)["poison-nonfinite"].failed  # x * mask inside the masked sums
+        assert kind_fuzz(h, "adv-norm") == {"poison-nonfinite", "masked-zero"}  # x * mask keeps NaN at masked positions
+    with open_target(f"areal:kl-k3@{RELEASE}") as h:
+        case = Case.build(trainable=[[1, 1, 0]],
+                          extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]})
+        (kl,) = h.run(case)
+        assert kl[0].tolist() == pytest.approx([math.exp(-1.0), 10.0, 0.0], rel=1e-6)  # exp(29) - 30 clamped to 10
+        assert kind_fuzz(h, "kl-k3") == {"masked-zero"}  # logp * mask first: NaN * 0 stays NaN at masked positions
+
+
+def test_grpo_at_git_main_takes_group_sizes():
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
+    with open_target(f"areal:grpo@{HEAD}", repos=repos) as h:
+        case = Case.build(trainable=[[1, 1]] * 3, score=[1, 0, 5], group=[0, 0, 1])  # unequal sizes, a singleton
+        (adv,) = h.run(case)
+        s = math.sqrt(0.5) + 1e-5
+        assert adv[:, 0].tolist() == pytest.approx([0.5 / s, -0.5 / s, 0.0], rel=1e-6)
+        assert kind_verdicts(h, case)["reference"].status == "pass"

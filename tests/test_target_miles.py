@@ -21,6 +21,7 @@ The wheel downloads from PyPI (network marker); git pins need MASKFUZZ_REPOS=mil
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def verdicts(run, case: Case) -> dict:
 def test_spec_declares_compressed_and_its_narrowing_with_reasons():
     spec = miles.SPEC
     assert spec.contract == "compressed" and "fla" in spec.deny and "miles" in spec.own
-    assert spec.entries == ("default", "vanilla")
+    assert spec.entries[:2] == ("default", "vanilla")  # then the kinds beyond GAE
     assert [p.rev for p in spec.pins] == ["0.0.2", BEFORE, FIX]
     assert [p.rev for p in spec.default_pins] == ["0.0.2"]  # release pins only: no git access needed
     restrictions = spec.domain.restrictions()
@@ -361,7 +362,7 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_miles_never_buil
     for pin in ("0.0.2", "6ccdc7da6", "3d2e0e411"):
         dom = spec.pipeline_at(pin)
         assert dom is not None and dom.cited() == []
-        assert sorted(dom.restrictions()) == ["dtypes", "left_padding", "nonfinite_poison"]
+        assert sorted(dom.restrictions()) == ["dtypes", "empty_rows", "left_padding", "nonfinite_poison"]
         ok = Case.build(trainable=[[1, 0, 1, 0], [0, 0, 0, 0]], token_rewards=[[0, 2, 0, 3], [0] * 4], score=[1, 2])
         assert dom.rejects(ok) is None  # gaps, a masked tail, an all-masked row, masked KL are all reachable
         assert "left-padded" in dom.rejects(Case.build(trainable=[[0, 1]], attention=[[0, 1]]))
@@ -372,3 +373,159 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_miles_never_buil
     assert spec.pipeline_at("0.0.2").rejects(bf16) is None
     assert "dtype" in spec.pipeline_at("3d2e0e411").rejects(bf16)
     assert spec.pipeline_at("6ccdc7da6123456") is miles.PIPELINE_GIT
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (targets/adapters/miles_kinds.py), from the release wheel miles-rl 0.0.2.
+#
+# Verdicts derived by reading the wheel:
+# * grpo: RolloutManager._post_process_rewards (miles/ray/rollout.py:640-665) normalises in float32
+#   per group of n_samples_per_prompt, or over the WHOLE batch when the sample count is not
+#   n_samples_per_prompt * rollout_batch_size (:651-655): unequal groups mix (group-isolation);
+#   rows whose loss mask is all zero (remove_sample, :701-702, after the normalisation) still count
+#   (pad-invariance); a singleton group has an unbiased std of NaN (no-crash). get_grpo_returns
+#   broadcasts the scalar to every response token, masked ones included.
+# * kl / kl-k3 / kl-low-var: compute_approx_kl (miles/utils/ppo_utils.py:65-104) is exact.
+# * whiten: distributed_masked_whiten (miles/utils/distributed_utils.py:96-154) takes a one-pass
+#   float32 variance E[x^2] - mean^2: constant advantages (0.9 x 7) give a negative variance and
+#   NaN everywhere (no-crash), large offsets lose the variance (affine, reference); NaN under the
+#   mask leaks through values * mask (poison-nonfinite, api only).
+# * reinforce++: get_reinforce_plus_plus_returns (miles/utils/ppo_utils.py:370-435) never masks the
+#   KL (-kl_coef * kl at every response token, :412) so masked KL reaches earlier returns (poison,
+#   telescoping, reference), and asserts on a fully masked row (:414), which remove_sample builds.
+# ---------------------------------------------------------------------------------------------
+from oracles.kinds import judge as kinds_judge  # noqa: E402
+
+KIND_PIN = "0.0.2"
+
+
+def kind_failed(handle, case: Case) -> set[str]:
+    if handle.declared.kind == "returns":
+        return {v.property for v in judge(handle.run, case, handle.declared) if v.failed}
+    return {v.property for v in kinds_judge.judge(handle.run, case, handle.declared) if v.failed}
+
+
+@pytest.fixture(scope="module")
+def kinds_open():
+    opened: dict = {}
+    stack = []
+
+    def get(entry: str):
+        if entry not in opened:
+            cm = open_target(f"miles:{entry}@{KIND_PIN}")
+            opened[entry] = cm.__enter__()
+            stack.append(cm)
+        return opened[entry]
+
+    yield get
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)
+
+
+def test_kind_entries_are_declared_with_cited_pipelines():
+    spec = miles.SPEC
+    assert spec.entries[:2] == ("default", "vanilla")
+    kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
+    assert kinds == {
+        "grpo": "group-advantage", "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl",
+        "whiten": "normalization", "reinforce++": "returns",
+    }
+    for entry in kinds:
+        for pin in ("0.0.2", "3d2e0e411"):
+            dom = spec.for_entry(entry).pipeline_at(pin)
+            assert dom is not None and dom.cited() == [], (entry, pin)
+        assert "float64" not in spec.for_entry(entry).domain.dtypes
+    assert spec.for_entry("reinforce++").contract == "dense" and not spec.for_entry("reinforce++").domain.critic
+    assert spec.for_entry("kl-low-var").variant == {"estimator": "low_var_kl", "clamp": (-10.0, 10.0)}
+
+
+@pytest.mark.network
+def test_grpo_normalises_per_group_and_broadcasts_to_masked_tokens(kinds_open):
+    h = kinds_open("grpo")
+    assert "RolloutManager._post_process_rewards" in h.info["where"]
+    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]], score=[1, 0, 2, 4], group=[0, 0, 1, 1])
+    (adv,) = h.run(case)
+    a = 0.5 / (0.5**0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6), both groups
+    assert adv.flatten().tolist() == pytest.approx([a] * 3 + [-a] * 3 + [-a] * 3 + [a] * 3, rel=1e-6)  # masked too
+    assert kind_failed(h, case) == {"pad-invariance"}  # an added all-masked row counts in its group
+    # unequal groups: the sample count is not n * groups, so the whole batch is one group
+    mixed = Case.build(trainable=[[1]] * 4, score=[1, 2, 3, 10], group=[0, 0, 0, 1])
+    (adv,) = h.run(mixed)
+    std = (50 / 3) ** 0.5
+    assert adv[:, 0].tolist() == pytest.approx([(r - 4) / (std + 1e-6) for r in (1, 2, 3, 10)], rel=1e-6)
+    assert {"group-isolation", "reference"} <= kind_failed(h, mixed)
+    (adv,) = h.run(Case.build(trainable=[[1]], score=[1.0], group=[0]))  # n_samples_per_prompt 1
+    assert torch.isnan(adv).all()
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "entry, expect",
+    [
+        ("kl", [0.5, -20.0]),
+        ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
+        ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0]),
+    ],
+)
+def test_kl_estimators(kinds_open, entry, expect):
+    h = kinds_open(entry)
+    assert "compute_approx_kl" in h.info["where"] and any("_torchdynamo_orig_callable" in n for n in h.info["notes"])
+    case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -21.0, 5.0]], "ref_logp": [[-1.5, -1.0, 0.0]]})
+    (kl,) = h.run(case)
+    assert kl[0, :2].tolist() == pytest.approx(expect, rel=1e-5)
+    assert kl.dtype == torch.float32 and kl[0, 2] != 0  # no mask
+    assert kind_failed(h, case) == set()
+
+
+@pytest.mark.network
+def test_whiten_one_pass_float32_variance(kinds_open):
+    h = kinds_open("whiten")
+    case = Case.build(trainable=[[1, 1, 0], [1, 0, 1]], extra={"x": [[1.0, 2.0, 9.0], [3.0, 5.0, 4.0]]})
+    (out,) = h.run(case)
+    s = (5 / 3 + 1e-8) ** 0.5  # unbiased variance of 1, 2, 3, 4; eps inside
+    assert out.flatten().tolist() == pytest.approx([-1.5 / s, -0.5 / s, 6.5 / s, 0.5 / s, 2.5 / s, 1.5 / s], rel=1e-5)
+    assert kind_failed(h, case) == set()
+    constant = Case.build(trainable=[[1] * 7], extra={"x": [[0.9] * 7]})  # E[x^2] - mean^2 < 0 in float32
+    (out,) = h.run(constant)
+    assert torch.isnan(out).all() and "no-crash" in kind_failed(h, constant)
+
+
+@pytest.mark.network
+def test_reinforce_pp_returns_keep_masked_kl_and_assert_on_a_removed_sample(kinds_open):
+    h = kinds_open("reinforce++")
+    case = Case.build(trainable=[[1, 0, 1, 0]], token_rewards=[[0.5, 3, 0.25, 2]], score=[1.0], gamma=0.5)
+    adv, ret = h.run(case)
+    # dense over every token, the masked KL rewards (3 and 2) included, the score at the last trainable token
+    g3 = 2.0
+    g2 = 0.25 + 1 + 0.5 * g3
+    g1 = 3 + 0.5 * g2
+    g0 = 0.5 + 0.5 * g1
+    assert adv[0].tolist() == pytest.approx([g0, g1, g2, g3]) and ret[0].tolist() == adv[0].tolist()
+    assert {"poison", "reference"} <= kind_failed(h, case)
+    removed = Case.build(trainable=[[1, 1], [0, 0]], score=[1.0, 1.0])
+    with pytest.raises(Exception, match="fully masked"):
+        h.run(removed)
+
+
+MILES_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may fail)
+    "grpo": ({"pad-invariance"}, {"no-crash", "group-isolation", "affine", "reference"}),
+    "kl": (set(), set()),
+    "kl-k3": (set(), set()),
+    "kl-low-var": (set(), set()),
+    "whiten": ({"no-crash"}, {"poison-nonfinite", "pad-invariance", "permutation", "affine", "reference"}),
+    "reinforce++": ({"poison"}, {"no-crash", "poison-nonfinite", "telescoping", "reference"}),
+}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("entry", list(MILES_KIND_FUZZ))
+def test_kind_short_fuzz(kinds_open, entry):
+    from fuzz.engine import fuzz_target
+
+    h = kinds_open(entry)
+    must, may = MILES_KIND_FUZZ[entry]
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target=f"miles:{entry}", pin=KIND_PIN, max_examples=40, seed=0)
+    print(f"\n[miles:{entry}] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    assert must <= found <= must | may, found

@@ -202,3 +202,53 @@ def test_class_reading_a_heavy_package_fails_loudly(tmp_path):
     )
     with pytest.raises(BlockNotFound, match="AutoTokenizer"):
         nemo_rl.load(_tree(tmp_path, body), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds beyond GAE (targets/adapters/nemo_rl_kinds.py): GRPOAdvantageEstimator compiled from the checkout.
+#
+# * valid_mask is all ones (advantage_estimator.py:85): a row without a trainable token counts in its group.
+# * calculate_baseline_and_std_per_prompt multiplies a float32 torch.eye / torch.ones matrix with the rewards
+#   (utils.py:147-168): rewards in any other dtype raise "addmv input tensors must have the same dtype".
+# ---------------------------------------------------------------------------------------------
+def _kind_handle(entry: str):
+    repos = parse_repos(None)
+    if "nemo-rl" not in repos:
+        pytest.skip("git-only: set MASKFUZZ_REPOS=nemo-rl=/path/to/NeMo-RL-clone-or-mirror")
+    return open_target(f"nemo-rl:{entry}@7ea279abfbeb", repos=repos)
+
+
+def _kind_verdicts(handle, case: Case) -> dict:
+    from oracles.kinds.judge import judge as kind_judge
+
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+
+
+def test_kind_entries_are_declared():
+    spec = nemo_rl.SPEC
+    assert spec.entries == ("default", "grpo", "rloo")
+    assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("rloo").variant["estimator"] == "rloo"
+
+
+def test_grpo_and_rloo_hand_computed():
+    with _kind_handle("grpo") as h:
+        assert h.info["where"] == "nemo_rl/algorithms/advantage_estimator.py::GRPOAdvantageEstimator.compute_advantage"
+        case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 5], group=[4, 4, 1, 4])
+        (adv,) = h.run(case)
+        s = math.sqrt(7) + 1e-6  # group 4: 1, 0, 5: mean 2, unbiased std sqrt(14 / 2)
+        assert adv[:, 0].tolist() == pytest.approx([-1 / s, -2 / s, 0.0, 3 / s], rel=1e-5)  # singleton: 0
+        v = _kind_verdicts(h, case)
+        assert v["reference"].status == "pass" and v["group-isolation"].status == "pass"
+        masked = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], score=[1, 0, 7], group=[0, 0, 0])
+        assert _kind_verdicts(h, masked)["reference"].failed  # the loss-masked row counts in the group
+        with pytest.raises(Exception, match="same dtype"):
+            h.run(case.replace(dtype="bfloat16"))
+        result = fuzz_target(h.run, h.declared, target="nemo-rl:grpo", pin="7ea279abfbeb", max_examples=40, seed=0,
+                             derandomize=True, shrink=False)
+        bad = {p for p, n in result.failed.items() if n}
+        assert "no-crash" in bad and not bad & {"poison", "permutation", "group-isolation", "deterministic"}, bad
+    with _kind_handle("rloo") as h:
+        case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 5], group=[4, 4, 1, 4])
+        (adv,) = h.run(case)
+        assert adv[:, 0].tolist() == pytest.approx([1 - 2.5, 0 - 3.0, 0.0, 5 - 0.5])
+        assert _kind_verdicts(h, case)["reference"].status == "pass"

@@ -285,3 +285,149 @@ def test_a_tree_without_the_function_is_a_skip(tmp_path):
     _tree(tmp_path, "per_token_reward[-1] = float(reward)\n", "def something_else():\n    pass\n")
     with pytest.raises(WorkerSkip, match="compute_gae_advantage_return"):
         _worker(tmp_path).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds beyond GAE (release 0.3.1): the outcome estimators, REINFORCE++, compute_approx_kl and
+# normalize_advantages_dict, each SkyRL's own function from the wheel (targets/adapters/skyrl_kinds.py).
+#
+# * The outcome estimators sum token_level_rewards over every column (ppo_utils.py:1049 / :967): a reward on
+#   a real token outside the loss mask (an observation, a masked tail) enters the score -- SkyRL's rewards are
+#   per response position by design (design difference, reported as poison).
+# * They group by uid with no loss mask: a row whose loss mask was zeroed (overlong filtering,
+#   generators/utils.py:216-232) still enters its group's mean / std (pad-invariance: true defect).
+# * normalize_advantages_dict takes advantages.mean() over every position, padding included (:141).
+# ---------------------------------------------------------------------------------------------
+def kind_verdicts(handle, case: Case) -> dict:
+    from oracles.kinds.judge import judge as kind_judge
+
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+
+
+def kind_fuzz(handle, entry: str) -> set:
+    result = fuzz_target(handle.run, handle.declared, target=f"skyrl:{entry}", pin=PIN, max_examples=40, seed=0,
+                         derandomize=True, shrink=False)
+    return {p for p, n in result.failed.items() if n}
+
+
+def test_kind_entries_are_declared_with_cited_pipelines():
+    spec = skyrl.SPEC
+    assert spec.entries[0] == "default"
+    kinds = {e: spec.kind_of(e) for e in spec.entries}
+    assert kinds == {"default": "gae", "grpo": "group-advantage", "dr-grpo": "group-advantage",
+                     "rloo": "group-advantage", "reinforce++": "returns", "kl-k3": "kl", "kl-k1": "kl", "kl-k2": "kl",
+                     "kl-abs": "kl", "batch-norm": "normalization"}
+    for e in spec.entries:
+        for pin in (PIN, "a9564572eb8e"):
+            dom = spec.for_entry(e).pipeline_at(pin)
+            assert dom is not None and dom.cited() == [], (e, pin)
+    assert spec.declared("rloo").variant == {"estimator": "rloo", "singleton": "zero"}
+    assert spec.declared("kl-k3").variant["clamp"] == (-10.0, 10.0)
+    assert not spec.declared("reinforce++").domain.critic
+
+
+@pytest.mark.network
+def test_grpo_hand_computed_and_loss_masked_rows_enter_the_group():
+    with open_target(f"skyrl:grpo@{PIN}") as h:
+        assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_grpo_outcome_advantage"
+        # group 3: scores 1, 0, 1: mean 2/3, unbiased std 1/sqrt(3); group 9 a singleton: raw score / (1 + 1e-6)
+        case = Case.build(trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 1, 5], group=[3, 3, 3, 9],
+                          dtype="float64")
+        (adv,) = h.run(case)
+        s = 1 / math.sqrt(3) + 1e-6
+        assert adv[:, 0].tolist() == pytest.approx([(1 / 3) / s, (-2 / 3) / s, (1 / 3) / s, 5 / (1 + 1e-6)])
+        v = kind_verdicts(h, case)
+        assert all(v[p].status == "pass" for p in ("reference", "permutation", "group-isolation", "affine")), v
+        # a row with real tokens but a zeroed loss mask (overlong filtering) still counts: 1, 0 | 0 -> mean 1/3
+        masked = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], attention=[[1, 1]] * 3, score=[1, 0, 0],
+                            group=[0, 0, 0], dtype="float64")
+        (adv,) = h.run(masked)
+        assert adv[0, 0].item() == pytest.approx((2 / 3) / (1 / math.sqrt(3) + 1e-6))
+        assert adv[2, 0].item() != 0.0  # broadcast by response_mask, not the loss mask (masked_zero=False)
+        v = kind_verdicts(h, masked)
+        assert v["reference"].failed and v["pad-invariance"].failed
+        # a reward on an observation token (attention 1, loss mask 0) is summed into the score
+        obs = Case.build(trainable=[[1, 0], [1, 1]], attention=[[1, 1], [1, 1]], token_rewards=[[0, 2], [0, 0]],
+                         score=[1, 0], group=[0, 0], dtype="float64")
+        assert kind_verdicts(h, obs)["poison"].failed
+        bad = kind_fuzz(h, "grpo")
+        assert {"poison", "pad-invariance", "reference"} <= bad, bad
+        assert not bad & {"no-crash", "permutation", "group-isolation", "deterministic"}, bad
+
+
+@pytest.mark.network
+def test_rloo_hand_computed_singleton_zero():
+    with open_target(f"skyrl:rloo@{PIN}") as h:
+        case = Case.build(trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 2, 5], group=[0, 0, 0, 1],
+                          dtype="float64")
+        (adv,) = h.run(case)
+        assert adv[:, 0].tolist() == pytest.approx([0.0, -1.5, 1.5, 0.0])  # r - mean of the others; singleton 0
+        v = kind_verdicts(h, case)
+        assert v["reference"].status == "pass" and v["group-isolation"].status == "pass"
+        bad = kind_fuzz(h, "rloo")
+        assert {"poison", "pad-invariance"} <= bad, bad
+        assert not bad & {"no-crash", "permutation", "group-isolation", "deterministic"}, bad
+
+
+@pytest.mark.network
+def test_reinforce_pp_returns_and_whitening():
+    with open_target(f"skyrl:reinforce++@{PIN}") as h:
+        case = Case.build(trainable=[[1, 1, 1], [1, 1, 0]], attention=[[1, 1, 1], [1, 1, 0]], score=[1, 2],
+                          gamma=0.5, dtype="float64")
+        adv, ret = h.run(case)
+        assert ret.flatten().tolist() == pytest.approx([0.25, 0.5, 1.0, 1.0, 2.0, 0.0])
+        live = torch.tensor([0.25, 0.5, 1.0, 1.0, 2.0], dtype=torch.float64)
+        w = (live - live.mean()) / torch.sqrt(live.var() + 1e-8)
+        assert adv[case.trainable].tolist() == pytest.approx(w.tolist())
+        # fewer than two response tokens: masked_var's own ValueError (documented)
+        with pytest.raises(Exception, match="The sum of the mask is one"):
+            h.run(Case.build(trainable=[[1]], score=[1]))
+        result = fuzz_target(h.run, h.declared, target="skyrl:reinforce++", pin=PIN, max_examples=40, seed=0,
+                             derandomize=True, shrink=False)
+        bad = {p for p, n in result.failed.items() if n}
+        assert {"poison", "reference"} <= bad, bad
+        assert "deterministic" not in bad, bad
+
+
+@pytest.mark.network
+def test_kl_k3_clamps_and_masks():
+    with open_target(f"skyrl:kl-k3@{PIN}") as h:
+        assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_approx_kl"
+        case = Case.build(trainable=[[1, 1, 0]], dtype="float64",
+                          extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]})
+        (kl,) = h.run(case)
+        # d = 1: exp(-1) - 1 + 1; d = -29 clamped to -20, exp(20) - 21 clamped to 10; masked: 0
+        assert kl[0].tolist() == pytest.approx([math.exp(-1.0), 10.0, 0.0])
+        v = kind_verdicts(h, case)
+        assert all(v[p].status == "pass" for p in ("reference", "poison", "masked-zero")), v
+        # the wheel multiplies by the mask: a NaN log-prob at a masked position stays NaN there (git main routes it
+        # to 0 with torch.where); trainable positions are untouched
+        nan = Case.build(trainable=[[1, 0]], extra={"logp": [[-1.0, math.nan]], "ref_logp": [[-1.0, -1.0]]})
+        (kl,) = h.run(nan)
+        assert kl[0, 0].item() == 0.0 and math.isnan(kl[0, 1].item())
+        assert kind_fuzz(h, "kl-k3") == {"masked-zero"}  # kld * loss_mask: NaN * 0 at a masked position
+
+
+@pytest.mark.network
+def test_batch_norm_mean_counts_padding():
+    with open_target(f"skyrl:batch-norm@{PIN}") as h:
+        case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], attention=[[1, 1, 0], [1, 0, 0]], dtype="float64",
+                          extra={"x": [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]})
+        (out,) = h.run(case)
+        # mean over all 6 positions = 1; var over the 3 response positions (biased) = 5/3
+        r = 1 / math.sqrt(5 / 3)
+        assert out.flatten().tolist() == pytest.approx([0.0, r, -r, 2 * r, -r, -r])
+        v = kind_verdicts(h, case)
+        assert v["reference"].failed and v["pad-invariance"].failed
+        bad = kind_fuzz(h, "batch-norm")
+        assert {"poison", "pad-invariance", "reference"} <= bad, bad
+        assert not bad & {"permutation", "deterministic"}, bad
+
+
+def test_batch_norm_is_not_present_at_git_main():
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
+    with pytest.raises(Exception, match="inlines the batch normalisation"):
+        with open_target("skyrl:batch-norm@a9564572eb8e", repos=repos):
+            pass

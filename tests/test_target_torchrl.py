@@ -242,3 +242,112 @@ def test_git_main_has_the_same_functions():
     with open_target("torchrl@ae9719f17b15", repos=repos) as h:
         v = verdicts(h, case)
         assert v["score-kept"].status == "pass" and v["poison"].status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (targets/adapters/torchrl_kinds.py) at 0.14.1: MCAdvantage (mc-advantage: the
+# per-step branch, mc-advantage-sum: trajectory_return="sum") and KLComputation (kl). Values are
+# hand-computed from torchrl/objectives/llm/grpo.py:1502-1512, 1583 and envs/llm/transforms/kl.py:1558-1563.
+# ---------------------------------------------------------------------------------------------
+import contextlib  # noqa: E402
+
+from oracles.kinds.judge import judge as kind_judge  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def entry():
+    handles, stack = {}, contextlib.ExitStack()
+
+    def get(name: str):
+        if name not in handles:
+            handles[name] = stack.enter_context(open_target(f"torchrl:{name}@{PIN}"))
+        return handles[name]
+
+    with stack:
+        yield get
+
+
+def kind_verdicts(h, case: Case) -> dict:
+    return {v.property: v for v in kind_judge(h.run, case, h.declared)}
+
+
+# two groups interleaved (ids are labels); row 2 starts with a masked prompt token
+GROUPS = Case.build(
+    trainable=[[1, 1], [1, 1], [0, 1], [1, 1]],
+    attention=[[1, 1]] * 4,
+    score=[1.0, 0.0, 3.0, 2.0],
+    group=[7, 4, 7, 4],
+    dtype="float32",
+)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", ["mc-advantage", "mc-advantage-sum"])
+def test_mc_advantage_by_hand(entry, name):
+    # group 7: 1, 3 (mean 2, unbiased std sqrt 2); group 4: 0, 2 -> -+1/sqrt 2, broadcast to every position
+    (adv,) = entry(name).run(GROUPS)
+    z = 2**-0.5
+    assert adv.flatten().tolist() == pytest.approx([-z, -z, -z, -z, z, z, z, z], rel=1e-6)
+    v = kind_verdicts(entry(name), GROUPS)
+    for prop in ("no-crash", "reference", "permutation", "group-isolation", "affine", "poison"):
+        assert v[prop].status == "pass", (name, v[prop])
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", ["mc-advantage", "mc-advantage-sum"])
+def test_a_row_without_trainable_tokens_counts_in_its_group(entry, name):
+    """MCAdvantage has no mask: a trajectory whose response has no trainable token enters the mean and std."""
+    case = Case.build(trainable=[[1], [1], [0]], attention=[[1], [1], [1]], score=[1.0, 0.0, 5.0], group=[0, 0, 0])
+    (adv,) = entry(name).run(case)
+    std = (((1 - 2) ** 2 + (0 - 2) ** 2 + (5 - 2) ** 2) / 2) ** 0.5
+    assert adv[:, 0].tolist() == pytest.approx([(1 - 2) / std, (0 - 2) / std, (5 - 2) / std], rel=1e-6)
+    assert kind_verdicts(entry(name), case)["reference"].failed  # canonical: +-0.7071 for the two real rows
+
+
+@pytest.mark.network
+def test_singleton_groups_nan_per_step_refused_with_a_return(entry):
+    case = Case.build(trainable=[[1], [1]], score=[1.0, 2.0], group=[0, 1])
+    (adv,) = entry("mc-advantage").run(case)  # std of one element is NaN, NaN.clamp_min(1e-6) is NaN
+    assert torch.isnan(adv).all()
+    assert kind_verdicts(entry("mc-advantage"), case)["no-crash"].failed
+    v = kind_verdicts(entry("mc-advantage-sum"), case)  # grpo.py:1165-1170 refuses grpo_size < 2
+    assert v["no-crash"].status == "pass" and "grpo_size >= 2" in v["no-crash"].message
+    unequal = GROUPS.replace(group=torch.tensor([0, 0, 0, 1]))
+    v = kind_verdicts(entry("mc-advantage"), unequal)
+    assert v["no-crash"].status == "pass" and "GroupShapeError" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_kl_computation_by_hand(entry):
+    nan = float("nan")
+    case = Case.build(
+        trainable=[[1, 1, 0]], dtype="float32", extra={"logp": [[-1.0, -3.0, nan]], "ref_logp": [[-1.5, -1.0, 0.0]]}
+    )
+    (kl,) = entry("kl").run(case)
+    assert kl[0].tolist() == pytest.approx([0.5, -2.0, 0.0])  # k1, a NaN position set to 0 (kl.py:1560-1562)
+    v = kind_verdicts(entry("kl"), case)
+    assert v["poison-nonfinite"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, failing",
+    [
+        ("mc-advantage", {"no-crash", "reference", "pad-invariance", "affine"}),
+        ("kl", set()),
+    ],
+)
+def test_short_fuzz_of_the_entries(entry, name, failing):
+    h = entry(name)
+    res = fuzz_target(h.run, h.declared, target="torchrl", pin=PIN, max_examples=40, seed=0, shrink=False)
+    bad = {p for p, n in res.failed.items() if n}
+    assert bad <= failing, bad
+    assert res.checked["reference"] > 0 and res.checked["poison"] > 0
+
+
+@pytest.mark.parametrize("name", torchrl.SPEC.entries[2:])
+def test_each_entry_declares_a_cited_pipeline(name):
+    spec = torchrl.SPEC.for_entry(name)
+    assert spec.kind in ("group-advantage", "kl")
+    assert spec.pipeline is not None and spec.pipeline.cited() == []
+    assert spec.masked_zero is False and spec.masked_zero_why

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -321,3 +322,133 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_verl_never_build
     seed_pad = SEED.replace(attention=SEED.trainable.clone(), token_rewards=torch.tensor([[0.0, 1.0, 0.0]]))
     assert verl.SPEC.pipeline_at("0.1").rejects(seed_pad) is None
     assert "critic values" in verl.SPEC.pipeline_at("0.4.1").rejects(seed_pad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kinds beyond GAE at the newest release (targets/adapters/verl_kinds.py): group advantages,
+# KL estimators, masked whitening and REINFORCE++ returns, each through verl's own function.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kinds_at_new():
+    """entry -> an open 0.9.1 target of that entry, opened on first use (a worker costs seconds)."""
+    with contextlib.ExitStack() as stack:
+        handles: dict = {}
+
+        def get(entry: str):
+            if entry not in handles:
+                handles[entry] = stack.enter_context(opened(f"verl:{entry}@{NEW}"))
+            return handles[entry]
+
+        yield get
+
+
+# two rows of prompt 0 (scores 1 and 0) and a singleton prompt 1 (score 2), right-padded
+GROUPS = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [1, 1, 1]],
+    attention=[[1, 1, 0], [1, 0, 0], [1, 1, 1]],
+    score=[1.0, 0.0, 2.0],
+    group=[0, 0, 1],
+)
+_S = 0.5 / (0.5**0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6) in a group of {1, 0}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("entry", "rows"),
+    [
+        ("grpo", [_S, -_S, 2.0 / (1 + 1e-6)]),  # singleton: mean 0, std 1 (core_algos.py:316-317)
+        ("grpo-vectorized", [_S, -_S, 2.0 / (1 + 1e-6)]),  # group_mean_std's singleton rule, the same
+        ("drgrpo", [0.5, -0.5, 2.0]),  # norm_adv_by_std_in_grpo=False: r - mean
+        ("rloo", [1.0, -1.0, 2.0]),  # n / (n - 1) (r - mean); a singleton keeps its score
+        ("rloo-vectorized", [1.0, -1.0, 0.0]),  # ... but the vectorised twin zeroes it (core_algos.py:864)
+    ],
+)
+def test_group_advantages_by_hand(kinds_at_new, entry, rows):
+    h = kinds_at_new(entry)
+    assert h.declared.kind == "group-advantage"
+    (adv,) = h.run(GROUPS)
+    expect = torch.tensor(rows, dtype=torch.float64)[:, None] * GROUPS.trainable
+    assert torch.allclose(adv.double(), expect, rtol=1e-6, atol=1e-7), adv
+    assert verdicts(h.run, GROUPS, h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_grpo_counts_rows_without_trained_tokens_and_sums_rewards_under_the_mask(kinds_at_new):
+    h = kinds_at_new("grpo")
+    # row 2 has real tokens but none trained (rollout-correction rejection, rollout_corr_helper.py:1061): its
+    # score 3 still enters prompt 0's mean and std, so rows 0 and 1 get (r - 4/3) / sqrt(7/3) instead of +-0.7071
+    rejected = Case.build(
+        trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+        attention=[[1, 1, 0], [1, 0, 0], [1, 1, 0]],
+        score=[1.0, 0.0, 3.0],
+        group=[0, 0, 0],
+    )
+    (adv,) = h.run(rejected)
+    std = (7.0 / 3.0) ** 0.5
+    assert adv[:2, 0].tolist() == pytest.approx([(1 - 4 / 3) / std, (0 - 4 / 3) / std], rel=1e-5)
+    # a reward under the mask is summed into the score (token_level_rewards.sum(dim=-1), core_algos.py:304)
+    leak = Case.build(trainable=[[1, 0]], attention=[[1, 0]], token_rewards=[[0.0, 100.0]], score=[0.0], group=[0])
+    (adv,) = h.run(leak)
+    assert adv[0, 0].item() == pytest.approx(100.0 / (1 + 1e-6), rel=1e-6)
+    v = verdicts(h.run, leak, h.declared)
+    assert v["poison"].failed and v["reference"].failed
+    assert v["masked-zero"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("entry", ["grpo", "rloo-vectorized"])
+def test_fuzzing_group_advantages_finds_the_leak_and_the_counted_empty_rows_only(kinds_at_new, entry):
+    h = kinds_at_new(entry)
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=40, seed=0, sizes=Sizes(4, 6))
+    found = {f.property for f in res.findings}
+    assert {"poison", "pad-invariance"} <= found, found
+    # masked-zero: NaN under the mask stays NaN at masked positions (the mask product), low severity
+    assert found <= {"poison", "poison-nonfinite", "pad-invariance", "affine", "reference", "masked-zero"}, found
+    assert res.checked["permutation"] > 0 and res.checked["group-isolation"] > 0
+
+
+KL = Case.build(
+    trainable=[[1, 1, 0]],
+    attention=[[1, 1, 1]],
+    extra={"logp": [[-1.0, -30.0, float("nan")]], "ref_logp": [[-1.5, -2.0, 0.0]]},
+)
+
+
+@pytest.mark.network
+def test_kl_estimators_by_hand(kinds_at_new):
+    (k1,) = kinds_at_new("kl-k1").run(KL)
+    assert k1[0, :2].tolist() == pytest.approx([0.5, -28.0])
+    h = kinds_at_new("kl-low_var_kl")
+    (k3,) = h.run(KL)
+    # d = 0.5: exp(-0.5) - 1 + 0.5; d = -28 is clamped to -20 (core_algos.py:2242), then the estimate to 10 (:2245)
+    assert k3[0, :2].tolist() == pytest.approx([math.exp(-0.5) - 0.5, 10.0], rel=1e-6)
+    assert torch.isnan(k3[0, 2])  # no mask inside: the caller multiplies by response_mask (masked_zero=False)
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=30, seed=0, sizes=Sizes(3, 6))
+    assert not res.findings, [f.property for f in res.findings]
+
+
+@pytest.mark.network
+def test_masked_whiten_by_hand_and_fuzzed(kinds_at_new):
+    h = kinds_at_new("whiten")
+    case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"x": [[1.0, 2.0, float("inf")], [3.0, 7.0, 0.0]]})
+    (out,) = h.run(case)
+    # mean 2, unbiased var 1: (x - 2) / sqrt(1 + 1e-8); masked_sum zeroes non-finite values outside the mask
+    assert out[0, :2].tolist() == pytest.approx([-1.0, 0.0], abs=1e-6) and out[1, 0].item() == pytest.approx(1.0)
+    assert out[1, 1].item() == pytest.approx(5.0, rel=1e-6)  # masked positions are whitened too, never zeroed
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=30, seed=0, sizes=Sizes(3, 6))
+    assert not res.findings, [f.property for f in res.findings]
+
+
+@pytest.mark.network
+def test_reinforce_plus_plus_carries_through_gaps_but_loses_a_score_on_an_observation_tail(kinds_at_new):
+    h = kinds_at_new("reinforce++")
+    adv, ret = h.run(GAP.replace(values=torch.zeros(2, 4), lam=1.0))
+    # row 0 trains positions 0 and 3: the compressed return 0.9 * 1.0 at position 0 (the gap costs nothing)
+    assert [ret[0, 0].item(), ret[0, 3].item()] == pytest.approx([0.9, 1.0], rel=1e-6)
+    assert ret[0, 1].item() == ret[0, 2].item() == 0.0
+    _, ret = h.run(OBS_TAIL.replace(lam=1.0, gamma=1.0))
+    assert ret[0].tolist() == [0.0] * 5  # the score on position 4 (masked) never enters the carry
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=40, seed=0, sizes=Sizes(3, 6))
+    found = {f.property for f in res.findings}
+    assert found & {"score-kept", "telescoping", "reference"}, found
+    assert not found & {"poison", "gap-invariance", "row-independence", "no-crash", "deterministic"}, found

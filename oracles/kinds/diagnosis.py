@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 
 from oracles.kinds import spec
-from oracles.kinds.judge import call
+from oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin
 from oracles.properties import Declared, judge
 from oracles.tolerance import kind_bound, mismatches
 
@@ -29,14 +29,14 @@ _BY_PROPERTY = {
     "group-isolation": "group-mixing",
 }
 NEIGHBOURS = {
-    "group-advantage": {
-        "std": ["unbiased", "biased", None],
-        "eps_place": ["std", "var"],
-        "singleton": ["raw", "zero"],
+    "group-advantage": {  # the mask-related option first: it names a masking mechanism
         "empty_rows": ["excluded", "counted"],
+        "std": ["unbiased", "biased", None],
+        "eps_place": ["std", "var", "floor"],
+        "singleton": ["raw", "zero"],
         "estimator": ["grpo", "rloo"],
     },
-    "normalization": {"unbiased": [True, False], "eps_place": ["var", "std"], "shift_mean": [True, False]},
+    "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
     "kl": {"estimator": ["k1", "abs", "k2", "k3"]},
 }
 
@@ -60,12 +60,22 @@ def _probe(run, case, declared: Declared, prop: str):
     from oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
+    if _carries_poison(case, k):  # the same case with clean masked positions: does the property hold?
+        clean = clean_twin(case, k)
+        verdict = next(v for v in judge(run, clean, declared, only=(prop,)) if v.property == prop)
+        if verdict.status == "pass":
+            mech = "masked-reward-leak" if declared.kind == "group-advantage" else "masked-statistics"
+            return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
     if case.dtype != "float64" and "float64" in declared.domain.dtypes:
         wide = case.replace(dtype="float64")
         verdict = next(v for v in judge(run, wide, declared, only=(prop,)) if v.property == prop)
         if verdict.status == "pass":
             return Diagnosis("precision", f"{prop} holds when the same inputs run in float64")
-    if prop != "reference":
+    if prop == "affine":  # the failure is on the moved input: probe the variants there
+        case, _ = affine_twin(case, k)
+        if case is None:
+            return Diagnosis("unexplained", "the affine twin cannot be built")
+    elif prop != "reference":
         return Diagnosis("unexplained", "no single-mechanism probe isolates it")
     out = call(run, case, k)
     base = k.module.options(declared.variant)
@@ -84,5 +94,7 @@ def _probe(run, case, declared: Declared, prop: str):
                     mismatches(out[n], ref[n], kind_bound(case.dtype, ref[n], cond), case.trainable).any() for n in ref
                 ):
                     changed = ", ".join(f"{key}={other[key]!r}" for key in keys)
+                    if "empty_rows" in keys:  # rows without a trainable token enter the statistics
+                        return Diagnosis("masked-statistics", f"the output equals the reference with {changed}")
                     return Diagnosis("variant-mismatch", f"the output equals the reference with {changed}")
     return Diagnosis("unexplained", "no neighbouring variant and no float64 rerun explains it")

@@ -11,6 +11,7 @@ Variants (`Declared.variant`, every key optional):
     std        "unbiased" (default) | "biased" | None      grpo: None = Dr.GRPO, r - mean_g
     eps        1e-6                                         added as eps_place says
     eps_place  "std" (default): (r - mean) / (std + eps) | "var": (r - mean) / sqrt(var + eps)
+               | "floor": (r - mean) / max(std, eps)  (torchrl's `std.clamp_min(eps)`)
     singleton  "raw" (default, mean 0 and std 1: r / (1 + eps)) | "zero"
     empty_rows "excluded" (default: a row without trainable tokens counts in no statistic)
                | "counted" (the framework documents counting it)
@@ -49,7 +50,7 @@ def options(variant: dict | None) -> dict:
         out[key] = value
     if out["estimator"] not in ("grpo", "rloo") or out["std"] not in ("unbiased", "biased", None):
         raise ValueError(f"unknown group-advantage variant {out}")
-    if out["eps_place"] not in ("std", "var") or out["singleton"] not in ("raw", "zero"):
+    if out["eps_place"] not in ("std", "var", "floor") or out["singleton"] not in ("raw", "zero"):
         raise ValueError(f"unknown group-advantage variant {out}")
     return out
 
@@ -59,6 +60,23 @@ def counted(case: Case, v: dict) -> torch.Tensor:
     if v["empty_rows"] == "counted":
         return torch.ones(case.shape[0], dtype=torch.bool)
     return case.trainable.any(dim=1)
+
+
+def _denominator(std, var, v: dict):
+    """std + eps, sqrt(var + eps) or max(std, eps), for a float or a tensor."""
+    eps = v["eps"]
+    if v["eps_place"] == "std":
+        return std + eps
+    if v["eps_place"] == "floor":
+        return std.clamp(min=eps) if isinstance(std, torch.Tensor) else max(std, eps)
+    return (var + eps).sqrt() if isinstance(var, torch.Tensor) else math.sqrt(var + eps)
+
+
+def _singleton_denominator(v: dict) -> float:
+    """A group of one under the "raw" rule: mean 0 and std 1 through the same eps placement."""
+    if v["estimator"] != "grpo" or v["std"] is None:
+        return 1.0
+    return float(_denominator(1.0, 1.0, v))
 
 
 def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor:
@@ -76,9 +94,7 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
         if n == 1:
             if v["singleton"] == "zero":
                 continue
-            denom = 1.0 + v["eps"] if (v["estimator"] == "grpo" and v["std"] is not None) else 1.0
-            if v["eps_place"] == "var" and v["estimator"] == "grpo" and v["std"] is not None:
-                denom = math.sqrt(1.0 + v["eps"])
+            denom = _singleton_denominator(v)
             out[rows[0]] = r[0] / denom
             continue
         mean = sum(r) / n
@@ -92,7 +108,7 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
                 out[b] = x - mean
             continue
         var = sum((x - mean) ** 2 for x in r) / (n - 1 if v["std"] == "unbiased" else n)
-        denom = math.sqrt(var) + v["eps"] if v["eps_place"] == "std" else math.sqrt(var + v["eps"])
+        denom = _denominator(math.sqrt(var), var, v)
         for b, x in zip(rows, r):
             out[b] = (x - mean) / denom
     return torch.tensor(out, dtype=torch.float64)
@@ -120,10 +136,8 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
         adv, single = case.score - mean, case.score.clone()
     else:
         var = ss / ((n_row - 1) if v["std"] == "unbiased" else n_row).clamp(min=1)
-        eps = v["eps"]
-        denom = var.sqrt() + eps if v["eps_place"] == "std" else (var + eps).sqrt()
-        adv = (case.score - mean) / denom
-        single = case.score / (1.0 + eps if v["eps_place"] == "std" else math.sqrt(1.0 + eps))
+        adv = (case.score - mean) / _denominator(var.sqrt(), var, v)
+        single = case.score / _singleton_denominator(v)
     if v["singleton"] == "zero":
         single = torch.zeros_like(single)
     adv = torch.where(n_row == 1, single, adv)
@@ -154,8 +168,7 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
         big = float(r.abs().max())
         if v["estimator"] == "grpo" and v["std"] is not None and n > 1:
             var = float(((r - r.mean()) ** 2).sum()) / (n - 1 if v["std"] == "unbiased" else n)
-            eps = v["eps"]
-            s = math.sqrt(var) + eps if v["eps_place"] == "std" else math.sqrt(var + eps)
+            s = float(_denominator(math.sqrt(var), var, v))
             scale = big / s if s > 0 else 0.0
         else:
             scale = big

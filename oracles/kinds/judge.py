@@ -57,10 +57,12 @@ def judge(
     if case.has_nonfinite_poison():
         if "poison-nonfinite" in want:
             verdicts["poison-nonfinite"] = _guard(
-                "poison-nonfinite", lambda: _poison(run, k, v, case, out, True), verdicts
+                "poison-nonfinite", lambda: _poison(run, k, v, case, out, True, declared), verdicts
             )
         verdicts.setdefault("no-crash", _ok("no-crash"))
-        return ordered("checked for non-finite poison only")
+        if "masked-zero" in want:  # a promise of zeros holds under NaN too (a mask product breaks it)
+            verdicts["masked-zero"] = _masked_zero(declared, k, case, out)
+        return ordered("checked for non-finite poison (and masked zeros) only")
     live = case.trainable
     for name in k.outputs:
         bad = live & ~torch.isfinite(out[name])
@@ -74,7 +76,7 @@ def judge(
     checks = {
         "reference": lambda: _compare("reference", ref, out, bound, live, "differs from the float64 reference"),
         "masked-zero": lambda: _masked_zero(declared, k, case, out),
-        "poison": lambda: _poison(run, k, v, case, out, False),
+        "poison": lambda: _poison(run, k, v, case, out, False, declared),
         "pad-invariance": lambda: _pad(run, k, v, case, out, declared),
         "permutation": lambda: _permutation(run, k, v, case, out),
         "group-isolation": lambda: _isolation(run, k, v, case, out),
@@ -147,12 +149,16 @@ def _twin_compare(prop, k, v, case, mine: Outputs, theirs: Outputs, where, msg) 
     return _compare(prop, mine, theirs, bound, where, msg, slack)
 
 
-def clean_twin(case: Case, k: KindSpec, fill: float = 0.0) -> Case:
-    """`case` with every poisoned input at masked positions set to `fill`."""
+def clean_twin(case: Case, k: KindSpec, fill: float = 0.0, domain=None) -> Case:
+    """`case` with every poisoned input at masked positions set to `fill`; with a `domain`, only
+    the inputs it lets carry something under the mask (token rewards only where `masked_rewards`)."""
     dead = ~case.trainable
     changes: dict = {}
     extra = dict(case.extra)
-    for name in k.poisoned:
+    names = k.poisoned
+    if domain is not None and not (domain.masked_rewards and domain.token_rewards):
+        names = tuple(n for n in names if n != "token_rewards")
+    for name in names:
         if name == "token_rewards":
             changes["token_rewards"] = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
         elif name in extra:
@@ -166,7 +172,7 @@ def _carries_poison(case: Case, k: KindSpec) -> bool:
     return any(bool((per[n][dead] != 0).any()) for n in k.poisoned if n in per)
 
 
-def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool) -> Verdict:
+def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool, declared: Declared) -> Verdict:
     prop = "poison-nonfinite" if nonfinite else "poison"
     if not bool((~case.trainable).any()):
         return _na(prop, "no masked position")
@@ -187,9 +193,12 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
         )
     else:
         probe = min(POISON_PROBE, poison_cap(case.dtype))
+        poisoned = clean_twin(case, k, probe, declared.domain)
+        if not _carries_poison(poisoned, k):
+            return _na(prop, "the domain lets no input carry anything under the mask")
         clean, poisoned, mine_out, msg = (
             case,
-            clean_twin(case, k, probe),
+            poisoned,
             out,
             f"poison {probe:g} under the mask changed the output",
         )
@@ -281,27 +290,35 @@ def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
     )
 
 
-def _affine(run, k, v, case: Case) -> Verdict:
+def affine_twin(case: Case, k: KindSpec) -> tuple[Case | None, str]:
+    """`case` with its affine input moved to 2 x + b at live positions, b a power of two well above
+    the input's magnitude (None, and why, when the dtype cannot hold it)."""
     field = k.affine
     live = case.trainable
     if not live.any():
-        return _na("affine", "no trainable position")
+        return None, "no trainable position"
     x = case.score if field == "score" else case.extra[field]
     big = float((x[live.any(dim=1)] if field == "score" else x[live]).abs().max())
     offset = 2.0 ** round(torch.log2(torch.tensor(256.0 * (1.0 + big))).item())
-    cap = poison_cap(case.dtype)
-    if offset * 4 > cap:
-        return _na("affine", f"an offset of {offset:g} is beyond what {case.dtype} holds here")
+    if offset * 4 > poison_cap(case.dtype):
+        return None, f"an offset of {offset:g} is beyond what {case.dtype} holds here"
     if field == "score":
-        twin = case.replace(score=2.0 * x + offset)
-    else:
-        twin = case.replace(extra={**case.extra, field: torch.where(live, 2.0 * x + offset, x)})
+        return case.replace(score=2.0 * x + offset), f"{field}' = 2 {field} + {offset:g}"
+    return case.replace(
+        extra={**case.extra, field: torch.where(live, 2.0 * x + offset, x)}
+    ), f"{field}' = 2 {field} + {offset:g}"
+
+
+def _affine(run, k, v, case: Case) -> Verdict:
+    twin, how = affine_twin(case, k)
+    if twin is None:
+        return _na("affine", how)
     ref = k.module.reference(twin, v)
     if ref is None or _overflows(twin, ref, k, v):
         return _na("affine", "the reference is undefined at the moved input")
     got = _twin(run, twin, k)
     bound = {n: kind_bound(twin.dtype, ref[n], k.module.condition(twin, v)) for n in k.outputs}
-    return _compare("affine", ref, got, bound, live, f"at {field}' = 2 {field} + {offset:g} differs from the reference")
+    return _compare("affine", ref, got, bound, twin.trainable, f"at {how} differs from the reference")
 
 
 def _masked_zero(declared: Declared, k: KindSpec, case: Case, out: Outputs) -> Verdict:

@@ -9,6 +9,7 @@ Variants (`Declared.variant`):
     unbiased    True (default): var = sum (x - mean)^2 / (n - 1); False: / n
     eps         1e-8
     eps_place   "var" (default): (x - mean) / sqrt(var + eps) | "std": (x - mean) / (std + eps)
+                | "floor": (x - mean) / sqrt(max(var, eps))  (`var.clamp(min=eps).rsqrt()`)
     shift_mean  True (default); False adds the mean back (verl's masked_whiten(shift_mean=False))
     output      "whiten" (default) | "mean" (the statistic broadcast to the trainable positions)
 
@@ -34,7 +35,7 @@ def options(variant: dict | None) -> dict:
         if key not in DEFAULTS:
             raise ValueError(f"unknown normalization option {key!r}; known: {sorted(DEFAULTS)}")
         out[key] = value
-    if out["level"] not in ("batch", "row", "group") or out["eps_place"] not in ("var", "std"):
+    if out["level"] not in ("batch", "row", "group") or out["eps_place"] not in ("var", "std", "floor"):
         raise ValueError(f"unknown normalization variant {out}")
     if out["output"] not in ("whiten", "mean"):
         raise ValueError(f"unknown normalization output {out['output']!r}")
@@ -99,7 +100,10 @@ def reference(case: Case, variant: dict | None = None, vectorised: bool = False)
 def _finish(x, mean, var, v: dict):
     if v["output"] == "mean":
         return mean.expand_as(x) if isinstance(x, torch.Tensor) else mean
-    denom = (var + v["eps"]).sqrt() if v["eps_place"] == "var" else var.sqrt() + v["eps"]
+    if v["eps_place"] == "floor":
+        denom = var.clamp(min=v["eps"]).sqrt()
+    else:
+        denom = (var + v["eps"]).sqrt() if v["eps_place"] == "var" else var.sqrt() + v["eps"]
     w = (x - mean) / denom
     return w if v["shift_mean"] else w + mean
 
@@ -123,7 +127,7 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
             scale = big
         else:
             var = float(((vals - vals.mean()) ** 2).sum()) / max(1, n - 1 if v["unbiased"] else n)
-            s = math.sqrt(var + v["eps"]) if v["eps_place"] == "var" else math.sqrt(var) + v["eps"]
+            s = math.sqrt(var + v["eps"]) if v["eps_place"] != "std" else math.sqrt(var) + v["eps"]
             scale = big / s + (big if not v["shift_mean"] else 0.0)
         cond[rows] = (scale + 1.0) * (2.0 + math.log2(n))
     return cond

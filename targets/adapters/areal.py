@@ -56,6 +56,7 @@ position the critic is never trained on.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import types
 from pathlib import Path
@@ -170,13 +171,67 @@ SPEC = TargetSpec(
 )
 
 
+# The entries beyond GAE (targets/adapters/areal_kinds.py). Normalization returns `.float()` and KLEstimator
+# casts to float32 (1.0.4 areal/utils/data.py:1496 and :1636-1650): float64 inputs come back rounded to float32.
+_F32 = Domain(
+    dtypes=("float32", "bfloat16", "float16"),
+    why={"dtypes": "Normalization returns (x_centered / (std + eps)).float() and KLEstimator computes in float32"},
+)
+_KIND_OVERRIDES = {
+    # reward_norm on the [B] scores (1.0.4 areal/trainer/ppo/actor.py:172-173; git main :211-212), NormConfig
+    # group / group as AReaL's GRPO examples set it; Normalization (1.0.4 areal/utils/data.py:1378-1597):
+    # unbiased std around the group mean (:1591, areal/api/cli_args.py:64-65 std_unbiased=True), eps=1e-5 added to
+    # the std (:1496, areal/api/cli_args.py:70-71); a singleton (group_size 1): mean = x, std = 1 -> 0 (:1475-1479)
+    "grpo": dict(
+        kind="group-advantage",
+        variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-5, "eps_place": "std", "singleton": "zero"},
+        contract="dense",
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why="Normalization returns one value per row ([B] scores); the adapter broadcasts it to every "
+        "position (the actor adds it at the last token, 1.0.4 areal/trainer/ppo/actor.py:211)",
+        # the adapter's own refusal of a case AReaL cannot be given: groups are contiguous slices of one
+        # group_size (1.0.4 areal/utils/data.py:1424, :1468) or, at git main, of the given group_sizes
+        documented_errors=(r"ValueError: areal: Normalization\(group\)",),
+        domain=_F32,
+    ),
+    # adv_norm(advantages, loss_mask) (1.0.4 areal/trainer/ppo/actor.py:238-239), NormConfig defaults batch /
+    # batch: masked mean, unbiased masked std (areal/utils/data.py:1591), (x - mean) * loss_mask / (std + 1e-5)
+    # (:1452, :1496)
+    "adv-norm": dict(
+        kind="normalization",
+        variant={"level": "batch", "unbiased": True, "eps": 1e-5, "eps_place": "std", "shift_mean": True},
+        whitening=None,
+        masked_zero=True,  # x_centered * loss_mask (1.0.4 areal/utils/data.py:1452)
+        documented_errors=(),
+        domain=_F32,
+    ),
+    **{
+        f"kl-{k}": dict(
+            kind="kl",
+            # KLEstimator(k) with apply_clamp=True clamps every estimator's output to [-10, 10]
+            # (1.0.4 areal/utils/data.py:1655)
+            variant={"estimator": k, "clamp": (-10.0, 10.0)},
+            whitening=None,
+            masked_zero=True,  # the actor multiplies both log-probs by loss_mask first (1.0.4 actor.py:194-195)
+            documented_errors=(),
+            domain=_F32,
+        )
+        for k in ("k1", "k2", "k3")
+    },
+}
+SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
+
+
 def declared_for(entry: str | None = None) -> Declared:
     return SPEC.declared()
 
 
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "", "default"):
-        raise ValueError(f"areal has one entry (default), got {entry!r}")
+        from targets.adapters.areal_kinds import load_kind
+
+        return load_kind(root, entry)
     tree = SourceTree(Path(root), PACKAGES)
     path, method = _locate(tree)
     rel = tree.rel(path)

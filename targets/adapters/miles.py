@@ -50,6 +50,7 @@ from typing import Callable
 from oracles.case import Case
 from oracles.domain import Domain
 from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.adapters.miles_kinds import KIND_ENTRIES
 from targets.adapters.slime import (
     FLOAT64_WHY,
     Samples,
@@ -125,6 +126,101 @@ PIPELINE_0_0_2 = Domain(
     },
 )
 
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (loaders in targets/adapters/miles_kinds.py). Lines: `W` = miles-rl 0.0.2,
+# `G` = the git pins 6ccdc7da6 / 3d2e0e411 (same lines at both).
+# ---------------------------------------------------------------------------------------------
+_MU = f"{_TB}/loss_hub/math_utils.py"
+F32_WHY = {
+    "grpo": "the group statistics run on torch.tensor(raw_rewards, dtype=torch.float) (W miles/ray/rollout.py:650, "
+    "G miles/ray/rollout/train_data_conversion.py:161) and the broadcast on float32 rewards and KL "
+    f"(W {_TB}/loss.py:341, G {_TB}/loss_hub/advantages.py:53): the case's dtype reaches nothing",
+    "kl": "compute_approx_kl casts both inputs .float() (W miles/utils/ppo_utils.py:81, G "
+    f"{_MU}:155): a float64 case would only measure that cast",
+    "whiten": "distributed_masked_whiten packs its sums into a float32 tensor (miles/utils/distributed_utils.py:"
+    "124-128 at every pin); the advantages it whitens are float32 (rewards and KL float32, W "
+    f"{_TB}/loss.py:341, G {_TB}/loss_hub/advantages.py:53)",
+    "reinforce++": "the scores are a float32 tensor and the KL float32 (W "
+    f"{_TB}/loss.py:361, compute_approx_kl .float() W miles/utils/ppo_utils.py:81, G {_MU}:155)",
+}
+
+
+def _kinds_pipeline(why_dtypes: str, dtypes: tuple[str, ...] = ("float32",)) -> dict:
+    """Pipeline domains of a kind entry at the wheel and at the git pins: the GAE narrowings
+    (per-sample lists, no padding, no empty response, nothing non-finite) with the entry's dtypes."""
+
+    def narrow(base: Domain) -> Domain:
+        return dataclasses.replace(base, dtypes=dtypes, why={**base.why, "dtypes": why_dtypes})
+
+    return {"pipeline": narrow(PIPELINE_GIT), "pipeline_by_pin": {"0.0.2": narrow(PIPELINE_0_0_2)}}
+
+
+_NO_F64 = ("float32", "bfloat16", "float16")
+KIND_OVERRIDES: dict = {
+    "grpo": dict(
+        kind="group-advantage",
+        # estimator grpo, std unbiased (torch .std(), W miles/ray/rollout.py:660), eps 1e-6 outside the std
+        # (W :661, G train_data_conversion.py:188-189): the defaults. Singletons (n_samples_per_prompt 1)
+        # give std NaN: no rule, left canonical. Rows whose loss mask is all zero (remove_sample) still
+        # count in the statistics: undocumented, left canonical (empty_rows excluded).
+        variant={},
+        domain=Domain(dtypes=("float32",), why={"dtypes": F32_WHY["grpo"]}),
+        masked_zero=False,
+        masked_zero_why="get_grpo_returns broadcasts the normalised scalar over every response token, "
+        f"torch.ones_like(kl[i]) * rewards[i] (W miles/utils/ppo_utils.py:366, G {_MU}:442); the loss masks it",
+        **_kinds_pipeline(F32_WHY["grpo"]),
+    ),
+    **{
+        name: dict(
+            kind="kl",
+            variant=variant,
+            domain=Domain(dtypes=_NO_F64, why={"dtypes": F32_WHY["kl"]}),
+            masked_zero=False,
+            masked_zero_why="compute_approx_kl takes no mask (W miles/utils/ppo_utils.py:65-104, G "
+            f"{_MU}:139-180); the KL loss masks it after (W {_TB}/loss.py:794-798)",
+            **_kinds_pipeline(
+                "log-probs are float32 from the logits (W miles/utils/ppo_utils.py:81 casts anyway); "
+                + F32_WHY["kl"],
+                _NO_F64,
+            ),
+        )
+        for name, variant in (
+            ("kl", {"estimator": "k1"}),  # --kl-loss-type default k1 (W miles/utils/arguments.py:917)
+            ("kl-k3", {"estimator": "k3"}),  # k3 unclamped (W miles/utils/ppo_utils.py:100-102 clamps low_var_kl only)
+            # low_var_kl: the estimate clamped to [-10, 10] (W miles/utils/ppo_utils.py:101-102,
+            # G math_utils.py:177-178); G also clamps -d to [-20, 20] and NaN to 0 first
+            # (_safe_clamp_log_ratio, G math_utils.py:21-28), which changes no clamped finite output
+            ("kl-low-var", {"estimator": "low_var_kl", "clamp": (-10.0, 10.0)}),
+        )
+    },
+    "whiten": dict(
+        kind="normalization",
+        # batch level, unbiased (Bessel when n >= 2, miles/utils/distributed_utils.py:144-146), eps 1e-8
+        # inside the rsqrt (:149), shift_mean True (normalize_advantages, W loss.py:449-453): the defaults
+        variant={},
+        domain=Domain(dtypes=_NO_F64, why={"dtypes": F32_WHY["whiten"]}),
+        masked_zero=False,
+        masked_zero_why="(values - global_mean) * rsqrt(var + eps) at every position "
+        "(miles/utils/distributed_utils.py:149); the loss masks it",
+        documented_errors=(r"ValueError: The global mask sum across all participating GPUs is zero",),
+        **_kinds_pipeline(F32_WHY["whiten"]),
+    ),
+    "reinforce++": dict(
+        kind="returns",
+        # every response token is a step: G_t = r_t + gamma G_{t+1} over range(len) (W miles/utils/ppo_utils.py:
+        # 420-423, G math_utils.py:494-497), the score added at the last loss_mask == 1 token (W :415-416)
+        contract="dense",
+        whitening=None,  # --normalize-advantages is off by default (W miles/utils/arguments.py:970)
+        domain=Domain(critic=False, dtypes=_NO_F64, why={"dtypes": F32_WHY["reinforce++"]}),
+        masked_zero=False,
+        masked_zero_why="the returns are kept at every response token (W miles/utils/ppo_utils.py:423, G "
+        f"{_MU}:497); the loss masks them",
+        **_kinds_pipeline(F32_WHY["reinforce++"]),
+    ),
+}
+
+
 SPEC = TargetSpec(
     id="miles",
     adapter="targets.adapters.miles",
@@ -137,7 +233,7 @@ SPEC = TargetSpec(
         Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    entries=("default", "vanilla"),
+    entries=("default", "vanilla", *KIND_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -156,8 +252,10 @@ SPEC = TargetSpec(
         "positions, all-masked rows dropped) and its tests pin it. Earlier pins took no mask at all "
         "and document no masked semantics; they are judged against the same contract so that the "
         "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
-        "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False."
+        "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False. "
+        "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
     ),
+    entry_overrides=KIND_OVERRIDES,
 )
 
 FUNCTION_HOMES = [
@@ -277,7 +375,12 @@ def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callabl
 
 
 def load(root: Path, entry: str | None) -> Loaded:
-    """Import miles' GAE from `root` (wheel or worktree) and the route that places the score."""
+    """Import miles' GAE from `root` (wheel or worktree) and the route that places the score; the
+    entries of the other kinds load from `targets.adapters.miles_kinds`."""
+    if entry in KIND_ENTRIES:
+        from targets.adapters import miles_kinds
+
+        return miles_kinds.load(root, entry)
     name = entry_name(entry)
     notes = []
     mpu = None

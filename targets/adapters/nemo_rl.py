@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,10 +109,52 @@ _CLASS = "GeneralizedAdvantageEstimator"
 _MAX_KL = 8.0  # below calculate_kl's output clamp of 10
 
 
+# The entries beyond GAE (targets/adapters/nemo_rl_kinds.py): GRPOAdvantageEstimator.compute_advantage
+# (7ea: nemo_rl/algorithms/advantage_estimator.py:57-98) over calculate_baseline_and_std_per_prompt
+# (7ea: nemo_rl/algorithms/utils.py:104-198). The default config (grpo.py:247, :253: leave-one-out baseline AND
+# normalize_rewards) divides by the leave-one-out std of the other rows, which no group-advantage variant
+# describes: not an entry. valid_mask is all ones (advantage_estimator.py:85), so rows without a trainable token
+# count in their group: not documented, so the reference keeps empty_rows="excluded".
+_GROUP_MASKED = (
+    "advantages.expand(mask.shape): the row's advantage at every position, the mask used only for its shape "
+    "(7ea: nemo_rl/algorithms/advantage_estimator.py:98; docstring :75-76); the loss multiplies by the token mask"
+)
+_KIND_OVERRIDES = {
+    # use_leave_one_out_baseline=False: baseline = group mean (utils.py:150-153, :163-168); std = sqrt((E[r^2] -
+    # mean^2) * n / (n - 1)), unbiased (:186-192); divided by (std + 1e-6) only where std > 0 (:90-95);
+    # a group with <= 1 valid row: baseline = reward, advantage 0 (utils.py:155-158)
+    "grpo": dict(
+        kind="group-advantage",
+        variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "zero"},
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why=_GROUP_MASKED,
+        domain=Domain(why={}),
+        pipeline=None,  # not researched for these entries: every finding is reach api
+        pipeline_by_pin={},
+    ),
+    # use_leave_one_out_baseline=True, normalize_rewards=False: r - (sum of the others) / (n - 1)
+    # (utils.py:147-148, :159-168); a singleton group: advantage 0 (:155-158)
+    "rloo": dict(
+        kind="group-advantage",
+        variant={"estimator": "rloo", "singleton": "zero"},
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why=_GROUP_MASKED,
+        domain=Domain(why={}),
+        pipeline=None,
+        pipeline_by_pin={},
+    ),
+}
+SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
+
+
 def load(root: Path, entry: str | None) -> Loaded:
     """Compile NeMo-RL's GAE estimator from the checkout at `root`; NotPresent before it existed."""
     if entry not in (None, "default"):
-        raise ValueError(f"nemo-rl has one entry, 'default', not {entry!r}")
+        from targets.adapters.nemo_rl_kinds import load_kind
+
+        return load_kind(root, entry)
     tree = SourceTree(Path(root), PACKAGES)
     path = tree.module_file(_MODULE)
     if path is None:

@@ -49,7 +49,7 @@ import torch
 from oracles.case import Case
 from oracles.domain import Domain
 from oracles.reference import Whitening
-from targets.adapters.base import Loaded, NotPresent, function_from
+from targets.adapters.base import Loaded, function_from
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 # The function's own module. `skyrl_train` first: from 2026-02-12 to 02-15 both packages exist and
@@ -61,6 +61,146 @@ _CANDIDATES = [
 # The trainer that places the scalar reward, per package (relative to the directory holding the package).
 _TRAINERS = {"skyrl_train": "skyrl_train/trainer.py", "skyrl": "skyrl/train/trainer.py"}
 _PLACEMENT = "per_token_reward[-1] = float(reward)"
+
+HEAD_PIN = "a9564572eb8e"
+_RELEASE_PPO = "0.3.1: skyrl_train/utils/ppo_utils.py"
+_HEAD_PPO = "skyrl/backends/skyrl_train/utils/ppo_utils.py"
+_MASKED_ERRORS = (
+    r"ValueError: At least one element in the mask has to be 1",
+    r"ValueError: The sum of the mask is one",
+)
+
+
+def _outcome_pipeline(head: bool, critic: bool = True) -> Domain:  # critic=False: the returns kind
+    """What SkyRL's trainer hands an outcome estimator: float32 rewards, right-padded (releases), finite."""
+    if head:
+        return Domain(
+            dtypes=("float32",),
+            nonfinite_poison=False,
+            critic=critic,
+            why={
+                "dtypes": "rewards are packed as np.float32 (skyrl/train/dataset/preprocess.py:214-220)",
+                "nonfinite_poison": "rewards are zero-initialised float32 (skyrl/train/dataset/preprocess.py:214-217) "
+                "and the KL penalty added to them is clamped and routed to 0 under the loss mask "
+                "(skyrl/backends/skyrl_train/utils/ppo_utils.py:115-125)",
+                "critic": "outcome estimators take no values (skyrl/backends/skyrl_train/utils/ppo_utils.py:1225-1229)",
+            },
+        )
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        nonfinite_poison=False,
+        critic=critic,
+        why={
+            "dtypes": "rewards are a float32 tensor (0.3.1: skyrl_train/dataset/preprocess.py:118)",
+            "left_padding": "the response window is right-padded: output_attention_mask = [1] * len + [0] * pad "
+            "(0.3.1: skyrl_train/dataset/preprocess.py:101)",
+            "nonfinite_poison": "rewards are a zero-initialised float tensor (0.3.1: skyrl_train/dataset/preprocess.py:"
+            "118-122); the KL penalty added to them is clamped and multiplied by the loss mask "
+            "(0.3.1: skyrl_train/utils/ppo_utils.py:115-126)",
+            "critic": "outcome estimators take no values (0.3.1: skyrl_train/utils/ppo_utils.py:911-916)",
+        },
+    )
+
+
+_OUTCOME_MASKED = (
+    "the estimator multiplies by response_mask, SkyRL's response indicator, not the loss mask "
+    f"({_RELEASE_PPO}:1077 grpo, :992 rloo, :939 reinforce++; the trainer passes data['response_mask'], "
+    "0.3.1: skyrl_train/trainer.py:771-775): observation / masked-tail tokens keep the row's advantage; "
+    "the policy loss reads advantages only under loss_mask (0.3.1: skyrl_train/utils/ppo_utils.py:593)"
+)
+
+
+def _group(variant: dict) -> dict:
+    return dict(
+        kind="group-advantage",
+        variant=variant,
+        contract="dense",
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why=_OUTCOME_MASKED,
+        documented_errors=(),
+        domain=Domain(why={}),
+        pipeline=_outcome_pipeline(False),
+        pipeline_by_pin={HEAD_PIN: _outcome_pipeline(True)},
+    )
+
+
+def _kl(estimator: str, variant: dict) -> dict:
+    return dict(
+        kind="kl",
+        variant={"estimator": estimator, **variant},
+        whitening=None,
+        # kld * loss_mask (0.3.1: skyrl_train/utils/ppo_utils.py:125-126); torch.where(mask, kld * mask, 0)
+        # at git main (skyrl/backends/skyrl_train/utils/ppo_utils.py:121-124)
+        masked_zero=True,
+        documented_errors=(),
+        domain=Domain(why={}),
+        pipeline=Domain(why={}),  # not narrowed: log-probs of any dtype, anything at masked positions
+        pipeline_by_pin={},
+    )
+
+
+_KIND_OVERRIDES = {
+    # compute_grpo_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:1029-1079; git main
+    # skyrl/backends/skyrl_train/utils/ppo_utils.py:1343-1393): every option at the reference's default --
+    # torch.std is unbiased (:1063), eps=1e-6 added to the std (:1073), a singleton gets mean 0, std 1 (:1059-1061)
+    "grpo": _group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "raw"}),
+    # grpo_norm_by_std=False: scores - mean (0.3.1: skyrl_train/utils/ppo_utils.py:1074-1075)
+    "dr-grpo": _group({"estimator": "grpo", "std": None, "singleton": "raw"}),
+    # compute_rloo_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:945-995; git main :1259-1309):
+    # (s - mean) * n / (n - 1) (:983-986); a singleton gets 0 (:987-990)
+    "rloo": _group({"estimator": "rloo", "singleton": "zero"}),
+    # compute_reinforce_plus_plus_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:910-942; git main
+    # :1224-1256): G_t = r_t + gamma G_{t+1} over every response position (reset after response_mask == 0),
+    # then masked_whiten(returns, response_mask) (:938, unbiased, eps 1e-8 inside the sqrt) times response_mask
+    "reinforce++": dict(
+        kind="returns",
+        variant={},
+        contract="dense",
+        whitening=Whitening(unbiased=True, eps=1e-8, shift_mean=True),
+        masked_zero=False,
+        masked_zero_why=_OUTCOME_MASKED,
+        documented_errors=_MASKED_ERRORS,  # masked_var raises them on purpose (0.3.1: ppo_utils.py:157-164)
+        domain=Domain(critic=False, why={"critic": "REINFORCE++ takes no values: returns kind"}),
+        pipeline=_outcome_pipeline(False, critic=False),
+        pipeline_by_pin={HEAD_PIN: _outcome_pipeline(True, critic=False)},
+    ),
+    # compute_approx_kl (0.3.1: skyrl_train/utils/ppo_utils.py:91-127; git main :88-126); the config default is
+    # k3 (0.3.1 ppo_base_config.yaml:103). k3: kl = base - logp clamped to [-20, 20] (:117), i.e. d in [-20, 20],
+    # then exp(kl) - kl - 1 clamped to [-10, 10] (:120)
+    "kl-k3": _kl("k3", {"clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}),
+    "kl-k1": _kl("k1", {}),  # log_probs - log_probs_base (:108)
+    "kl-k2": _kl("k2", {}),  # 0.5 * d.square() (:112)
+    "kl-abs": _kl("abs", {}),  # d.abs() (:110)
+    # normalize_advantages_dict (0.3.1: skyrl_train/utils/ppo_utils.py:130-148; trainer.py:264-265 when
+    # advantage_batch_normalize): one batch statistic; var = sum((a - mean)^2 * mask) / sum(mask) is biased
+    # (:144-145); rstd = clamp(var, min=1e-8).rsqrt() (:145) -- the nearest expressible placement is eps 1e-8
+    # inside the sqrt (equal for var >> 1e-8). The mean is advantages.mean() over every position (:141), padding
+    # included: not documented, so the reference keeps the masked mean and the judge reports it.
+    "batch-norm": dict(
+        kind="normalization",
+        variant={"level": "batch", "unbiased": False, "eps": 1e-8, "eps_place": "var", "shift_mean": True},
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why="(advantages - mean) * rstd at every position (0.3.1: skyrl_train/utils/ppo_utils.py:147)",
+        documented_errors=(),
+        domain=Domain(why={}),
+        pipeline=Domain(
+            dtypes=("float32",),
+            nonfinite_poison=False,
+            why={
+                "dtypes": "advantages come from the estimators on float32 rewards "
+                "(0.3.1: skyrl_train/dataset/preprocess.py:118)",
+                "nonfinite_poison": "advantages are estimator outputs on finite rewards "
+                "(0.3.1: skyrl_train/dataset/preprocess.py:118-122), whitened or multiplied by response_mask "
+                "(0.3.1: skyrl_train/utils/ppo_utils.py:939, :1077)",
+            },
+        ),
+        pipeline_by_pin={},
+    ),
+}
+_KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 
 SPEC = TargetSpec(
     id="skyrl",
@@ -140,6 +280,8 @@ SPEC = TargetSpec(
         "loop, whose callers zero masked values first): 'dense' is what it computes when masked values and "
         "rewards are 0. response_mask is SkyRL's response indicator (canonical attention), not the loss mask."
     ),
+    entries=("default", *_KIND_ENTRIES),
+    entry_overrides=_KIND_OVERRIDES,
 )
 
 
@@ -193,7 +335,9 @@ def load(root: Path, entry: str | None) -> Loaded:
     """Import SkyRL's GAE from the checkout / unpacked wheel at `root` (its monorepo subprojects put
     first on sys.path), check the pin's score-placement rule, and return the canonical run."""
     if entry not in (None, "default"):
-        raise NotPresent(f"skyrl has no entry {entry!r}; entries: default")
+        from targets.adapters.skyrl_kinds import load_kind
+
+        return load_kind(root, entry)
     import_roots = _import_roots(Path(root))
     for extra in reversed(import_roots):
         sys.path.insert(0, str(extra))

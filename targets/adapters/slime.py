@@ -44,6 +44,7 @@ adapter: miles is a fork of slime and its older pins run the same caller.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -145,6 +146,90 @@ PIPELINE_166441911 = slime_pipeline(
     },
 )
 
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (loaders in targets/adapters/slime_kinds.py); lines at 624b824a8.
+# ---------------------------------------------------------------------------------------------
+KIND_ENTRIES = ("grpo", "kl", "kl-k3", "kl-low-var", "whiten", "reinforce++")  # = miles_kinds.KIND_ENTRIES
+_F32 = {
+    "grpo": "the group statistics run on torch.tensor(raw_rewards, dtype=torch.float) (slime/ray/rollout.py:618) "
+    "and the broadcast on float32 rewards and KL (slime/backends/megatron_utils/loss.py:746, 764): the case's "
+    "dtype reaches nothing",
+    "kl": "compute_approx_kl casts both inputs .float() (slime/utils/ppo_utils.py:28): a float64 case would only "
+    "measure that cast",
+    "whiten": "distributed_masked_whiten packs its sums into a float32 tensor (slime/utils/distributed_utils.py:"
+    "140-145); the advantages it whitens are float32 (slime/backends/megatron_utils/loss.py:746, 764, 784)",
+    "reinforce++": "the scores are a float32 tensor and the KL float32 (slime/backends/megatron_utils/loss.py:784, "
+    "compute_approx_kl .float() slime/utils/ppo_utils.py:28)",
+}
+_NO_F64 = ("float32", "bfloat16", "float16")
+
+
+def _kinds_pipeline(why_dtypes: str, dtypes: tuple[str, ...] = ("float32",)) -> dict:
+    """Pipeline domains of a kind entry: the GAE narrowings (per-sample lists, no padding, no empty
+    response, nothing non-finite) with the entry's dtypes."""
+
+    def narrow(base: Domain) -> Domain:
+        return dataclasses.replace(base, dtypes=dtypes, why={**base.why, "dtypes": why_dtypes})
+
+    return {"pipeline": narrow(PIPELINE_HEAD), "pipeline_by_pin": {"166441911": narrow(PIPELINE_166441911)}}
+
+
+KIND_OVERRIDES: dict = {
+    "grpo": dict(
+        kind="group-advantage",
+        # estimator grpo, std unbiased (torch .std(), slime/ray/rollout.py:628), eps 1e-6 outside the std (:629):
+        # the defaults. Singletons give std NaN (no rule, left canonical). Rows with an all-zero loss mask
+        # (remove_sample, slime/ray/rollout.py:680-681) still count: undocumented, left canonical.
+        variant={},
+        domain=Domain(dtypes=("float32",), why={"dtypes": _F32["grpo"]}),
+        masked_zero=False,
+        masked_zero_why="get_grpo_returns broadcasts the normalised scalar over every response token, "
+        "torch.ones_like(kl[i]) * rewards[i] (slime/utils/ppo_utils.py:367); the loss masks it",
+        **_kinds_pipeline(_F32["grpo"]),
+    ),
+    **{
+        name: dict(
+            kind="kl",
+            variant=variant,
+            domain=Domain(dtypes=_NO_F64, why={"dtypes": _F32["kl"]}),
+            masked_zero=False,
+            masked_zero_why="compute_approx_kl takes no mask (slime/utils/ppo_utils.py:11-51)",
+            **_kinds_pipeline(_F32["kl"], _NO_F64),
+        )
+        for name, variant in (
+            ("kl", {"estimator": "k1"}),  # --kl-loss-type default k1 (slime/utils/arguments.py:934-939)
+            ("kl-k3", {"estimator": "k3"}),  # k3 unclamped (slime/utils/ppo_utils.py:48-49 clamps low_var_kl only)
+            ("kl-low-var", {"estimator": "low_var_kl", "clamp": (-10.0, 10.0)}),  # slime/utils/ppo_utils.py:48-49
+        )
+    },
+    "whiten": dict(
+        kind="normalization",
+        # batch level, unbiased (Bessel when n >= 2, slime/utils/distributed_utils.py:161-163), eps 1e-8 inside
+        # the rsqrt (:166), shift_mean True (loss.py:871-875): the defaults
+        variant={},
+        domain=Domain(dtypes=_NO_F64, why={"dtypes": _F32["whiten"]}),
+        masked_zero=False,
+        masked_zero_why="(values - global_mean) * rsqrt(var + eps) at every position "
+        "(slime/utils/distributed_utils.py:166); the loss masks it",
+        documented_errors=(r"ValueError: The global mask sum across all participating GPUs is zero",),
+        **_kinds_pipeline(_F32["whiten"]),
+    ),
+    "reinforce++": dict(
+        kind="returns",
+        # every response token is a step: chunked_discounted_returns over the right-padded rows
+        # (slime/utils/ppo_utils.py:430, 610-692), KL masked (:416), the score at the last loss_mask == 1 token (:419)
+        contract="dense",
+        whitening=None,  # --normalize-advantages is off by default (slime/utils/arguments.py:1004)
+        domain=Domain(critic=False, dtypes=_NO_F64, why={"dtypes": _F32["reinforce++"]}),
+        masked_zero=False,
+        masked_zero_why="the returns are kept at every response token (slime/utils/ppo_utils.py:432-442); "
+        "the loss masks them",
+        **_kinds_pipeline(_F32["reinforce++"]),
+    ),
+}
+
+
 SPEC = TargetSpec(
     id="slime",
     adapter="targets.adapters.slime",
@@ -155,7 +240,7 @@ SPEC = TargetSpec(
         Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
-    entries=("default", "vanilla"),
+    entries=("default", "vanilla", *KIND_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -170,8 +255,10 @@ SPEC = TargetSpec(
         "against `compressed`, the semantics its fork miles adopted and documented in PR #1827, so the "
         "two are comparable; the universal properties do not depend on this choice. Entries: default "
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
-        "chunked=False (absent where the function has no such flag)."
+        "chunked=False (absent where the function has no such flag). Beyond GAE "
+        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
     ),
+    entry_overrides=KIND_OVERRIDES,
 )
 
 
@@ -340,7 +427,12 @@ def smoke(run: Callable) -> list[str]:
 # load
 # ---------------------------------------------------------------------------------------------
 def load(root: Path, entry: str | None) -> Loaded:
-    """Import slime's GAE and its PPO caller from `root`; run cases through the caller."""
+    """Import slime's GAE and its PPO caller from `root`; run cases through the caller. The entries
+    of the other kinds load from `targets.adapters.slime_kinds`."""
+    if entry in KIND_ENTRIES:
+        from targets.adapters import slime_kinds
+
+        return slime_kinds.load(root, entry)
     name = entry_name(entry)
     mpu = install_mpu_state()
     fn, where = function_from(root, [("slime.utils.ppo_utils", "get_advantages_and_returns_batch")])

@@ -50,11 +50,71 @@ import torch
 
 from oracles.case import Case
 from oracles.domain import Domain
+from targets.adapters import torchrl_kinds
 from targets.adapters.base import Loaded, NotPresent, function_from
 from targets.registry import Pin, TargetSpec
 
 _MODULE = "torchrl.objectives.value.functional"
 _ENTRIES = {"default": "generalized_advantage_estimate", "vec": "vec_generalized_advantage_estimate"}
+
+# Entries beyond GAE (targets/adapters/torchrl_kinds.py). Lines at 0.14.1 (git main ae9719f17b15 in brackets).
+_GRPO = "torchrl/objectives/llm/grpo.py"
+_KLPY = "torchrl/envs/llm/transforms/kl.py"
+_PER_TRAJECTORY = (
+    f"{_GRPO}:1502-1514 [1511-1523] MCAdvantage sets one advantage per trajectory (the reward's shape) and no token "
+    "mask; the adapter broadcasts it to every position of the row, GRPOLoss applies the assistant mask later"
+)
+_GROUP_ERRORS = (r"GroupShapeError",)
+# MCAdvantage.__init__ (grpo.py:1165-1170 [1174-1179]): the trajectory-return branch refuses grpo_size < 2
+_SUM_ERRORS = (r"GroupShapeError", r"ValueError: trajectory_return requires grpo_size >= 2")
+
+
+def _group_entry(errors: tuple[str, ...], notes: str) -> dict:
+    return dict(
+        kind="group-advantage",
+        # (r - mean_g) / std_g.clamp_min(1e-6), torch .std() unbiased (grpo.py:1508-1511 per-step, 1583 sum
+        # [1517-1520, 1592]): the floor placement max(std, 1e-6)
+        variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "floor"},
+        domain=Domain(),
+        pipeline=Domain(),
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=_PER_TRAJECTORY,
+        documented_errors=errors,
+        whitening=None,
+        contract="dense",
+        notes=notes,
+    )
+
+
+ENTRY_OVERRIDES = {
+    "mc-advantage": _group_entry(
+        _GROUP_ERRORS,
+        "MCAdvantage per-step branch (trajectory_return=None, the LLM GRPO default, grpo-sync.py:291): one-step "
+        "trajectories, reward = score; one grpo_size for every group (unequal sizes: GroupShapeError)",
+    ),
+    "mc-advantage-sum": _group_entry(
+        _SUM_ERRORS,
+        "MCAdvantage trajectory branch (trajectory_return='sum', the VLA GRPO recipe): returns summed per "
+        "trajectory, normalised over the group; grpo_size < 2 refused at construction",
+    ),
+    "kl": dict(
+        kind="kl",
+        # kl.py:1558-1563 [1493-1496] k1: gen_lp - ref_lp; 0.14.1 zeroes positions where either is NaN
+        variant={"estimator": "k1"},
+        domain=Domain(),
+        pipeline=Domain(),
+        pipeline_by_pin={},
+        masked_zero=False,
+        masked_zero_why=f"{_KLPY}:1530-1563 KLComputation takes no mask: it relies on RetrieveLogProb having "
+        f"zero-filled the non-assistant log-probs ({_KLPY}:805-838)",
+        documented_errors=(),
+        whitening=None,
+        contract="dense",
+        notes="KLComputation k1 per token, add_to_reward=False",
+    ),
+}
+
 
 SPEC = TargetSpec(
     id="torchrl",
@@ -71,7 +131,8 @@ SPEC = TargetSpec(
         Pin("0.6.0", "oldest release that imports with torch 2.13 and tensordict 0.15"),
         Pin("ae9719f17b15", "main at the mirror snapshot (2026-08-22)", kind="git"),
     ),
-    entries=("default", "vec"),
+    entries=("default", "vec", *ENTRY_OVERRIDES),
+    entry_overrides=ENTRY_OVERRIDES,
     masked_zero=False,
     masked_zero_why=(
         "torchrl has no token mask: every position is a transition with its own advantage, and positions "
@@ -147,9 +208,13 @@ def framework_inputs(case: Case, device: str) -> dict:
 
 def load(root: Path, entry: str | None) -> Loaded:
     """torchrl's functional GAE for `entry` ("default": the loop, "vec": the vectorised one) from `root`."""
+    if entry in ("mc-advantage", "mc-advantage-sum"):
+        return torchrl_kinds.load_mc_advantage(root, None if entry == "mc-advantage" else "sum")
+    if entry == "kl":
+        return torchrl_kinds.load_kl_computation(root)
     name = _ENTRIES.get(entry or "default")
     if name is None:
-        raise NotPresent(f"torchrl has no entry {entry!r}; entries: {', '.join(_ENTRIES)}")
+        raise NotPresent(f"torchrl has no entry {entry!r}; entries: {', '.join(SPEC.entries)}")
     fn, where = function_from(root, [(_MODULE, name)])
 
     def run(case: Case, device: str):

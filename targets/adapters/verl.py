@@ -39,6 +39,7 @@ Megatron critic masks with the attention only and 0.9.1 masks nothing but paddin
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -225,6 +226,189 @@ def _pipeline_0_9_1() -> Domain:
     )
 
 
+# --- the kinds beyond GAE (targets/adapters/verl_kinds.py; line numbers are 0.9.1's unless a pin is named) ---
+_MASKED_VAR_ERRORS = (
+    # verl/utils/torch_functional.py::masked_var (unbiased) with < 2 masked elements in the batch
+    r"ValueError: At least one element in the mask has to be 1",
+    r"ValueError: The sum of the mask is one, which can cause a division by zero",
+)
+
+
+def _without(dom: Domain | None, *names: str) -> Domain | None:
+    """`dom` with the narrowings `names` lifted (fields that do not apply to a kind, e.g. critic values)."""
+    if dom is None:
+        return None
+    full = Domain()
+    why = {k: v for k, v in dom.why.items() if k not in names}
+    return dataclasses.replace(dom, **{n: getattr(full, n) for n in names}, why=why)
+
+
+def _per_pin(*names: str) -> dict:
+    """The GAE entry's per-pin pipeline domains with the narrowings `names` lifted."""
+    pins = {
+        "0.1": _pipeline_0_1(),
+        "0.4.1": _pipeline_0_4_1(),
+        "0.9.1": _pipeline_0_9_1(),
+        _MASKING_COMMIT: _pipeline_git(_MASKING_COMMIT),
+        _BEFORE_MASKING: _pipeline_git(_BEFORE_MASKING),
+    }
+    out = {}
+    for pin, dom in pins.items():
+        dom = _without(dom, *names)
+        if not dom.all_masked_rows:  # 0.1 / 0.4.1: get_eos_mask / get_response_mask keep position 0 of every row
+            dom = dataclasses.replace(dom, empty_rows=False, why={**dom.why, "empty_rows": dom.why["all_masked_rows"]})
+        out[pin] = dom
+    return out
+
+
+_GROUP_API = Domain(
+    left_padding=False,
+    why={
+        "left_padding": (
+            "the score goes where verl's reward manager writes it, attention_mask[prompt_length:].sum() - 1 "
+            "(verl/workers/reward_manager/naive.py:129-153 at 0.9.1), the last real token only for a right-padded "
+            "response window"
+        ),
+    },
+)
+_GROUP_MASKED_ZERO = "core_algos.py:329 (0.9.1) multiplies the broadcast advantage by response_mask"
+
+
+def _group(variant: dict, masked_zero_line: str) -> dict:
+    return dict(
+        kind="group-advantage",
+        variant=variant,
+        masked_zero=True,
+        masked_zero_why=masked_zero_line,
+        whitening=None,
+        documented_errors=(),
+        domain=_GROUP_API,
+        # GRPO / RLOO get the same response_mask and token_level_rewards as GAE (ray_trainer.py:235-281 at 0.9.1);
+        # critic values do not enter
+        pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
+        pipeline_by_pin=_per_pin("masked_values"),
+    )
+
+
+def _kl(variant: dict) -> dict:
+    return dict(
+        kind="kl",
+        variant=variant,
+        masked_zero=False,
+        masked_zero_why=(
+            "kl_penalty takes no mask (core_algos.py:2188-2213 at 0.9.1); its callers mask: apply_kl_penalty "
+            "multiplies by response_mask (verl/trainer/ppo/ray_trainer.py:100-103) and the KL loss aggregates with "
+            "agg_loss(loss_mask=response_mask) (verl/workers/utils/losses.py:135-138)"
+        ),
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+    )
+
+
+_WHITEN_MASKED_ZERO = (
+    "masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position (verl/utils/torch_functional.py:343 "
+    "at 0.9.1), masked positions included; its callers multiply by the mask (core_algos.py:466, 582, 729)"
+)
+KIND_OVERRIDES: dict[str, dict] = {
+    # compute_grpo_outcome_advantage: torch.std, unbiased (core_algos.py:321); (s - mean) / (std + epsilon), eps
+    # outside the std (:326), epsilon=1e-6 by default and never passed by ray_trainer.py:240-245; a singleton gets
+    # mean 0 and std 1 (:316-317): s / (1 + eps), the "raw" rule. Empty rows enter the statistics (the scores are
+    # an unmasked sum over every row, :304-312): not documented, so the variant stays canonical ("excluded").
+    "grpo": _group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std"}, _GROUP_MASKED_ZERO),
+    # norm_adv_by_std_in_grpo=False: s - mean (:328), documented as Dr.GRPO in the docstring (:296-297);
+    # a singleton keeps its raw score (mean 0, :316)
+    "drgrpo": _group({"estimator": "grpo", "std": None}, _GROUP_MASKED_ZERO),
+    # group_mean_std(scores, g, eps=0.0) (:352; verl/utils/groupwise.py:163-219): unbiased two-pass variance over
+    # count - 1 (groupwise.py:208-209), singleton mean 0 / std 1 (:215-218); (s - mean) / (std + epsilon) (:354)
+    "grpo-vectorized": {
+        **_group(
+            {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std"},
+            "core_algos.py:357 (0.9.1) multiplies the broadcast advantage by response_mask",
+        ),
+        # group_mean_std documents float32 statistics ("Returns: mean_g: (G,) float32", groupwise.py:186-189) and
+        # casts the scores to float32 (groupwise.py:191): a float64 batch gets float32 precision by design
+        "domain": dataclasses.replace(
+            _GROUP_API,
+            dtypes=("float16", "bfloat16", "float32"),
+            why={
+                **_GROUP_API.why,
+                "dtypes": "verl/utils/groupwise.py:186-191 (0.9.1): group_mean_std casts the scores to float32 and "
+                "documents float32 statistics",
+            },
+        ),
+    },
+    # n / (n - 1) (s - mean) (:630-633); a singleton keeps its raw score (:623, the loop skips n == 1)
+    "rloo": _group({"estimator": "rloo"}, "core_algos.py:634 (0.9.1) multiplies by response_mask"),
+    # (c s - sum_g) / max(c - 1, 1) * (c > 1) (:864): a singleton gets 0
+    "rloo-vectorized": _group(
+        {"estimator": "rloo", "singleton": "zero"}, "core_algos.py:866 (0.9.1) multiplies by response_mask"
+    ),
+    # kl_penalty_forward (core_algos.py:2216-2251 at 0.9.1): "kl"/"k1" d, "abs" |d|, "mse"/"k2" d^2 / 2
+    "kl-k1": _kl({"estimator": "k1"}),
+    "kl-abs": _kl({"estimator": "abs"}),
+    "kl-k2": _kl({"estimator": "k2"}),
+    # "low_var_kl"/"k3": kl = clamp(ref - logp, -20, 20) (:2242), exp(kl) - kl - 1 clamped to [-10, 10] (:2245);
+    # both clamps are in the code "for numerical stability" (:2241)
+    "kl-low_var_kl": _kl({"estimator": "low_var_kl", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}),
+    # "k3+": the k3 forward value with the k2 gradient, straight-through (:2199-2213); the value is k3's
+    "kl-k3+": _kl({"estimator": "k3", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}),
+    # masked_whiten(values, mask): mean = masked_sum / (mask.sum() + 1e-8) (torch_functional.py:308), unbiased
+    # Bessel n / (n - 1) (:324-325), (x - mean) * rsqrt(var + 1e-8) (:343): eps inside the sqrt, batch level
+    "whiten": dict(
+        kind="normalization",
+        variant={"level": "batch", "unbiased": True, "eps": 1e-8, "eps_place": "var", "shift_mean": True},
+        masked_zero=False,
+        masked_zero_why=_WHITEN_MASKED_ZERO,
+        whitening=None,
+        documented_errors=_MASKED_VAR_ERRORS,
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+    ),
+    # masked_mean(values, mask) with axis=None: masked_sum / (mask.sum() + 1e-8) (torch_functional.py:294-308)
+    "masked-mean": dict(
+        kind="normalization",
+        variant={"level": "batch", "output": "mean"},
+        masked_zero=False,
+        masked_zero_why="masked_mean returns one 0-dim statistic (torch_functional.py:308 at 0.9.1); the adapter "
+        "broadcasts it to every position",
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(),
+        pipeline=None,
+        pipeline_by_pin={},
+    ),
+    # compute_reinforce_plus_plus_outcome_advantage: a discounted return carried through masked positions
+    # (core_algos.py:718-726 at 0.9.1, #7300 "carry running_return through observation spans"): the compressed
+    # contract; 0.4.1 ... 0.7.0 reset the carry at every masked position ("Reset after EOS"). The advantages are
+    # masked_whiten(returns, response_mask) * response_mask (:728-729); the returns are not whitened.
+    "reinforce++": dict(
+        kind="returns",
+        contract="compressed",
+        whitening=Whitening(unbiased=True, eps=1e-8),
+        masked_zero=True,
+        masked_zero_why="core_algos.py:729 (0.9.1) multiplies the whitened advantages by response_mask",
+        documented_errors=_MASKED_VAR_ERRORS,
+        domain=Domain(
+            dtypes=("float32", "float64"),
+            left_padding=False,
+            critic=False,
+            why={
+                "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
+                "left_padding": _GROUP_API.why["left_padding"],
+                "critic": "compute_reinforce_plus_plus_outcome_advantage takes no values (core_algos.py:694-695)",
+            },
+        ),
+        pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
+        # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
+        pipeline_by_pin=_per_pin("masked_values"),
+    ),
+}
+
+
 SPEC = TargetSpec(
     id="verl",
     adapter="targets.adapters.verl",
@@ -232,6 +416,9 @@ SPEC = TargetSpec(
     contract="compressed",
     git_url="https://github.com/volcengine/verl.git",
     package="verl",
+    # "default" is GAE (compute_gae_advantage_return); the others are the kinds beyond GAE (verl_kinds.py)
+    entries=("default", *KIND_OVERRIDES),
+    entry_overrides=KIND_OVERRIDES,
     pins=(
         Pin("0.1", "first release; mask argument named eos_mask; plain GAE loop"),
         Pin("0.4.1", "last release before #2337: plain GAE loop, mask used only for whitening", default=True),
@@ -358,7 +545,9 @@ def _score_placer(root: Path):
 
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "default"):
-        raise ValueError(f"verl has one entry point, 'default'; got {entry!r}")
+        from targets.adapters import verl_kinds
+
+        return verl_kinds.load(root, entry)
     gae, where = function_from(root, [_GAE])
     params = list(inspect.signature(gae).parameters)
     mask_arg = next((p for p in ("response_mask", "eos_mask") if p in params), None)

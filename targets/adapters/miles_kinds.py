@@ -1,0 +1,255 @@
+"""miles entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns.
+
+Every entry calls miles' own code at the pin; the layout moved between the release wheel and git:
+
+    what                        miles-rl 0.0.2                         git (6ccdc7da6, 3d2e0e411)
+    _post_process_rewards       miles/ray/rollout.py (RolloutManager)  miles/ray/rollout/train_data_conversion.py
+    get_grpo_returns,           miles/utils/ppo_utils.py               miles/backends/training_utils/loss_hub/
+    compute_approx_kl,                                                 math_utils.py
+    get_reinforce_plus_plus_returns
+    distributed_masked_whiten   miles/utils/distributed_utils.py       (same file)
+
+* `grpo` (group-advantage): the rollout's group normalisation `_post_process_rewards` (GRPO: mean
+  and unbiased std per group, `/(std + 1e-6)`, float32), then the trainer's `get_grpo_returns`,
+  which broadcasts the normalised scalar over every response token (`torch.ones_like(kl[i]) *
+  rewards[i]`, no mask) with the float32 zero KL the trainer builds when `kl_coef == 0` (the
+  default). `_post_process_rewards` lives in a Ray actor class (0.0.2) or a module that pulls the
+  object store (git); it is compiled from the real source text (`targets.adapters.extract`), a
+  method with a stand-in `self` holding only `args` and `custom_reward_post_process_func = None`.
+  Its groups are implicit: `reshape(-1, n_samples_per_prompt)` when the sample count is exactly
+  `n_samples_per_prompt * rollout_batch_size`, else one group of the whole batch. The rollout hands
+  it samples grouped contiguously (a list of groups, flattened), so the adapter orders the rows
+  by group (stable, groups in order of first appearance), sets `n_samples_per_prompt` to the
+  largest group and `rollout_batch_size` to the number of groups, and restores the order after.
+  Equal groups take the reshape; unequal ones take the whole-batch fallback, as in miles.
+* `kl`, `kl-k3`, `kl-low-var` (kl): `compute_approx_kl(log_probs, ref_log_probs, kl_loss_type)`
+  with k1 (the `--kl-loss-type` default), k3 and low_var_kl; the eager function under miles'
+  `@torch.compile(dynamic=True)` (`_torchdynamo_orig_callable`), so inductor is not under test.
+* `whiten` (normalization): `distributed_masked_whiten(advantages, loss_masks)` on the concatenated
+  per-sample tensors, as `--normalize-advantages` calls it; a one-rank gloo process group is
+  initialised in the worker (the all-reduce of one rank is the identity).
+* `reinforce++` (returns): `get_reinforce_plus_plus_returns` with the caller's arguments (scores as
+  a float32 tensor, per-sample KL, loss masks, kl_coef, gamma). Token rewards enter as KL exactly
+  as for GAE: `compute_approx_kl(0, token_rewards, "k1") = -token_rewards`, kl_coef = 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import tempfile
+from argparse import Namespace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from oracles.case import Case
+from targets.adapters import extract
+from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.adapters.slime import Samples
+
+KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
+KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")
+
+MATH_HOMES = ("miles.backends.training_utils.loss_hub.math_utils", "miles.utils.ppo_utils")
+# where `_post_process_rewards` is: (file, class or None)
+REWARD_HOMES = (
+    ("miles/ray/rollout/train_data_conversion.py", None),
+    ("miles/ray/rollout.py", "RolloutManager"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared with slime (same code, other homes).
+# ---------------------------------------------------------------------------------------------
+def eager(fn: Callable) -> Callable:
+    """The function under a `torch.compile` wrapper (the plain function otherwise)."""
+    return getattr(fn, "_torchdynamo_orig_callable", None) or fn
+
+
+def math_function(root: Path, name: str, homes=MATH_HOMES) -> tuple[Callable, str]:
+    return function_from(root, [(m, name) for m in homes])
+
+
+def reward_postprocess(root: Path, own: tuple[str, ...], homes=REWARD_HOMES) -> tuple[Callable, str, bool]:
+    """`_post_process_rewards` compiled from the source at the pin: (function, where, is_method)."""
+    tree = extract.SourceTree(Path(root), own)
+    for rel, cls_name in homes:
+        path = Path(root, rel)
+        if not path.is_file():
+            continue
+        src = tree.file(path)
+        if cls_name is None:
+            node = next(
+                (n for n in src.tree.body if isinstance(n, ast.FunctionDef) and n.name == "_post_process_rewards"),
+                None,
+            )
+        else:
+            cls = extract.find_class(src.tree, cls_name)
+            node = extract.find_method(cls, "_post_process_rewards") if cls is not None else None
+        if node is None:
+            continue
+        fn = tree.function(path, node)
+        owner = f"{cls_name}." if cls_name else ""
+        return fn, f"{rel}:{node.lineno}::{owner}_post_process_rewards", cls_name is not None
+    raise NotPresent("_post_process_rewards not found in " + ", ".join(r for r, _ in homes))
+
+
+class RewardArgs(Namespace):
+    """The arguments `_post_process_rewards` reads; others answer None (off)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+
+def contiguous_groups(group: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """(order, largest group size, number of groups): `order` puts the rows group by group, groups
+    in order of first appearance, rows in their order inside a group."""
+    first: dict[int, int] = {}
+    for b, g in enumerate(group.tolist()):
+        first.setdefault(int(g), b)
+    keys = [(first[int(g)], b) for b, g in enumerate(group.tolist())]
+    order = torch.tensor(sorted(range(len(keys)), key=lambda b: keys[b]), dtype=torch.int64)
+    sizes = torch.unique(group, return_counts=True)[1]
+    return order, int(sizes.max()), len(first)
+
+
+def make_sample(types_mod, reward: float):
+    """A real `Sample` carrying only the reward (the rest at its defaults), or None."""
+    cls = getattr(types_mod, "Sample", None) if types_mod is not None else None
+    return cls(reward=reward) if cls is not None else None
+
+
+def grpo_runner(post: Callable, is_method: bool, grpo_returns: Callable, sample_cls: Callable) -> Callable:
+    def run(case: Case, device: str):
+        group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+        order, n, k = contiguous_groups(group)
+        s = Samples.from_case(case, device)
+        scores = [float(x) for x in case.score.to(case.torch_dtype).to(torch.float64)]
+        samples = [sample_cls(scores[int(b)]) for b in order]
+        args = RewardArgs(
+            advantage_estimator="grpo",
+            rewards_normalization=True,
+            grpo_std_normalization=True,
+            n_samples_per_prompt=n,
+            rollout_batch_size=k,
+            reward_key=None,
+        )
+        if is_method:
+            _, normed = post(Namespace(args=args, custom_reward_post_process_func=None), samples)
+        else:
+            _, normed = post(args, samples, None)
+        back = [0.0] * len(normed)
+        for i, b in enumerate(order.tolist()):
+            back[b] = normed[i]
+        # the trainer: rewards as float32, KL zeros of float32 per response token (kl_coef == 0)
+        rewards = torch.tensor(back, dtype=torch.float32, device=device)
+        kl = [torch.zeros(hi - lo, dtype=torch.float32, device=device) for lo, hi in s.spans]
+        return (s.scatter(case, list(grpo_returns(rewards, kl))),)
+
+    return run
+
+
+def kl_runner(fn: Callable, kl_type: str) -> Callable:
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        return (fn(logp, ref, kl_loss_type=kl_type),)
+
+    return run
+
+
+def init_one_rank_gloo() -> str:
+    """A one-rank gloo default process group for this worker (idempotent)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and not dist.is_initialized():
+        fd, path = tempfile.mkstemp(prefix="maskfuzz-gloo-")
+        os.close(fd)
+        os.unlink(path)
+        dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    return "state: torch.distributed initialised as a one-rank gloo group (the all-reduce is the identity)"
+
+
+def whiten_runner(fn: Callable) -> Callable:
+    def run(case: Case, device: str):
+        s = Samples.from_case(case, device)
+        dt = case.torch_dtype
+        x = [case.extra["x"][b, lo:hi].to(device=device, dtype=dt) for b, (lo, hi) in enumerate(s.spans)]
+        all_advs, all_masks = torch.cat(x), torch.cat(s.loss_masks)
+        out = fn(all_advs, all_masks, process_group=None, shift_mean=True)
+        return (s.scatter(case, list(torch.split(out, [hi - lo for lo, hi in s.spans]))),)
+
+    return run
+
+
+def reinforce_runner(fn: Callable, kl_fn: Callable, **fixed) -> Callable:
+    """REINFORCE++ returns with the caller's arguments; token rewards as k1 KL with kl_coef 1."""
+    params = inspect.signature(fn).parameters
+
+    def run(case: Case, device: str):
+        s = Samples.from_case(case, device)
+        kl = [kl_fn(torch.zeros_like(r), r, kl_loss_type="k1") for r in s.token_rewards]
+        kwargs = dict(
+            rewards=torch.tensor(s.scores, dtype=torch.float32, device=device),
+            kl=kl,
+            loss_masks=[m.clone() for m in s.loss_masks],
+            response_lengths=list(s.response_lengths),
+            total_lengths=list(s.total_lengths),
+            kl_coef=1.0,
+            gamma=case.gamma,
+        )
+        kwargs.update({k: v for k, v in fixed.items() if k in params})
+        ret = fn(**kwargs)
+        out = s.scatter(case, list(ret))
+        return out, out.clone()
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# load
+# ---------------------------------------------------------------------------------------------
+def load(root: Path, entry: str) -> Loaded:
+    from targets.adapters.miles import provide_parallel_state
+
+    if entry not in KIND_ENTRIES:
+        raise NotPresent(f"unknown entry {entry!r}")
+    notes: list[str] = []
+    if entry == "grpo":
+        post, post_where, is_method = reward_postprocess(root, ("miles",))
+        ret, ret_where = math_function(root, "get_grpo_returns")
+        types_mod = import_from(root, "miles.utils.types")
+        notes += [
+            f"{post_where} compiled from the source text (self = args + custom_reward_post_process_func None)"
+            if is_method
+            else f"{post_where} compiled from the source text",
+            "rows ordered group by group (as the rollout's list of groups); n_samples_per_prompt = the largest "
+            "group, rollout_batch_size = the number of groups; order restored after",
+            "then the trainer: float32 rewards, float32 zero KL per response token (kl_coef 0), get_grpo_returns",
+        ]
+        run = grpo_runner(post, is_method, ret, lambda r: make_sample(types_mod, r))
+        return Loaded(run, f"{post_where} + {ret_where}", notes)
+    if entry == "whiten":
+        fn, where = function_from(root, [("miles.utils.distributed_utils", "distributed_masked_whiten")])
+        notes.append(init_one_rank_gloo())
+        notes.append("per-sample advantages and loss masks concatenated (loss.py normalize_advantages)")
+        return Loaded(whiten_runner(fn), where, notes)
+    kl_fn, kl_where = math_function(root, "compute_approx_kl")
+    kl_eager = eager(kl_fn)
+    if kl_eager is not kl_fn:
+        notes.append("compute_approx_kl: the eager function under @torch.compile (_torchdynamo_orig_callable)")
+    if entry in KL_ENTRIES:
+        notes.append(f"kl_loss_type={KL_ENTRIES[entry]!r}")
+        return Loaded(kl_runner(kl_eager, KL_ENTRIES[entry]), kl_where, notes)
+    # reinforce++
+    state, more = provide_parallel_state(root)
+    notes += more
+    fn, where = math_function(root, "get_reinforce_plus_plus_returns")
+    notes.append("token rewards enter as KL: compute_approx_kl(0, token_rewards, 'k1'), kl_coef = 1")
+    return Loaded(reinforce_runner(fn, kl_eager, parallel_state=state), where, notes)

@@ -1,0 +1,128 @@
+"""torchrl entries beyond GAE: the LLM GRPO group advantage (`MCAdvantage`) and the per-token KL
+(`KLComputation`), each called from torchrl's own source at the pin.
+
+* group-advantage (`mc-advantage`, `mc-advantage-sum`): `torchrl/objectives/llm/grpo.py::MCAdvantage`, the
+  replay-buffer transform the GRPO scripts install (`sota-implementations/grpo/grpo-sync.py:291`,
+  `transform_factory=partial(MCAdvantage, grpo_size=cfg.env.repeats)`). The adapter builds one real instance
+  (`grpo_size` = the group size, `prompt_key` a tensor group id, grouped by value) and hands it the whole batch
+  through its public `inv`: a [B, 1] tensordict, each row a one-step trajectory (one dialog turn, `done` True),
+  whose `("next", "reward")` is the row's score with the env's per-step shape (1, 1)
+  (`torchrl/envs/llm/reward/gsm8k.py:218`). `MCAdvantage` queues each group, computes it when `grpo_size`
+  trajectories have arrived, and returns the groups in completion order; a `row` key carried along maps the
+  advantages back. `mc-advantage` is the default per-step branch (`trajectory_return=None`),
+  `mc-advantage-sum` the trajectory-return branch (`trajectory_return="sum"`, the VLA GRPO recipe). Each gives
+  one advantage per trajectory: the adapter broadcasts it to every position of the row (the loss applies the
+  assistant mask), so masked positions are not zero.
+* kl (`kl`): `torchrl/envs/llm/transforms/kl.py::KLComputation` (the KL step of `RetrieveKL`), k1
+  `gen_lp - ref_lp` per token, with `add_to_reward=False` (the reward use is `reward - coeff * kl`). The
+  case's log-probs enter as the `("log_probs", "full")` and `("ref_log_probs", "full")` entries of `next`.
+
+Not entries: `GRPOLoss._kl_to_ref` (k3 then `.mean()` over all B x T positions: a loss aggregation, a kind
+the judge does not implement yet; see the tests for its pad dependence), `KLRewardTransform` (needs a
+reference model).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import torch
+
+from oracles.case import Case
+from targets.adapters.base import Loaded, NotPresent, import_from
+
+_GRPO = "torchrl.objectives.llm.grpo"
+_KL = "torchrl.envs.llm.transforms.kl"
+
+
+class GroupShapeError(ValueError):
+    """The case's groups cannot be expressed as MCAdvantage's one `grpo_size`."""
+
+
+def _rel(root: Path, mod) -> str:
+    return str(Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve()))
+
+
+def group_size(group: torch.Tensor) -> int:
+    """The one size every group has; GroupShapeError when sizes differ."""
+    sizes = set(torch.unique(group, return_counts=True)[1].tolist())
+    if len(sizes) != 1:
+        raise GroupShapeError(
+            f"GroupShapeError: groups of sizes {sorted(sizes)}: MCAdvantage takes one grpo_size and emits a group "
+            "when its queue reaches it (grpo.py:1472-1511 at 0.14.1); every prompt has grpo_size trajectories"
+        )
+    return sizes.pop()
+
+
+def load_mc_advantage(root: Path, trajectory_return: str | None) -> Loaded:
+    mod = import_from(root, _GRPO)
+    cls = getattr(mod, "MCAdvantage", None)
+    if cls is None:
+        raise NotPresent(f"{_GRPO}.MCAdvantage is not present at this pin")
+    params = inspect.signature(cls.__init__).parameters
+    if trajectory_return is not None and "trajectory_return" not in params:
+        raise NotPresent(f"{_GRPO}.MCAdvantage takes no trajectory_return at this pin")
+    from tensordict import TensorDict
+
+    def run(case: Case, device: str):
+        b_rows, t_len = case.shape
+        n = group_size(case.group)
+        kw = {"trajectory_return": trajectory_return} if trajectory_return is not None else {}
+        transform = cls(grpo_size=n, prompt_key="query", **kw)
+        reward = case.score.to(device=device, dtype=case.torch_dtype).reshape(b_rows, 1, 1, 1)
+        td = TensorDict(
+            {
+                "query": case.group.to(device).reshape(b_rows, 1),
+                "row": torch.arange(b_rows, device=device).reshape(b_rows, 1),
+                "next": TensorDict(
+                    {"reward": reward, "done": torch.ones(b_rows, 1, 1, dtype=torch.bool, device=device)},
+                    batch_size=[b_rows, 1],
+                ),
+            },
+            batch_size=[b_rows, 1],
+            device=device,
+        )
+        out = transform.inv(td)
+        if out is None or out.numel() != b_rows:
+            got = 0 if out is None else out.numel()
+            raise RuntimeError(f"MCAdvantage returned {got} of {b_rows} trajectories (incomplete groups held back)")
+        adv = out.get("advantage").reshape(b_rows)
+        rows = out.get("row").reshape(b_rows)
+        per_row = torch.empty_like(adv).index_copy_(0, rows, adv)
+        return (per_row[:, None].expand(b_rows, t_len),)
+
+    branch = f"trajectory_return={trajectory_return!r}"
+    notes = [
+        f"MCAdvantage(grpo_size=<group size>, prompt_key='query', {branch}).inv on a [B, 1] tensordict: one-step "
+        "trajectories (done True), reward = score with the env's per-step shape (1, 1)",
+        "group ids as an int tensor (grouped by value); groups of unequal size are a documented GroupShapeError",
+        "one advantage per trajectory, broadcast by the adapter to every position of its row",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::MCAdvantage", notes)
+
+
+def load_kl_computation(root: Path) -> Loaded:
+    mod = import_from(root, _KL)
+    cls = getattr(mod, "KLComputation", None)
+    if cls is None:
+        raise NotPresent(f"{_KL}.KLComputation is not present at this pin")
+    from tensordict import TensorDict
+
+    def run(case: Case, device: str):
+        b_rows, t_len = case.shape
+        dt = case.torch_dtype
+        lp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        transform = cls(("log_probs", "full"), ("ref_log_probs", "full"), add_to_reward=False)
+        nxt = TensorDict({("log_probs", "full"): lp, ("ref_log_probs", "full"): ref}, batch_size=[b_rows])
+        out = transform(TensorDict({"next": nxt}, batch_size=[b_rows]))
+        kl = out.get(("next", "kl_penalty"))
+        kl = torch.stack(list(kl.unbind(0))) if kl.is_nested else kl
+        return (kl.reshape(b_rows, t_len),)
+
+    notes = [
+        "KLComputation(('log_probs', 'full'), ('ref_log_probs', 'full'), add_to_reward=False) on "
+        "TensorDict(next=...) with [B, T] log-probs (no mask: torchrl zero-fills non-assistant log-probs upstream)",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::KLComputation", notes)

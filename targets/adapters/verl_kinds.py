@@ -1,0 +1,154 @@
+"""verl's entries of the kinds beyond GAE (`shared/design/kinds.md`), each calling verl's own function at the pin.
+
+* group-advantage: `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage` ("grpo"; "drgrpo" with
+  `norm_adv_by_std_in_grpo=False`), `compute_grpo_vectorized_outcome_advantage` ("grpo-vectorized"),
+  `compute_rloo_outcome_advantage` ("rloo") and `compute_rloo_vectorized_outcome_advantage` ("rloo-vectorized").
+  Inputs as verl's `ray_trainer.compute_advantage` passes them: `token_level_rewards` [B, T] with the score placed
+  by verl's own reward manager (the GAE adapter's `_score_placer`: the last attended response token) on top of the
+  case's token rewards, `response_mask` int64, `index` an object array of str uids (ray_trainer.py builds
+  `np.array([str(uuid.uuid4()) ...], dtype=object)`), `epsilon` left at its default (the trainer never passes it).
+* kl: `core_algos.py::kl_penalty(logprob, ref_logprob, kl_penalty)` with the estimator name of the entry.
+* normalization: `verl/utils/torch_functional.py::masked_whiten(values, mask)` ("whiten") and `masked_mean`
+  ("masked-mean", the batch mean broadcast).
+* returns: `core_algos.py::compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask,
+  config)` ("reinforce++"); `config` is a namespace with `gamma`, the only field the function reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from oracles.case import Case
+from targets.adapters.base import Loaded, NotPresent, function_from
+
+_CORE = "verl.trainer.ppo.core_algos"
+_TF = "verl.utils.torch_functional"
+
+# entry -> (function in core_algos, fixed keyword arguments)
+GROUP = {
+    "grpo": ("compute_grpo_outcome_advantage", {"norm_adv_by_std_in_grpo": True}),
+    "drgrpo": ("compute_grpo_outcome_advantage", {"norm_adv_by_std_in_grpo": False}),
+    "grpo-vectorized": ("compute_grpo_vectorized_outcome_advantage", {"norm_adv_by_std_in_grpo": True}),
+    "rloo": ("compute_rloo_outcome_advantage", {}),
+    "rloo-vectorized": ("compute_rloo_vectorized_outcome_advantage", {}),
+}
+# entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
+KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
+NORMALIZATION = {"whiten": "masked_whiten", "masked-mean": "masked_mean"}
+RETURNS = {"reinforce++": "compute_reinforce_plus_plus_outcome_advantage"}
+ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS)
+
+
+def uids(group: torch.Tensor) -> np.ndarray:
+    """verl's `index`: an object array of str uids, one per row (equal ids for one prompt)."""
+    return np.array([f"uid-{int(g)}" for g in group.tolist()], dtype=object)
+
+
+def _scored_rewards(case: Case, place, device: str) -> torch.Tensor:
+    """The case's token rewards plus the score where verl's reward manager writes it, in the case's dtype."""
+    dt = case.torch_dtype
+    at_score = place(case.attention).to(device)
+    score = case.score.to(device=device, dtype=dt)
+    rewards = case.token_rewards.to(device=device, dtype=dt)
+    return rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
+
+
+def load_group(root: Path, entry: str) -> Loaded:
+    from targets.adapters.verl import _score_placer
+
+    name, kwargs = GROUP[entry]
+    fn, where = function_from(root, [(_CORE, name)])
+    params = inspect.signature(fn).parameters
+    missing = [p for p in ("token_level_rewards", "response_mask", "index", *kwargs) if p not in params]
+    if "norm_adv_by_std_in_grpo" in missing:
+        raise NotPresent(f"{where} has no norm_adv_by_std_in_grpo at this pin")
+    if missing:
+        raise RuntimeError(f"{where} has parameters {list(params)}; missing {missing}")
+    place, place_where = _score_placer(root)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        rewards = _scored_rewards(case, place, device)
+        mask = case.trainable.to(device=device, dtype=torch.long)
+        adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uids(case.group), **kwargs)
+        return (adv,)
+
+    notes = [
+        f"called with {kwargs or 'its defaults'}, epsilon at its default (ray_trainer.compute_advantage passes none)",
+        "index: object array of str uids, response_mask int64 (as verl's trainer passes them)",
+        f"score placed by verl's {place_where} (last attended response token), moved into the case's dtype",
+    ]
+    return Loaded(run, where, notes)
+
+
+def load_kl(root: Path, entry: str) -> Loaded:
+    name = KL[entry]
+    fn, where = function_from(root, [(_CORE, "kl_penalty")])
+    probe = torch.zeros(1, 1)
+    try:
+        fn(probe, probe, name)
+    except NotImplementedError:
+        raise NotPresent(f"{where} has no estimator {name!r} at this pin (NotImplementedError)") from None
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        dt = case.torch_dtype
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        return (fn(logp, ref, name),)
+
+    return Loaded(run, where, [f"kl_penalty(logprob, ref_logprob, {name!r}); no mask argument"])
+
+
+def load_normalization(root: Path, entry: str) -> Loaded:
+    name = NORMALIZATION[entry]
+    fn, where = function_from(root, [(_TF, name)])
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        x = case.extra["x"].to(device=device, dtype=case.torch_dtype)
+        mask = case.trainable.to(device=device, dtype=torch.long)
+        out = fn(x, mask)
+        if name == "masked_mean":  # a 0-dim statistic over the batch, broadcast to the positions
+            out = out.expand(case.shape)
+        return (out,)
+
+    return Loaded(run, where, [f"{name}(values, mask) with an int64 mask, at its defaults"])
+
+
+def load_returns(root: Path, entry: str) -> Loaded:
+    from targets.adapters.verl import _score_placer
+
+    fn, where = function_from(root, [(_CORE, RETURNS[entry])])
+    params = inspect.signature(fn).parameters
+    if not {"token_level_rewards", "response_mask", "config"} <= set(params):
+        raise RuntimeError(
+            f"{where} has parameters {list(params)}; expected token_level_rewards, response_mask, config"
+        )
+    place, place_where = _score_placer(root)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        rewards = _scored_rewards(case, place, device)
+        mask = case.trainable.to(device=device, dtype=torch.long)
+        adv, ret = fn(token_level_rewards=rewards, response_mask=mask, config=SimpleNamespace(gamma=case.gamma))
+        return adv, ret
+
+    notes = [
+        "config: a namespace with gamma (the only field the function reads); response_mask int64",
+        f"score placed by verl's {place_where} (last attended response token), moved into the case's dtype",
+    ]
+    return Loaded(run, where, notes)
+
+
+def load(root: Path, entry: str) -> Loaded:
+    if entry in GROUP:
+        return load_group(root, entry)
+    if entry in KL:
+        return load_kl(root, entry)
+    if entry in NORMALIZATION:
+        return load_normalization(root, entry)
+    if entry in RETURNS:
+        return load_returns(root, entry)
+    raise ValueError(f"verl has no entry {entry!r}")
