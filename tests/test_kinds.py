@@ -220,3 +220,20 @@ def test_kind_findings_are_diagnosed_and_grouped_into_defects():
     triage(counted, zoo.grpo_counts_empty_rows, piped, witness_examples=20)
     pad = next(f for f in counted.findings if f.property == "pad-invariance")
     assert pad.mechanism == "masked-statistics" and pad.reach == "pipeline"
+
+
+def test_cancellation_at_a_large_offset_is_precision_not_grouping():
+    """A one-pass variance (E[x^2] - E[x]^2) breaks permutation and pad-invariance at large
+    offsets through rounding alone: centring the inputs makes the property hold, so the root
+    cause is `precision`, never statistics over masked rows or mixed groups."""
+    from oracles.diagnosis import diagnose
+
+    declared = Declared(kind="normalization", variant=zoo.WH, masked_zero=True)
+    x = torch.tensor([[1000.0 + i % 3 for i in range(11)], [1001.0 - i % 2 for i in range(11)]])
+    case = Case.build(trainable=torch.ones(2, 11), extra={"x": x})
+    verdicts = {v.property: v for v in judge(zoo.whiten_one_pass, case, declared)}
+    failing = [p for p in ("permutation", "pad-invariance", "reference") if verdicts[p].failed]
+    assert failing, verdicts
+    for prop in failing:
+        assert diagnose(zoo.whiten_one_pass, case, declared, prop).mechanism == "precision"
+    assert not any(v.failed for v in judge(zoo.whiten_correct, case, declared))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
 from oracles.kinds import spec
 from oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin
 from oracles.properties import Declared, judge
@@ -44,6 +46,13 @@ NEIGHBOURS = {
 def diagnose_kind(run, case, declared: Declared, prop: str):
     from oracles.diagnosis import Diagnosis
 
+    if prop in _SHIFTABLE:
+        try:
+            centred = _centred_probe(run, case, declared, prop)
+        except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing
+            centred = None
+        if centred is not None:
+            return centred
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     if prop == "poison":
@@ -54,6 +63,44 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
         return _probe(run, case, declared, prop)
     except Exception as exc:  # noqa: BLE001 - a probe the target cannot run decides nothing
         return Diagnosis("unexplained", f"a probe failed to run: {type(exc).__name__}: {exc}")
+
+
+_SHIFTABLE = ("pad-invariance", "permutation", "group-isolation", "affine", "reference")
+
+
+def _centred_probe(run, case, declared: Declared, prop: str):
+    """`precision` when the property holds once the affine input (scores, x) is centred on its mean
+    over live positions: the failure came from cancellation at a large offset (a one-pass
+    variance), not from masking or grouping. Only where a shift changes nothing in exact
+    arithmetic: std-normalised group advantages, shift-mean whitening."""
+    from oracles.diagnosis import Diagnosis
+
+    k = spec(declared.kind)
+    v = k.module.options(declared.variant)
+    shift_free = (declared.kind == "group-advantage" and v["estimator"] == "grpo" and v["std"] is not None) or (
+        declared.kind == "normalization" and v["shift_mean"] and v["output"] == "whiten"
+    )
+    if not shift_free or prop == "affine":
+        return None
+    live = case.trainable
+    if declared.kind == "group-advantage":
+        rows = live.any(dim=1)
+        if not rows.any():
+            return None
+        centred = case.replace(score=case.score - case.score[rows].mean())
+        moved = float(case.score[rows].abs().max())
+    else:
+        x = case.extra["x"]
+        if not live.any():
+            return None
+        centred = case.replace(extra={**case.extra, "x": torch.where(live, x - x[live].mean(), x)})
+        moved = float(x[live].abs().max())
+    if moved < 16.0:  # no offset to cancel
+        return None
+    verdict = next(v for v in judge(run, centred, declared, only=(prop,)) if v.property == prop)
+    if verdict.status == "pass":
+        return Diagnosis("precision", f"{prop} holds once the inputs are centred (cancellation at a large offset)")
+    return None
 
 
 def _probe(run, case, declared: Declared, prop: str):
