@@ -141,6 +141,7 @@ class Outcome:
             "id": e.id,
             "path": str(e.path) if e.path else None,
             "target": e.key,
+            **_entry_kind(e.target, e.entry_point),
             "pin": self.job.pin,
             "resolved": self.resolved,
             "property": e.property,
@@ -153,6 +154,16 @@ class Outcome:
             "seconds": round(self.seconds, 3),
             "verdict": _verdict_json(self.verdict) if self.verdict else None,
         }
+
+
+def _entry_kind(target: str, entry: str | None) -> dict:
+    """{"entry", "kind"} of a registered target's entry (the entry's own name for the default)."""
+    from targets.registry import registry
+
+    spec = registry().get(target)
+    if spec is None:
+        return {"entry": entry or "", "kind": "gae"}
+    return {"entry": spec.entry_name(entry), "kind": spec.kind_of(entry)}
 
 
 def _verdict_json(v: Verdict) -> dict:

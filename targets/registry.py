@@ -81,6 +81,10 @@ class TargetSpec:
     def kind_of(self, entry: str | None) -> str:
         return self.for_entry(entry).kind
 
+    def entry_name(self, entry: str | None) -> str:
+        """`entry`, or the name of the default entry for None."""
+        return entry or self.entries[0]
+
     def pipeline_at(self, pin: str | None) -> Domain | None:
         """The pipeline domain at `pin` (a rev, as named or resolved; prefixes of a hash match)."""
         if pin:

@@ -131,3 +131,17 @@ def test_a_run_without_json_or_corpus_leaves_its_results_in_the_working_director
     assert any(line.startswith(f"results: {folder}") for line in err[-4:])
     assert any("maskfuzz repro" in line and "--target usergae:leaky" in line for line in err[-4:])
     assert any("maskfuzz replay" in line for line in err[-4:])
+
+
+def test_a_framework_named_without_an_entry_means_every_entry():
+    from fuzz.commands.fuzz import _kind_of, _resolve_labels
+    from targets.registry import get
+
+    spec = get("torchrl")
+    labels = _resolve_labels(["torchrl@0.14.1"], [], {})
+    assert labels[0] == "torchrl@0.14.1" and len(labels) == len(spec.entries)
+    assert "torchrl:vec@0.14.1" in labels and "torchrl:kl@0.14.1" in labels
+    assert _resolve_labels(["torchrl:vec@0.14.1"], [], {}) == ["torchrl:vec@0.14.1"]
+    assert _kind_of("torchrl@0.14.1") == ("gae", "default")
+    assert _kind_of("torchrl:mc-advantage@0.14.1") == ("group-advantage", "mc-advantage")
+    assert _kind_of("torchrl:kl@0.14.1") == ("kl", "kl")

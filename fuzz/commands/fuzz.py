@@ -212,7 +212,7 @@ def run_job(job: Job) -> dict:
     }
     ref_target, _, ref_pin = job.label.partition("@")
     out["pin"] = ref_pin if not job.is_callable else "local"
-    out["kind"] = _kind_of(job.label) if not job.is_callable else "gae"
+    out["kind"], out["entry"] = _kind_of(job.label) if not job.is_callable else ("gae", "")
     repos = {k: Path(v) for k, v in job.repos.items()}
     try:
         if job.is_callable:
@@ -260,7 +260,6 @@ def run_job(job: Job) -> dict:
         _say(f"[{job.label}] error: {exc}")
         return out
     out.update(
-        entry=entry or "",
         defects=[d.to_dict() for d in defects],
         pipeline_declared=handle.declared.pipeline is not None,
         examples=result.examples,
@@ -284,13 +283,16 @@ def run_job(job: Job) -> dict:
     return out
 
 
-def _kind_of(label: str) -> str:
+def _kind_of(label: str) -> tuple[str, str]:
+    """(kind, entry name) of a registered TARGET[:ENTRY]@PIN label."""
     from targets.registry import registry
 
     head = label.partition("@")[0]
     target, _, entry = head.partition(":")
     spec = registry().get(target)
-    return spec.kind_of(entry or None) if spec is not None else "gae"
+    if spec is None:
+        return "gae", entry
+    return spec.kind_of(entry or None), spec.entry_name(entry or None)
 
 
 def _save(finding, root: Path) -> str:
