@@ -17,6 +17,24 @@ class UsageError(Exception):
     """A usage or set-up error: the message says what is wrong and what to do (exit code 2)."""
 
 
+def require_device(device: str, available: bool | None = None) -> None:
+    """UsageError when `device` is a CUDA device and torch sees none: running anyway would blame
+    every target for the missing GPU (or skip everything and look like a pass)."""
+    if not device.startswith("cuda"):
+        if device != "cpu":
+            raise UsageError(f"--device {device!r}: expected cpu or cuda (cuda:N)")
+        return
+    import torch
+
+    if available is None:
+        available = torch.cuda.is_available()
+    if not available:
+        raise UsageError(
+            f"--device {device}: torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False); "
+            "run on a GPU machine with a CUDA build of torch, or use --device cpu"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="maskfuzz",

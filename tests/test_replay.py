@@ -334,11 +334,14 @@ def test_cli_exit_2_on_unreadable_ledger_or_usage(corpus: Path, fake_opener, cap
     assert cli_main(["replay", str(corpus), "--dtype", "int8"]) == 2
 
 
-def test_cli_cuda_without_gpu_is_exit_0_but_loud(corpus: Path, fake_opener, capsys, monkeypatch):
+def test_cli_cuda_without_gpu_is_a_set_up_error(corpus: Path, fake_opener, capsys, monkeypatch):
+    """Not a pass: nothing would be checked (issue: a living nightly, CUDA)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli_main(["replay", str(corpus), "--device", "cuda"]) == 0
-    out = capsys.readouterr().out
-    assert "WARNING: --device cuda but no CUDA device: 4 replay(s) not run" in out and fake_opener.opened == []
+    assert cli_main(["replay", str(corpus), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "sees no CUDA device" in err and "--device cpu" in err and fake_opener.opened == []
+    assert cli_main(["fuzz", "verl@0.5.0", "--device", "cuda", "--max-examples", "1"]) == 2
+    assert cli_main(["repro", str(next(corpus.rglob("*.json"))), "--device", "cuda", "-o", str(corpus / "x")]) == 2
 
 
 # -- the pytest collection of a corpus ---------------------------------------------------------------
@@ -377,3 +380,16 @@ def test_corpus_collection_reports_unreadable_files(pytester: pytest.Pytester, c
             "*names entries that are not in*",
         ]
     )
+
+
+def test_at_another_dtype_the_ledger_does_not_apply():
+    """`replay --dtype D` on an entry recorded in another dtype: plain pass / fail, never "fixed"
+    or "xfail" against a ledger written for the recorded dtype."""
+    ledger = Ledger({A.id: {"verl@0.4.1": Expectation("fails", "the leak")}})
+    fixed = FakeTargets({("verl", "0.4.1"): correct})
+    same = rp.replay(rp.plan([A], ledger), opener=fixed)
+    assert same[0].status == "fixed"  # at the recorded dtype the ledger applies
+    other = rp.replay(rp.plan([A], ledger), opener=fixed, dtype="float64")
+    assert other[0].status == "pass" and "the ledger's expectation is for float32" in other[0].message
+    leaky = rp.replay(rp.plan([A], ledger), opener=FakeTargets(RUNS), dtype="float64")
+    assert leaky[0].status == "fail"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fuzz import profiles
-from fuzz.cli import UsageError
+from fuzz.cli import UsageError, require_device
 from fuzz.repos import parse_repos
 from fuzz.strategies import Sizes
 from oracles.kinds import properties as kind_properties
@@ -94,6 +94,7 @@ def main(args) -> int:
         profile = profiles.select(args.profile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    require_device(args.device)
     labels = _resolve_labels(args.targets, args.callables, repos)
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0

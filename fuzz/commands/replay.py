@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from fuzz import replay as rp
-from fuzz.cli import UsageError
+from fuzz.cli import UsageError, require_device
 from fuzz.corpus import CorpusError, Entry, load_all
 from fuzz.ledger import Ledger
 from fuzz.repos import parse_repos
@@ -84,6 +84,7 @@ def execute(
     err: TextIO | None = None,
 ) -> int:
     out, err = out or sys.stdout, err or sys.stderr
+    require_device(args.device, cuda_available)
     overrides = [parse_target(t) for t in args.target]
     try:
         repos = parse_repos(args.repo)

@@ -50,7 +50,9 @@ def _usage(message: str) -> Exception:
 def run(args: argparse.Namespace) -> int:
     from fuzz import corpus
     from fuzz import repro as rp
+    from fuzz.cli import require_device
 
+    require_device(args.device)
     try:
         entry = corpus.load(args.case)
     except corpus.CorpusError as exc:
