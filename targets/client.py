@@ -27,7 +27,7 @@ from pathlib import Path
 from oracles.case import Case
 from oracles.properties import TargetFailure
 from targets import worker as protocol
-from targets.forkserver import ForkServer
+from targets.forkserver import NO_CWD_MAIN, ForkServer
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 START_ENV = "MASKFUZZ_WORKER_START"
@@ -71,7 +71,7 @@ class _Spawned:
 
     def __init__(self, env: dict, stderr):
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "targets.worker"],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module="targets.worker")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -29,6 +29,9 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+# `python -m M` puts the working directory first on sys.path, so a `targets/` folder or an
+# `oracles.py` where maskfuzz runs would shadow ours: drop it, then run the module as __main__
+NO_CWD_MAIN = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
 PRELOAD = ("torch", "torch._dynamo", "oracles.properties", "targets.worker", "targets.adapters.base")
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +107,7 @@ class ForkServer:
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join([str(_PROJECT_ROOT), *paths])
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "targets.forkserver", str(theirs.fileno())],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module="targets.forkserver"), str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,

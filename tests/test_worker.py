@@ -113,3 +113,32 @@ def test_stand_ins_and_deny_list(tmp_path):
         assert torch.all(adv == 0)  # the deny-listed package stayed missing (neither real nor stood in)
         assert torch.all(ret == 2)
     # (a missing package that is *not* listed fails the import: tests/test_session.py)
+
+
+def test_workers_never_import_from_the_working_directory(tmp_path, module_dir, monkeypatch):
+    """A `targets/` or `fuzz/` folder, an `oracles.py` or a broken `transformers` where maskfuzz
+    runs must not shadow maskfuzz's own packages in the worker (spawned, or via the fork server)."""
+    import os
+    import subprocess
+    import sys
+
+    from targets.forkserver import NO_CWD_MAIN
+
+    hostile = tmp_path / "hostile"
+    for pkg in ("targets", "fuzz", "transformers"):
+        (hostile / pkg).mkdir(parents=True)
+        (hostile / pkg / "__init__.py").write_text(f"raise ImportError('the hostile {pkg} package was imported')\n")
+    (hostile / "oracles.py").write_text("raise ImportError('the hostile oracles module was imported')\n")
+    monkeypatch.chdir(hostile)
+    monkeypatch.setenv("MASKFUZZ_WORKER_START", "spawn")
+    with worker(module_dir) as w:
+        adv, _ = w(case())
+        assert torch.equal(adv, torch.tensor([[3.0, 3.0, 1.0], [-1.0, 1.0, 1.0]]))
+    # the command line the fork server and spawned workers start with: run from that directory
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for module in ("targets.worker", "targets.forkserver"):
+        proc = subprocess.run(
+            [sys.executable, "-c", NO_CWD_MAIN.format(module=module)] + (["-1"] if module.endswith("server") else []),
+            cwd=hostile, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        )
+        assert "hostile" not in proc.stderr, proc.stderr
