@@ -116,8 +116,7 @@ COMMON_HEAVY = (
     "accelerate",
     "peft",
     "codetiming",
-    "tensordict",
-)
+)  # not tensordict: maskfuzz installs it (torchrl needs it), and verl's DataProto uses the real one
 
 # One adapter module per target; each defines `SPEC`, its registry entry (one place per target).
 ADAPTER_MODULES: dict[str, str] = {

@@ -1,11 +1,12 @@
 """Inert stand-ins for heavy top-level packages that the masked math never touches.
 
-Installed at the *end* of `sys.meta_path` inside a worker process, the finder only answers for
-packages that are really missing, only for the top-level names a target lists, and never for a
-name on the target's deny-list or for the target's own package. A stand-in module hands out inert
-objects: callable (a decorator given a function returns it), usable as a base class, iterable
-(empty), falsy, subscriptable. Any *use* of one in the math would give garbage that the judge
-sees, which is why the list is per target and kept short.
+Installed at the *front* of `sys.meta_path` inside a worker process (after the deny-list), the
+finder answers for the top-level names a target lists whether or not they are installed, so a
+target loads the same way on every machine (an installed transformers that does not match verl
+0.9.1 no longer breaks it), and never for a name on the target's deny-list or its own package.
+A stand-in module hands out inert objects: callable (a decorator given a function returns it),
+usable as a base class, iterable (empty), falsy, subscriptable. Any *use* of one in the math would
+give garbage that the judge sees, which is why the list is per target and kept short.
 """
 
 from __future__ import annotations
@@ -121,16 +122,18 @@ class Blocker(importlib.abc.MetaPathFinder):
 
 
 def install(allowed: Iterable[str], deny: Iterable[str] = (), own: Iterable[str] = ()) -> StandInFinder:
-    """Block `deny` at the front of sys.meta_path; stand in for missing `allowed` packages at its
-    end (real modules still win). Returns the stand-in finder, whose `used` says what it supplied."""
+    """Block `deny` at the front of sys.meta_path and stand in for the `allowed` packages right
+    after it, installed or not (hermetic: the machine's packages do not change what loads).
+    Returns the stand-in finder, whose `used` says what it supplied."""
     deny = tuple(deny)
-    if deny:
-        for name in list(sys.modules):
-            if name.split(".")[0] in deny:
-                del sys.modules[name]
-        sys.meta_path.insert(0, Blocker(deny))
     finder = StandInFinder(allowed, deny, own)
-    sys.meta_path.append(finder)
+    for name in list(sys.modules):
+        top = name.split(".")[0]
+        if top in deny or (top in finder.allowed and top not in finder.deny):
+            del sys.modules[name]
+    sys.meta_path.insert(0, finder)
+    if deny:
+        sys.meta_path.insert(0, Blocker(deny))
     return finder
 
 

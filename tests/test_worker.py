@@ -142,3 +142,18 @@ def test_workers_never_import_from_the_working_directory(tmp_path, module_dir, m
             cwd=hostile, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
         )
         assert "hostile" not in proc.stderr, proc.stderr
+
+
+def test_a_listed_package_is_stood_in_even_when_installed(tmp_path):
+    """Hermetic loading: a broken installed copy of a stood-in package (a transformers that does
+    not match the framework, on a typical GPU machine) is never imported."""
+    (tmp_path / "htarget.py").write_text(STANDIN_TARGET.replace("fake_heavy_pkg_xyz", "broken_heavy_pkg"))
+    (tmp_path / "broken_heavy_pkg").mkdir()
+    broken = "raise RuntimeError('the installed copy was imported')\n"
+    (tmp_path / "broken_heavy_pkg" / "__init__.py").write_text(broken)
+    (tmp_path / "denied_pkg_abc").mkdir()
+    (tmp_path / "denied_pkg_abc" / "__init__.py").write_text("")
+    with worker(tmp_path, "htarget:gae", stand_ins=("broken_heavy_pkg",), deny=("denied_pkg_abc",)) as w:
+        assert w.info["stand_ins_used"] == ["broken_heavy_pkg"]
+        _, ret = w(case())
+        assert torch.all(ret == 2)
