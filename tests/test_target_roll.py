@@ -22,15 +22,18 @@ The checks of the registry entry and of a tree without ROLL run everywhere.
 from __future__ import annotations
 
 import math
+import sys
+import time
 
 import pytest
+import torch
 
 from fuzz.engine import fuzz_target
 from fuzz.repos import parse_repos
 from oracles.case import Case
 from oracles.properties import judge
 from targets import registry
-from targets.adapters import roll
+from targets.adapters import roll, roll_kinds
 from targets.client import LoadSpec, Worker, WorkerSkip
 from targets.session import open_target
 
@@ -197,7 +200,7 @@ def test_registry_entry():
     spec = registry.get("roll")
     assert spec is roll.SPEC and spec.contract == "dense" and spec.whitening is None and spec.masked_zero
     assert [p.rev for p in spec.pins] == [SEED_PIN, HEAD_PIN, FIX_PIN]
-    assert spec.entries == ("default", "agentic")
+    assert spec.entries == ("default", "agentic", *roll_kinds.KIND_ENTRIES)
     assert "tensordict" not in spec.stand_ins and "torch_npu" in spec.deny
 
 
@@ -243,3 +246,220 @@ def test_tree_without_roll_is_not_present(tmp_path):
     with pytest.raises(WorkerSkip, match="roll.utils.functionals is not present"):
         worker.start()
     worker.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (targets/adapters/roll_kinds.py), at main 8eb27cc2dc34 (the math is the same at every pin).
+#
+# Verdicts derived by reading ROLL's code (roll/utils/functionals.py, roll/pipeline/agentic/utils.py at 8eb27cc2dc34):
+# * grpo: reward_norm (:564-600) reshapes to (-1, n_sample) and divides by torch.std + 1e-6 (:586, :593); a group
+#   of one (num_return_sequences_in_group defaults to 1, rlvr_config.py:95-96) has std NaN (no-crash); rows that
+#   get_sample_level_mask zeroes still count in their group (reference / pad-invariance); the score sits on the
+#   last attended token, so an observation tail loses it (api only in RLVR); NaN under the mask passes the KL
+#   product kld * mask (:209) and the reverse cumsum (poison-nonfinite, api only).
+# * agentic-grpo: agentic_reward_norm (agentic/utils.py:100-153) zeroes a singleton group (declared); an all-masked
+#   row (a placeholder rollout, agent_native_env_manager.py:433-477: score 0, same traj_group_id) counts in its
+#   group (pad-invariance, pipeline); the observation tail loses the score (pipeline).
+# * kl entries: compute_approx_kl (:181-211) is exact, zeros by `* action_mask`, which NaN breaks (masked-zero).
+# * whiten: masked_whiten (:364-370) matches the two-pass reference; NaN under the mask leaks (values * mask).
+# * agentic-reinforce: compute_agentic_reinforce_return (agentic/utils.py:391-455) reads only the reward at the
+#   last token of each segment (a token-level KL reward inside a turn is dropped: telescoping, reference) and
+#   discounts once per segment with one value per segment (documented in its docstring; all-trainable,
+#   gap-invariance and reference with gamma < 1); the observation tail loses the score (score-kept).
+# ---------------------------------------------------------------------------------------------
+from oracles.kinds import judge as kinds_judge  # noqa: E402
+
+
+def kind_failed(handle, case: Case) -> set[str]:
+    if handle.declared.kind == "returns":
+        return {v.property for v in judge(handle.run, case, handle.declared) if v.failed}
+    return {v.property for v in kinds_judge.judge(handle.run, case, handle.declared) if v.failed}
+
+
+@pytest.fixture(scope="module")
+def kinds_open():
+    opened: dict = {}
+    stack = []
+
+    def get(entry: str):
+        if entry not in opened:
+            cm = _open(f"roll:{entry}@{HEAD_PIN}")
+            opened[entry] = cm.__enter__()
+            stack.append(cm)
+        return opened[entry]
+
+    yield get
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)
+
+
+def test_kind_entries_are_declared_with_cited_pipelines():
+    spec = roll.SPEC
+    assert spec.entries[:2] == ("default", "agentic")
+    kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
+    assert kinds == {
+        "grpo": "group-advantage", "agentic-grpo": "group-advantage", "kl": "kl", "kl-abs": "kl", "kl-mse": "kl",
+        "kl-k3": "kl", "whiten": "normalization", "agentic-reinforce": "returns",
+    }
+    for entry in kinds:
+        for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
+            dom = spec.for_entry(entry).pipeline_at(pin)
+            assert dom is not None and dom.cited() == [], (entry, pin)
+    assert spec.for_entry("agentic-grpo").variant == {"singleton": "zero"}
+    assert spec.for_entry("kl-k3").variant == {"estimator": "k3", "clamp": (-10.0, 10.0)}
+    ret = spec.for_entry("agentic-reinforce")
+    assert ret.contract == "compressed" and not ret.domain.critic and not ret.pipeline_at(HEAD_PIN).critic
+    assert spec.for_entry("grpo").documented_errors == (r"GroupShapeError",)
+
+
+def test_groups_are_ordered_into_equal_contiguous_blocks():
+    order, n = roll_kinds.contiguous_groups(torch.tensor([7, 3, 7, 3]))
+    assert order.tolist() == [0, 2, 1, 3] and n == 2
+    with pytest.raises(roll_kinds.GroupShapeError, match="sizes"):
+        roll_kinds.contiguous_groups(torch.tensor([0, 0, 1]))
+
+
+@pytest.mark.needs_mirror
+def test_grpo_normalises_per_reshaped_group(kinds_open):
+    h = kinds_open("grpo")
+    assert "reward_norm" in h.info["where"]
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]],
+        attention=[[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]],
+        score=[1, 2, 0, 4],
+        group=[0, 1, 0, 1],  # interleaved: the adapter orders them into blocks of n = 2
+    )
+    (adv,) = h.run(case)
+    a = 0.5 / (0.5**0.5 + 1e-6)  # group 0: (r - 0.5) / (unbiased std + 1e-6)
+    b = 1.0 / (2**0.5 + 1e-6)  # group 1: (r - 3) / (sqrt(2) + 1e-6)
+    assert adv.flatten().tolist() == pytest.approx([a, a, 0, -b, -b, -b, -a, 0, 0, b, b, 0], rel=1e-6)
+    assert kind_failed(h, case) == set()
+    with pytest.raises(Exception, match="GroupShapeError"):
+        h.run(Case.build(trainable=[[1]] * 3, score=[1, 2, 3], group=[0, 0, 1]))
+
+
+@pytest.mark.needs_mirror
+def test_grpo_group_of_one_is_nan(kinds_open):
+    h = kinds_open("grpo")
+    case = Case.build(trainable=[[1, 1]], attention=[[1, 1]], score=[1.0], group=[0])
+    (adv,) = h.run(case)  # num_return_sequences 1: torch.std of one element is NaN
+    assert torch.isnan(adv).all() and "no-crash" in kind_failed(h, case)
+
+
+@pytest.mark.needs_mirror
+def test_grpo_counts_a_sample_masked_row_in_its_group(kinds_open):
+    h = kinds_open("grpo")
+    # row 2 has real tokens but get_sample_level_mask zeroed its final mask: ROLL still counts its reward
+    case = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], attention=[[1, 1]] * 3, score=[2, 0, 4], group=[0, 0, 0])
+    (adv,) = h.run(case)
+    assert adv[:, 0].tolist() == pytest.approx([0.0, -2 / (2 + 1e-6), 0.0], rel=1e-6)  # mean 2, std 2
+    assert {"reference"} <= kind_failed(h, case)  # canonical: mean 1, std sqrt(2) over rows 0 and 1
+
+
+@pytest.mark.needs_mirror
+def test_grpo_loses_the_score_behind_an_observation_tail(kinds_open):
+    h = kinds_open("grpo")
+    case = Case.build(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0])
+    (adv,) = h.run(case)
+    # row 1's score sits on its masked last attended token and is multiplied away: its group sees it, it does not
+    a = 0.5 / (0.5**0.5 + 1e-6)
+    assert adv.flatten().tolist() == pytest.approx([-a, -a, 0.0, 0.0], rel=1e-6)
+    assert "reference" in kind_failed(h, case)
+
+
+@pytest.mark.needs_mirror
+def test_agentic_grpo_groups_by_id_and_zeroes_singletons(kinds_open):
+    h = kinds_open("agentic-grpo")
+    assert "agentic_reward_norm" in h.info["where"]
+    case = Case.build(trainable=[[1, 1]] * 5, attention=[[1, 1]] * 5, score=[1, 2, 0, 4, 1], group=[5, 3, 5, 3, 9])
+    (adv,) = h.run(case)
+    a = 0.5 / (0.5**0.5 + 1e-6)
+    b = 1.0 / (2**0.5 + 1e-6)
+    assert adv[:, 0].tolist() == pytest.approx([a, -b, -a, b, 0.0], rel=1e-6)
+    assert kind_failed(h, case) == {"pad-invariance"}  # the all-masked twin row joins group 5
+    # a placeholder rollout (all masked, score 0) in the singleton's group turns it into a group of two
+    placeholder = Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 0.0], group=[9, 9])
+    (adv,) = h.run(placeholder)
+    assert adv[0].tolist() == pytest.approx([a, a], rel=1e-6)
+    assert "reference" in kind_failed(h, placeholder)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize(
+    "entry, expect",
+    [
+        ("kl", [0.5, -20.0, 0.0]),
+        ("kl-abs", [0.5, 20.0, 0.0]),
+        ("kl-mse", [0.125, 200.0, 0.0]),
+        ("kl-k3", [math.exp(-0.5) - 0.5, 10.0, 0.0]),  # exp(20) - 21 clamped to 10
+    ],
+)
+def test_kl_estimators_multiply_by_the_mask(kinds_open, entry, expect):
+    h = kinds_open(entry)
+    assert h.info["where"] == "roll/utils/functionals.py::compute_approx_kl"
+    case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -21.0, 5.0]], "ref_logp": [[-1.5, -1.0, 0.0]]})
+    (kl,) = h.run(case)
+    assert kl[0].tolist() == pytest.approx(expect, rel=1e-5)
+    assert kind_failed(h, case) == set()
+    nan = case.replace(extra={"logp": torch.tensor([[-1.0, -21.0, math.nan]], dtype=torch.float64),
+                              "ref_logp": case.extra["ref_logp"]})
+    (kl,) = h.run(nan)
+    assert math.isnan(kl[0, 2].item()) and kind_failed(h, nan) == {"masked-zero"}  # NaN * 0
+
+
+@pytest.mark.needs_mirror
+def test_whiten_two_pass_unbiased(kinds_open):
+    h = kinds_open("whiten")
+    assert h.info["where"] == "roll/utils/functionals.py::masked_whiten"
+    case = Case.build(trainable=[[1, 1, 0], [1, 0, 1]], extra={"x": [[1.0, 2.0, 9.0], [3.0, 5.0, 4.0]]})
+    (out,) = h.run(case)
+    s = (5 / 3 + 1e-8) ** 0.5  # unbiased variance of 1, 2, 3, 4; eps inside the rsqrt
+    assert out.flatten().tolist() == pytest.approx([-1.5 / s, -0.5 / s, 6.5 / s, 0.5 / s, 2.5 / s, 1.5 / s], rel=1e-5)
+    assert kind_failed(h, case) == set()
+    nan = case.replace(extra={"x": torch.tensor([[1.0, 2.0, math.nan], [3.0, 5.0, 4.0]], dtype=torch.float64)})
+    assert torch.isnan(h.run(nan)[0]).all() and "poison-nonfinite" in kind_failed(h, nan)
+
+
+@pytest.mark.needs_mirror
+def test_agentic_reinforce_reads_one_reward_per_segment(kinds_open):
+    h = kinds_open("agentic-reinforce")
+    assert "compute_agentic_reinforce_return" in h.info["where"]
+    case = Case.build(
+        trainable=[[1, 1, 0, 1, 1]], attention=[[1] * 5], token_rewards=[[0.5, 0.25, 3, 0.125, 0]], score=[1.0],
+        gamma=0.5,
+    )
+    adv, ret = h.run(case)
+    # segments [0, 2) and [3, 5): G = r[4] + score = 1, then r[1] + 0.5 * 1; r[0] and r[3] are never read, the
+    # masked 3 is multiplied away; every token of a segment gets its segment's value
+    assert ret[0].tolist() == pytest.approx([0.75, 0.75, 0.0, 1.0, 1.0])
+    assert adv[0].tolist() == ret[0].tolist()
+    assert {"reference", "gap-invariance"} <= kind_failed(h, case)  # compressed: [0.78125, 0.5625, -, 0.625, 1]
+    # gamma = 1: the per-segment discount is invisible, the dropped token rewards are not (telescoping)
+    flat = case.replace(gamma=1.0)
+    assert h.run(flat)[1][0].tolist() == pytest.approx([1.25, 1.25, 0.0, 1.0, 1.0])
+    assert "telescoping" in kind_failed(h, flat)
+
+
+ROLL_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may fail)
+    "grpo": ({"no-crash", "poison-nonfinite"}, {"pad-invariance", "affine", "masked-zero", "reference"}),
+    "agentic-grpo": ({"pad-invariance", "poison-nonfinite"}, {"affine", "masked-zero", "reference"}),
+    "kl-k3": ({"masked-zero"}, set()),
+    "whiten": ({"poison-nonfinite"}, set()),
+    "agentic-reinforce": (
+        {"reference"},
+        {"score-kept", "telescoping", "all-trainable", "gap-invariance"},
+    ),
+}
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(ROLL_KIND_FUZZ))
+def test_kind_short_fuzz(kinds_open, entry):
+    h = kinds_open(entry)
+    must, may = ROLL_KIND_FUZZ[entry]
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=40, seed=0,
+                      derandomize=True, shrink=False)
+    print(f"\n[roll:{entry}] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    failed = {p for p, n in res.failed.items() if n}
+    assert must <= failed <= must | may, failed

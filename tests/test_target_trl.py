@@ -307,3 +307,144 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
     assert "trl/trainer/ppo_trainer.py::helper" in tree.provenance
     with pytest.raises(BlockNotFound, match="ray: `import ray` is not a light package"):
         tree.block(path, stmts[i - 1 :], ())
+
+
+# ---------------------------------------------------------------------------------------------
+# Group-advantage entries (targets/adapters/trl_kinds.py): the inline advantage blocks of
+# GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at the pin.
+# Values below are hand-computed from TRL's code (nanstd unbiased, std + 1e-4, nan_to_num).
+# ---------------------------------------------------------------------------------------------
+import contextlib  # noqa: E402
+
+from fuzz.strategies import Sizes  # noqa: E402
+from oracles.kinds.judge import judge as kind_judge  # noqa: E402
+from targets.adapters import trl_kinds  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def group_entry():
+    handles, stack = {}, contextlib.ExitStack()
+
+    def get(name: str, pin: str = NEWEST_PPO):
+        if (name, pin) not in handles:
+            handles[name, pin] = stack.enter_context(open_target(f"trl:{name}@{pin}"))
+        return handles[name, pin]
+
+    with stack:
+        yield get
+
+
+def kind_verdicts(h, case: Case) -> dict:
+    return {v.property: v for v in kind_judge(h.run, case, h.declared)}
+
+
+# groups 7 and 4 interleaved (ids are labels), group 9 a singleton; row 2 starts with a masked token
+GROUPS = Case.build(
+    trainable=[[1, 1], [1, 1], [0, 1], [1, 1], [1, 1]],
+    attention=[[1, 1]] * 5,
+    score=[1.0, 0.0, 3.0, 2.0, 5.0],
+    group=[7, 4, 7, 4, 9],
+    dtype="float32",
+)
+
+
+@pytest.mark.network
+def test_grpo_dr_grpo_rloo_by_hand(group_entry):
+    # group 7: 1, 3 (mean 2, nanstd sqrt 2); group 4: 0, 2 (mean 1, sqrt 2); the singleton group 9 is a group of one
+    # scorable row in a num_generations = 2 layout (the filler is unscorable): nanstd NaN -> nan_to_num 0
+    z = 1 / (2**0.5 + 1e-4)
+    (adv,) = group_entry("grpo").run(GROUPS)
+    assert adv[:, 1].tolist() == pytest.approx([-z, -z, z, z, 0.0], rel=1e-6)
+    assert adv[2, 0].item() == pytest.approx(z, rel=1e-6)  # one value per completion, broadcast (not masked)
+    (adv,) = group_entry("dr-grpo").run(GROUPS)  # r - mean_g
+    assert adv[:, 1].tolist() == pytest.approx([-1.0, -1.0, 1.0, 1.0, 0.0])
+    (adv,) = group_entry("rloo").run(GROUPS)  # r - (sum_g - r) / (count_g - 1); a singleton 0 / 0 -> 0
+    assert adv[:, 1].tolist() == pytest.approx([-2.0, -2.0, 2.0, 2.0, 0.0])
+    for name in ("grpo", "dr-grpo", "rloo"):
+        h = group_entry(name)
+        assert h.info["where"].startswith("trl/trainer/"), h.info["where"]
+        v = kind_verdicts(h, GROUPS)
+        for prop in ("no-crash", "reference", "permutation", "group-isolation", "affine", "deterministic"):
+            assert v[prop].status == "pass", (name, v[prop])
+
+
+@pytest.mark.network
+def test_an_all_masked_row_counts_in_its_group(group_entry):
+    """True defect (undocumented): a completion whose completion_mask is all 0 (mask_truncated_completions=True,
+    grpo_trainer.py:2506-2510 at 1.12.0) still enters its group's nanmean / nanstd (grpo_trainer.py:2785-2793)."""
+    case = Case.build(trainable=[[1], [1], [0]], attention=[[1], [1], [1]], score=[1.0, 0.0, 5.0], group=[0, 0, 0])
+    (adv,) = group_entry("grpo").run(case)
+    std = 7**0.5  # scores 1, 0, 5: mean 2, unbiased var (1 + 4 + 9) / 2
+    assert adv[:2, 0].tolist() == pytest.approx([-1 / (std + 1e-4), -2 / (std + 1e-4)], rel=1e-6)
+    v = kind_verdicts(group_entry("grpo"), case)
+    assert v["reference"].failed  # canonical: the all-masked row counts in no statistic -> +-1 / (sqrt(0.5) + eps)
+
+
+@pytest.mark.network
+def test_rloo_nan_under_the_mask_makes_the_row_unscorable(group_entry):
+    """Low (api): per_token_kl * completion_mask keeps a NaN (rloo_trainer.py:1578 at 1.12.0); the NaN reward is then
+    taken for an unscorable row, zeroed by nan_to_num, and its sibling becomes a group of one (0)."""
+    nan = Case.build(trainable=[[1, 1], [0, 1]], attention=[[1, 1], [0, 1]], score=[0.0, 1.0], group=[0, 0],
+                     token_rewards=[[0.0, 0.0], [math.nan, 0.0]], dtype="float32")
+    (adv,) = group_entry("rloo").run(nan)
+    assert adv.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    clean = nan.replace(token_rewards=torch.zeros(2, 2, dtype=torch.float64))
+    assert group_entry("rloo").run(clean)[0][:, 1].tolist() == [-1.0, 1.0]
+    assert kind_verdicts(group_entry("rloo"), nan)["poison-nonfinite"].failed
+    finite = nan.replace(token_rewards=torch.tensor([[0.0, 0.0], [1e4, 0.0]], dtype=torch.float64))
+    assert kind_verdicts(group_entry("rloo"), finite)["poison"].status == "pass"  # finite poison * 0 is 0
+
+
+@pytest.mark.network
+def test_group_entries_at_old_pins(group_entry):
+    # 0.19.1: GRPO without unscorable rows (plain .mean() / .std(), scale_rewards a bool): equal groups only
+    v = kind_verdicts(group_entry("grpo", "0.19.1"), GROUPS)
+    assert v["no-crash"].status == "pass" and "GroupShapeError" in v["no-crash"].message
+    two = Case.build(trainable=[[1]] * 4, score=[1.0, 0.0, 3.0, 2.0], group=[7, 4, 7, 4])
+    (adv,) = group_entry("dr-grpo", "0.19.1").run(two)
+    assert adv[:, 0].tolist() == pytest.approx([-1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(Skip, match="older RLOOTrainers are PPO-style"):
+        group_entry("rloo", "0.19.1")
+    with pytest.raises(Skip, match="GRPO arrived"):
+        group_entry("grpo", OLD)
+
+
+def _group_fuzz(h, n=40):
+    return fuzz_target(h.run, h.declared, target="trl", pin=NEWEST_PPO, max_examples=n, seed=0, sizes=Sizes(4, 6))
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, failing",
+    [
+        ("grpo", {"reference", "pad-invariance", "affine"}),
+        ("dr-grpo", {"reference", "pad-invariance", "affine"}),
+        ("rloo", {"reference", "pad-invariance", "affine", "poison-nonfinite"}),
+    ],
+)
+def test_short_fuzz_of_the_group_entries(group_entry, name, failing):
+    res = _group_fuzz(group_entry(name))
+    found = {f.property for f in res.findings}
+    assert found <= failing, found
+    assert "pad-invariance" in found  # the all-masked row of the padding twin counts in its group
+    assert res.checked["reference"] > 0 and res.checked["permutation"] > 0
+
+
+def test_group_layout_fills_short_groups_with_unscorable_rows():
+    pos, n, k = trl_kinds.layout(torch.tensor([7, 4, 7, 9]), 4, fill=True)
+    assert (pos, n, k) == ([0, 2, 1, 4], 2, 3)  # group 7 -> slots 0, 1; group 4 -> 2 (3 filler); 9 -> 4 (5 filler)
+    with pytest.raises(trl_kinds.GroupShapeError, match="sizes"):
+        trl_kinds.layout(torch.tensor([7, 4, 7]), 3, fill=False)
+    with pytest.raises(trl_kinds.GroupShapeError, match="num_generations < 2"):
+        trl_kinds.layout(torch.tensor([1, 2]), 2, fill=False)
+
+
+@pytest.mark.parametrize("name", ("grpo", "dr-grpo", "rloo"))
+def test_each_group_entry_declares_a_cited_pipeline(name):
+    assert name in trl.SPEC.entries
+    spec = trl.SPEC.for_entry(name)
+    assert spec.kind == "group-advantage" and spec.variant["singleton"] == "zero"
+    assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
+    assert spec.domain.cited() == []
+    assert spec.masked_zero is False and spec.masked_zero_why
+    assert spec.pipeline_at(NEWEST_PPO) is spec.pipeline  # the PPO entry's per-pin domains do not leak in

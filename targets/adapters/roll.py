@@ -42,6 +42,7 @@ outputs and log-prob differences, finite. Every restriction cites its line in `w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -52,6 +53,7 @@ import torch
 from oracles.case import Case
 from oracles.domain import Domain
 from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from targets.adapters.roll_kinds import KIND_ENTRIES
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 
@@ -137,6 +139,165 @@ AGENTIC_PIPELINE = {
 }
 _SEED_REV = "c09bc8bc9f43"
 
+
+# ---------------------------------------------------------------------------------------------
+# Entries beyond GAE (loaders in targets/adapters/roll_kinds.py). Line references per pin: the math is the same at
+# all three pins (reward_norm / masked_mean differ only in formatting at 090ac94658ad), the lines move.
+# ---------------------------------------------------------------------------------------------
+_LINES = {
+    # rev: (functionals: reward_norm def, reshape, torch.std, eps, grpo forces group/group, compute_approx_kl def,
+    #       k3 lines, mask product, logits.float(), masked_mean eps, Bessel, masked_whiten def, whiten eps,
+    #       compute_advantage .float(), whiten call, advantages * response_mask, final_response_mask float;
+    #       agentic/utils.py: agentic reinforce call, advantages * response_mask, .float())
+    "c09bc8bc9f43": dict(rn=561, reshape=566, std=583, eps=590, force=653, kl=180, k3="200-201", klmask=208,
+                         logits=214, mean=289, bessel=312, whiten=363, weps=366, flt=813, wcall=839, amask=840,
+                         final=729, agcall="513-514", agmask=528, agflt=497, pg="539,625", prompt="539",
+                         placeholder="434-478"),
+    "8eb27cc2dc34": dict(rn=564, reshape=569, std=586, eps=593, force=656, kl=181, k3="201-202", klmask=209,
+                         logits=215, mean=290, bessel=313, whiten=364, weps=367, flt=1157, wcall=1183, amask=1184,
+                         final=732, agcall="545-546", agmask=560, agflt=529, pg="574,680", prompt="574",
+                         placeholder="433-477"),
+    "090ac94658ad": dict(rn=568, reshape=573, std=590, eps=597, force=660, kl=179, k3="199-200", klmask=207,
+                         logits=213, mean=294, bessel=318, whiten=369, weps=372, flt=822, wcall=849, amask=850,
+                         final=736, agcall="513-514", agmask=528, agflt=497, pg="539,625", prompt="539",
+                         placeholder="434-478"),
+}
+_FN = "roll/utils/functionals.py"
+_AG = "roll/pipeline/agentic/utils.py"
+_F32 = ("float32", "bfloat16", "float16")
+
+
+def _narrow(base: Domain, **changes) -> Domain:
+    why = changes.pop("why", {})
+    return dataclasses.replace(base, **changes, why={**base.why, **why})
+
+
+def _kl_pipeline(rev: str) -> Domain:
+    ln = _LINES[rev]
+    return Domain(
+        dtypes=("float32",),
+        nonfinite_poison=False,
+        why={
+            "dtypes": f"ROLL {rev}: log-probs come from log_probs_from_logits, {_FN}:{ln['logits']} "
+            "logits.float(): float32",
+            "nonfinite_poison": f"ROLL {rev}: log-probs of real and padding tokens alike are log_softmax outputs "
+            f"({_FN}:{ln['logits']}), finite",
+        },
+    )
+
+
+def _kind_overrides() -> dict:
+    """entry -> TargetSpec field changes; pipelines per pin (the seed pin is the default)."""
+
+    def by_pin(make):
+        doms = {rev: make(rev) for rev in _LINES}
+        return {"pipeline": doms[_SEED_REV], "pipeline_by_pin": {r: d for r, d in doms.items() if r != _SEED_REV}}
+
+    api = Domain(
+        dtypes=_F32,
+        left_padding=False,
+        why={
+            "dtypes": "compute_advantage / agentic_compute_advantage cast the token rewards to float32 (`.float()`): "
+            "a float64 case would be judged at float64 tolerance on float32 arithmetic",
+            "left_padding": "postprocess_generate left-aligns every sequence; expand_to_token_level places the score "
+            "by position_ids * attention_mask",
+        },
+    )
+    out: dict = {}
+    out["grpo"] = dict(
+        kind="group-advantage",
+        # estimator grpo; torch.std (unbiased) per (-1, n_sample) block; (r - mean) / (std + 1e-6): the defaults
+        # (functionals.py:586, :593 at 8eb27cc2dc34). n_sample = 1 gives std NaN: no singleton rule, left canonical.
+        # Rows zeroed by get_sample_level_mask still count in the group statistics: undocumented, left canonical.
+        variant={},
+        domain=api,
+        masked_zero=True,  # compute_advantage ends with advantages * response_mask (functionals.py:1184)
+        documented_errors=(r"GroupShapeError",),
+        **by_pin(lambda rev: _narrow(RLVR_PIPELINE[rev], why={})),
+        notes="ROLL has no group ids: reward_norm reshapes to (-1, num_return_sequences); the adapter orders rows "
+        "group by group (rlvr_pipeline.py keeps the generation order, prompt_id = arange); unequal group sizes are "
+        "a documented GroupShapeError. gamma 1 (the config default) in compute_reinforce_return.",
+    )
+    out["agentic-grpo"] = dict(
+        kind="group-advantage",
+        # std unbiased (scores_float.std(), agentic/utils.py:133), eps 1e-6 outside (:140); a group of one element
+        # or with |std| <= 1e-6 gets zeros, the code's own comment: "avoid division by zero for a single element
+        # or zero std" (agentic/utils.py:138-142): singleton "zero"
+        variant={"singleton": "zero"},
+        domain=api,
+        masked_zero=True,  # agentic_compute_advantage ends with advantages * response_mask (agentic/utils.py:560)
+        **by_pin(lambda rev: _narrow(AGENTIC_PIPELINE[rev], why={})),
+        notes="agentic_reward_norm groups by traj_group_id (batch.group_by, any order and sizes), the shipped GRPO "
+        "configs' grouping; group ids passed as traj_group_id strings",
+    )
+    for name, variant in (
+        ("kl", {"estimator": "k1"}),  # kl_penalty "kl": log_probs - log_probs_base (functionals.py:193-194)
+        ("kl-abs", {"estimator": "abs"}),
+        ("kl-mse", {"estimator": "mse"}),  # 0.5 * d^2 (functionals.py:197-198)
+        # k3: exp(base - logp) - (base - logp) - 1, clamped to [-10, 10] (functionals.py:199-202 at 8eb27cc2dc34)
+        ("kl-k3", {"estimator": "k3", "clamp": (-10.0, 10.0)}),
+    ):
+        out[name] = dict(
+            kind="kl",
+            variant=variant,
+            domain=Domain(),
+            masked_zero=True,  # `return log_ratio * action_mask` (functionals.py:209 at 8eb27cc2dc34)
+            **by_pin(_kl_pipeline),
+        )
+
+    def whiten_pipeline(rev: str) -> Domain:
+        ln = _LINES[rev]
+        return _narrow(
+            RLVR_PIPELINE[rev],
+            dtypes=("float32",),
+            why={
+                "dtypes": f"ROLL {rev}: compute_advantage whitens token_level_rewards.float() and the float32 "
+                f"advantages ({_FN}:{ln['flt']}, :{ln['wcall']}) with the float32 final_response_mask "
+                f"({_FN}:{ln['final']})"
+            },
+        )
+
+    out["whiten"] = dict(
+        kind="normalization",
+        # batch level; masked_var with Bessel's correction (functionals.py:313), eps 1e-8 inside the rsqrt
+        # (:367), shift_mean True as compute_advantage calls it (:1183): the defaults (lines at 8eb27cc2dc34)
+        variant={},
+        domain=Domain(),
+        masked_zero=False,
+        masked_zero_why="masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position "
+        "(roll/utils/functionals.py:367 at 8eb27cc2dc34); compute_advantage multiplies by the mask after (:1184)",
+        documented_errors=(r"ValueError: At least one element in the mask has to be 1",
+                           r"ValueError: The sum of the mask is one"),
+        **by_pin(whiten_pipeline),
+    )
+
+    def returns_pipeline(rev: str) -> Domain:
+        ln = _LINES[rev]
+        return _narrow(
+            AGENTIC_PIPELINE[rev],
+            critic=False,
+            why={
+                "critic": f"ROLL {rev}: compute_agentic_reinforce_return takes no values and ignores lambd "
+                f"({_AG}:391-402, called at :{ln['agcall']})"
+            },
+        )
+
+    out["agentic-reinforce"] = dict(
+        kind="returns",
+        # segment-level discount: each contiguous run of response_mask == 1 is one step, G = r[end - 1] + gamma G
+        # and every token of the segment gets G (agentic/utils.py:391-455, docstring :395-396); no contract
+        # expresses a turn-level step: "compressed" (masked tokens between turns cost nothing) is the nearest
+        contract="compressed",
+        whitening=None,  # whiten_advantages defaults to False (base_config.py:546)
+        domain=dataclasses.replace(api, critic=False),
+        masked_zero=True,  # returns written only on segments (agentic/utils.py:450); advantages * mask (:560)
+        **by_pin(returns_pipeline),
+    )
+    return out
+
+
+KIND_OVERRIDES = _kind_overrides()
+
 SPEC = TargetSpec(
     id="roll",
     adapter="targets.adapters.roll",
@@ -154,7 +315,7 @@ SPEC = TargetSpec(
             kind="git",
         ),
     ),
-    entries=("default", "agentic"),
+    entries=("default", "agentic", *KIND_ENTRIES),
     whitening=None,  # whiten_advantages defaults to False in ROLL's PPOConfig; the adapter keeps it off
     masked_zero=True,  # both entries end with `advantages = advantages * response_mask`
     # tensordict is not stood in for: the batch must be a real TensorDict. imageio/requests are imported by the
@@ -178,7 +339,8 @@ SPEC = TargetSpec(
         "agentic": {
             "pipeline": AGENTIC_PIPELINE[_SEED_REV],
             "pipeline_by_pin": {rev: dom for rev, dom in AGENTIC_PIPELINE.items() if rev != _SEED_REV},
-        }
+        },
+        **KIND_OVERRIDES,
     },
     notes="score on the last attended token (ROLL's expand_to_token_level), token rewards through ROLL's KL term",
 )
@@ -192,6 +354,10 @@ _CANDIDATES = {
 def load(root: Path, entry: str | None) -> Loaded:
     """Import ROLL's advantage function (and its score placement) from the checkout at `root`."""
     entry = entry or "default"
+    if entry in KIND_ENTRIES:
+        from targets.adapters import roll_kinds
+
+        return roll_kinds.load(root, entry)
     if entry not in _CANDIDATES:
         raise ValueError(f"roll has entries {sorted(_CANDIDATES)}, not {entry!r}")
     # ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean.

@@ -1,6 +1,8 @@
 """Adapter for TRL (huggingface/trl): the GAE of its PPO trainers, taken from the source at the pin.
 
-Two entries:
+Entries `train` and `compute_advantages` (below), plus the group-advantage entries `grpo`, `dr-grpo` and `rloo`:
+the inline advantage blocks of GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at
+the pin by `targets/adapters/trl_kinds.py` (declarations in ENTRY_OVERRIDES; see docs/kinds/trl.md).
 
 * `train` (default): TRL's PPO has no advantage function; the GAE is inline in
   `PPOTrainer.train()` (`trl/experimental/ppo/ppo_trainer.py` from 0.26, `trl/trainer/ppo_trainer.py`
@@ -49,6 +51,7 @@ and the recursion are float32, float64 only with float64 values) and non-finite 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import types
 from pathlib import Path
 
@@ -58,6 +61,7 @@ from oracles.case import Case
 from oracles.domain import Domain
 from oracles.properties import Declared
 from oracles.reference import Whitening
+from targets.adapters import trl_kinds
 from targets.adapters.base import Loaded, NotPresent
 from targets.adapters.extract import (
     Block,
@@ -73,7 +77,7 @@ from targets.adapters.extract import (
 from targets.registry import Pin, TargetSpec
 
 PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
-ENTRIES = ("train", "compute_advantages")  # entry points, the first is the default
+ENTRIES = ("train", "compute_advantages", "grpo", "dr-grpo", "rloo")  # entry points, the first is the default
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
     ("trl/experimental/ppo/ppo_trainer.py", "PPOTrainer"),
@@ -160,6 +164,105 @@ ENTRY_OVERRIDES: dict[str, dict] = {
 }
 
 
+# ---- group-advantage entries (targets/adapters/trl_kinds.py): the inline advantage blocks of GRPOTrainer and
+# RLOOTrainer._generate_and_score_completions. Lines are at 1.12.0 (1.16.0 / git f2cd577 in brackets).
+_GR = "trl/trainer/grpo_trainer.py"
+_RL = "trl/trainer/rloo_trainer.py"
+_UT = "trl/trainer/utils.py"
+_NOT_MASKED = (
+    "the block gives one advantage per completion ([N]); the loss broadcasts it over the tokens and masks the "
+    "per-token loss ({f}), so masked positions of the broadcast row are not zero; the adapter broadcasts it"
+)
+_TRUNC = (
+    "all-masked rows: mask_truncated_completions=True zeroes the completion_mask of a truncated completion "
+    "({f}) while its reward still enters the group statistics"
+)
+
+
+def _group_override(variant: dict, est: str, domain: Domain, pipeline: Domain, loss: str) -> dict:
+    return dict(
+        kind="group-advantage",
+        variant=variant,
+        contract="dense",
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why=_NOT_MASKED.format(f=loss),
+        documented_errors=(r"GroupShapeError",),
+        domain=domain,
+        pipeline=pipeline,
+        pipeline_by_pin={},
+        notes=(
+            f"{est}: TRL groups are positional (view(-1, num_generations)); the adapter lays the case's groups out "
+            "contiguously and fills short groups with unscorable (NaN) completions, TRL's own way of shortening a "
+            "group (0.19.1 has none: unequal groups are a GroupShapeError there). "
+            + _TRUNC.format(f=f"{_GR}:2506-2510 [2488-2492 / 2417-2421]" if est == "GRPO" else f"{_RL}:1422-1426")
+        ),
+    )
+
+
+_F32_REWARDS = (
+    "{f} rewards_per_func = torch.zeros(len(prompts), len(self.reward_funcs), device=device): float32 rewards, "
+    "weighted by float32 reward_weights ({w})"
+)
+_GRPO_ONLY_SCORE = (
+    f"{_GR}:2778-2832 [2756-2810 / 2676-2730]: the advantage block reads only rewards_per_func [N, F] (one scalar "
+    "per completion and reward function); there is no per-token input that could carry anything under the mask"
+)
+_GRPO_DOMAIN = Domain(
+    token_rewards=False,
+    masked_rewards=False,
+    nonfinite_poison=False,
+    why={"token_rewards": _GRPO_ONLY_SCORE, "masked_rewards": _GRPO_ONLY_SCORE, "nonfinite_poison": _GRPO_ONLY_SCORE},
+)
+_GRPO_PIPELINE = dataclasses.replace(
+    _GRPO_DOMAIN,
+    dtypes=("float32",),
+    why={
+        **_GRPO_DOMAIN.why,
+        "dtypes": _F32_REWARDS.format(f=f"{_GR}:1634 [1581 / 1614]", w=f"{_GR}:542 [576 / 536]"),
+    },
+)
+_RLOO_PIPELINE = Domain(
+    dtypes=("float32",),
+    nonfinite_poison=False,
+    why={
+        "dtypes": _F32_REWARDS.format(f=f"{_RL}:1072 [1150 / 1055]", w=f"{_RL}:462 [503 / 456]"),
+        "nonfinite_poison": f"{_RL}:1503-1513 [1600 / 1458] old_per_token_logps (and the reference's) are the "
+        "models' log-softmax at every completion position, padding included: finite under the mask",
+    },
+)
+_GRPO_LOSS = f"{_GR}:3148 [3059 / 3030] advantages.unsqueeze(1), {_GR}:3248 [3159 / 3130] (per_token_loss * mask)"
+_RLOO_LOSS = (
+    f"{_RL}:1736 [1830 / 1691] per_sequence_loss1 = coef_1 * advantages, the log-probs summed under "
+    f"completion_mask ({_RL}:1728 [1822 / 1683])"
+)
+GROUP_ENTRIES = ("grpo", "dr-grpo", "rloo")
+ENTRY_OVERRIDES.update(
+    {
+        # scale_rewards="group" (the default, grpo_config.py:782-783): advantages = (r - nanmean_g) / (nanstd_g +
+        # 1e-4) (grpo_trainer.py:2807-2809); nanstd is unbiased (utils.py:879-881 count / (count - 1)) and NaN for
+        # a group of one scorable row (utils.py:880), which nan_to_num turns into 0 (grpo_trainer.py:2832)
+        "grpo": _group_override(
+            {"estimator": "grpo", "std": "unbiased", "eps": 1e-4, "eps_place": "std", "singleton": "zero"},
+            "GRPO",
+            _GRPO_DOMAIN,
+            _GRPO_PIPELINE,
+            _GRPO_LOSS,
+        ),
+        # scale_rewards="none" (Dr. GRPO): advantages = r - nanmean_g (grpo_trainer.py:2807-2808); a group of one
+        # scorable row gives r - r = 0
+        "dr-grpo": _group_override(
+            {"estimator": "grpo", "std": None, "singleton": "zero"}, "GRPO", _GRPO_DOMAIN, _GRPO_PIPELINE, _GRPO_LOSS
+        ),
+        # leave-one-out over the scorable rows: r - (nansum_g - r) / (count_g - 1) (rloo_trainer.py:1592-1597);
+        # one scorable row gives 0 / 0 = NaN, zeroed by nan_to_num (1606; the comment at 1589-1591 says so);
+        # normalize_advantages=False (rloo_config.py:524-525)
+        "rloo": _group_override(
+            {"estimator": "rloo", "singleton": "zero"}, "RLOO", Domain(), _RLOO_PIPELINE, _RLOO_LOSS
+        ),
+    }
+)
+
 
 SPEC = TargetSpec(
     id="trl",
@@ -208,6 +311,7 @@ SPEC = TargetSpec(
     ),
 )
 
+
 def spec_for(entry: str | None) -> TargetSpec:
     """SPEC with the declarations of `entry` applied (the registry holds one SPEC per target)."""
     return SPEC.for_entry(_entry(entry))
@@ -227,6 +331,8 @@ def _entry(entry: str | None) -> str:
 
 def load(root: Path, entry: str | None) -> Loaded:
     entry = _entry(entry)
+    if entry in GROUP_ENTRIES:
+        return trl_kinds.load_group(Path(root), entry)
     tree = SourceTree(Path(root), PACKAGES)
     if entry == "train":
         return _load_train(tree)

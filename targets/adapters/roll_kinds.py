@@ -1,0 +1,263 @@
+"""ROLL entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns.
+
+Every entry calls ROLL's own code at the pin, imported from the checkout (`roll/utils/functionals.py`,
+`roll/pipeline/agentic/utils.py`), on a real DataProto / TensorDict built as the GAE adapter builds it
+(`targets.adapters.roll._data_proto`: full-sequence masks [B, T+1], token tensors [B, T], the score through
+ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (old_log_probs - ref)` with
+`beta = 1`, `kl_penalty="kl"`).
+
+* `grpo` (group-advantage): the RLVR pipeline with `adv_estimator="grpo"`: `reward_postprocess` (which forces
+  `norm_mean_type = norm_std_type = "group"`) -> `reward_norm(n_sample=num_return_sequences)` ->
+  `compute_token_reward` (the normalised score on the last attended token) -> `compute_advantage`
+  (`compute_reinforce_return`, gamma 1 = the config default, then `* response_mask`). ROLL has no group ids:
+  `reward_norm` reshapes to (-1, n_sample), so groups are contiguous blocks of one size (the RLVR pipeline keeps
+  the generation order, `prompt_id = arange`, and sorts by it before the reward step). The adapter orders the
+  rows group by group (groups in order of first appearance), passes n = the group size and restores the order
+  after; groups of unequal size cannot be expressed (a documented `GroupShapeError`).
+* `agentic-grpo` (group-advantage): the agentic pipeline's group normalisation, the shipped GRPO configs
+  (`reward_normalization: grouping: traj_group_id, method: mean_std`): `compute_response_level_rewards` ->
+  `agentic_reward_norm` (`batch.group_by("traj_group_id")`, any order and sizes) -> `compute_token_reward` ->
+  `agentic_compute_advantage(adv_estimator="grpo")`. Group ids are passed as `traj_group_id` strings.
+* `kl`, `kl-abs`, `kl-mse`, `kl-k3` (kl): `compute_approx_kl(log_probs, log_probs_base, action_mask,
+  kl_penalty)`, the mask a float32 response mask as the actor workers pass `final_response_mask`.
+* `whiten` (normalization): `masked_whiten(values, mask)` as `compute_advantage` calls it for
+  `whiten_advantages` / `whiten_rewards` (float32 mask).
+* `agentic-reinforce` (returns): `agentic_compute_advantage(adv_estimator="agentic_reinforce")`, which calls
+  `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
+  rewards placed as in the GAE `agentic` entry.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oracles.case import Case
+from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+
+KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
+KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce")
+_FN = "roll.utils.functionals"
+_AGENTIC = "roll.pipeline.agentic.utils"
+
+
+class GroupShapeError(ValueError):
+    """The case's groups cannot be expressed as ROLL's contiguous fixed-size prompt groups."""
+
+
+def contiguous_groups(group: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(order, n): `order` puts the rows group by group (groups in order of first appearance, rows in their order
+    inside a group); n the one group size. GroupShapeError when the groups are not all of one size."""
+    ids = [int(g) for g in group.tolist()]
+    first: dict[int, int] = {}
+    for b, g in enumerate(ids):
+        first.setdefault(g, b)
+    sizes = {g: ids.count(g) for g in first}
+    if len(set(sizes.values())) != 1:
+        raise GroupShapeError(
+            f"GroupShapeError: groups of sizes {sorted(set(sizes.values()))}: ROLL's reward_norm reshapes the "
+            "rewards to (-1, num_return_sequences) (roll/utils/functionals.py reward_norm), every prompt has n rows"
+        )
+    order = sorted(range(len(ids)), key=lambda b: (first[ids[b]], b))
+    return torch.tensor(order, dtype=torch.int64), next(iter(sizes.values()))
+
+
+def _rows(case: Case, idx: torch.Tensor) -> Case:
+    return case.replace(
+        attention=case.attention[idx],
+        trainable=case.trainable[idx],
+        token_rewards=case.token_rewards[idx],
+        values=case.values[idx],
+        score=case.score[idx],
+        group=None if case.group is None else case.group[idx],
+        extra={n: x[idx] for n, x in case.extra.items()},
+    )
+
+
+def _modules(root: Path):
+    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
+    functionals = import_from(root, _FN)
+    protocol = import_from(root, "roll.distributed.scheduler.protocol")
+    kl = import_from(root, "roll.utils.kl_controller")
+    return functionals, protocol, kl
+
+
+def _need(mod, *names: str):
+    missing = [n for n in names if getattr(mod, n, None) is None]
+    if missing:
+        raise NotPresent(f"{mod.__name__} has no {', '.join(missing)} at this pin")
+    return [getattr(mod, n) for n in names]
+
+
+def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "identity"):
+    from targets.adapters.roll import _pipeline_config
+
+    cfg = _pipeline_config()
+    cfg.adv_estimator = estimator
+    cfg.actor_infer.generating_args.num_return_sequences = n
+    norm = {"identity": (None, None), "mean_std": ("group", "group")}[method]
+    cfg.reward_normalization.grouping = grouping
+    cfg.reward_normalization.method = method
+    cfg.reward_normalization.norm_mean_type, cfg.reward_normalization.norm_std_type = norm
+    return cfg
+
+
+def load_grpo(root: Path) -> Loaded:
+    from targets.adapters.roll import _data_proto
+
+    functionals, protocol, kl = _modules(root)
+    post, token_reward, advantage = _need(
+        functionals, "reward_postprocess", "compute_token_reward", "compute_advantage"
+    )
+
+    def run(case: Case, device: str):
+        group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+        order, n = contiguous_groups(group)
+        sub = _rows(case, order)
+        data = _data_proto(sub, device, protocol.DataProto, "default")
+        cfg = _config("grpo", n)
+        data, _ = post(data, cfg, {})
+        data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
+        out = advantage(
+            data=data,
+            gamma=1.0,
+            lambd=1.0,
+            adv_estimator="grpo",
+            advantage_clip=None,
+            whiten_advantages=False,
+            whiten_rewards=False,
+            response_mask=sub.trainable.to(device=device, dtype=torch.float32),
+            pipeline_config=cfg,
+        )
+        adv = out.batch["advantages"]
+        back = torch.empty_like(order)
+        back[order] = torch.arange(len(order))
+        return (adv[back.to(adv.device)],)
+
+    notes = [
+        "reward_postprocess (adv_estimator grpo forces group/group) -> compute_token_reward -> compute_advantage "
+        "(grpo: compute_reinforce_return, gamma 1), as rlvr_pipeline.py runs them",
+        "rows ordered group by group, num_return_sequences = the group size, order restored after; unequal groups: "
+        "GroupShapeError (documented)",
+        "token rewards via ROLL's KL term (add_token_level_kl, beta 1, kl_penalty kl)",
+    ]
+    return Loaded(run, "roll/utils/functionals.py::reward_norm (via reward_postprocess) + compute_advantage", notes)
+
+
+def load_agentic_grpo(root: Path) -> Loaded:
+    from targets.adapters.roll import _data_proto
+
+    functionals, protocol, kl = _modules(root)
+    (token_reward,) = _need(functionals, "compute_token_reward")
+    agentic = import_from(root, _AGENTIC)
+    levels, advantage = _need(agentic, "compute_response_level_rewards", "agentic_compute_advantage")
+    _need(agentic, "agentic_reward_norm")
+
+    def run(case: Case, device: str):
+        group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+        uids = np.array([f"group-{int(g)}" for g in group.tolist()], dtype=object)
+
+        def proto(**kw):
+            return protocol.DataProto(non_tensor_batch={"traj_group_id": uids}, **kw)
+
+        data = _data_proto(case, device, proto, "agentic")
+        cfg = _config("grpo", grouping="traj_group_id", method="mean_std")
+        data, _ = levels(batch=data, pipeline_config=cfg)
+        data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
+        out = advantage(
+            data=data,
+            gamma=1.0,
+            lambd=1.0,
+            adv_estimator="grpo",
+            advantage_clip=None,
+            whiten_advantages=False,
+            whiten_rewards=False,
+            pipeline_config=cfg,
+        )
+        return (out.batch["advantages"],)
+
+    notes = [
+        "compute_response_level_rewards (agentic_reward_norm, grouping traj_group_id, mean/std group) -> "
+        "compute_token_reward -> agentic_compute_advantage (grpo: compute_reinforce_return, gamma 1)",
+        "group ids as traj_group_id strings; token rewards via ROLL's KL term (beta 1)",
+    ]
+    where = "roll/pipeline/agentic/utils.py::agentic_reward_norm (via compute_response_level_rewards)"
+    return Loaded(run, where, notes)
+
+
+def load_kl(root: Path, penalty: str) -> Loaded:
+    _modules(root)
+    fn, where = function_from(root, [(_FN, "compute_approx_kl")])
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        mask = case.trainable.to(device=device, dtype=torch.float32)
+        return (fn(log_probs=logp, log_probs_base=ref, action_mask=mask, kl_penalty=penalty),)
+
+    return Loaded(run, where, [f"kl_penalty={penalty!r}, action_mask = the response mask as float32"])
+
+
+def load_whiten(root: Path) -> Loaded:
+    _modules(root)
+    fn, where = function_from(root, [(_FN, "masked_whiten")])
+
+    def run(case: Case, device: str):
+        x = case.extra["x"].to(device=device, dtype=case.torch_dtype)
+        return (fn(values=x, mask=case.trainable.to(device=device, dtype=torch.float32)),)
+
+    return Loaded(run, where, ["masked_whiten(values, mask) as compute_advantage calls it; mask float32"])
+
+
+def load_agentic_reinforce(root: Path) -> Loaded:
+    from targets.adapters.roll import _data_proto
+
+    functionals, protocol, kl = _modules(root)
+    (token_reward,) = _need(functionals, "compute_token_reward")
+    agentic = import_from(root, _AGENTIC)
+    levels, advantage = _need(agentic, "compute_response_level_rewards", "agentic_compute_advantage")
+    _need(agentic, "compute_agentic_reinforce_return")
+
+    def run(case: Case, device: str):
+        data = _data_proto(case, device, protocol.DataProto, "agentic")
+        cfg = _config("agentic_reinforce")
+        data, _ = levels(batch=data, pipeline_config=cfg)
+        data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
+        out = advantage(
+            data=data,
+            gamma=case.gamma,
+            lambd=case.lam,
+            adv_estimator="agentic_reinforce",
+            advantage_clip=None,
+            whiten_advantages=False,
+            whiten_rewards=False,
+            pipeline_config=cfg,
+        )
+        return out.batch["advantages"], out.batch["returns"]
+
+    notes = [
+        "agentic_compute_advantage(adv_estimator='agentic_reinforce') -> compute_agentic_reinforce_return",
+        "score by compute_response_level_rewards (identity) + compute_token_reward (last attended token); token "
+        "rewards via ROLL's KL term, beta 1",
+    ]
+    return Loaded(run, "roll/pipeline/agentic/utils.py::compute_agentic_reinforce_return (via "
+                  "agentic_compute_advantage)", notes)
+
+
+def load(root: Path, entry: str) -> Loaded:
+    if entry == "grpo":
+        return load_grpo(root)
+    if entry == "agentic-grpo":
+        return load_agentic_grpo(root)
+    if entry in KL_ENTRIES:
+        return load_kl(root, KL_ENTRIES[entry])
+    if entry == "whiten":
+        return load_whiten(root)
+    if entry == "agentic-reinforce":
+        return load_agentic_reinforce(root)
+    raise NotPresent(f"unknown entry {entry!r}")

@@ -1,0 +1,260 @@
+"""TRL entries beyond GAE: the group advantages of GRPOTrainer and RLOOTrainer, run from the source at the pin.
+
+TRL has no advantage function: the GRPO and RLOO advantages are inline in
+`GRPOTrainer._generate_and_score_completions` (`trl/trainer/grpo_trainer.py`, 1.12.0:2778-2832) and
+`RLOOTrainer._generate_and_score_completions` (`trl/trainer/rloo_trainer.py`, 1.12.0:1557-1595). As the PPO
+entry does (`targets/adapters/trl.py::_gae_block`), the adapter parses the trainer file, takes the sibling
+statements of that method from the one after `rewards_per_func = self._calculate_rewards(...)` through the last
+assignment of `advantages` before `process_slice = ...` (TRL's own `num_generations` line, the unscorable mask,
+the weighted sum, the KL penalty of RLOO, the group statistics, `nan_to_num`), compiles them with their helpers
+(`nanstd`) from the source at the pin (`extract.SourceTree`, no trl import), and runs only that block with its
+own variable names bound:
+
+* `rewards_per_func` [N, 1]: the case's scores in the case's dtype (one reward function, weight 1 as
+  `self.reward_weights = torch.ones(len(reward_funcs), dtype=torch.float32)`).
+* `self`: a namespace with only the attributes the block reads (checked: an unknown one is `BlockNotFound`):
+  `num_generations` (= the group size), `multi_objective_aggregation = "sum_then_normalize"` (the default),
+  `reward_weights`, `reward_funcs`, `scale_rewards` (the entry), and for RLOO `beta = 1`,
+  `reward_clip_range = None`, `normalize_advantages = False` (the defaults but beta).
+* `mode = "train"`, `device`; RLOO: `old_per_token_logps = 0`, `ref_per_token_logps = token_rewards` and
+  `completion_mask = trainable` (int, as TRL builds it), so RLOO's `per_token_kl = old - ref` is
+  `-token_rewards` and `rewards - beta * (per_token_kl * completion_mask).sum(-1)` adds the trained token rewards
+  (0 in group-advantage cases, poison under the mask); `gather` (accelerate's all-gather) is the identity of a
+  one-process run.
+
+Groups. TRL has no group ids: `RepeatSampler` puts each prompt's `num_generations` completions next to each
+other and the block reshapes the rewards `view(-1, num_generations)`. Effective groups of unequal size exist in
+TRL through unscorable completions (every reward function returned None: a NaN row that the nan-aware statistics
+skip and `nan_to_num` zeroes). The adapter lays the case's groups out contiguously with `num_generations` = the
+largest group and fills the short groups with unscorable (NaN) rows, TRL's own mechanism, then reads the real
+rows back. A pin without the unscorable handling (0.19.1: plain `.mean()` / `.std()`) takes equal groups only:
+unequal ones are a documented `GroupShapeError`.
+
+The output is one advantage per completion ([N]); the loss multiplies it into every token and masks there
+(`advantages.unsqueeze(1)` with `(per_token_loss * mask)`), so the adapter broadcasts it to every position of
+the row.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import torch
+
+from oracles.case import Case
+from targets.adapters.base import Loaded, NotPresent
+from targets.adapters.extract import (
+    Block,
+    BlockNotFound,
+    SourceTree,
+    assigned_names,
+    attribute_reads,
+    block_free_names,
+    find_class,
+    find_method,
+)
+
+PACKAGES = ("trl",)
+METHOD = "_generate_and_score_completions"
+TRAINERS = {  # estimator -> (file, class)
+    "grpo": ("trl/trainer/grpo_trainer.py", "GRPOTrainer"),
+    "rloo": ("trl/trainer/rloo_trainer.py", "RLOOTrainer"),
+}
+# entry -> (estimator, scale_rewards); "batch" (a batch std around the group mean) is loadable but not an entry:
+# the group-advantage reference has no batch-level std (see docs/kinds/trl.md)
+ENTRIES = {
+    "grpo": ("grpo", "group"),
+    "dr-grpo": ("grpo", "none"),
+    "grpo-batch": ("grpo", "batch"),
+    "rloo": ("rloo", None),
+}
+# what the block may read from `self`; each is set by the adapter
+SELF_SET = (
+    "num_generations",
+    "num_generations_eval",
+    "multi_objective_aggregation",
+    "reward_weights",
+    "reward_funcs",
+    "scale_rewards",
+    "beta",
+    "reward_clip_range",
+    "normalize_advantages",
+)
+BOUND = (
+    "rewards_per_func",
+    "self",
+    "device",
+    "mode",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "completion_mask",
+    "gather",
+)
+
+
+class GroupShapeError(ValueError):
+    """The case's groups cannot be expressed as TRL's contiguous groups of `num_generations` rows."""
+
+
+def _targets(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, ast.Assign):
+        return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+        return {stmt.target.id}
+    return set()
+
+
+def advantage_block(tree: SourceTree, path: Path, rel: str, method: ast.FunctionDef) -> tuple[Block, list[ast.stmt]]:
+    """The sibling statements of `method` after `rewards_per_func = ...` through the last assignment of
+    `advantages` before `process_slice = ...`, compiled with their helpers from the source."""
+    stmts = method.body
+    start = next((i for i, s in enumerate(stmts) if "rewards_per_func" in _targets(s)), None)
+    stop = next((i for i, s in enumerate(stmts) if "process_slice" in _targets(s)), None)
+    if start is None or stop is None or stop <= start:
+        raise BlockNotFound(
+            f"trl: {rel}::{method.name}: no `rewards_per_func = ...` followed by `process_slice = ...` at the top "
+            "level of the method; the adapter must learn the new shape before this pin can be tested"
+        )
+    end = next((i for i in range(stop - 1, start, -1) if "advantages" in assigned_names(stmts[i])), None)
+    if end is None:
+        raise BlockNotFound(f"trl: {rel}:{stmts[start].lineno}: no assignment of advantages before process_slice")
+    block = stmts[start + 1 : end + 1]
+    free = block_free_names(block)
+    if "rewards_per_func" not in free:
+        raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the block does not read rewards_per_func")
+    unknown = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(SELF_SET))
+    if unknown:
+        reads = ", ".join(f"self.{a}" for a in unknown)
+        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
+    bound = [n for n in BOUND if n in free]
+    return tree.block(path, block, bound), block
+
+
+def run_block(block: Block, values: dict) -> dict:
+    """`Block.run` for a block that reads `self` (a keyword `Block.run` itself takes): the compiled statements in
+    a fresh namespace of their module globals plus `values`."""
+    missing = set(block.bound) - set(values)
+    if missing:
+        raise TypeError(f"the block needs {sorted(missing)} bound")
+    ns = dict(block.globals)
+    ns.update(values)
+    exec(block.code, ns)  # noqa: S102 - the framework's own source, the code under test
+    return ns
+
+
+def layout(group: torch.Tensor | None, b_rows: int, fill: bool) -> tuple[list[int], int, int]:
+    """(position of each case row in TRL's contiguous layout, num_generations, number of prompts).
+
+    Groups in order of first appearance, each its rows in order, padded to the largest group with filler rows
+    when `fill`; GroupShapeError when not `fill` and the groups differ in size."""
+    ids = group.tolist() if group is not None else [0] * b_rows
+    order = list(dict.fromkeys(ids))
+    sizes = {g: ids.count(g) for g in order}
+    n = max(sizes.values())
+    if not fill and len(set(sizes.values())) != 1:
+        raise GroupShapeError(
+            f"GroupShapeError: groups of sizes {sorted(set(sizes.values()))}: at this pin TRL reshapes the rewards "
+            "view(-1, num_generations) with no unscorable (NaN) rows to shorten a group; every prompt has "
+            "num_generations completions"
+        )
+    if not fill and n < 2:
+        raise GroupShapeError(
+            "GroupShapeError: groups of one: at this pin GRPOConfig rejects num_generations < 2 (0.19.1 "
+            "trl/trainer/grpo_config.py:556) and no unscorable row can shorten a group"
+        )
+    seen = dict.fromkeys(order, 0)
+    pos = []
+    for g in ids:
+        pos.append(order.index(g) * n + seen[g])
+        seen[g] += 1
+    return pos, n, len(order)
+
+
+def load_group(root: Path, entry: str) -> Loaded:
+    if entry not in ENTRIES:
+        raise ValueError(f"trl has no group-advantage entry {entry!r}")
+    estimator, scale = ENTRIES[entry]
+    rel, cls_name = TRAINERS[estimator]
+    tree = SourceTree(Path(root), PACKAGES)
+    path = Path(root, rel)
+    cls = find_class(tree.file(path).tree, cls_name) if path.is_file() else None
+    method = find_method(cls, METHOD) if cls is not None else None
+    if method is None:
+        raise NotPresent(
+            f"no {rel}::{cls_name}.{METHOD} at this pin (the {estimator.upper()} advantage block lives there; "
+            + (
+                "older RLOOTrainers are PPO-style, with no such block"
+                if estimator == "rloo"
+                else "GRPO arrived in 0.14"
+            )
+            + ")"
+        )
+    rel = tree.rel(path)
+    block, stmts = advantage_block(tree, path, rel, method)
+    names = set().union(*(assigned_names(s) for s in stmts))
+    nan_aware = "unscorable_mask" in names  # unscorable rows: NaN rewards the statistics skip
+    strings = {n.value for s in stmts for n in ast.walk(s) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    scale_value: object = scale
+    if estimator == "grpo" and not ({"group", "none"} & strings):  # scale_rewards was a bool (<= 0.19)
+        if scale == "batch":
+            raise NotPresent(f"{rel}:{stmts[0].lineno}: scale_rewards is a bool at this pin (no batch scaling)")
+        scale_value = scale == "group"
+    if estimator == "rloo" and "gather" in block.bound and "per_token_kl" not in names:
+        raise BlockNotFound(f"trl: {rel}:{stmts[0].lineno}: RLOO block gathers something other than the KL")
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        dt = case.torch_dtype
+        b_rows, t_len = case.shape
+        pos, n, k = layout(case.group, b_rows, nan_aware)
+        idx = torch.tensor(pos, device=device)
+        rows = k * n
+        rpf = torch.full((rows, 1), float("nan"), dtype=dt, device=device)
+        rpf[idx, 0] = case.score.to(device=device, dtype=dt)
+        mask = torch.zeros((rows, t_len), dtype=torch.int32, device=device)
+        mask[idx] = case.trainable.to(device=device, dtype=torch.int32)
+        ref = torch.zeros((rows, t_len), dtype=dt, device=device)
+        ref[idx] = case.token_rewards.to(device=device, dtype=dt)
+        me = types.SimpleNamespace(
+            num_generations=n,
+            num_generations_eval=n,
+            multi_objective_aggregation="sum_then_normalize",
+            reward_weights=torch.ones(1, dtype=torch.float32),
+            reward_funcs=[None],
+            scale_rewards=scale_value,
+            beta=1.0,
+            reward_clip_range=None,
+            normalize_advantages=False,
+        )
+        values = dict(
+            rewards_per_func=rpf,
+            self=me,
+            device=device,
+            mode="train",
+            old_per_token_logps=torch.zeros_like(ref),
+            ref_per_token_logps=ref,
+            completion_mask=mask,
+            gather=lambda t: t,
+        )
+        out = run_block(block, {name: values[name] for name in block.bound})
+        adv = out["advantages"][idx]
+        return (adv[:, None].expand(b_rows, t_len),)
+
+    notes = [
+        f"block {rel}:{block.first_line}-{block.last_line} of {cls_name}.{METHOD} run from source "
+        "(after rewards_per_func through the last advantages assignment before process_slice)",
+        f"self: num_generations = the largest group, scale_rewards={scale_value!r}, "
+        "multi_objective_aggregation='sum_then_normalize', one reward function of weight 1"
+        + ("; beta=1, reward_clip_range=None, normalize_advantages=False" if estimator == "rloo" else ""),
+        (
+            "groups laid out contiguously, short groups filled with unscorable (NaN) rows"
+            if nan_aware
+            else "groups laid out contiguously; unequal groups are a GroupShapeError at this pin"
+        ),
+        "the [N] advantages broadcast to every position of the row",
+        "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
+    ]
+    if estimator == "rloo":
+        notes.append("old_per_token_logps = 0, ref_per_token_logps = token_rewards, completion_mask = trainable (int)")
+    return Loaded(run, f"{rel}::{cls_name}.{METHOD} (lines {block.first_line}-{block.last_line})", notes)
