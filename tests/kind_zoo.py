@@ -99,6 +99,18 @@ def grpo_not_masked(case: Case):
     return (adv[:, None].expand(case.shape).clone(),)
 
 
+def grpo_score_on_last_attended(case: Case):
+    """Places the score on the last attended token and reads it back through the loss mask: a row
+    that ends in an observation tail loses its score (counted as 0)."""
+    pos = torch.arange(case.shape[1])
+    last = torch.where(case.attention, pos, -1).max(1).values
+    kept = [
+        float(case.score[b]) if t >= 0 and bool(case.trainable[b, t]) else 0.0 for b, t in enumerate(last.tolist())
+    ]
+    score = torch.tensor(kept, dtype=case.torch_dtype)
+    return (_broadcast(case, _grpo(case, score, case.trainable.any(1))),)
+
+
 # -- kl ----------------------------------------------------------------------------------------
 def _d(case: Case) -> torch.Tensor:
     dt = case.torch_dtype
@@ -178,6 +190,7 @@ CATCHES = {
     grpo_biased_std: ("group-advantage", GA, ("reference",)),
     grpo_one_pass_variance: ("group-advantage", GA, ("affine",)),
     grpo_not_masked: ("group-advantage", GA, ("masked-zero",)),
+    grpo_score_on_last_attended: ("group-advantage", GA, ("reference",)),
     k3_correct: ("kl", K3, ()),
     k3_mask_by_multiply: ("kl", K3, ("masked-zero",)),
     k3_wrong_sign: ("kl", K3, ("reference",)),

@@ -237,3 +237,11 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
     for prop in failing:
         assert diagnose(zoo.whiten_one_pass, case, declared, prop).mechanism == "precision"
     assert not any(v.failed for v in judge(zoo.whiten_correct, case, declared))
+
+
+def test_a_score_lost_on_an_observation_tail_is_diagnosed_as_such():
+    from oracles.diagnosis import diagnose
+
+    declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
+    case = Case.build(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0])
+    assert diagnose(zoo.grpo_score_on_last_attended, case, declared, "reference").mechanism == "score-lost"

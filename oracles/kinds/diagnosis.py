@@ -113,6 +113,12 @@ def _probe(run, case, declared: Declared, prop: str):
         if verdict.status == "pass":
             mech = "masked-reward-leak" if declared.kind == "group-advantage" else "masked-statistics"
             return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
+    if declared.kind == "group-advantage":  # the score placed on a masked tail token and lost there
+        trimmed = _without_tails(case)
+        if trimmed is not None:
+            verdict = next(v for v in judge(run, trimmed, declared, only=(prop,)) if v.property == prop)
+            if verdict.status == "pass":
+                return Diagnosis("score-lost", f"{prop} holds once no row ends in masked real tokens")
     if case.dtype != "float64" and "float64" in declared.domain.dtypes:
         wide = case.replace(dtype="float64")
         verdict = next(v for v in judge(run, wide, declared, only=(prop,)) if v.property == prop)
@@ -145,3 +151,14 @@ def _probe(run, case, declared: Declared, prop: str):
                         return Diagnosis("masked-statistics", f"the output equals the reference with {changed}")
                     return Diagnosis("variant-mismatch", f"the output equals the reference with {changed}")
     return Diagnosis("unexplained", "no neighbouring variant and no float64 rerun explains it")
+
+
+def _without_tails(case):
+    """`case` with every row's real tokens after its last trainable one made padding (None when
+    no row has such a tail)."""
+    pos = torch.arange(case.shape[1])
+    last = torch.where(case.trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
+    keep = case.attention & ((pos[None, :] <= last[:, None]) | ~case.trainable.any(dim=1, keepdim=True))
+    if bool((keep == case.attention).all()):
+        return None
+    return case.replace(attention=keep)
