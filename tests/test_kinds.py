@@ -245,3 +245,26 @@ def test_a_score_lost_on_an_observation_tail_is_diagnosed_as_such():
     declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     case = Case.build(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0])
     assert diagnose(zoo.grpo_score_on_last_attended, case, declared, "reference").mechanism == "score-lost"
+
+
+RETURNS_ZOO = {  # GAE mutants that are returns bugs too, judged as the `returns` kind (V = 0, lam = 1)
+    "mask_ignored": ("dense", {"poison"}),  # KL under the mask summed into the returns
+    "score_on_last_real_token": ("dense", {"score-kept"}),  # the outcome lost on an observation tail
+    "extra_decay_per_masked_token": ("compressed", {"gap-invariance"}),  # a decay per masked token
+    "correct_compressed": ("compressed", set()),
+}
+
+
+@pytest.mark.parametrize("name", list(RETURNS_ZOO))
+def test_the_returns_kind_catches_its_mutants(name):
+    import mutant_zoo
+
+    from oracles.domain import Domain
+
+    contract, want = RETURNS_ZOO[name]
+    fn = getattr(mutant_zoo, name)
+    declared = Declared(contract=contract, kind="returns", domain=Domain(critic=False))
+    result = fuzz_target(mutant_zoo.as_run(fn), declared, target=name, max_examples=200, sizes=Sizes(6, 16))
+    found = {f.property for f in result.findings}
+    assert want <= found if want else not found, found
+    assert all(f.case.lam == 1.0 and not f.case.values.any() for f in result.findings)  # drawn without a critic
