@@ -268,3 +268,15 @@ def test_the_returns_kind_catches_its_mutants(name):
     found = {f.property for f in result.findings}
     assert want <= found if want else not found, found
     assert all(f.case.lam == 1.0 and not f.case.values.any() for f in result.findings)  # drawn without a critic
+
+
+def test_a_clean_twin_that_crashes_under_nan_poison_is_a_no_crash_finding():
+    def crash_when_clean(case):
+        if not case.has_nonfinite_poison():
+            raise RuntimeError("crashes on the clean twin")
+        return zoo.k3_correct(case)
+
+    case = Case.build(trainable=[[1, 0]], extra={"logp": [[-1.0, float("nan")]], "ref_logp": [[-1.0, -1.0]]})
+    verdicts = {v.property: v for v in judge(crash_when_clean, case, Declared(kind="kl", masked_zero=True))}
+    assert verdicts["no-crash"].failed and verdicts["no-crash"].case is not None
+    assert verdicts["poison-nonfinite"].status == "n/a"

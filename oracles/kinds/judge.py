@@ -55,11 +55,11 @@ def judge(
         )
         return ordered("the base run raised")
     if case.has_nonfinite_poison():
+        verdicts["no-crash"] = _ok("no-crash")  # a crashing clean twin replaces it (_guard)
         if "poison-nonfinite" in want:
             verdicts["poison-nonfinite"] = _guard(
-                "poison-nonfinite", lambda: _poison(run, k, v, case, out, True, declared), verdicts
+                "poison-nonfinite", lambda: _poison(run, k, v, case, out, True, declared), verdicts, declared
             )
-        verdicts.setdefault("no-crash", _ok("no-crash"))
         if "masked-zero" in want:  # a promise of zeros holds under NaN too (a mask product breaks it)
             verdicts["masked-zero"] = _masked_zero(declared, k, case, out)
         return ordered("checked for non-finite poison (and masked zeros) only")
