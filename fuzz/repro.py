@@ -753,14 +753,15 @@ class TargetInfo:
 
     @classmethod
     def from_spec(cls, spec, entry: str | None, pin: str) -> TargetInfo:
-        module = importlib.import_module(spec.adapter)
+        adapter = spec.adapter_for(entry)
+        module = importlib.import_module(adapter)
         declared_for = getattr(module, "declared_for", None)
-        declared = declared_for(entry) if callable(declared_for) else spec.declared()
+        declared = declared_for(entry) if callable(declared_for) else spec.declared(entry, pin)
         return cls(
             spec.id,
             entry,
             pin,
-            spec.adapter,
+            adapter,
             declared,
             tuple(spec.stand_ins),
             tuple(spec.deny),
@@ -789,6 +790,11 @@ class Plan:
 def make_plan(entry: Entry, target: TargetInfo) -> Plan:
     """The check and the call for `entry` on `target`; Unsupported when either is impossible
     (the target first: whether its call can be copied does not depend on the case)."""
+    if target.declared.kind not in ("gae", "returns"):
+        raise Unsupported(
+            f"a standalone reproducer of the {target.declared.kind} kind is not written yet; "
+            "`maskfuzz replay` on the corpus entry reproduces it through the framework's own code"
+        )
     call = call_source(target.adapter)
     assemble(call, {name: f"{name} = None\n" for name in DATA_NAMES})  # every name resolves, or Unsupported
     check = build_check(entry.case, entry.property, target.declared)

@@ -78,6 +78,12 @@ class TargetSpec:
             variant=dict(spec.variant),
         )
 
+    def adapter_for(self, entry: str | None) -> str:
+        """The module that loads `entry`: the adapter for GAE, `<adapter>_kinds` for the entries of
+        the other kinds (so the GAE adapter, which `maskfuzz repro` copies, never refers to them)."""
+        kind = self.entry_overrides.get(entry or self.entries[0], {}).get("kind", "gae")
+        return self.adapter if kind == "gae" else f"{self.adapter}_kinds"
+
     def kind_of(self, entry: str | None) -> str:
         return self.for_entry(entry).kind
 

@@ -142,7 +142,9 @@ def open_target(
     except AcquireError as exc:
         raise SetupError(str(exc)) from None
     worker = Worker(
-        LoadSpec(spec.adapter, str(checkout.root), ref.entry, spec.stand_ins, spec.deny, spec.own, device),
+        LoadSpec(
+            spec.adapter_for(ref.entry), str(checkout.root), ref.entry, spec.stand_ins, spec.deny, spec.own, device
+        ),
         timeout=timeout,
         load_timeout=load_timeout,
     )

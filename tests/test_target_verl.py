@@ -179,7 +179,7 @@ def test_too_few_trained_tokens_is_a_documented_error(new):
 
 @pytest.mark.network
 def test_fuzzing_the_newest_release_finds_the_lost_score_and_nan_leak_only(new):
-    res = fuzz_target(new.run, new.declared, target="verl", pin=NEW, max_examples=30, seed=0, sizes=Sizes(3, 8))
+    res = fuzz_target(new.run, new.declared, target="verl", pin=NEW, max_examples=80, seed=0, sizes=Sizes(3, 8))
     found = {f.property for f in res.findings}
     assert "poison-nonfinite" in found
     assert found & {"score-kept", "telescoping", "reference"}, found

@@ -229,9 +229,7 @@ def declared_for(entry: str | None = None) -> Declared:
 
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "", "default"):
-        from targets.adapters.areal_kinds import load_kind
-
-        return load_kind(root, entry)
+        raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from areal_kinds")
     tree = SourceTree(Path(root), PACKAGES)
     path, method = _locate(tree)
     rel = tree.rel(path)

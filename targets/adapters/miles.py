@@ -377,10 +377,6 @@ def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callabl
 def load(root: Path, entry: str | None) -> Loaded:
     """Import miles' GAE from `root` (wheel or worktree) and the route that places the score; the
     entries of the other kinds load from `targets.adapters.miles_kinds`."""
-    if entry in KIND_ENTRIES:
-        from targets.adapters import miles_kinds
-
-        return miles_kinds.load(root, entry)
     name = entry_name(entry)
     notes = []
     mpu = None

@@ -152,9 +152,7 @@ SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_ov
 def load(root: Path, entry: str | None) -> Loaded:
     """Compile NeMo-RL's GAE estimator from the checkout at `root`; NotPresent before it existed."""
     if entry not in (None, "default"):
-        from targets.adapters.nemo_rl_kinds import load_kind
-
-        return load_kind(root, entry)
+        raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from nemo_rl_kinds")
     tree = SourceTree(Path(root), PACKAGES)
     path = tree.module_file(_MODULE)
     if path is None:

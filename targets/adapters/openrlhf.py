@@ -43,7 +43,6 @@ import torch
 from oracles.case import Case
 from oracles.domain import Domain
 from oracles.reference import Whitening
-from targets.adapters import openrlhf_kinds
 from targets.adapters.base import Loaded, NotPresent, import_from
 from targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
@@ -338,14 +337,8 @@ def _score_placer(root: Path):
 
 
 def load(root: Path, entry: str | None) -> Loaded:
-    if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
-        return openrlhf_kinds.load_estimator(root, entry)
-    if entry in ("kl-k1", "kl-k2", "kl-k3"):
-        return openrlhf_kinds.load_kl(root, entry.split("-")[1])
-    if entry == "masked_mean":
-        return openrlhf_kinds.load_masked_mean(root)
     if entry not in (None, "default"):
-        raise ValueError(f"openrlhf has no entry {entry!r}; its entries: {', '.join(SPEC.entries)}")
+        raise ValueError(f"openrlhf's GAE adapter loads the entry 'default'; {entry!r} loads from openrlhf_kinds")
     gae, where = _find_gae(root)
     params = list(inspect.signature(gae).parameters)
     if params[:6] != ["self", "values", "rewards", "action_mask", "gamma", "lambd"]:

@@ -172,3 +172,14 @@ def load_masked_mean(root: Path) -> Loaded:
         return (fn(x, mask, dim=-1)[:, None].expand(case.shape),)
 
     return Loaded(run, f"{_rel(root, mod)}::masked_mean", ["dim=-1 (row means), broadcast back to the row"])
+
+
+def load(root: Path, entry: str) -> Loaded:
+    """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
+        return load_estimator(root, entry)
+    if entry in ("kl-k1", "kl-k2", "kl-k3"):
+        return load_kl(root, entry.split("-")[1])
+    if entry == "masked_mean":
+        return load_masked_mean(root)
+    raise ValueError(f"openrlhf_kinds has no entry {entry!r}")

@@ -354,10 +354,6 @@ _CANDIDATES = {
 def load(root: Path, entry: str | None) -> Loaded:
     """Import ROLL's advantage function (and its score placement) from the checkout at `root`."""
     entry = entry or "default"
-    if entry in KIND_ENTRIES:
-        from targets.adapters import roll_kinds
-
-        return roll_kinds.load(root, entry)
     if entry not in _CANDIDATES:
         raise ValueError(f"roll has entries {sorted(_CANDIDATES)}, not {entry!r}")
     # ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean.

@@ -335,9 +335,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     """Import SkyRL's GAE from the checkout / unpacked wheel at `root` (its monorepo subprojects put
     first on sys.path), check the pin's score-placement rule, and return the canonical run."""
     if entry not in (None, "default"):
-        from targets.adapters.skyrl_kinds import load_kind
-
-        return load_kind(root, entry)
+        raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from skyrl_kinds")
     import_roots = _import_roots(Path(root))
     for extra in reversed(import_roots):
         sys.path.insert(0, str(extra))

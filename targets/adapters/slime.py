@@ -429,10 +429,6 @@ def smoke(run: Callable) -> list[str]:
 def load(root: Path, entry: str | None) -> Loaded:
     """Import slime's GAE and its PPO caller from `root`; run cases through the caller. The entries
     of the other kinds load from `targets.adapters.slime_kinds`."""
-    if entry in KIND_ENTRIES:
-        from targets.adapters import slime_kinds
-
-        return slime_kinds.load(root, entry)
     name = entry_name(entry)
     mpu = install_mpu_state()
     fn, where = function_from(root, [("slime.utils.ppo_utils", "get_advantages_and_returns_batch")])

@@ -50,7 +50,6 @@ import torch
 
 from oracles.case import Case
 from oracles.domain import Domain
-from targets.adapters import torchrl_kinds
 from targets.adapters.base import Loaded, NotPresent, function_from
 from targets.registry import Pin, TargetSpec
 
@@ -208,13 +207,9 @@ def framework_inputs(case: Case, device: str) -> dict:
 
 def load(root: Path, entry: str | None) -> Loaded:
     """torchrl's functional GAE for `entry` ("default": the loop, "vec": the vectorised one) from `root`."""
-    if entry in ("mc-advantage", "mc-advantage-sum"):
-        return torchrl_kinds.load_mc_advantage(root, None if entry == "mc-advantage" else "sum")
-    if entry == "kl":
-        return torchrl_kinds.load_kl_computation(root)
     name = _ENTRIES.get(entry or "default")
     if name is None:
-        raise NotPresent(f"torchrl has no entry {entry!r}; entries: {', '.join(SPEC.entries)}")
+        raise NotPresent(f"torchrl's GAE adapter has no entry {entry!r}; its GAE entries: {', '.join(_ENTRIES)}")
     fn, where = function_from(root, [(_MODULE, name)])
 
     def run(case: Case, device: str):

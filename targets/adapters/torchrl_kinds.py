@@ -126,3 +126,12 @@ def load_kl_computation(root: Path) -> Loaded:
         "TensorDict(next=...) with [B, T] log-probs (no mask: torchrl zero-fills non-assistant log-probs upstream)",
     ]
     return Loaded(run, f"{_rel(root, mod)}::KLComputation", notes)
+
+
+def load(root: Path, entry: str) -> Loaded:
+    """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry in ("mc-advantage", "mc-advantage-sum"):
+        return load_mc_advantage(root, None if entry == "mc-advantage" else "sum")
+    if entry == "kl":
+        return load_kl_computation(root)
+    raise ValueError(f"torchrl_kinds has no entry {entry!r}")

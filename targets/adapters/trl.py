@@ -61,7 +61,6 @@ from oracles.case import Case
 from oracles.domain import Domain
 from oracles.properties import Declared
 from oracles.reference import Whitening
-from targets.adapters import trl_kinds
 from targets.adapters.base import Loaded, NotPresent
 from targets.adapters.extract import (
     Block,
@@ -331,8 +330,6 @@ def _entry(entry: str | None) -> str:
 
 def load(root: Path, entry: str | None) -> Loaded:
     entry = _entry(entry)
-    if entry in GROUP_ENTRIES:
-        return trl_kinds.load_group(Path(root), entry)
     tree = SourceTree(Path(root), PACKAGES)
     if entry == "train":
         return _load_train(tree)

@@ -545,9 +545,7 @@ def _score_placer(root: Path):
 
 def load(root: Path, entry: str | None) -> Loaded:
     if entry not in (None, "default"):
-        from targets.adapters import verl_kinds
-
-        return verl_kinds.load(root, entry)
+        raise ValueError(f"verl's GAE adapter loads the entry 'default'; {entry!r} loads from verl_kinds")
     gae, where = function_from(root, [_GAE])
     params = list(inspect.signature(gae).parameters)
     mask_arg = next((p for p in ("response_mask", "eos_mask") if p in params), None)
