@@ -49,6 +49,9 @@ def test_group_advantage_by_hand():
         0.0,
     ]
     assert _rows({"eps_place": "floor", "eps": 0.9}) == [round(0.5 / 0.9, 6), round(-0.5 / 0.9, 6), 3.0, 0.0]
+    # std over the batch (rows 0, 1, 2: scores 1, 0, 3, mean 4/3, unbiased var 7/3), mean per group
+    sb = math.sqrt(7 / 3) + 1e-6
+    assert _rows({"std_level": "batch"}) == [round(0.5 / sb, 6), round(-0.5 / sb, 6), 0.0, 0.0]
     # the empty row counted (a framework that documents it): scores 1, 0, 5, mean 2, var 7
     assert _rows({"empty_rows": "counted"}) == [
         round(-1 / (math.sqrt(7) + 1e-6), 6),
@@ -109,6 +112,7 @@ VARIANTS = {
         {"std": "biased", "eps_place": "var", "singleton": "zero"},
         {"empty_rows": "counted"},
         {"eps_place": "floor", "eps": 1e-3},
+        {"std_level": "batch", "eps": 1e-4, "singleton": "zero"},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
     "normalization": [
@@ -166,7 +170,8 @@ def test_each_reference_passes_every_property_of_its_kind(kind, variant):
     assert result.findings == [], [(f.property, f.verdict.message, f.case) for f in result.findings]
     assert result.generated >= SOAK
     batch_level = kind == "normalization" and normalization.options(variant)["level"] == "batch"
-    never = {"group-isolation"} if batch_level else set()  # n/a: no group-level statistic
+    batch_std = kind == "group-advantage" and variant.get("std_level") == "batch"
+    never = {"group-isolation"} if batch_level or batch_std else set()  # n/a: no group-level statistic
     assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked
 
 

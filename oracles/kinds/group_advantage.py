@@ -15,6 +15,8 @@ Variants (`Declared.variant`, every key optional):
     singleton  "raw" (default, mean 0 and std 1: r / (1 + eps)) | "zero"
     empty_rows "excluded" (default: a row without trainable tokens counts in no statistic)
                | "counted" (the framework documents counting it)
+    std_level  "group" (default) | "batch": the std over every counted row of the batch, the mean
+               still per group (TRL's scale_rewards="batch"); a batch of one counted row gives 0
 
 For a group of n >= 2 counted rows (two-pass float64 statistics):
 
@@ -38,6 +40,7 @@ DEFAULTS = {
     "eps_place": "std",
     "singleton": "raw",
     "empty_rows": "excluded",
+    "std_level": "group",
 }
 
 
@@ -51,6 +54,8 @@ def options(variant: dict | None) -> dict:
     if out["estimator"] not in ("grpo", "rloo") or out["std"] not in ("unbiased", "biased", None):
         raise ValueError(f"unknown group-advantage variant {out}")
     if out["eps_place"] not in ("std", "var", "floor") or out["singleton"] not in ("raw", "zero"):
+        raise ValueError(f"unknown group-advantage variant {out}")
+    if out["std_level"] not in ("group", "batch"):
         raise ValueError(f"unknown group-advantage variant {out}")
     return out
 
@@ -85,6 +90,8 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
     groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
     use = counted(case, v)
     out = [0.0] * case.shape[0]
+    if v["std_level"] == "batch" and v["estimator"] == "grpo" and v["std"] is not None:
+        return _batch_std_loop(case, v, groups, use)
     for g in sorted(set(groups.tolist())):
         rows = [b for b in range(case.shape[0]) if int(groups[b]) == g and bool(use[b])]
         r = [float(case.score[b]) for b in rows]
@@ -114,6 +121,25 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
     return torch.tensor(out, dtype=torch.float64)
 
 
+def _batch_std_loop(case: Case, v: dict, groups: torch.Tensor, use: torch.Tensor) -> torch.Tensor:
+    """std_level="batch": (r - mean of the row's group) / (std over every counted row)."""
+    all_r = [float(case.score[b]) for b in range(case.shape[0]) if bool(use[b])]
+    n = len(all_r)
+    out = [0.0] * case.shape[0]
+    if n < 2:
+        return torch.tensor(out, dtype=torch.float64)
+    m = sum(all_r) / n
+    var = sum((x - m) ** 2 for x in all_r) / (n - 1 if v["std"] == "unbiased" else n)
+    denom = _denominator(math.sqrt(var), var, v)
+    for g in sorted(set(groups.tolist())):
+        rows = [b for b in range(case.shape[0]) if int(groups[b]) == g and bool(use[b])]
+        if rows:
+            mean = sum(float(case.score[b]) for b in rows) / len(rows)
+            for b in rows:
+                out[b] = (float(case.score[b]) - mean) / denom
+    return torch.tensor(out, dtype=torch.float64)
+
+
 def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
     """[B] float64 per-row advantages, vectorised over groups (scatter sums); equals the loop."""
     v = options(variant)
@@ -134,6 +160,14 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
         single = case.score.clone()
     elif v["std"] is None:
         adv, single = case.score - mean, case.score.clone()
+    elif v["std_level"] == "batch":
+        n_b = use.sum()
+        if n_b < 2:
+            return torch.zeros(b_rows, dtype=torch.float64)
+        m_b = (case.score * use).sum() / n_b
+        var_b = (((case.score - m_b) * use) ** 2).sum() / (n_b - 1 if v["std"] == "unbiased" else n_b)
+        adv = (case.score - mean) / _denominator(var_b.sqrt(), var_b, v)
+        return torch.where(use.bool(), adv, torch.zeros_like(adv))
     else:
         var = ss / ((n_row - 1) if v["std"] == "unbiased" else n_row).clamp(min=1)
         adv = (case.score - mean) / _denominator(var.sqrt(), var, v)
@@ -159,6 +193,7 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
     groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
     use = counted(case, v)
     cond = torch.zeros(case.shape[0], dtype=torch.float64)
+    batch = v["std_level"] == "batch"
     for g in set(groups.tolist()):
         rows = (groups == g) & use
         n = int(rows.sum())
@@ -166,6 +201,9 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
             continue
         r = case.score[rows]
         big = float(r.abs().max())
+        if batch:  # the scale is the batch's
+            r, n = case.score[use], int(use.sum())
+            big = float(r.abs().max())
         if v["estimator"] == "grpo" and v["std"] is not None and n > 1:
             var = float(((r - r.mean()) ** 2).sum()) / (n - 1 if v["std"] == "unbiased" else n)
             s = float(_denominator(math.sqrt(var), var, v))

@@ -76,7 +76,8 @@ from targets.adapters.extract import (
 from targets.registry import Pin, TargetSpec
 
 PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
-ENTRIES = ("train", "compute_advantages", "grpo", "dr-grpo", "rloo")  # entry points, the first is the default
+# entry points, the first is the default
+ENTRIES = ("train", "compute_advantages", "grpo", "dr-grpo", "grpo-batch", "rloo")
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
     ("trl/experimental/ppo/ppo_trainer.py", "PPOTrainer"),
@@ -235,7 +236,7 @@ _RLOO_LOSS = (
     f"{_RL}:1736 [1830 / 1691] per_sequence_loss1 = coef_1 * advantages, the log-probs summed under "
     f"completion_mask ({_RL}:1728 [1822 / 1683])"
 )
-GROUP_ENTRIES = ("grpo", "dr-grpo", "rloo")
+GROUP_ENTRIES = ("grpo", "dr-grpo", "grpo-batch", "rloo")
 ENTRY_OVERRIDES.update(
     {
         # scale_rewards="group" (the default, grpo_config.py:782-783): advantages = (r - nanmean_g) / (nanstd_g +
@@ -252,6 +253,16 @@ ENTRY_OVERRIDES.update(
         # scorable row gives r - r = 0
         "dr-grpo": _group_override(
             {"estimator": "grpo", "std": None, "singleton": "zero"}, "GRPO", _GRPO_DOMAIN, _GRPO_PIPELINE, _GRPO_LOSS
+        ),
+        # scale_rewards="batch": (r - nanmean_g) / (nanstd(all rewards) + 1e-4) (grpo_trainer.py:2796-2800,
+        # 2807-2809), a batch of one scorable row NaN, zeroed by nan_to_num (2832)
+        "grpo-batch": _group_override(
+            {"estimator": "grpo", "std": "unbiased", "eps": 1e-4, "eps_place": "std", "singleton": "zero",
+             "std_level": "batch"},
+            "GRPO",
+            _GRPO_DOMAIN,
+            _GRPO_PIPELINE,
+            _GRPO_LOSS,
         ),
         # leave-one-out over the scorable rows: r - (nansum_g - r) / (count_g - 1) (rloo_trainer.py:1592-1597);
         # one scorable row gives 0 / 0 = NaN, zeroed by nan_to_num (1606; the comment at 1589-1591 says so);

@@ -62,8 +62,7 @@ TRAINERS = {  # estimator -> (file, class)
     "grpo": ("trl/trainer/grpo_trainer.py", "GRPOTrainer"),
     "rloo": ("trl/trainer/rloo_trainer.py", "RLOOTrainer"),
 }
-# entry -> (estimator, scale_rewards); "batch" (a batch std around the group mean) is loadable but not an entry:
-# the group-advantage reference has no batch-level std (see docs/kinds/trl.md)
+# entry -> (estimator, scale_rewards); "batch" is a batch std around the group mean (std_level="batch")
 ENTRIES = {
     "grpo": ("grpo", "group"),
     "dr-grpo": ("grpo", "none"),
