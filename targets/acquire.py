@@ -18,7 +18,9 @@ Every failure is an `AcquireError` whose message names the target, the pin and w
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -50,9 +52,12 @@ def is_version(pin: str) -> bool:
     return bool(VERSION.match(pin))
 
 
+LATEST, MAIN = "latest", "main"  # moving pins: the newest release, the default branch (resolved at run time)
+
+
 def pin_kind(spec: TargetSpec, pin: str, repos: Mapping[str, Path] | None = None) -> str:
     """'release' or 'git', by the rules in the module docstring."""
-    if pin.startswith("=="):
+    if pin.startswith("==") or pin == LATEST:
         return "release"
     registered = spec.pin(pin)
     if registered is not None:
@@ -71,11 +76,29 @@ def acquire(
     cache: Path | None = None,
     *,
     downloader: wheels.Downloader | None = None,
+    lister: wheels.Lister | None = None,
 ) -> Checkout:
-    """Bring `spec`'s code at `pin` into the cache (once) and return where it is."""
+    """Bring `spec`'s code at `pin` into the cache (once) and return where it is. The moving pins
+    resolve now: `latest` to the newest release on the package index, `main` to the head of the
+    repository's default branch (fetched fresh); `Checkout.resolved` records what they were."""
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
+    if pin == LATEST:
+        if not spec.package:
+            raise AcquireError(f"{spec.id}@latest: {spec.id} has no releases on PyPI; use {spec.id}@main")
+        try:
+            version = wheels.latest_version(spec.package, spec.pip_args, lister)
+        except wheels.DownloadError as exc:
+            raise AcquireError(f"{spec.id}@latest: cannot tell the newest release: {exc}") from None
+        out = _acquire_release(spec, version, cache, downloader)
+        out.info["moving"] = f"latest = {version} (resolved {time.strftime('%Y-%m-%d %H:%M')})"
+        return dataclasses.replace(out, pin=LATEST)
     if pin_kind(spec, pin, repos) == "release":
         return _acquire_release(spec, pin, cache, downloader)
+    registered = spec.pin(MAIN)
+    if pin == MAIN and (registered is None or registered.moving):
+        out = _acquire_git(spec, "HEAD", repos or {}, cache, label=MAIN)  # the source's default branch, fetched
+        out.info["moving"] = f"main = {out.resolved} (the default branch of {out.info.get('source')})"
+        return dataclasses.replace(out, pin=MAIN)
     return _acquire_git(spec, pin, repos or {}, cache)
 
 
@@ -143,8 +166,10 @@ def resolve_revision(repo: gitrepo.History, rev: str) -> str:
         raise
 
 
-def _acquire_git(spec: TargetSpec, pin: str, repos: Mapping[str, Path], cache: Path) -> Checkout:
-    where = f"{spec.id}@{pin}"
+def _acquire_git(
+    spec: TargetSpec, pin: str, repos: Mapping[str, Path], cache: Path, label: str | None = None
+) -> Checkout:
+    where = f"{spec.id}@{label or pin}"
     try:
         repo = history(spec, repos, cache)
     except AcquireError as exc:

@@ -26,13 +26,14 @@ def rows(
     out = []
     for tid, spec in specs.items():
         pins = []
-        for p in spec.pins:
+        for p in spec.pins + spec.moving_pins:
             pins.append({
                 "rev": p.rev,
                 "label": p.label,
                 "kind": acquire_mod.pin_kind(spec, p.rev, repos),
                 "default": p.default,
-                "offline": acquire_mod.available_offline(spec, p.rev, repos, cache),
+                "moving": p.moving,
+                "offline": False if p.moving else acquire_mod.available_offline(spec, p.rev, repos, cache),
             })  # fmt: skip
         out.append({
             "id": tid,

@@ -26,6 +26,7 @@ class Pin:
     label: str  # why this pin
     kind: str = "release"  # "release" | "git"
     default: bool = False  # in the default fuzz set (release pins only)
+    moving: bool = False  # `latest` / `main`: resolved at run time (targets.acquire)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,20 @@ class TargetSpec:
     # set per entry through entry_overrides: one framework has entries of several kinds
     kind: str = "gae"
     variant: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def moving_pins(self) -> tuple[Pin, ...]:
+        """The moving pins every framework has (resolved at run time, recorded in every output):
+        `latest`, the newest release on PyPI, and `main`, the default branch fetched fresh. Not in
+        `pins`: those are the fixed, reproducible ones."""
+        out = []
+        if self.package and not self.pin("latest"):
+            why = "moving: the newest release on PyPI, resolved at run time"
+            out.append(Pin("latest", why, "release", moving=True))
+        if self.git_url and not self.pin("main"):
+            why = "moving: the head of the default branch, fetched fresh at run time"
+            out.append(Pin("main", why, "git", moving=True))
+        return tuple(out)
 
     def for_entry(self, entry: str | None) -> "TargetSpec":
         """This spec with `entry_overrides[entry]` applied (entries of one framework may promise

@@ -79,6 +79,35 @@ def pip_download(package: str, version: str, dest: Path, extra: Sequence[str] = 
     return wheels[0]
 
 
+# (package, extra pip options) -> the versions the index offers, newest first
+Lister = Callable[[str, Sequence[str]], list]
+
+
+def pip_versions(package: str, extra: Sequence[str] = ()) -> list[str]:
+    """The versions of `package` the package index offers this interpreter (or the platform the
+    `extra` options name), newest first, from `pip index versions`."""
+    cmd = [
+        sys.executable, "-m", "pip", "index", "versions", package,
+        "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30", *extra,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    text = f"{proc.stdout}\n{proc.stderr}"
+    m = re.search(r"Available versions:\s*(.+)", text)
+    if proc.returncode != 0 or not m:
+        raise classify(text, package, "<latest>")
+    return [v.strip() for v in m.group(1).split(",") if v.strip()]
+
+
+def latest_version(package: str, extra: Sequence[str] = (), lister: Lister | None = None) -> str:
+    """The newest release of `package` (pre-releases aside) that the index offers: what a moving
+    `@latest` pin means tonight."""
+    versions = (lister or pip_versions)(package, tuple(extra))
+    final = [v for v in versions if re.fullmatch(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+)?", v)]
+    if not (final or versions):
+        raise DownloadError("version", f"the package index offers no release of {package}")
+    return (final or versions)[0]
+
+
 def classify(pip_output: str, package: str, version: str) -> DownloadError:
     """Turn pip's failure output into a DownloadError of the right kind."""
     versions: tuple[str, ...] = ()

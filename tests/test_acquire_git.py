@@ -305,3 +305,15 @@ def test_a_mirror_missing_some_blobs_still_checks_out_the_rest(src, cache):
     assert c.info["absent"] == ["data/big.jsonl"] and "1 file(s) left out" in c.info["notes"][0]
     assert acq.acquire(spec(), "main", {"toy": repo}, cache).info["absent"] == ["data/big.jsonl"]  # reused: still said
     assert list((cache / "tmp").iterdir()) == [] and len(worktree_list(cache)) == 2
+
+
+def test_main_is_the_default_branch_fetched_fresh_and_recorded(src, tmp_path, cache):
+    bare = tmp_path / "upstream.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src["path"]), str(bare)], check=True)
+    s = spec(git_url=f"file://{bare}")
+    assert [p.rev for p in s.moving_pins] == ["main"]
+    first = acq.acquire(s, "main", None, cache)
+    assert first.pin == "main" and first.resolved == src["c4"] and src["c4"] in first.info["moving"]
+    c5 = commit(src["path"], "five")
+    sh(src["path"], "push", "-q", str(bare), "main")
+    assert acq.acquire(s, "main", None, cache).resolved == c5  # tonight's head, not the cached one

@@ -143,3 +143,20 @@ def test_real_pip_download_of_a_small_wheel(cache):
     with pytest.raises(acq.AcquireError) as e:  # an unknown version: pip lists what exists
         acq.acquire(s, "0.0.999", None, cache)
     assert "pip index versions miles-rl" in str(e.value) and "0.0.2" in str(e.value)
+
+
+def test_latest_resolves_to_the_newest_release_and_records_it(cache):
+    asked = []
+
+    def lister(package, extra):
+        asked.append((package, extra))
+        return ["2.0.0rc1", "1.3.0", "1.2.3"]  # newest first, as `pip index versions` prints them
+
+    s = spec()
+    assert [p.rev for p in s.moving_pins] == ["latest"]  # every framework with releases has it
+    c = acq.acquire(s, "latest", None, cache, downloader=FakePip(), lister=lister)
+    assert c.pin == "latest" and c.resolved == "toy-dist==1.3.0" and "latest = 1.3.0" in c.info["moving"]
+    assert asked == [("toy-dist", ())]
+    with pytest.raises(acq.AcquireError, match="no releases on PyPI"):
+        acq.acquire(spec(package=None), "latest", None, cache, lister=lister)
+    assert wheels.latest_version("x", (), lambda p, e: ["0.3.0.post1", "0.3.0"]) == "0.3.0.post1"
