@@ -52,6 +52,14 @@ def test_group_advantage_by_hand():
     # std over the batch (rows 0, 1, 2: scores 1, 0, 3, mean 4/3, unbiased var 7/3), mean per group
     sb = math.sqrt(7 / 3) + 1e-6
     assert _rows({"std_level": "batch"}) == [round(0.5 / sb, 6), round(-0.5 / sb, 6), 0.0, 0.0]
+    # REINFORCE++-baseline: Dr.GRPO shaping (0.5, -0.5, 3 for the singleton) broadcast to the 6 trainable tokens
+    # (0.5, 0.5, -0.5, 3, 3, 3), then whitened over them (unbiased, eps 1e-8 under the sqrt)
+    toks = [0.5, 0.5, -0.5, 3.0, 3.0, 3.0]
+    m = sum(toks) / 6
+    sd = math.sqrt(sum((x - m) ** 2 for x in toks) / 5 + 1e-8)
+    white = group_advantage.reference(GROUPS, {"std": None, "whiten_tokens": True})["advantages"]
+    assert white[0, :2].tolist() == pytest.approx([(0.5 - m) / sd] * 2) and white[2, 0] == pytest.approx((3 - m) / sd)
+    assert white[0, 2] == 0 and white[3].abs().sum() == 0
     # the empty row counted (a framework that documents it): scores 1, 0, 5, mean 2, var 7
     assert _rows({"empty_rows": "counted"}) == [
         round(-1 / (math.sqrt(7) + 1e-6), 6),
@@ -113,6 +121,7 @@ VARIANTS = {
         {"empty_rows": "counted"},
         {"eps_place": "floor", "eps": 1e-3},
         {"std_level": "batch", "eps": 1e-4, "singleton": "zero"},
+        {"std": None, "whiten_tokens": True},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
     "normalization": [
@@ -170,7 +179,7 @@ def test_each_reference_passes_every_property_of_its_kind(kind, variant):
     assert result.findings == [], [(f.property, f.verdict.message, f.case) for f in result.findings]
     assert result.generated >= SOAK
     batch_level = kind == "normalization" and normalization.options(variant)["level"] == "batch"
-    batch_std = kind == "group-advantage" and variant.get("std_level") == "batch"
+    batch_std = kind == "group-advantage" and (variant.get("std_level") == "batch" or variant.get("whiten_tokens"))
     never = {"group-isolation"} if batch_level or batch_std else set()  # n/a: no group-level statistic
     assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked
 

@@ -373,6 +373,18 @@ def test_group_advantages_by_hand(kinds_at_new, entry, rows):
 
 
 @pytest.mark.network
+def test_reinforce_plus_plus_baseline_shapes_then_whitens_over_the_tokens(kinds_at_new):
+    h = kinds_at_new("reinforce++-baseline")
+    assert h.declared.variant == {"std": None, "whiten_tokens": True}
+    # r - mean_g: 0.5, -0.5 and the singleton's 2 (mean 0), on 2 + 1 + 3 trained tokens, then whitened over them
+    (adv,) = h.run(GROUPS)
+    toks = torch.tensor([0.5, 0.5, -0.5, 2.0, 2.0, 2.0], dtype=torch.float64)
+    white = (toks - toks.mean()) / (toks.var() + 1e-8).sqrt()
+    assert torch.allclose(adv[GROUPS.trainable].double(), white, rtol=1e-5, atol=1e-6), adv
+    assert verdicts(h.run, GROUPS, h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
 def test_grpo_counts_rows_without_trained_tokens_and_sums_rewards_under_the_mask(kinds_at_new):
     h = kinds_at_new("grpo")
     # row 2 has real tokens but none trained (rollout-correction rejection, rollout_corr_helper.py:1061): its

@@ -53,6 +53,10 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
             centred = None
         if centred is not None:
             return centred
+    if prop in ("pad-invariance", "permutation", "group-isolation"):
+        leak = _leak_probe(run, case, declared, prop)  # a twin of a poisoned case can fail through the leak
+        if leak is not None:
+            return leak
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     if prop == "poison":
@@ -103,16 +107,30 @@ def _centred_probe(run, case, declared: Declared, prop: str):
     return None
 
 
+def _leak_probe(run, case, declared: Declared, prop: str):
+    """The leak mechanism when `case` carries poison and `prop` holds once it is 0 (else None)."""
+    from oracles.diagnosis import Diagnosis
+
+    k = spec(declared.kind)
+    if not _carries_poison(case, k):
+        return None
+    try:
+        verdict = next(v for v in judge(run, clean_twin(case, k), declared, only=(prop,)) if v.property == prop)
+    except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing
+        return None
+    if verdict.status != "pass":
+        return None
+    mech = "masked-reward-leak" if declared.kind == "group-advantage" else "masked-statistics"
+    return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
+
+
 def _probe(run, case, declared: Declared, prop: str):
     from oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
-    if _carries_poison(case, k):  # the same case with clean masked positions: does the property hold?
-        clean = clean_twin(case, k)
-        verdict = next(v for v in judge(run, clean, declared, only=(prop,)) if v.property == prop)
-        if verdict.status == "pass":
-            mech = "masked-reward-leak" if declared.kind == "group-advantage" else "masked-statistics"
-            return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
+    leak = _leak_probe(run, case, declared, prop)
+    if leak is not None:
+        return leak
     if declared.kind == "group-advantage":  # the score placed on a masked tail token and lost there
         trimmed = _without_tails(case)
         if trimmed is not None:

@@ -17,6 +17,9 @@ Variants (`Declared.variant`, every key optional):
                | "counted" (the framework documents counting it)
     std_level  "group" (default) | "batch": the std over every counted row of the batch, the mean
                still per group (TRL's scale_rewards="batch"); a batch of one counted row gives 0
+    whiten_tokens  False (default) | True: then whiten the token advantages over every trainable
+               position of the batch, unbiased, eps 1e-8 under the sqrt (REINFORCE++-baseline: Dr.GRPO
+               shaping then verl's masked_whiten); undefined (None) below two trainable positions
 
 For a group of n >= 2 counted rows (two-pass float64 statistics):
 
@@ -41,6 +44,7 @@ DEFAULTS = {
     "singleton": "raw",
     "empty_rows": "excluded",
     "std_level": "group",
+    "whiten_tokens": False,
 }
 
 
@@ -178,11 +182,30 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
     return torch.where(use.bool(), adv, torch.zeros_like(adv))
 
 
-def reference(case: Case, variant: dict | None = None, vectorised: bool = False) -> dict[str, torch.Tensor]:
-    """The outputs: advantages [B, T], the row advantage at trainable positions, 0 elsewhere."""
-    rows = row_advantages(case, variant) if vectorised else row_advantages_loop(case, variant)
+def reference(case: Case, variant: dict | None = None, vectorised: bool = False) -> dict[str, torch.Tensor] | None:
+    """The outputs: advantages [B, T], the row advantage at trainable positions, 0 elsewhere (then
+    whitened over the trainable positions with `whiten_tokens`; None below two of them)."""
+    v = options(variant)
+    rows = row_advantages(case, v) if vectorised else row_advantages_loop(case, v)
     adv = torch.where(case.trainable, rows[:, None].expand(case.shape), torch.zeros(case.shape, dtype=torch.float64))
-    return {"advantages": adv}
+    if not v["whiten_tokens"]:
+        return {"advantages": adv}
+    live = case.trainable
+    n = int(live.sum())
+    if n < 2:
+        return None
+    if vectorised:
+        mean = adv[live].mean()
+        var = ((adv[live] - mean) ** 2).sum() / (n - 1)
+        white = (adv - mean) / (var + 1e-8).sqrt()
+        return {"advantages": torch.where(live, white, torch.zeros_like(adv))}
+    vals = [float(adv[b, t]) for b, t in live.nonzero().tolist()]
+    mean = sum(vals) / n
+    var = sum((x - mean) ** 2 for x in vals) / (n - 1)
+    out = torch.zeros(case.shape, dtype=torch.float64)
+    for b, t in live.nonzero().tolist():
+        out[b, t] = (float(adv[b, t]) - mean) / math.sqrt(var + 1e-8)
+    return {"advantages": out}
 
 
 def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
@@ -211,7 +234,13 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
         else:
             scale = big
         cond[rows] = (scale + 1.0) * (2.0 + math.log2(n))
-    return cond[:, None].expand(case.shape)
+    cond = cond[:, None].expand(case.shape)
+    if v["whiten_tokens"]:  # the whitening divides by the tokens' std: the cancellation grows with |a| / s
+        ref = reference(case, {**v, "whiten_tokens": False})["advantages"][case.trainable]
+        if ref.numel() > 1:
+            s_w = math.sqrt(float(ref.var()) + 1e-8)
+            cond = (cond + float(ref.abs().max()) / s_w + 1.0) * (2.0 + math.log2(ref.numel()))
+    return cond
 
 
 def peak(case: Case, variant: dict | None = None) -> float:

@@ -346,6 +346,13 @@ KIND_OVERRIDES: dict[str, dict] = {
     "rloo-vectorized": _group(
         {"estimator": "rloo", "singleton": "zero"}, "core_algos.py:866 (0.9.1) multiplies by response_mask"
     ),
+    # compute_reinforce_plus_plus_baseline_outcome_advantage (core_algos.py:536-584 at 0.9.1): s - mean_g over the
+    # unmasked score sums, a singleton gets mean 0 (:572-573), broadcast * response_mask (:581), then
+    # masked_whiten(scores, response_mask) * response_mask (:582): unbiased, eps 1e-8 under the sqrt
+    "reinforce++-baseline": {
+        **_group({"std": None, "whiten_tokens": True}, "core_algos.py:582 (0.9.1) multiplies by response_mask"),
+        "documented_errors": _MASKED_VAR_ERRORS,
+    },
     # kl_penalty_forward (core_algos.py:2216-2251 at 0.9.1): "kl"/"k1" d, "abs" |d|, "mse"/"k2" d^2 / 2
     "kl-k1": _kl({"estimator": "k1"}),
     "kl-abs": _kl({"estimator": "abs"}),

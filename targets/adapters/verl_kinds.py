@@ -2,7 +2,9 @@
 
 * group-advantage: `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage` ("grpo"; "drgrpo" with
   `norm_adv_by_std_in_grpo=False`), `compute_grpo_vectorized_outcome_advantage` ("grpo-vectorized"),
-  `compute_rloo_outcome_advantage` ("rloo") and `compute_rloo_vectorized_outcome_advantage` ("rloo-vectorized").
+  `compute_rloo_outcome_advantage` ("rloo"), `compute_rloo_vectorized_outcome_advantage` ("rloo-vectorized") and
+  `compute_reinforce_plus_plus_baseline_outcome_advantage` ("reinforce++-baseline": group baseline, then a token
+  whitening over the batch).
   Inputs as verl's `ray_trainer.compute_advantage` passes them: `token_level_rewards` [B, T] with the score placed
   by verl's own reward manager (the GAE adapter's `_score_placer`: the last attended response token) on top of the
   case's token rewards, `response_mask` int64, `index` an object array of str uids (ray_trainer.py builds
@@ -36,6 +38,7 @@ GROUP = {
     "grpo-vectorized": ("compute_grpo_vectorized_outcome_advantage", {"norm_adv_by_std_in_grpo": True}),
     "rloo": ("compute_rloo_outcome_advantage", {}),
     "rloo-vectorized": ("compute_rloo_vectorized_outcome_advantage", {}),
+    "reinforce++-baseline": ("compute_reinforce_plus_plus_baseline_outcome_advantage", {}),
 }
 # entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
