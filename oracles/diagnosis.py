@@ -60,6 +60,7 @@ MECHANISMS: dict[str, str] = {
     "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
     "group-mixing": "a group statistic crosses group boundaries (rows assumed contiguous or of one size)",
     "variant-mismatch": "the output is another variant's (std, eps, singleton rule, estimator): documented or not",
+    "implementations-disagree": "two implementations of one computation in the framework give different outputs",
     "unexplained": "no single-mechanism probe isolates it",
 }
 SEVERITIES = ("high", "medium", "low")

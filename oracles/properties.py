@@ -89,6 +89,9 @@ class Declared:
     pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
     kind: str = "gae"  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
     variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>.py)
+    # the run of a second implementation of the same computation in the framework, and its label
+    twin: Callable | None = field(default=None, compare=False, hash=False, repr=False)
+    twin_label: str = ""
 
 
 @dataclass

@@ -59,6 +59,9 @@ class TargetSpec:
     # set per entry through entry_overrides: one framework has entries of several kinds
     kind: str = "gae"
     variant: dict = field(default_factory=dict, hash=False)
+    # another entry of the framework computing the same thing (a vectorised twin of a loop): the
+    # `twin` property runs both on each case and compares them (set per entry)
+    twin_of: str | None = None
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:

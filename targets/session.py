@@ -13,6 +13,7 @@ ends, whatever happens inside it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,7 @@ def open_target(
         timeout=timeout,
         load_timeout=load_timeout,
     )
+    closers: list = []
     try:
         try:
             loaded = worker.start()
@@ -162,9 +164,33 @@ def open_target(
             raise SetupError(message) from None
         info = dict(loaded) | {"checkout": dict(checkout.info)}
         declared = spec.declared(ref.entry, ref.pin)
+        twin_of = spec.for_entry(ref.entry).twin_of
+        if twin_of is not None:
+            twin = _open_twin(spec, ref, twin_of, checkout, device, timeout, load_timeout)
+            if twin is not None:
+                closers.append(twin.close)
+                declared = dataclasses.replace(declared, twin=twin, twin_label=f"{ref.target}:{twin_of}@{ref.pin}")
+                info["twin"] = declared.twin_label
         yield Handle(spec, ref, ref.pin, checkout, checkout.resolved, worker, declared, info)
     finally:
         worker.close()
+        for close in closers:
+            close()
+
+
+def _open_twin(spec, ref, entry: str, checkout, device: str, timeout: float, load_timeout: float):
+    """A started worker for the twin entry, or None when it does not load at this pin."""
+    twin = Worker(
+        LoadSpec(spec.adapter_for(entry), str(checkout.root), entry, spec.stand_ins, spec.deny, spec.own, device),
+        timeout=timeout,
+        load_timeout=load_timeout,
+    )
+    try:
+        twin.start()
+    except (WorkerSkip, WorkerLoadError):
+        twin.close()
+        return None
+    return twin
 
 
 @contextlib.contextmanager

@@ -181,6 +181,7 @@ def test_each_reference_passes_every_property_of_its_kind(kind, variant):
     batch_level = kind == "normalization" and normalization.options(variant)["level"] == "batch"
     batch_std = kind == "group-advantage" and (variant.get("std_level") == "batch" or variant.get("whiten_tokens"))
     never = {"group-isolation"} if batch_level or batch_std else set()  # n/a: no group-level statistic
+    never.add("twin")  # the reference alone has no second implementation
     assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked
 
 
@@ -294,3 +295,20 @@ def test_a_clean_twin_that_crashes_under_nan_poison_is_a_no_crash_finding():
     verdicts = {v.property: v for v in judge(crash_when_clean, case, Declared(kind="kl", masked_zero=True))}
     assert verdicts["no-crash"].failed and verdicts["no-crash"].case is not None
     assert verdicts["poison-nonfinite"].status == "n/a"
+
+
+def test_the_twin_property_compares_two_implementations_of_one_computation():
+    import dataclasses
+
+    from oracles.diagnosis import diagnose
+
+    base = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
+    case = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
+    alone = {v.property: v for v in judge(zoo.grpo_correct, case, base)}
+    assert alone["twin"].status == "n/a"  # no second implementation declared
+    paired = dataclasses.replace(base, twin=zoo.grpo_biased_std, twin_label="zoo:biased")
+    verdicts = {v.property: v for v in judge(zoo.grpo_correct, case, paired)}
+    assert verdicts["twin"].failed and "zoo:biased" in verdicts["twin"].message
+    assert diagnose(zoo.grpo_correct, case, paired, "twin").mechanism == "implementations-disagree"
+    same = dataclasses.replace(base, twin=zoo.grpo_correct, twin_label="zoo:same")
+    assert {v.property: v for v in judge(zoo.grpo_correct, case, same)}["twin"].status == "pass"

@@ -336,6 +336,7 @@ SHORT = {
     "permutation": "perm",
     "group-isolation": "groups",
     "affine": "affine",
+    "twin": "twin",
 }
 
 

@@ -37,7 +37,7 @@ KINDS: dict[str, KindSpec] = {
     "group-advantage": KindSpec(
         "group-advantage",
         group_advantage,
-        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "deterministic", "reference"),
+        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "twin", "deterministic", "reference"),
         poisoned=("token_rewards",),
         affine="score",
         grouped=True,
@@ -45,7 +45,7 @@ KINDS: dict[str, KindSpec] = {
     "normalization": KindSpec(
         "normalization",
         normalization,
-        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "deterministic", "reference"),
+        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "twin", "deterministic", "reference"),
         poisoned=("x",),
         affine="x",
         grouped=True,
@@ -53,7 +53,7 @@ KINDS: dict[str, KindSpec] = {
     "kl": KindSpec(
         "kl",
         kl,
-        (*_COMMON, "masked-zero", "deterministic", "reference"),
+        (*_COMMON, "masked-zero", "twin", "deterministic", "reference"),
         poisoned=("logp", "ref_logp"),
     ),
 }
@@ -65,6 +65,7 @@ INVARIANT = {
     "permutation": "permuting rows (group ids kept) permutes the outputs",
     "group-isolation": "a group's outputs do not depend on the other groups",
     "affine": "a x + b (a > 0, large b) gives the reference of the moved input (std-normalised outputs unchanged)",
+    "twin": "two implementations of one computation in the framework (a loop and its vectorised twin) agree",
 }
 
 

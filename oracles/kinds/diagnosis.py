@@ -29,6 +29,7 @@ _BY_PROPERTY = {
     "pad-invariance": "masked-statistics",
     "permutation": "group-mixing",
     "group-isolation": "group-mixing",
+    "twin": "implementations-disagree",
 }
 NEIGHBOURS = {
     "group-advantage": {  # the mask-related option first: it names a masking mechanism

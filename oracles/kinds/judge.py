@@ -82,6 +82,7 @@ def judge(
         "group-isolation": lambda: _isolation(run, k, v, case, out),
         "affine": lambda: _affine(run, k, v, case),
         "deterministic": lambda: _deterministic(run, k, case, out, device),
+        "twin": lambda: _twin_agrees(declared, k, v, case, out),
     }
     for prop in k.properties:
         if prop in checks and prop in want:
@@ -321,6 +322,19 @@ def _affine(run, k, v, case: Case) -> Verdict:
     got = _twin(run, twin, k)
     bound = {n: kind_bound(twin.dtype, ref[n], k.module.condition(twin, v)) for n in k.outputs}
     return _compare("affine", ref, got, bound, twin.trainable, f"at {how} differs from the reference")
+
+
+def _twin_agrees(declared: Declared, k: KindSpec, v: dict, case: Case, out: Outputs) -> Verdict:
+    """The framework's other implementation of the same computation gives the same outputs at
+    trainable positions (a disagreement is a defect of the pair, whichever is right)."""
+    if declared.twin is None:
+        return _na("twin", "the framework has no second implementation of this entry")
+    try:
+        theirs = call(declared.twin, case, k)
+    except Exception as exc:  # noqa: BLE001 - the twin's own failure is its own finding, not this entry's
+        return _na("twin", f"{declared.twin_label} failed on this case: {_describe(exc)}")
+    msg = f"{declared.twin_label} gives a different output"
+    return _twin_compare("twin", k, v, case, out, theirs, case.trainable, msg)
 
 
 def _masked_zero(declared: Declared, k: KindSpec, case: Case, out: Outputs) -> Verdict:

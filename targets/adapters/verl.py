@@ -339,13 +339,15 @@ KIND_OVERRIDES: dict[str, dict] = {
                 "documents float32 statistics",
             },
         ),
+        "twin_of": "grpo",  # the loop it vectorises: the `twin` property compares them on every case
     },
     # n / (n - 1) (s - mean) (:630-633); a singleton keeps its raw score (:623, the loop skips n == 1)
     "rloo": _group({"estimator": "rloo"}, "core_algos.py:634 (0.9.1) multiplies by response_mask"),
     # (c s - sum_g) / max(c - 1, 1) * (c > 1) (:864): a singleton gets 0
-    "rloo-vectorized": _group(
-        {"estimator": "rloo", "singleton": "zero"}, "core_algos.py:866 (0.9.1) multiplies by response_mask"
-    ),
+    "rloo-vectorized": {
+        **_group({"estimator": "rloo", "singleton": "zero"}, "core_algos.py:866 (0.9.1) multiplies by response_mask"),
+        "twin_of": "rloo",  # the loop keeps a singleton's score (:623), this one zeroes it: the twin property shows it
+    },
     # compute_reinforce_plus_plus_baseline_outcome_advantage (core_algos.py:536-584 at 0.9.1): s - mean_g over the
     # unmasked score sums, a singleton gets mean 0 (:572-573), broadcast * response_mask (:581), then
     # masked_whiten(scores, response_mask) * response_mask (:582): unbiased, eps 1e-8 under the sqrt
