@@ -269,3 +269,23 @@ def test_grpo_at_git_main_takes_group_sizes():
         s = math.sqrt(0.5) + 1e-5
         assert adv[:, 0].tolist() == pytest.approx([0.5 / s, -0.5 / s, 0.0], rel=1e-6)
         assert kind_verdicts(h, case)["reference"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "rev",
+    [
+        "094adbb6c6c86ddb3d5e83e60d6141cf52f8c383",  # the AReaL-lite refactor (#154): group norms read from self
+        "20a8acc20214bdd0bede91908b83977183ae0417",  # the parent of #408: the KL reward inline, no KLEstimator
+    ],
+)
+def test_older_layouts_load_so_a_bisection_does_not_fall_into_skips(rev):
+    """Before KLEstimator and the Normalization class the method still holds the GAE loop: the
+    adapter loads it (no stores of `returns` at the refactor: the GAE identity A + V is reported)."""
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=areal=/path/to/areal-clone-or-mirror to test areal at git commits")
+    with open_target(f"areal@{rev}", repos=repos) as h:
+        assert "PPOActor.compute_advantages" in h.info["where"]
+        assert any("inline" in n for n in h.info["notes"])
+        assert verdicts(h.run, EX3)["score-kept"].failed  # the score on the masked tail, as at every pin

@@ -90,10 +90,20 @@ SELF_SET = (
     "discount",
     "gae_lambda",
     "adv_norm",
+    # the AReaL-lite layout (094adbb6c, #154) until the Normalization refactor (#303): group norms off
+    "group_reward_norm",
+    "group_adv_norm",
+    "group_size",
 )
 # read only inside `if self.config.overlong_reward_penalty:` (False here)
-CONFIG_SET = ("overlong_reward_penalty", "overlong_tokens", "overlong_penalty_factor", "max_new_tokens",
-              "use_decoupled_loss", "recompute_logprob")
+CONFIG_SET = (
+    "overlong_reward_penalty",
+    "overlong_tokens",
+    "overlong_penalty_factor",
+    "max_new_tokens",
+    "use_decoupled_loss",
+    "recompute_logprob",
+)
 
 SPEC = TargetSpec(
     id="areal",
@@ -235,11 +245,22 @@ def load(root: Path, entry: str | None) -> Loaded:
     rel = tree.rel(path)
     _check_reads(rel, method)
     fn = tree.function(path, method)
-    ns = tree.resolve(path, ["KLEstimator"])
-    if "KLEstimator" not in ns:
-        why = tree.unresolved.get(f"{rel}::KLEstimator", "not imported by the module")
-        raise BlockNotFound(f"areal: {rel} has no KLEstimator to build self.kl_estimator from ({why})")
-    kl_estimator = ns["KLEstimator"]("k1")
+    # before #408 (a80d33f05, Sep 2025) the method computes the KL reward inline, -kl_ctl * (old - ref), and has
+    # no self.kl_estimator: that layout loads too, so a bisection across it does not fall into skips
+    reads_estimator = any(
+        isinstance(n, ast.Attribute)
+        and n.attr == "kl_estimator"
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        for n in ast.walk(method)
+    )
+    kl_estimator = None
+    if reads_estimator:
+        ns = tree.resolve(path, ["KLEstimator"])
+        if "KLEstimator" not in ns:
+            why = tree.unresolved.get(f"{rel}::KLEstimator", "not imported by the module")
+            raise BlockNotFound(f"areal: {rel} has no KLEstimator to build self.kl_estimator from ({why})")
+        kl_estimator = ns["KLEstimator"]("k1")
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         data, kl_ctl = _data(case, device)
@@ -247,12 +268,19 @@ def load(root: Path, entry: str | None) -> Loaded:
         out = fn(me, data)
         out = data if out is None else out  # 0.3 - 0.5 mutate `data` and return None
         cols = slice(PROMPT - 1, PROMPT - 1 + case.shape[1])
-        return out["advantages"][:, cols], out["returns"][:, cols]
+        adv = out["advantages"][:, cols]
+        if "returns" not in out:  # the AReaL-lite layout stores no returns: the GAE identity A + V
+            return adv, adv + out["values"][:, cols].to(adv.dtype)
+        return adv, out["returns"][:, cols]
 
     notes = [
         f"{rel}::PPOActor.{method.name} (line {method.lineno}) compiled from source, decorators dropped, "
         "called with self = namespace of: " + ", ".join(SELF_SET),
-        "self.kl_estimator = KLEstimator('k1') compiled from " + tree.provenance.get(_kl_key(tree), "source"),
+        (
+            "self.kl_estimator = KLEstimator('k1') compiled from " + tree.provenance.get(_kl_key(tree), "source")
+            if reads_estimator
+            else "the KL reward is inline at this pin (-kl_ctl * (old_logp - ref_logp)); no KLEstimator"
+        ),
         f"data: prompt of {PROMPT} tokens + window + 1 pad column; window k = rolled index {PROMPT - 1} + k",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
@@ -331,6 +359,9 @@ def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:
         discount=case.gamma,
         gae_lambda=case.lam,
         adv_norm=None,
+        group_reward_norm=False,
+        group_adv_norm=False,
+        group_size=1,
     )
 
 
