@@ -166,11 +166,12 @@ def open_target(
         declared = spec.declared(ref.entry, ref.pin)
         twin_of = spec.for_entry(ref.entry).twin_of
         if twin_of is not None:
+            label = f"{ref.target}:{twin_of}@{ref.pin}"
             twin = _open_twin(spec, ref, twin_of, checkout, device, timeout, load_timeout)
             if twin is not None:
                 closers.append(twin.close)
-                declared = dataclasses.replace(declared, twin=twin, twin_label=f"{ref.target}:{twin_of}@{ref.pin}")
-                info["twin"] = declared.twin_label
+            declared = dataclasses.replace(declared, twin=twin, twin_label=label)
+            info["twin"] = label if twin is not None else f"{label} (does not load at this pin: twin is n/a)"
         yield Handle(spec, ref, ref.pin, checkout, checkout.resolved, worker, declared, info)
     finally:
         worker.close()

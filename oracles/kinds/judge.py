@@ -328,6 +328,8 @@ def _twin_agrees(declared: Declared, k: KindSpec, v: dict, case: Case, out: Outp
     """The framework's other implementation of the same computation gives the same outputs at
     trainable positions (a disagreement is a defect of the pair, whichever is right)."""
     if declared.twin is None:
+        if declared.twin_label:
+            return _na("twin", f"{declared.twin_label} does not load at this pin")
         return _na("twin", "the framework has no second implementation of this entry")
     try:
         theirs = call(declared.twin, case, k)
