@@ -94,6 +94,10 @@ SELF_SET = (
     "group_reward_norm",
     "group_adv_norm",
     "group_size",
+    # turn-level GAE and per-trajectory lambdas (2026): off, the token-level GAE with a static lambda
+    "gae_timestep_unit",
+    "_gae_lambda_is_custom",
+    "_compute_gae_lambda",
 )
 # read only inside `if self.config.overlong_reward_penalty:` (False here)
 CONFIG_SET = (
@@ -307,7 +311,7 @@ def _locate(tree: SourceTree) -> tuple[Path, ast.FunctionDef]:
         if method is None:
             continue
         seen.append(f"{rel}::PPOActor.{name}")
-        if find_gae_loop(method) is not None:
+        if find_gae_loop(method) is not None or _delegated_gae(tree, path, method) is not None:
             return path, method
     if not seen:
         looked = ", ".join(f"{rel}::PPOActor.{name}" for rel, name in METHODS)
@@ -316,6 +320,33 @@ def _locate(tree: SourceTree) -> tuple[Path, ast.FunctionDef]:
         f"areal: {', '.join(seen)} exist(s) but none holds the GAE loop (`for t in reversed(range(...))` assigning "
         "lastgaelam); the adapter must learn the new shape before this pin can be tested"
     )
+
+
+def _delegated_gae(tree: SourceTree, path: Path, method: ast.FunctionDef) -> str | None:
+    """The module-level function of `path` that `method` calls and that holds the GAE loop (AReaL
+    2026 moved it into `_compute_token_level_gae`), or None."""
+    module = tree.file(path).tree
+    defs = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
+    imported = {
+        a.asname or a.name: (node.module, a.name)
+        for node in module.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for a in node.names
+    }
+    for n in ast.walk(method):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+            continue
+        func = defs.get(n.func.id)
+        if func is None and n.func.id in imported:  # from areal.trainer.ppo.gae import _compute_token_level_gae
+            mod, name = imported[n.func.id]
+            other = tree.module_file(mod)
+            if other is not None:
+                func = next(
+                    (d for d in tree.file(other).tree.body if isinstance(d, ast.FunctionDef) and d.name == name), None
+                )
+        if func is not None and find_gae_loop(func) is not None:
+            return n.func.id
+    return None
 
 
 def _check_reads(rel: str, method: ast.FunctionDef) -> None:
@@ -362,6 +393,9 @@ def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:
         group_reward_norm=False,
         group_adv_norm=False,
         group_size=1,
+        gae_timestep_unit="token",
+        _gae_lambda_is_custom=False,
+        _compute_gae_lambda=None,
     )
 
 
@@ -402,6 +436,8 @@ def _data(case: Case, device: str) -> tuple[dict, float]:
         "logprobs": torch.zeros(b_rows, length, dtype=torch.float32, device=device),
         "ref_logp": ref_logp,
         "values": values,
-        "rewards": x["score"].clone(),
+        # float32 whatever the case's dtype: every workflow builds torch.tensor(reward, dtype=torch.float32)
+        # (areal/workflow/rlvr.py:176, multi_turn.py:132 at 4aef98d8d818; :178 / :134 at cbff54d64)
+        "rewards": x["score"].float(),
     }
     return data, scale
