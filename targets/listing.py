@@ -43,6 +43,7 @@ def rows(
             "package": spec.package,
             "repo": str(repos[tid]) if tid in repos else None,
             "entries": list(spec.entries),
+            "kinds": {e: spec.kind_of(e) for e in spec.entries},
             "pins": pins,
             "notes": spec.notes,
             "api": spec.domain.restrictions(),
@@ -66,9 +67,9 @@ def render(data: list[dict], cache: Path | None = None) -> str:
             source.append(f"pypi:{t['package']}")
         whitens = ", whitens" if t["whitens"] else ""
         lines.append(f"{t['id']}  ({t['contract']}{whitens})  {'  '.join(source)}")
-        entries = list(t["entries"])
-        entries[0] += " (default)"
-        lines.append(f"    entries: {', '.join(entries)}")
+        kinds = t.get("kinds", {})
+        entries = [f"{e} ({kinds.get(e, 'gae')})" for e in t["entries"]]
+        lines.append(f"    entries (kind; the first is the default): {', '.join(entries)}")
         for name, why in t.get("api", {}).items():
             lines.append(f"    api: no {name}: {why}")
         if t.get("pipeline") is None:

@@ -188,5 +188,5 @@ def test_targets_command_lists_pins_and_offline_availability(toy, capsys, monkey
     assert [(p["rev"], p["kind"], p["offline"]) for p in t["pins"]] == [("v2", "git", True), ("v1", "git", True)]
     assert command.run(argparse.Namespace(repo=[], json=False)) == 0  # no --repo, nothing cached: needs network
     text = capsys.readouterr().out
-    assert "toy  (dense)" in text and "entries: default (default), double" in text
+    assert "toy  (dense)" in text and "entries (kind; the first is the default): default (gae), double (gae)" in text
     assert "v2" in text and "needs network" in text and "1 targets, 2 pins (0 available offline)" in text
