@@ -222,3 +222,30 @@ def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
     assert "0.5.0" in text and "fix" in text
     each = d["seconds_per_evaluation"]
     print(f"\n[verl releases] {d['evaluations']} evaluations, {d['seconds']:.1f} s, {each:.2f} s each", file=sys.stderr)
+
+
+@pytest.mark.network
+def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
+    """verl's REINFORCE++ (the returns kind) reset the return at a masked token up to 0.8.0; a gap
+    case recorded on the entry `verl:reinforce++` at 0.5.0 passes at 0.9.1. The kind travels with
+    the entry: nothing changes on the user's side (`--versions` keeps it to the two cached wheels)."""
+    from fuzz import corpus
+    from fuzz.cli import main
+    from oracles.case import Case
+
+    monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
+    gap = Case.build(trainable=[[1, 1]], score=[1.0], gamma=1.0, lam=1.0)  # a gap inserted at 1 resets the return
+    entry = corpus.Entry(
+        "verl", "0.5.0", "gap-invariance", gap, Verdict("gap-invariance", "fail", "differs"), entry_point="reinforce++"
+    )
+    case_file = corpus.save(entry, tmp_path / "corpus")
+    out = tmp_path / "bisect.json"
+    args = ["bisect", str(case_file), "--old", "0.5.0", "--new", "0.9.1", "--versions", "0.5.0,0.9.1"]
+    code = main([*args, "--json", str(out)])
+    text = capsys.readouterr().out
+    if code == 2 and "index" in text:
+        pytest.skip(f"the package index is not reachable: {text[-200:]}")
+    d = json.loads(out.read_text())
+    assert code == 0, text
+    assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.9.1", d
+    assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD
