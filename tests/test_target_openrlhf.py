@@ -211,24 +211,16 @@ def test_the_pipeline_domain_is_cited_and_rejects_what_it_narrows(pin):
 # maker's real compute_advantages_and_returns (group_norm / dr_grpo / rloo / reinforce),
 # compute_approx_kl (kl-k1/k2/k3) and masked_mean. Values below are hand-computed from the code.
 # ---------------------------------------------------------------------------------------------
-from oracles.kinds.judge import judge as kind_judge  # noqa: E402
+from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def entry():
-    handles, stack = {}, contextlib.ExitStack()
-
-    def get(name: str):
-        if name not in handles:
-            handles[name] = stack.enter_context(opened(f"openrlhf:{name}@{NEWEST}"))
-        return handles[name]
-
-    with stack:
+    with handle_cache(lambda name: opened(f"openrlhf:{name}@{NEWEST}")) as get:
         yield get
 
 
-def kind_verdicts(h, case: Case) -> dict:
-    return {v.property: v for v in kind_judge(h.run, case, h.declared)}
+kind_verdicts = verdicts_by_property
 
 
 # two groups interleaved (ids are labels); row 2 starts with a masked prompt token

@@ -267,30 +267,15 @@ def test_tree_without_roll_is_not_present(tmp_path):
 #   discounts once per segment with one value per segment (documented in its docstring; all-trainable,
 #   gap-invariance and reference with gamma < 1); the observation tail loses the score (score-kept).
 # ---------------------------------------------------------------------------------------------
-from oracles.kinds import judge as kinds_judge  # noqa: E402
+from kind_support import failed_properties, handle_cache  # noqa: E402
 
-
-def kind_failed(handle, case: Case) -> set[str]:
-    if handle.declared.kind == "returns":
-        return {v.property for v in judge(handle.run, case, handle.declared) if v.failed}
-    return {v.property for v in kinds_judge.judge(handle.run, case, handle.declared) if v.failed}
+kind_failed = failed_properties
 
 
 @pytest.fixture(scope="module")
 def kinds_open():
-    opened: dict = {}
-    stack = []
-
-    def get(entry: str):
-        if entry not in opened:
-            cm = _open(f"roll:{entry}@{HEAD_PIN}")
-            opened[entry] = cm.__enter__()
-            stack.append(cm)
-        return opened[entry]
-
-    yield get
-    for cm in reversed(stack):
-        cm.__exit__(None, None, None)
+    with handle_cache(lambda entry: _open(f"roll:{entry}@{HEAD_PIN}")) as get:
+        yield get
 
 
 def test_kind_entries_are_declared_with_cited_pipelines():

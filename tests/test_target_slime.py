@@ -254,30 +254,15 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_slime_never_buil
 # ---------------------------------------------------------------------------------------------
 import math  # noqa: E402
 
-from oracles.kinds import judge as kinds_judge  # noqa: E402
+from kind_support import failed_properties, handle_cache  # noqa: E402
 
-
-def kind_failed(handle, case: Case) -> set[str]:
-    if handle.declared.kind == "returns":
-        return {v.property for v in judge(handle.run, case, handle.declared) if v.failed}
-    return {v.property for v in kinds_judge.judge(handle.run, case, handle.declared) if v.failed}
+kind_failed = failed_properties
 
 
 @pytest.fixture(scope="module")
 def kinds_open(repos):
-    opened: dict = {}
-    stack = []
-
-    def get(entry: str):
-        if entry not in opened:
-            cm = open_target(f"slime:{entry}@{HEAD}", repos=repos)
-            opened[entry] = cm.__enter__()
-            stack.append(cm)
-        return opened[entry]
-
-    yield get
-    for cm in reversed(stack):
-        cm.__exit__(None, None, None)
+    with handle_cache(lambda entry: open_target(f"slime:{entry}@{HEAD}", repos=repos)) as get:
+        yield get
 
 
 def test_kind_entries_are_declared_with_cited_pipelines():

@@ -249,26 +249,17 @@ def test_git_main_has_the_same_functions():
 # per-step branch, mc-advantage-sum: trajectory_return="sum") and KLComputation (kl). Values are
 # hand-computed from torchrl/objectives/llm/grpo.py:1502-1512, 1583 and envs/llm/transforms/kl.py:1558-1563.
 # ---------------------------------------------------------------------------------------------
-import contextlib  # noqa: E402
 
-from oracles.kinds.judge import judge as kind_judge  # noqa: E402
+from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def entry():
-    handles, stack = {}, contextlib.ExitStack()
-
-    def get(name: str):
-        if name not in handles:
-            handles[name] = stack.enter_context(open_target(f"torchrl:{name}@{PIN}"))
-        return handles[name]
-
-    with stack:
+    with handle_cache(lambda name: open_target(f"torchrl:{name}@{PIN}")) as get:
         yield get
 
 
-def kind_verdicts(h, case: Case) -> dict:
-    return {v.property: v for v in kind_judge(h.run, case, h.declared)}
+kind_verdicts = verdicts_by_property
 
 
 # two groups interleaved (ids are labels); row 2 starts with a masked prompt token

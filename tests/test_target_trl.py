@@ -314,28 +314,20 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
 # GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at the pin.
 # Values below are hand-computed from TRL's code (nanstd unbiased, std + 1e-4, nan_to_num).
 # ---------------------------------------------------------------------------------------------
-import contextlib  # noqa: E402
+
+from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
 from fuzz.strategies import Sizes  # noqa: E402
-from oracles.kinds.judge import judge as kind_judge  # noqa: E402
 from targets.adapters import trl_kinds  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def group_entry():
-    handles, stack = {}, contextlib.ExitStack()
-
-    def get(name: str, pin: str = NEWEST_PPO):
-        if (name, pin) not in handles:
-            handles[name, pin] = stack.enter_context(open_target(f"trl:{name}@{pin}"))
-        return handles[name, pin]
-
-    with stack:
+    with handle_cache(lambda name, pin=NEWEST_PPO: open_target(f"trl:{name}@{pin}")) as get:
         yield get
 
 
-def kind_verdicts(h, case: Case) -> dict:
-    return {v.property: v for v in kind_judge(h.run, case, h.declared)}
+kind_verdicts = verdicts_by_property
 
 
 # groups 7 and 4 interleaved (ids are labels), group 9 a singleton; row 2 starts with a masked token

@@ -33,11 +33,13 @@ class KindSpec:
 
 
 _COMMON = ("no-crash", "poison-nonfinite", "poison", "pad-invariance")
+_TAIL = ("masked-zero", "twin", "deterministic", "reference")
+_STATISTICS = (*_COMMON, "permutation", "group-isolation", "affine", *_TAIL)  # kinds with row / group statistics
 KINDS: dict[str, KindSpec] = {
     "group-advantage": KindSpec(
         "group-advantage",
         group_advantage,
-        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "twin", "deterministic", "reference"),
+        _STATISTICS,
         poisoned=("token_rewards",),
         affine="score",
         grouped=True,
@@ -45,7 +47,7 @@ KINDS: dict[str, KindSpec] = {
     "normalization": KindSpec(
         "normalization",
         normalization,
-        (*_COMMON, "permutation", "group-isolation", "affine", "masked-zero", "twin", "deterministic", "reference"),
+        _STATISTICS,
         poisoned=("x",),
         affine="x",
         grouped=True,
@@ -53,7 +55,7 @@ KINDS: dict[str, KindSpec] = {
     "kl": KindSpec(
         "kl",
         kl,
-        (*_COMMON, "masked-zero", "twin", "deterministic", "reference"),
+        (*_COMMON, *_TAIL),
         poisoned=("logp", "ref_logp"),
     ),
 }
