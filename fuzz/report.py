@@ -132,6 +132,8 @@ class Coverage:
     failed: dict = field(default_factory=dict)
     replayed: dict = field(default_factory=lambda: defaultdict(set))
     notes: list = field(default_factory=list)
+    source: str = ""  # a --callable's git repository (`maskfuzz fuzz --source`)
+    callable: str = ""  # its MODULE:FUNC
 
     @property
     def where(self) -> str:
@@ -252,6 +254,8 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
         status = _field(t, "status", str, path, where)
         cov = night.cover(key, pin)
         cov.resolved = t.get("resolved") or cov.resolved
+        cov.source = t.get("source") or cov.source
+        cov.callable = t.get("callable") or cov.callable
         cov.fuzzed = True
         if status == "ok":
             cov.status = "ok"
@@ -380,6 +384,9 @@ def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
     for c in data.get("coverage") or []:
         cov = night.cover(c["target"], c["pin"])
         cov.status, cov.reason, cov.resolved = c.get("status", ""), c.get("reason", ""), c.get("resolved", "")
+        cov.source, cov.callable = c.get("source") or "", c.get("callable") or ""
+        cov.examples = int(c.get("examples") or 0)
+        cov.checked, cov.failed = dict(c.get("checked") or {}), dict(c.get("failed") or {})
 
 
 def _corpus_id(corpus_file: str | None) -> str | None:
@@ -532,10 +539,26 @@ MATRIX_LEGEND = (
 )
 
 
-def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path] = (), now: str = "") -> Document:
+@dataclass
+class Bisections:
+    """The nightly bisections (`fuzz.nightly_bisect`): their results, and the new / fixed findings
+    not bisected with the reason (failure, state, reason)."""
+
+    results: list = field(default_factory=list)
+    not_bisected: list = field(default_factory=list)
+
+
+def build(
+    tonight: Night,
+    cmp: Comparison,
+    out: Path,
+    repro_dirs: Iterable[Path] = (),
+    now: str = "",
+    bisections: Bisections | None = None,
+) -> Document:
     """The report's content; copies corpus entries / reproducers of listed findings into `out`."""
     repro_dirs = [Path(d) for d in repro_dirs]
-    links = _Linker(out, repro_dirs)
+    links = _Linker(out, repro_dirs, [*cmp.new, *cmp.still, *(f for f, _ in cmp.fixed)])
     per_cell: dict[tuple, int] = defaultdict(int)
     for ident in tonight.failures:
         per_cell[(ident.target, ident.pin, ident.property)] += 1
@@ -597,6 +620,7 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
                 _defect_rows(cmp.new + cmp.still, state),
             ),
         ),
+        *([_bisect_section(bisections, links, out)] if bisections is not None else []),
         Section(
             "Matrix",
             MATRIX_LEGEND,
@@ -654,6 +678,52 @@ def build(tonight: Night, cmp: Comparison, out: Path, repro_dirs: Iterable[Path]
     return Document("maskfuzz nightly report", lines, sections)
 
 
+def _bisect_section(b: Bisections, links: "_Linker", out: Path) -> Section:
+    """One row per new / fixed finding at a pin that moved since the previous night: the commit or
+    release that introduced or fixed it, or why there is none."""
+    rows = []
+    for res in b.results:
+        j = res.job
+        f = _failure_for(links, j)
+        rows.append([
+            "new" if j.kind == "cause" else "fixed", f"{j.target}@{j.pin}", j.property,
+            f"{_short_rev(j.old)} .. {_short_rev(j.new)}", res.status, res.summary,
+            f"{res.evaluations} ({res.skips} skipped) over {res.revisions} {j.unit}s" if res.evaluations else "",
+            links.repro(f) if f else "", links.upstream_test(f) if f else "",
+            _out_link(res.log_path, out, "log"),
+        ])  # fmt: skip
+    for f, state, why in b.not_bisected:
+        i = f.identity
+        test = links.upstream_test(f)
+        rows.append([state, i.where, i.property, "", "not bisected", why, "", links.repro(f), test, ""])
+    return Section(
+        "Bisected: the upstream change behind tonight's new and fixed findings",
+        "A finding new (or fixed) tonight at a pin that moved since the previous night is bisected between the "
+        "previous night's resolved revision and tonight's with its corpus entry (`maskfuzz bisect`); both ends are "
+        "re-checked, so a finding that already failed before is never blamed on a commit.",
+        Table(
+            ["state", "target@pin", "property", "range", "result", "commit / release", "evaluations", "repro",
+             "upstream test", "log"],
+            rows,
+        ),  # fmt: skip
+    )
+
+
+def _failure_for(links: "_Linker", job) -> Failure | None:
+    return links.failures.get(Identity(job.target, job.pin, job.property, job.signature))
+
+
+def _short_rev(rev: str) -> str:
+    return rev[:12] if re.fullmatch(r"[0-9a-f]{40}", rev) else rev
+
+
+def _out_link(path: Path | None, out: Path, text: str) -> Link | str:
+    if path is None or not Path(path).is_file():
+        return ""
+    rel = _rel(path, out)
+    return Link(text, rel) if rel and not rel.startswith("/") else str(path)
+
+
 def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
     groups: dict[str, list[Failure]] = defaultdict(list)
     for f in failing:
@@ -685,8 +755,9 @@ def _skip_rows(skips: list[tuple[str, str, str, str]]) -> list[list[str]]:
 class _Linker:
     """Copies corpus entries and reproducers into the output folder and gives links relative to it."""
 
-    def __init__(self, out: Path, repro_dirs: list[Path]):
+    def __init__(self, out: Path, repro_dirs: list[Path], failures: Iterable[Failure] = ()):
         self.out, self.repro_dirs = out, repro_dirs
+        self.failures = {f.identity: f for f in failures}
 
     def corpus(self, f: Failure) -> Link | str:
         if f.corpus_file is None or not Path(f.corpus_file).is_file():
@@ -710,6 +781,13 @@ class _Linker:
                     shutil.copytree(src, dest, dirs_exist_ok=True)
                 return Link("report", f"repro/{f.corpus_id}/report.md")
         return ""
+
+    def upstream_test(self, f: Failure) -> Link | str:
+        """The upstream test the reproducer wrote (`repro/<id>/test_*.py`), once `repro` copied it."""
+        if not f.corpus_id or not self.repro(f):
+            return ""
+        tests = sorted((self.out / "repro" / f.corpus_id).glob("test_*.py"))
+        return Link(tests[0].name, f"repro/{f.corpus_id}/{tests[0].name}") if tests else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -810,7 +888,7 @@ def render_html(doc: Document) -> str:
 # ---------------------------------------------------------------------------------------------
 # The machine-readable report: tomorrow's --previous.
 # ---------------------------------------------------------------------------------------------
-def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
+def report_json(tonight: Night, cmp: Comparison, out: Path, now: str, bisections: Bisections | None = None) -> dict:
     """report.json: tonight's coverage, every classified finding, and the open set (failing tonight
     plus unknown, carried forward) that the next night compares against."""
 
@@ -829,7 +907,17 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
         } | {k: v for k, v in f.triage.items() if k != "severity"}
         if why:
             d["why"] = why
+        if f.identity in bisected:
+            d["bisection"] = bisected[f.identity]
         return d
+
+    bisected = {}
+    if bisections is not None:
+        for res in bisections.results:
+            j = res.job
+            bisected[Identity(j.target, j.pin, j.property, j.signature)] = _bisection_json(res, out)
+        for f, _, why in bisections.not_bisected:
+            bisected[f.identity] = {"status": "not bisected", "summary": why}
 
     for f in cmp.new:
         f.first_seen = f.first_seen or now
@@ -857,6 +945,7 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
                 "checked": c.checked,
                 "failed": c.failed,
             }
+            | ({"source": c.source, "callable": c.callable} if c.source else {})
             for c in tonight.coverage.values()
         ],
         "defects": [
@@ -865,6 +954,14 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str) -> dict:
         ],
         "findings": items,
         "open": [d for d in items if d["state"] in ("new", "still-failing", "unknown")],
+    } | ({"bisections": list(bisected.values())} if bisections is not None else {})
+
+
+def _bisection_json(res, out: Path) -> dict:
+    return res.to_dict() | {
+        "case": _rel(res.job.case, out),
+        "json": _rel(res.json_path, out),
+        "log": _rel(res.log_path, out),
     }
 
 
@@ -884,8 +981,11 @@ def write_report(
     repro_dirs: list[Path] = (),
     corpus_roots: list[Path] = (),
     now: str | None = None,
+    bisect=None,
 ) -> tuple[Document, Comparison]:
     """Read, compare and write `out/report.md`, `out/report.html` and `out/report.json`.
+    `bisect(jobs, folder) -> results` (e.g. `fuzz.nightly_bisect.run`) bisects the new and fixed
+    findings at pins that moved since the previous night; None bisects nothing.
     Raises ReportInputError (naming the file) before writing anything when an input is unreadable."""
     now = now or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     tonight = load_night(results, corpus_roots)
@@ -893,9 +993,15 @@ def write_report(
     cmp = compare(tonight, prev)
     out.mkdir(parents=True, exist_ok=True)
     repro_dirs = list(repro_dirs) + (prev.repro_dirs if prev else [])  # tonight's first
-    doc = build(tonight, cmp, out, repro_dirs, now)
+    bisections = None
+    if bisect is not None:
+        from fuzz import nightly_bisect
+
+        jobs, not_bisected = nightly_bisect.plan(cmp, tonight, prev)
+        bisections = Bisections(bisect(jobs, out / "bisect") if jobs else [], not_bisected)
+    doc = build(tonight, cmp, out, repro_dirs, now, bisections)
     (out / "report.md").write_text(render_markdown(doc), encoding="utf-8")
     (out / "report.html").write_text(render_html(doc), encoding="utf-8")
-    data = report_json(tonight, cmp, out, now)
+    data = report_json(tonight, cmp, out, now, bisections)
     (out / "report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return doc, cmp

@@ -8,7 +8,9 @@
 #      writing fuzz.json, fuzz.xml (JUnit) and new findings into a corpus
 #   2. replay that corpus (every entry at its recorded and ledger pins) into replay.json
 #   3. write reproducers for the new corpus entries, when `maskfuzz repro` exists
-#   4. maskfuzz report against the previous local night (the newest earlier run under OUT)
+#   4. maskfuzz report against the previous local night (the newest earlier run under OUT), bisecting
+#      each finding new or fixed tonight at a pin that moved since then (@main, @latest, a callable's
+#      @HEAD) between the two nights' revisions: the report names the commit or release
 #
 # Options:
 #   -o, --out DIR         where runs go (default: nightly-out); each run is DIR/<UTC time>
@@ -22,6 +24,8 @@
 #   --previous FILE       the previous report.json (default: the newest under OUT)
 #   --no-replay           skip step 2
 #   --no-repro            skip step 3 (a reproducer runs its script on the pin: seconds each)
+#   --no-bisect           do not bisect new / fixed findings in step 4
+#   --bisect-timeout S    seconds one bisection may take (default 1800)
 #   -h, --help
 #
 # The exit status is 0 when the report was written (findings are the output, not an error),
@@ -41,6 +45,8 @@ CORPUS=""
 PREVIOUS=""
 REPLAY=1
 REPRO=1
+BISECT=1
+BISECT_TIMEOUT=1800
 TARGETS=()
 EXTRA=()
 
@@ -57,13 +63,15 @@ while [ $# -gt 0 ]; do
     --previous) need "$@"; PREVIOUS=$2; shift 2 ;;
     --no-replay) REPLAY=0; shift ;;
     --no-repro) REPRO=0; shift ;;
+    --no-bisect) BISECT=0; shift ;;
+    --bisect-timeout) need "$@"; BISECT_TIMEOUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     -*) echo "nightly_local.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
 done
-for n in "$JOBS" ${MAX_EXAMPLES:+"$MAX_EXAMPLES"} "$SEED"; do
+for n in "$JOBS" ${MAX_EXAMPLES:+"$MAX_EXAMPLES"} "$SEED" "$BISECT_TIMEOUT"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "nightly_local.sh: expected a whole number, got '$n'" >&2; exit 2; }
 done
 command -v maskfuzz > /dev/null || { echo "nightly_local.sh: maskfuzz is not on PATH (pip install -e .)" >&2; exit 2; }
@@ -131,12 +139,27 @@ echo "$(wc -l < "$RUN/out/new-corpus-files.txt") new corpus entr(y/ies): $RUN/ou
 if [ "$REPRO" = 0 ]; then
   echo "(--no-repro: no reproducers)"
 elif maskfuzz repro --help > /dev/null 2>&1; then
+  # a --callable's entries (corpus/<module>/...) are reproduced on that callable, from its --source
+  declare -A CALLABLE=()
+  SOURCE=""
+  for ((i = 0; i < ${#EXTRA[@]}; i++)); do
+    case "${EXTRA[$i]}" in
+      --callable) c=${EXTRA[$((i + 1))]:-}; c=${c%%@*}; m=${c%%:*}; CALLABLE[${m%%.*}]=$c ;;
+      --source) SOURCE=${EXTRA[$((i + 1))]:-} ;;
+    esac
+  done
   made=0
   while read -r f; do
     id=$(basename "$f" .json); id=${id##*-}
-    step maskfuzz repro "$f" -o "$RUN/repro/$id"
+    owner=$(basename "$(dirname "$f")")
+    REPRO_ARGS=()
+    if [ -n "${CALLABLE[$owner]:-}" ]; then
+      REPRO_ARGS=(--callable "${CALLABLE[$owner]}")
+      [ -n "$SOURCE" ] && REPRO_ARGS+=(--source "$SOURCE")
+    fi
+    step maskfuzz repro "$f" ${REPRO_ARGS[@]+"${REPRO_ARGS[@]}"} -o "$RUN/repro/$id"
     rc=0
-    maskfuzz repro "$f" -o "$RUN/repro/$id" > /dev/null 2>> "$RUN/out/repro.log" || rc=$?
+    maskfuzz repro "$f" ${REPRO_ARGS[@]+"${REPRO_ARGS[@]}"} -o "$RUN/repro/$id" > /dev/null 2>> "$RUN/out/repro.log" || rc=$?
     case $rc in
       0) made=$((made + 1)) ;;
       1) made=$((made + 1)); echo "  written, but the case does not fail at its pin (see the reproducer)" ;;
@@ -151,6 +174,7 @@ fi
 # 4. report
 REPORT=(maskfuzz report "${RESULTS[@]}" -o "$RUN/report" --corpus "$CORPUS" --repro-dir "$RUN/repro" --quiet)
 [ -n "$PREVIOUS" ] && REPORT+=(--previous "$PREVIOUS")
+[ "$BISECT" = 1 ] && [ -n "$PREVIOUS" ] && REPORT+=(--bisect --bisect-timeout "$BISECT_TIMEOUT")
 step "${REPORT[@]}"
 "${REPORT[@]}"
 echo

@@ -203,11 +203,13 @@ def open_callable(
     *,
     declared: Declared | None = None,
     path: Path | None = None,
+    resolved: str | None = None,
     load_timeout: float = 300.0,
 ) -> Iterator[Handle]:
     """A user's function `MODULE:FUNC` (canonical keyword signature, see targets.adapters.callable)
     in a worker, judged against `contract` (or the full `declared` promise). `path` is put first on
-    the worker's sys.path; otherwise the module comes from PYTHONPATH or the working directory."""
+    the worker's sys.path; otherwise the module comes from PYTHONPATH or the working directory.
+    `resolved` is what `path` holds (the commit of a git checkout), reported as the handle's."""
     module, colon, func = target.partition(":")
     if not colon or not module or not func or not re.fullmatch(r"[\w.]+", module + "." + func):
         raise RefError(f"--callable expects MODULE:FUNC (e.g. mypkg.gae:compute), got {target!r}")
@@ -228,7 +230,7 @@ def open_callable(
             raise SetupError(f"--callable {target}: {exc} -- is the module on PYTHONPATH, with {func}?") from None
         except WorkerLoadError as exc:
             raise SetupError(f"--callable {target}: importing it failed:\n{_tail(str(exc))}") from None
-        yield Handle(spec, ref, "local", None, target, worker, declared, dict(loaded))
+        yield Handle(spec, ref, "local", None, resolved or target, worker, declared, dict(loaded))
     finally:
         worker.close()
 

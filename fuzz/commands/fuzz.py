@@ -1,11 +1,13 @@
 """`maskfuzz fuzz`: fuzz targets (or a user's function) and report the shrunk findings.
 
-    maskfuzz fuzz [TARGET[:ENTRY][@PIN] ...] [--callable MODULE:FUNC --contract compressed|dense]
+    maskfuzz fuzz [TARGET[:ENTRY][@PIN] ...] [--callable MODULE:FUNC[@REV] [--source REPO] --contract compressed|dense]
                   [--max-examples N] [--budget SECONDS] [--seed N] [--profile dev|ci|nightly]
                   [--json PATH] [--junit PATH] [--corpus DIR] [--repo NAME=PATH ...] [--jobs N]
 
 With no target and no --callable it fuzzes the default set: every registered release pin marked
-default (no git access needed). Exit code 1 when there are findings, 0 when clean, 2 on usage or
+default (no git access needed). A --callable is imported from the working directory or PYTHONPATH,
+or with --source from a git repository at REV (default HEAD: a moving pin, resolved to its commit
+when the run starts). Exit code 1 when there are findings, 0 when clean, 2 on usage or
 set-up errors.
 """
 
@@ -49,6 +51,11 @@ def register(sub) -> None:
         help="the contract a --callable intends (default: compressed)",
     )
     p.add_argument(
+        "--source",
+        metavar="REPO",
+        help="the git repository a --callable is imported from, at the @REV of --callable (default HEAD)",
+    )
+    p.add_argument(
         "--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE"
     )
     p.add_argument("--max-examples", type=int, help="examples per target (overrides the profile)")
@@ -86,6 +93,7 @@ class Job:
     corpus: str | None
     quiet: bool
     extra: dict = field(default_factory=dict)
+    source: str | None = None  # a --callable's git repository (--source)
 
 
 def main(args) -> int:
@@ -95,6 +103,7 @@ def main(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     require_device(args.device)
+    _check_callables(args.callables, args.source)
     labels = _resolve_labels(args.targets, args.callables, repos)
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
@@ -120,6 +129,7 @@ def main(args) -> int:
             args.timeout,
             str(args.corpus) if args.corpus else None,
             args.quiet,
+            source=str(Path(args.source).expanduser().resolve()) if args.source else None,
         )
         for label in labels
     ]
@@ -165,6 +175,16 @@ def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -
     out = (folder or Path(".")) / "repro" / Path(f["corpus_file"]).stem
     _say(f"next: maskfuzz repro {f['corpus_file']} --target {label} -o {out}")
     _say(f"      maskfuzz replay {corpus}")
+
+
+def _check_callables(callables: list[str], source: str | None) -> None:
+    if source and not callables:
+        raise UsageError("--source is the git repository of a --callable: give --callable MODULE:FUNC[@REV] too")
+    if source and not Path(source).expanduser().is_dir():
+        raise UsageError(f"--source {source}: no such directory (expected a git clone or mirror)")
+    for c in callables:
+        if "@" in c and not source:
+            raise UsageError(f"--callable {c}: @REV needs --source REPO (the git repository to take REV from)")
 
 
 def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> list[str]:
@@ -215,9 +235,14 @@ def run_job(job: Job) -> dict:
     out["pin"] = ref_pin if not job.is_callable else "local"
     out["kind"], out["entry"] = _kind_of(job.label) if not job.is_callable else ("gae", "")
     repos = {k: Path(v) for k, v in job.repos.items()}
+    if job.is_callable:
+        out["target"] = out["callable"] = ref_target
+        if job.source:
+            out["pin"], out["source"] = ref_pin or "HEAD", job.source
     try:
         if job.is_callable:
-            opener = open_callable(job.label, job.contract, job.device, job.timeout)
+            root, resolved = _callable_checkout(job.source, ref_target, out["pin"]) if job.source else (None, None)
+            opener = open_callable(ref_target, job.contract, job.device, job.timeout, path=root, resolved=resolved)
         else:
             opener = open_target(job.label, repos, job.device, job.timeout)
         with opener as handle:
@@ -235,7 +260,7 @@ def run_job(job: Job) -> dict:
             result = fuzz_target(
                 handle.run,
                 handle.declared,
-                target=ref_target if not job.is_callable else job.label,
+                target=ref_target,
                 pin=out["pin"],
                 resolved=handle.resolved,
                 max_examples=job.max_examples,
@@ -282,6 +307,21 @@ def run_job(job: Job) -> dict:
             f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else "")
         )
     return out
+
+
+def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]:
+    """(worktree, full hash) of `rev` in a --callable's --source repository (cached like a target's clone)."""
+    from fuzz.bisect import BisectError
+    from fuzz.bisect_env import local_history
+    from targets import gitrepo
+    from targets.session import SetupError
+
+    try:
+        history = local_history(source, function.partition(":")[0].split(".")[0] or "callable")
+        full = history.resolve(rev)
+        return history.checkout(full), full
+    except (BisectError, gitrepo.GitError) as exc:
+        raise SetupError(f"--source {source} at {rev}: {exc}") from None
 
 
 def _kind_of(label: str) -> tuple[str, str]:

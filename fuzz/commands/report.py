@@ -11,6 +11,11 @@ DIR/report.json (tomorrow's --previous), and copies the corpus entry and reprodu
 A finding is the same across nights when (target with entry point, pin as asked, property,
 failure signature) match. Exit 0 when the report was written (findings or not); 2 when an input
 cannot be read (the message names the file).
+
+With --bisect, a finding new tonight (or fixed tonight) at a pin whose resolved revision moved since
+the previous night (@main, @latest, a --callable's @HEAD) is bisected between the two revisions with
+its corpus entry; the report names the commit or release (hash, subject, date) with the evaluations
+used, and links the reproducer and upstream test. Bisection logs go to DIR/bisect/.
 """
 
 from __future__ import annotations
@@ -55,15 +60,30 @@ def register(subparsers) -> None:
         metavar="DIR",
         help="corpus roots to find entries in when a recorded path does not resolve (repeatable)",
     )
+    p.add_argument(
+        "--bisect",
+        action="store_true",
+        help="bisect each finding new or fixed tonight at a pin that moved since the previous night "
+        "(maskfuzz bisect between the two nights' resolved revisions; git pins use MASKFUZZ_REPOS or the upstream URL)",
+    )
+    p.add_argument(
+        "--bisect-timeout", type=float, default=1800.0, metavar="S", help="seconds one bisection may take (1800)"
+    )
     p.add_argument("--quiet", action="store_true", help="do not print the markdown report")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    from fuzz import nightly_bisect
     from fuzz.report import ReportInputError, write_report
 
+    bisect = partial(nightly_bisect.run, job_timeout=args.bisect_timeout) if args.bisect else None
+    if args.bisect and not args.previous:
+        print("--bisect: no --previous night given, so nothing can be bisected", file=sys.stderr)
     try:
-        doc, cmp = write_report(args.results, args.output, args.previous, args.repro_dir, args.corpus)
+        doc, cmp = write_report(args.results, args.output, args.previous, args.repro_dir, args.corpus, bisect=bisect)
     except ReportInputError as exc:
         raise UsageError(f"unreadable input: {exc}") from None
     if not args.quiet:

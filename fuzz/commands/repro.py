@@ -1,7 +1,7 @@
 """`maskfuzz repro CASE --target T@PIN -o DIR`: a standalone reproducer and a maintainer report.
 
     maskfuzz repro CASE [--target T[:ENTRY][@PIN]] [--repo NAME=PATH] -o DIR [--bisect JSON]
-    maskfuzz repro CASE --callable MODULE:FUNC [--path DIR] [--contract compressed|dense] -o DIR
+    maskfuzz repro CASE --callable MODULE:FUNC [--path DIR | --source REPO] [--contract compressed|dense] -o DIR
 
 Writes DIR/repro.py (plain Python + torch: `python repro.py /path/to/checkout` exits 1 while the
 bug reproduces, 0 once it is fixed) and DIR/report.md. The target defaults to the case's own
@@ -31,6 +31,12 @@ def register(subparsers) -> None:
     p.add_argument("--target", metavar="T[:ENTRY][@PIN]", help="the target and pin (default: the case's own)")
     p.add_argument("--callable", metavar="MODULE:FUNC", help="reproduce on a function of your own instead")
     p.add_argument("--path", type=Path, metavar="DIR", help="with --callable: the directory it is imported from")
+    p.add_argument(
+        "--source",
+        type=Path,
+        metavar="REPO",
+        help="with --callable: the git repository it is imported from, at the commit the case records (else HEAD)",
+    )
     p.add_argument("--contract", default="compressed", choices=("compressed", "dense"), help="with --callable")
     p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
     p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR", help="where repro.py and report.md go")
@@ -53,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from fuzz.cli import require_device
 
     require_device(args.device)
+    args.out = args.out.resolve()  # the script runs inside it: a relative -o would be resolved twice
     try:
         entry = corpus.load(args.case)
     except corpus.CorpusError as exc:
@@ -201,12 +208,18 @@ def _callable(args, entry):
 
     if ":" not in args.callable:
         raise _usage(f"--callable expects MODULE:FUNC, got {args.callable!r}")
-    root = (args.path or Path.cwd()).resolve()
+    if args.path and args.source:
+        raise _usage("give --path DIR or --source REPO, not both")
+    resolved = None
+    if args.source:
+        root, resolved = _source_checkout(args.source, args.callable, entry)
+    else:
+        root = (args.path or Path.cwd()).resolve()
     if not root.is_dir():
         raise _usage(f"--path {root} is not a directory")
     declared = Declared(contract=args.contract)
     target = rp.TargetInfo.of_callable(args.callable, declared)
-    env = rp.Environment(root, None, "local", {})
+    env = rp.Environment(root, resolved, "git" if resolved else "local", {})
 
     def judge() -> str:
         from oracles.properties import judge as judge_case
@@ -220,3 +233,20 @@ def _callable(args, entry):
         return next(v.status for v in verdicts if v.property == entry.property)
 
     return target, lambda: (env, judge)
+
+
+def _source_checkout(source: Path, function: str, entry) -> tuple[Path, str]:
+    """(worktree, full hash) in `source` of the commit the case was found at (its `resolved`), else HEAD."""
+    import re
+
+    from fuzz.bisect import BisectError
+    from fuzz.bisect_env import local_history
+    from targets import gitrepo
+
+    rev = entry.resolved if entry.resolved and re.fullmatch(r"[0-9a-f]{40}", entry.resolved) else "HEAD"
+    try:
+        history = local_history(source, function.partition(":")[0].split(".")[0] or "callable")
+        full = history.resolve(rev)
+        return history.checkout(full), full
+    except (BisectError, gitrepo.GitError) as exc:
+        raise _usage(f"--source {source} at {rev}: {exc}") from None
