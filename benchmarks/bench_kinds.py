@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oracles.case import Case  # noqa: E402
-from oracles.kinds import group_advantage, kl, normalization  # noqa: E402
+from maskfuzz.oracles.case import Case  # noqa: E402
+from maskfuzz.oracles.kinds import group_advantage, kl, normalization  # noqa: E402
 
 
 def timed(fn: Callable, repeats: int) -> float:
@@ -44,10 +44,10 @@ def timed(fn: Callable, repeats: int) -> float:
 
 def load_verl(pin: str):
     """verl's modules from its released wheel, with the adapter's stand-ins for ray & co."""
-    from targets import standins
-    from targets.acquire import acquire
-    from targets.adapters.base import import_from
-    from targets.registry import get
+    from maskfuzz.targets import standins
+    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.adapters.base import import_from
+    from maskfuzz.targets.registry import get
 
     spec = get("verl")
     checkout = acquire(spec, pin)

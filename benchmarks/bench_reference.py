@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oracles.case import Case  # noqa: E402
-from oracles.reference import compressed_vec, dense_vec  # noqa: E402
-from targets.adapters import torchrl as torchrl_adapter  # noqa: E402
-from targets.adapters.base import import_from  # noqa: E402
+from maskfuzz.oracles.case import Case  # noqa: E402
+from maskfuzz.oracles.reference import compressed_vec, dense_vec  # noqa: E402
+from maskfuzz.targets.adapters import torchrl as torchrl_adapter  # noqa: E402
+from maskfuzz.targets.adapters.base import import_from  # noqa: E402
 
 FUNCTION = "vec_generalized_advantage_estimate"
 MODULE = "torchrl.objectives.value.functional"
@@ -43,8 +43,8 @@ def torchrl_root(pin: str, root: str | None) -> tuple[Path, str]:
     """The unpacked torchrl wheel to import, and how it was found."""
     if root:
         return Path(root), f"--torchrl-root {root}"
-    from targets.acquire import acquire
-    from targets.registry import get
+    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.registry import get
 
     checkout = acquire(get("torchrl"), pin)
     return checkout.root, checkout.resolved

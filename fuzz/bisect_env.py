@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
-from oracles.case import Case
+from maskfuzz.fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
+from maskfuzz.oracles.case import Case
 
 
 class CaseEntry(Protocol):
@@ -51,7 +51,7 @@ class CommitHistory:
         self.history = history
 
     def resolve(self, rev: str) -> str:
-        from targets import acquire, gitrepo
+        from maskfuzz.targets import acquire, gitrepo
 
         try:
             return acquire.resolve_revision(self.history, rev)
@@ -119,8 +119,8 @@ class Worktrees:
 def local_history(path: str | Path, name: str = "local", cache: Path | None = None):
     """A `targets.gitrepo.CachedRepo` over a local clone or bare mirror that is no registered
     target (e.g. the repository of a `--callable` function): cached as `local-<name>`."""
-    from targets import cache as cachemod
-    from targets import gitrepo
+    from maskfuzz.targets import cache as cachemod
+    from maskfuzz.targets import gitrepo
 
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
     try:
@@ -268,7 +268,7 @@ def outcome_of(verdicts: list, prop: str) -> Outcome:
 
 
 def _judge(run, case: Case, declared, device: str, prop: str) -> Outcome:
-    from oracles.properties import judge
+    from maskfuzz.oracles.properties import judge
 
     return outcome_of(judge(run, case, declared, device, only=(prop,)), prop)
 
@@ -311,7 +311,7 @@ class TargetEvaluator:
 
     def _session(self):
         if self._opener is None or self._ref_factory is None:
-            from targets import session
+            from maskfuzz.targets import session
 
             self._opener = self._opener or session.open_target
             self._ref_factory = self._ref_factory or session.TargetRef
@@ -370,7 +370,7 @@ class CallableEvaluator:
         self.worktrees = Worktrees(history)
 
     def __call__(self, revision: Revision) -> Outcome:
-        from targets.session import open_callable
+        from maskfuzz.targets.session import open_callable
 
         self.worktrees.before(revision.id)
         try:

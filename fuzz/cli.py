@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"fuzz.commands.{name}")
+            module = importlib.import_module(f"maskfuzz.fuzz.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"fuzz.commands.{name}":
+            if exc.name != f"maskfuzz.fuzz.commands.{name}":
                 raise
             continue  # not built yet
         module.register(sub)

@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from oracles.case import DTYPES, Case, CaseError, quantize
-from oracles.kinds import ALL_PROPERTIES as PROPERTIES
-from oracles.properties import Verdict
+from maskfuzz.oracles.case import DTYPES, Case, CaseError, quantize
+from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
+from maskfuzz.oracles.properties import Verdict
 
 FORMAT = "maskfuzz-corpus"
 VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); version 1 files still load
@@ -718,13 +718,13 @@ class DirectoryStore(Store):
         (self.root / entry.relpath).unlink(missing_ok=True)
 
     def lock(self, timeout: float = 120.0) -> AbstractContextManager:
-        from targets.cache import lock  # an fcntl lock in the maskfuzz cache, released if we die
+        from maskfuzz.targets.cache import lock  # an fcntl lock in the maskfuzz cache, released if we die
 
         key = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         return lock(f"corpus-{key}", timeout=timeout)
 
     def protected(self) -> set[str]:
-        from fuzz.ledger import Ledger  # the ledger imports CorpusError from here
+        from maskfuzz.fuzz.ledger import Ledger  # the ledger imports CorpusError from here
 
         path = self.root / LEDGER_NAME
         if not path.exists():
@@ -812,7 +812,7 @@ def _record(entry: Entry, store: Store) -> Recorded:
     return Recorded("replaced", path, entry, best.path)
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m fuzz.corpus FILE...` validates files
+if __name__ == "__main__":  # pragma: no cover - `python -m maskfuzz.fuzz.corpus FILE...` validates files
     bad = 0
     for f in discover(sys.argv[1:] or ["corpus"]):
         try:

@@ -22,17 +22,17 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 from hypothesis.errors import Flaky
 
-from fuzz.kind_strategies import kind_cases
-from fuzz.strategies import Sizes, cases
+from maskfuzz.fuzz.kind_strategies import kind_cases
+from maskfuzz.fuzz.strategies import Sizes, cases
 
 try:
     _GROUP = BaseExceptionGroup  # Python >= 3.11
 except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _GROUP
-from oracles.case import Case
-from oracles.kinds import ALL_KINDS, GAE_KINDS
-from oracles.kinds import properties as kind_properties
-from oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import ALL_KINDS, GAE_KINDS
+from maskfuzz.oracles.kinds import properties as kind_properties
+from maskfuzz.oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Finding:
     defect: str = ""
 
     def to_dict(self) -> dict:
-        from fuzz.corpus import case_to_json
+        from maskfuzz.fuzz.corpus import case_to_json
 
         b, t = self.case.shape
         return {

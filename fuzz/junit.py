@@ -23,9 +23,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from oracles.kinds import INVARIANT as KIND_INVARIANT
-from oracles.kinds import properties as kind_properties
-from oracles.properties import INVARIANT as GAE_INVARIANT
+from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
+from maskfuzz.oracles.kinds import properties as kind_properties
+from maskfuzz.oracles.properties import INVARIANT as GAE_INVARIANT
 
 INVARIANT = {**GAE_INVARIANT, **KIND_INVARIANT}
 
@@ -59,8 +59,8 @@ def _finding_text(f: dict) -> str:
 def _signature(f: dict) -> str:
     """The corpus signature of a finding dict, or '' when its case cannot be read."""
     try:
-        from fuzz.corpus import case_from_json, signature
-        from oracles.properties import Verdict
+        from maskfuzz.fuzz.corpus import case_from_json, signature
+        from maskfuzz.oracles.properties import Verdict
 
         case = case_from_json(f["case"])
         v = Verdict(f["property"], "fail", f.get("message", ""), f.get("output", ""), f.get("positions") or [])

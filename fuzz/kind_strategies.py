@@ -15,10 +15,10 @@ import torch
 from hypothesis import event
 from hypothesis import strategies as st
 
-from fuzz.strategies import Sizes, _allowed_layouts, _poison, _row
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.kinds import spec
+from maskfuzz.fuzz.strategies import Sizes, _allowed_layouts, _poison, _row
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.kinds import spec
 
 SCORES = (0.0, 1.0, -1.0, 0.5, 2.0, 10.0, -0.25)
 OFFSETS = (0.0, 0.0, 0.0, 1.0, 100.0, 1e3, 1e4)

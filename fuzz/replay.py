@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fuzz.corpus import LEDGER_NAME, CorpusError, Entry, encode_float, signature
-from fuzz.ledger import Expectation, Ledger
-from oracles.properties import Verdict, judge
+from maskfuzz.fuzz.corpus import LEDGER_NAME, CorpusError, Entry, encode_float, signature
+from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.oracles.properties import Verdict, judge
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")
 BAD = ("fail", "fixed", "error")
@@ -57,11 +57,11 @@ def open_handle(
 ) -> Iterator[Any]:
     """The default opener: `targets.session.open_target`, its Skip / SetupError as Unavailable."""
     try:
-        from targets import session
+        from maskfuzz.targets import session
     except ModuleNotFoundError as exc:
-        if exc.name != "targets.session":
+        if exc.name != "maskfuzz.targets.session":
             raise
-        raise Unavailable("targets.session is not available in this checkout (cannot open targets)") from None
+        raise Unavailable("maskfuzz.targets.session is not available in this checkout (cannot open targets)") from None
     with ExitStack() as stack:
         try:
             ref = session.parse_ref(f"{target}:{entry_point}@{pin}" if entry_point else f"{target}@{pin}")
@@ -158,7 +158,7 @@ class Outcome:
 
 def _entry_kind(target: str, entry: str | None) -> dict:
     """{"entry", "kind"} of a registered target's entry (the entry's own name for the default)."""
-    from targets.registry import registry
+    from maskfuzz.targets.registry import registry
 
     spec = registry().get(target)
     if spec is None:
@@ -213,7 +213,7 @@ def plan(
 def pin_kind(target: str, pin: str) -> str:
     """'release' or 'git': from the registry when it lists the pin, else by its look (a version
     number of a target with a PyPI package is a release)."""
-    from targets.registry import get
+    from maskfuzz.targets.registry import get
 
     try:
         spec = get(target)
@@ -262,8 +262,8 @@ def judge_entry(run: Any, declared: Any, entry: Entry, device: str = "cpu", dtyp
 def retriage(handle: Any, entry: Entry, verdict: Verdict, dtype: str | None) -> dict:
     """Root cause, severity and reach recomputed at this pin (reach without a search: the case,
     the recorded witness or its projection into the pipeline domain)."""
-    from fuzz.triage import reach
-    from oracles.diagnosis import diagnose
+    from maskfuzz.fuzz.triage import reach
+    from maskfuzz.oracles.diagnosis import diagnose
 
     case = entry.case if dtype is None else entry.case.replace(dtype=dtype)
     case = verdict.case or case  # a crashing twin: the finding is about the twin's own case

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import quote
 
-from oracles.kinds import ALL_PROPERTIES as PROPERTIES
-from oracles.properties import SEVERITY, Verdict
+from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
+from maskfuzz.oracles.properties import SEVERITY, Verdict
 
 FORMAT = "maskfuzz-report"
 VERSION = 1
@@ -244,7 +244,7 @@ def _field(d: dict, key: str, kind: type | tuple, path: Path, where: str) -> Any
 
 
 def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
-    from fuzz.corpus import CorpusError, case_from_json, entry_id, signature
+    from maskfuzz.fuzz.corpus import CorpusError, case_from_json, entry_id, signature
 
     for i, t in enumerate(data["targets"]):
         where = f"targets[{i}]."
@@ -305,7 +305,7 @@ def _triage_of(d: dict) -> dict:
 
 
 def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
-    from fuzz.corpus import CorpusError, load, signature
+    from maskfuzz.fuzz.corpus import CorpusError, load, signature
 
     for i, r in enumerate(_field(data, "results", list, path, "")):
         where = f"results[{i}]."
@@ -400,7 +400,7 @@ def _by_signature(roots: list[Path], ident: Identity) -> Path | None:
     """The corpus entry that stands for this (target key, property, signature) in one of `roots`:
     `record` keeps one entry per signature, so a finding whose own file was replaced by a smaller
     case of the same signature is represented by that one."""
-    from fuzz.corpus import CorpusError, load
+    from maskfuzz.fuzz.corpus import CorpusError, load
 
     for root in roots:
         for f in sorted((root / ident.target.split(":", 1)[0]).glob(f"{ident.property}-*.json")):
@@ -995,7 +995,7 @@ def write_report(
     repro_dirs = list(repro_dirs) + (prev.repro_dirs if prev else [])  # tonight's first
     bisections = None
     if bisect is not None:
-        from fuzz import nightly_bisect
+        from maskfuzz.fuzz import nightly_bisect
 
         jobs, not_bisected = nightly_bisect.plan(cmp, tonight, prev)
         bisections = Bisections(bisect(jobs, out / "bisect") if jobs else [], not_bisected)

@@ -66,9 +66,9 @@ from typing import Any, Iterable
 
 import torch
 
-from fuzz.corpus import Entry, position_kind
-from oracles.case import Case
-from oracles.properties import (
+from maskfuzz.fuzz.corpus import Entry, position_kind
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import (
     INVARIANT,
     POISON_PROBE,
     SEVERITY,
@@ -78,26 +78,26 @@ from oracles.properties import (
     with_extra_row,
     with_inserted_gap,
 )
-from oracles.reference import classic_gae_loop, last_trainable, masked_whiten
-from oracles.tolerance import FLOOR, bounds
+from maskfuzz.oracles.reference import classic_gae_loop, last_trainable, masked_whiten
+from maskfuzz.oracles.tolerance import FLOOR, bounds
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "repro_script.py"
-MASKFUZZ_PACKAGES = frozenset({"oracles", "fuzz", "targets"})
+MASKFUZZ_PACKAGES = frozenset({"maskfuzz"})  # the top-level name of every maskfuzz module
 # Names of targets.adapters.base / oracles.case an adapter may use: the script defines its own.
 SHIMS = {
-    ("targets.adapters.base", "NotPresent"): "NotPresent",
-    ("targets.adapters.base", "Loaded"): "Loaded",
-    ("targets.adapters.base", "import_from"): "import_from",
-    ("targets.adapters.base", "function_from"): "function_from",
-    ("oracles.case", "Case"): "Case",
+    ("maskfuzz.targets.adapters.base", "NotPresent"): "NotPresent",
+    ("maskfuzz.targets.adapters.base", "Loaded"): "Loaded",
+    ("maskfuzz.targets.adapters.base", "import_from"): "import_from",
+    ("maskfuzz.targets.adapters.base", "function_from"): "function_from",
+    ("maskfuzz.oracles.case", "Case"): "Case",
 }
-NOT_FOLLOWED = ("targets.adapters.base",)
+NOT_FOLLOWED = ("maskfuzz.targets.adapters.base",)
 # maskfuzz modules (besides other adapters) whose definitions may be copied into a script; their code
 # goes into the script's support section (adapters and PLAIN helpers go with the target's call)
-FOLLOWED = ("targets.standins",)
+FOLLOWED = ("maskfuzz.targets.standins",)
 # maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
 # anything else from them is refused (the adapter's own module may import the framework's packages)
-PLAIN = ("targets.standins", "targets.adapters.extract")
+PLAIN = ("maskfuzz.targets.standins", "maskfuzz.targets.adapters.extract")
 # The finding section of the template, in the order the script lists it.
 DATA_NAMES = (
     "TARGET",
@@ -619,7 +619,7 @@ class Closure:
 
 def _followed(module: str) -> bool:
     """Whether definitions imported from maskfuzz module `module` are copied into the script."""
-    return module in FOLLOWED or (module.startswith("targets.adapters.") and module not in NOT_FOLLOWED)
+    return module in FOLLOWED or (module.startswith("maskfuzz.targets.adapters.") and module not in NOT_FOLLOWED)
 
 
 def _module_key(module: str) -> tuple:
@@ -698,14 +698,15 @@ def _judge_source(kind: str) -> str:
 
 
 def _adapter_file(adapter: str) -> str:
-    return adapter.replace(".", "/") + ".py"
+    """'maskfuzz.targets.adapters.verl' -> 'targets/adapters/verl.py', the file in this repository."""
+    return adapter.removeprefix("maskfuzz.").replace(".", "/") + ".py"
 
 
 def assemble(call: CallSource, data: dict[str, str], kind: str = "expected") -> tuple[Closure, list[str]]:
     """Collect everything `main` reaches. `data` maps finding names to their generated source;
     `kind` is the check's kind (which check function the script's `judge` calls).
     Returns the closure and the extra names of the adapter's REPRO_FUNCTIONS that were copied."""
-    template = Source("fuzz.templates.repro_script", TEMPLATE.read_text(encoding="utf-8"), str(TEMPLATE))
+    template = Source("maskfuzz.fuzz.templates.repro_script", TEMPLATE.read_text(encoding="utf-8"), str(TEMPLATE))
     overrides = {name: Source(f"finding.{name}", text) for name, text in data.items()}
     overrides["prepare"] = call.glue
     overrides["judge"] = Source("finding.judge", _judge_source(kind))
@@ -774,7 +775,8 @@ class TargetInfo:
     @classmethod
     def of_callable(cls, function: str, declared: Declared) -> TargetInfo:
         module = function.partition(":")[0]
-        return cls("callable", function, "local", "targets.adapters.callable", declared, own=(module.split(".")[0],))
+        adapter = "maskfuzz.targets.adapters.callable"
+        return cls("callable", function, "local", adapter, declared, own=(module.split(".")[0],))
 
 
 @dataclass(frozen=True)
@@ -1037,7 +1039,7 @@ def helper_order(closure: Closure, own: str) -> list[str]:
     helpers = [
         name
         for name in closure.sources
-        if name.startswith("targets.") and name not in FOLLOWED and name != own and name in sys.modules
+        if name.startswith("maskfuzz.targets.") and name not in FOLLOWED and name != own and name in sys.modules
     ]
     done: list[str] = []
 

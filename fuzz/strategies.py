@@ -20,8 +20,8 @@ import torch
 from hypothesis import event
 from hypothesis import strategies as st
 
-from oracles.case import Case
-from oracles.domain import Domain, poison_cap
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain, poison_cap
 
 # finite poison, each clamped to the dtype's poison_cap (an overflow of legitimate arithmetic is not a leak)
 FINITE_POISON = (100.0, 1.0, -1.0, 1e3, -1e3, -100.0, 1e6, -1e6, 0.0)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from fuzz.engine import Finding, FuzzResult, fuzz_target
-from fuzz.strategies import Sizes
-from oracles.case import Case
-from oracles.diagnosis import MECHANISMS, diagnose, worst
-from oracles.properties import Declared, Run, judge
+from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose, worst
+from maskfuzz.oracles.properties import Declared, Run, judge
 
 WITNESS_EXAMPLES = 80  # a pipeline search per finding: small, the case is usually projected instead
 
@@ -46,7 +46,7 @@ class Defect:
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        from fuzz.corpus import case_to_json
+        from maskfuzz.fuzz.corpus import case_to_json
 
         return {
             "id": self.id,
@@ -138,7 +138,7 @@ def reach(
 
 def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None:
     """Why the twin a property builds lies outside the pipeline (the failure is on the twin)."""
-    from oracles.properties import with_extra_row, with_inserted_gap
+    from maskfuzz.oracles.properties import with_extra_row, with_inserted_gap
 
     if prop == "gap-invariance":
         made = with_inserted_gap(case)
@@ -146,8 +146,8 @@ def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
     elif prop == "pad-invariance" and declared.kind not in ("gae", "returns"):
-        from oracles.kinds import spec
-        from oracles.kinds.judge import with_padding
+        from maskfuzz.oracles.kinds import spec
+        from maskfuzz.oracles.kinds.judge import with_padding
 
         twin = with_padding(case, spec(declared.kind), declared)
     else:

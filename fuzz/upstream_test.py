@@ -20,10 +20,10 @@ from typing import Callable
 
 import torch
 
-from oracles.case import Case
-from oracles.diagnosis import MECHANISMS
-from oracles.properties import Declared, expected_outputs
-from oracles.tolerance import FLOOR, bounds
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.diagnosis import MECHANISMS
+from maskfuzz.oracles.properties import Declared, expected_outputs
+from maskfuzz.oracles.tolerance import FLOOR, bounds
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,14 @@ def _openrlhf(case: Case) -> dict:
 
 
 def _skyrl(case: Case) -> dict:
-    from targets.adapters.skyrl import framework_inputs
+    from maskfuzz.targets.adapters.skyrl import framework_inputs
 
     x = framework_inputs(case, "cpu")
     return {"rewards": x["token_level_rewards"], "values": x["values"], "mask": x["response_mask"]}
 
 
 def _torchrl(case: Case) -> dict:
-    from targets.adapters.torchrl import framework_inputs
+    from maskfuzz.targets.adapters.torchrl import framework_inputs
 
     x = framework_inputs(case, "cpu")
     return {k: x[k] for k in ("state_value", "next_state_value", "reward", "done", "terminated")}
@@ -201,8 +201,8 @@ def render(
 
 def poison_input(case: Case, declared: Declared) -> Case:
     """The poisoned input the judge's poison check ran (oracles.properties._check_poison)."""
-    from oracles.domain import poison_cap
-    from oracles.properties import POISON_PROBE, sanitized
+    from maskfuzz.oracles.domain import poison_cap
+    from maskfuzz.oracles.properties import POISON_PROBE, sanitized
 
     dead = case.poison_mask()
     rewards = declared.domain.masked_rewards

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import poison_cap
-from oracles.properties import (
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
     Run,
@@ -43,8 +43,8 @@ from oracles.properties import (
     with_extra_row,
     with_inserted_gap,
 )
-from oracles.reference import last_trainable, masked_whiten, reference
-from oracles.tolerance import bounds, mismatches, self_slack
+from maskfuzz.oracles.reference import last_trainable, masked_whiten, reference
+from maskfuzz.oracles.tolerance import bounds, mismatches, self_slack
 
 MECHANISMS: dict[str, str] = {
     "masked-value-bootstrap": "a critic value at a non-trainable position bootstraps into trainable advantages",
@@ -100,7 +100,7 @@ class Diagnosis:
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
     if declared.kind not in ("gae", "returns"):
-        from oracles.kinds.diagnosis import diagnose_kind
+        from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
 
         return diagnose_kind(run, case, declared, prop)
     if prop in _BY_PROPERTY:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from oracles.case import DTYPES, Case
+from maskfuzz.oracles.case import DTYPES, Case
 
 WIDTH = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 

@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain, poison_cap
-from oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
-from oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain, poison_cap
+from maskfuzz.oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
+from maskfuzz.oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
 
 Run = Callable[[Case], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -295,7 +295,7 @@ def judge(
     """Run `case` (and the perturbed twins it needs) through `run`; one verdict per property, in
     the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
     if declared.kind not in ("gae", "returns"):
-        from oracles.kinds.judge import judge as judge_kind
+        from maskfuzz.oracles.kinds.judge import judge as judge_kind
 
         return judge_kind(run, case, declared, device=device, only=only)
     want = set(only or PROPERTIES)

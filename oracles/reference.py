@@ -25,7 +25,7 @@ from typing import Literal
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 Contract = Literal["compressed", "dense"]
 CONTRACTS: tuple[str, ...] = ("compressed", "dense")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oracles.case import Case
-from oracles.reference import Recursion, Whitening, discounted_suffix_sum, gae_packed, recursion
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.reference import Recursion, Whitening, discounted_suffix_sum, gae_packed, recursion
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 FLOOR = {  # (rtol, atol): torch.testing.assert_close defaults

@@ -9,7 +9,7 @@ Processes are forked from a fork server (targets/forkserver.py) that has importe
 compiler stack once, so starting a worker costs a fork and the target's own imports instead of a
 whole interpreter start (a miles bisection step: about 2 s, worktree included, against about 7 s
 with a fresh interpreter). `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
-`python -m targets.worker` instead (slower; for debugging, or where fork is unavailable).
+`python -m maskfuzz.targets.worker` instead (slower; for debugging, or where fork is unavailable).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from oracles.case import Case
-from oracles.properties import TargetFailure
-from targets import worker as protocol
-from targets.forkserver import NO_CWD_MAIN, ForkServer
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import TargetFailure
+from maskfuzz.targets import worker as protocol
+from maskfuzz.targets.forkserver import NO_CWD_MAIN, ForkServer
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 START_ENV = "MASKFUZZ_WORKER_START"
 
 
@@ -60,18 +58,17 @@ def _worker_env(extra: dict) -> dict:
     env.setdefault("PYTHONHASHSEED", "0")
     env.setdefault("OMP_NUM_THREADS", "1")  # one worker per target: no intra-op thread contention
     env.update(extra)
-    env["PYTHONPATH"] = os.pathsep.join(  # our own packages first, whatever the spec's env says
-        [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
+    # maskfuzz comes from its installation (the `maskfuzz` namespace), never from a path: the
+    # repository root on PYTHONPATH would expose bare `fuzz` / `targets` / `oracles` to the target
     return env
 
 
 class _Spawned:
-    """A worker as a fresh interpreter: `python -m targets.worker` on pipes."""
+    """A worker as a fresh interpreter: `python -m maskfuzz.targets.worker` on pipes."""
 
     def __init__(self, env: dict, stderr):
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", NO_CWD_MAIN.format(module="targets.worker")],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module="maskfuzz.targets.worker")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -3,7 +3,7 @@ some frameworks pull in at import) once, then forks a worker per request.
 
 Unlike multiprocessing's forkserver it never re-imports the caller's `__main__` in a worker, so a
 script without a main guard, `python -c` or stdin is fine. The protocol, over a Unix socket pair
-given to `python -m targets.forkserver FD`:
+given to `python -m maskfuzz.targets.forkserver FD`:
 
     -> JSON {"stderr": path, "env": {...}, "cwd": path} with one file descriptor attached (the
        worker's end of its own socket pair, spoken to with multiprocessing.connection)
@@ -27,13 +27,17 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 # `python -m M` puts the working directory first on sys.path, so a `targets/` folder or an
 # `oracles.py` where maskfuzz runs would shadow ours: drop it, then run the module as __main__
 NO_CWD_MAIN = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-PRELOAD = ("torch", "torch._dynamo", "oracles.properties", "targets.worker", "targets.adapters.base")
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "maskfuzz.oracles.properties",
+    "maskfuzz.targets.worker",
+    "maskfuzz.targets.adapters.base",
+)
 
 
 def serve(control: socket.socket) -> None:
@@ -69,7 +73,7 @@ def serve(control: socket.socket) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                from targets import worker
+                from maskfuzz.targets import worker
 
                 worker.forked(Connection(fds[0]), request["stderr"], request["env"], request["cwd"])
             finally:
@@ -103,11 +107,9 @@ class ForkServer:
         if self._control is not None and self._owner == os.getpid() and self._proc.poll() is None:
             return self._control
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join([str(_PROJECT_ROOT), *paths])
+        env = dict(os.environ)  # maskfuzz from its installation, as in targets.client
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", NO_CWD_MAIN.format(module="targets.forkserver"), str(theirs.fileno())],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module="maskfuzz.targets.forkserver"), str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from targets import acquire as acquire_mod
-from targets import cache as cachemod
-from targets.registry import TargetSpec, registry
+from maskfuzz.targets import acquire as acquire_mod
+from maskfuzz.targets import cache as cachemod
+from maskfuzz.targets.registry import TargetSpec, registry
 
 
 def rows(

@@ -15,9 +15,9 @@ import dataclasses
 import importlib
 from dataclasses import dataclass, field
 
-from oracles.domain import Domain
-from oracles.properties import Declared
-from oracles.reference import Whitening
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared
+from maskfuzz.oracles.reference import Whitening
 
 
 @dataclass(frozen=True)
@@ -144,16 +144,16 @@ COMMON_HEAVY = (
 
 # One adapter module per target; each defines `SPEC`, its registry entry (one place per target).
 ADAPTER_MODULES: dict[str, str] = {
-    "roll": "targets.adapters.roll",
-    "miles": "targets.adapters.miles",
-    "slime": "targets.adapters.slime",
-    "verl": "targets.adapters.verl",
-    "openrlhf": "targets.adapters.openrlhf",
-    "trl": "targets.adapters.trl",
-    "nemo-rl": "targets.adapters.nemo_rl",
-    "areal": "targets.adapters.areal",
-    "skyrl": "targets.adapters.skyrl",
-    "torchrl": "targets.adapters.torchrl",
+    "roll": "maskfuzz.targets.adapters.roll",
+    "miles": "maskfuzz.targets.adapters.miles",
+    "slime": "maskfuzz.targets.adapters.slime",
+    "verl": "maskfuzz.targets.adapters.verl",
+    "openrlhf": "maskfuzz.targets.adapters.openrlhf",
+    "trl": "maskfuzz.targets.adapters.trl",
+    "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
+    "areal": "maskfuzz.targets.adapters.areal",
+    "skyrl": "maskfuzz.targets.adapters.skyrl",
+    "torchrl": "maskfuzz.targets.adapters.torchrl",
 }
 
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from oracles.properties import Declared
-from targets import registry as registry_mod
-from targets.acquire import AcquireError, Checkout, acquire
-from targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
-from targets.registry import TargetSpec
+from maskfuzz.oracles.properties import Declared
+from maskfuzz.targets import registry as registry_mod
+from maskfuzz.targets.acquire import AcquireError, Checkout, acquire
+from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.registry import TargetSpec
 
-CALLABLE_ADAPTER = "targets.adapters.callable"
+CALLABLE_ADAPTER = "maskfuzz.targets.adapters.callable"
 CONTRACTS = ("compressed", "dense")
 
 
@@ -107,7 +107,7 @@ class Handle:
 
 
 def _default_repos() -> dict[str, Path]:
-    from fuzz.repos import parse_repos  # fuzz depends on targets, not the other way round at import
+    from maskfuzz.fuzz.repos import parse_repos  # fuzz depends on targets, not the other way round at import
 
     try:
         return parse_repos(None)

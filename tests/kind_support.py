@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, ContextManager, Iterator
 
-from oracles.case import Case
-from oracles.properties import judge
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
 
 
 @contextlib.contextmanager

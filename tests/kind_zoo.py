@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 
 def _live(case: Case):

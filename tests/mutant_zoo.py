@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from oracles.case import Case
-from oracles.properties import Declared
-from oracles.reference import Whitening, compressed_vec, dense_vec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import Declared
+from maskfuzz.oracles.reference import Whitening, compressed_vec, dense_vec
 
 
 # -- building blocks ----------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 import git
 import pytest
 
-from targets import acquire as acq
-from targets import gitrepo
-from targets.registry import Pin, TargetSpec
+from maskfuzz.targets import acquire as acq
+from maskfuzz.targets import gitrepo
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {
@@ -66,7 +66,7 @@ def src(tmp_path) -> dict:
 
 
 def spec(**kw) -> TargetSpec:
-    base = dict(id="toy", adapter="targets.adapters.callable", own=("toy",), contract="compressed")
+    base = dict(id="toy", adapter="maskfuzz.targets.adapters.callable", own=("toy",), contract="compressed")
     return TargetSpec(**(base | kw))
 
 
@@ -195,9 +195,9 @@ _RACE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from targets import acquire as acq
-    from targets.registry import TargetSpec
-    spec = TargetSpec(id="toy", adapter="targets.adapters.callable", own=("toy",), contract="compressed")
+    from maskfuzz.targets import acquire as acq
+    from maskfuzz.targets.registry import TargetSpec
+    spec = TargetSpec(id="toy", adapter="maskfuzz.targets.adapters.callable", own=("toy",), contract="compressed")
     time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # start together
     print(acq.acquire(spec, sys.argv[3], {"toy": Path(sys.argv[2])}, None).root)
 """)
@@ -270,7 +270,7 @@ def test_no_source_at_all_asks_for_a_repo(cache):
 
 
 def test_cache_dir_lock_and_stale_scratch(tmp_path):
-    from targets import cache as cachemod
+    from maskfuzz.targets import cache as cachemod
 
     assert cachemod.cache_dir({"MASKFUZZ_CACHE": "/a", "XDG_CACHE_HOME": "/b"}) == Path("/a")
     assert cachemod.cache_dir({"XDG_CACHE_HOME": "/b"}) == Path("/b/maskfuzz")

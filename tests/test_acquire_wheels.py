@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from targets import acquire as acq
-from targets import wheels
-from targets.registry import Pin, TargetSpec
+from maskfuzz.targets import acquire as acq
+from maskfuzz.targets import wheels
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 
 def spec(**kw) -> TargetSpec:
-    base = dict(id="toy", adapter="targets.adapters.callable", own=("toy",), contract="compressed",
+    base = dict(id="toy", adapter="maskfuzz.targets.adapters.callable", own=("toy",), contract="compressed",
                 package="toy-dist", pins=(Pin("1.2.3", "a release", default=True),))
     return TargetSpec(**(base | kw))
 

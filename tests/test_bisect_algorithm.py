@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from fuzz.bisect import (
+from maskfuzz.fuzz.bisect import (
     BAD,
     CAUSE,
     FIX,

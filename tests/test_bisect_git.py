@@ -20,10 +20,22 @@ import git
 import pytest
 from fake_framework import STATES, build, commit  # noqa: F401
 
-from fuzz import bisect_env
-from fuzz.bisect import BAD, CAUSE, FIX, FOUND, GOOD, INCONCLUSIVE, SKIP, Outcome, Revision, bisect, evaluation_bound
-from oracles.case import Case
-from oracles.reference import compressed_loop
+from maskfuzz.fuzz import bisect_env
+from maskfuzz.fuzz.bisect import (
+    BAD,
+    CAUSE,
+    FIX,
+    FOUND,
+    GOOD,
+    INCONCLUSIVE,
+    SKIP,
+    Outcome,
+    Revision,
+    bisect,
+    evaluation_bound,
+)
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.reference import compressed_loop
 
 # B=1, T=6 with a masked gap whose values are poison: the mask-blind version differs.
 CASE = Case.build(
@@ -222,9 +234,9 @@ def test_thousand_commits_keep_one_worktree(tmp_path, cache):
 
 def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
     """`maskfuzz bisect CASE --callable fakefw:compute --source REPO`: real worker, real judge."""
-    from fuzz import corpus
-    from fuzz.cli import main
-    from oracles.properties import Verdict
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
+    from maskfuzz.oracles.properties import Verdict
 
     states = ["good"] * 3 + ["bad", "broken", "bad", "bad"]
     _, shas = build(tmp_path / "repo", states)
@@ -252,9 +264,9 @@ def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
 
 def test_command_line_usage_errors(tmp_path, cache, capsys):
     """Set-up problems exit 2 with a message, before any evaluation."""
-    from fuzz import corpus
-    from fuzz.cli import main
-    from oracles.properties import Verdict
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
+    from maskfuzz.oracles.properties import Verdict
 
     _, shas = build(tmp_path / "repo", ["good", "bad", "bad"])
     entry = corpus.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))

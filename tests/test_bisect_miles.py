@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from fuzz.bisect import evaluation_bound
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import Verdict
+from maskfuzz.fuzz.bisect import evaluation_bound
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import Verdict
 
 PR_1827 = "3d2e0e411c4a20501a1841003880b0245700618a"  # fix: run PPO GAE over trainable tokens only
 PR_1720 = "6875694c5a67c8067640de070a76328b7de71faa"  # terminal rewards injected at the last response token
@@ -39,7 +39,7 @@ def miles_repo():
     repos = parse_repos(None)
     if "miles" not in repos:
         pytest.skip("needs a local miles clone or mirror: set MASKFUZZ_REPOS=miles=/path/to/miles")
-    from targets import gitrepo
+    from maskfuzz.targets import gitrepo
 
     try:
         gitrepo.rev_parse(gitrepo.open_local(repos["miles"]), PR_1827)
@@ -49,8 +49,8 @@ def miles_repo():
 
 
 def _bisect(tmp_path, capsys, old: str, new: str) -> dict:
-    from fuzz import corpus
-    from fuzz.cli import main
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
 
     entry = corpus.Entry("miles", PR_1720[:9], "score-kept", SEED_CASE, Verdict("score-kept", "fail", "score lost"))
     case_file = corpus.save(entry, tmp_path / "corpus")

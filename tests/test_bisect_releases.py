@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from fuzz.bisect import BAD, FIX, FOUND, GOOD, SKIP, BisectError, Revision, bisect, evaluation_bound
-from fuzz.bisect_env import (
+from maskfuzz.fuzz.bisect import BAD, FIX, FOUND, GOOD, SKIP, BisectError, Revision, bisect, evaluation_bound
+from maskfuzz.fuzz.bisect_env import (
     ReleaseHistory,
     TargetEvaluator,
     is_prerelease,
@@ -21,9 +21,9 @@ from fuzz.bisect_env import (
     released_versions,
     version_key,
 )
-from oracles.case import Case
-from oracles.properties import Declared, Verdict
-from oracles.reference import compressed_loop
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import Declared, Verdict
+from maskfuzz.oracles.reference import compressed_loop
 
 VERL = (
     "0.9.1, 0.9.0, 0.8.0, 0.7.1, 0.7.0, 0.6.1, 0.6.0, 0.5.0, 0.4.1, 0.4.0, 0.3.0.post1, 0.3.0.post0, "
@@ -199,8 +199,8 @@ def test_target_evaluator_over_releases_with_a_fake_session():
 def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
     """verl 0.4.1 runs GAE over masked positions; 0.5.0 (#2337) skips them: the fix is 0.5.0.
     Downloads the verl wheels the search probes (about five, ~1 MB each) into the maskfuzz cache."""
-    from fuzz import corpus
-    from fuzz.cli import main
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # no --repo for verl: its releases are bisected
     try:
@@ -229,9 +229,9 @@ def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
     """verl's REINFORCE++ (the returns kind) reset the return at a masked token up to 0.8.0; a gap
     case recorded on the entry `verl:reinforce++` at 0.5.0 passes at 0.9.1. The kind travels with
     the entry: nothing changes on the user's side (`--versions` keeps it to the two cached wheels)."""
-    from fuzz import corpus
-    from fuzz.cli import main
-    from oracles.case import Case
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
+    from maskfuzz.oracles.case import Case
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
     gap = Case.build(trainable=[[1, 1]], score=[1.0], gamma=1.0, lam=1.0)  # a gap inserted at 1 resets the return

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.case import Case, CaseError, dtype_name, quantize
-from oracles.domain import Domain
+from maskfuzz.oracles.case import Case, CaseError, dtype_name, quantize
+from maskfuzz.oracles.domain import Domain
 
 
 def test_build_defaults_and_shape():

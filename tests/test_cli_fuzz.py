@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from fuzz.cli import main
+from maskfuzz.fuzz.cli import main
 
 MODULE = textwrap.dedent(
     '''
@@ -134,8 +134,8 @@ def test_a_run_without_json_or_corpus_leaves_its_results_in_the_working_director
 
 
 def test_a_framework_named_without_an_entry_means_every_entry():
-    from fuzz.commands.fuzz import _kind_of, _resolve_labels
-    from targets.registry import get
+    from maskfuzz.fuzz.commands.fuzz import _kind_of, _resolve_labels
+    from maskfuzz.targets.registry import get
 
     spec = get("torchrl")
     labels = _resolve_labels(["torchrl@0.14.1"], [], {})
@@ -145,3 +145,37 @@ def test_a_framework_named_without_an_entry_means_every_entry():
     assert _kind_of("torchrl@0.14.1") == ("gae", "default")
     assert _kind_of("torchrl:mc-advantage@0.14.1") == ("group-advantage", "mc-advantage")
     assert _kind_of("torchrl:kl@0.14.1") == ("kl", "kl")
+
+
+@pytest.mark.network
+def test_a_hostile_working_directory_gives_the_same_results(tmp_path):
+    """`maskfuzz fuzz verl@0.9.1` (GAE and GRPO) from a directory holding its own `targets/`, `fuzz/`,
+    `oracles.py` and a broken `transformers` (importable: it is on PYTHONPATH) gives the results of a
+    clean directory: workers import maskfuzz from its installation and stand transformers in."""
+    import os
+    import subprocess
+
+    hostile = tmp_path / "hostile"
+    for pkg in ("targets", "fuzz", "transformers"):
+        (hostile / pkg).mkdir(parents=True)
+        (hostile / pkg / "__init__.py").write_text(f"raise ImportError('the hostile {pkg} package was imported')\n")
+    (hostile / "oracles.py").write_text("raise ImportError('the hostile oracles module was imported')\n")
+    clean = tmp_path / "clean"
+    clean.mkdir()
+
+    def run(cwd, extra_path: str = "") -> dict:
+        env = dict(os.environ, PYTHONPATH=extra_path)
+        argv = ["maskfuzz", "fuzz", "verl:default@0.9.1", "verl:grpo@0.9.1", "--max-examples", "25", "--seed", "5"]
+        argv += ["--json", "out.json"]
+        r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode in (0, 1), r.stderr[-2000:]
+        assert "hostile" not in r.stderr
+        return json.loads((cwd / "out.json").read_text())
+
+    a, b = run(clean), run(hostile, str(hostile))
+
+    def summary(d: dict) -> list:
+        return [(t["target"], t["status"], t["examples"], t["checked"], sorted(f["property"] for f in t["findings"]))
+                for t in d["targets"]]  # fmt: skip
+
+    assert summary(a) == summary(b) and all(t["status"] == "ok" for t in b["targets"])

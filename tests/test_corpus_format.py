@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.corpus import (
+from maskfuzz.fuzz.corpus import (
     CorpusError,
     Entry,
     Found,
@@ -24,8 +24,8 @@ from fuzz.corpus import (
     parse_json,
     save,
 )
-from oracles.case import DTYPES, Case, quantize
-from oracles.properties import Verdict
+from maskfuzz.oracles.case import DTYPES, Case, quantize
+from maskfuzz.oracles.properties import Verdict
 
 NAN_BITS = {
     "default": 0x7FF8000000000000,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fuzz.corpus import (
+from maskfuzz.fuzz.corpus import (
     DirectoryStore,
     case_size,
     discover,
@@ -20,9 +20,9 @@ from fuzz.corpus import (
     record,
     signature,
 )
-from fuzz.ledger import Expectation, Ledger
-from oracles.case import Case
-from oracles.properties import Verdict
+from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import Verdict
 
 
 def poison_verdict(positions) -> Verdict:
@@ -197,9 +197,9 @@ def test_entry_from_finding_shapes():
 
 
 def test_record_accepts_the_engines_finding(tmp_path: Path):
-    engine = pytest.importorskip("fuzz.engine", reason="fuzz/engine.py is not in this checkout")
+    engine = pytest.importorskip("maskfuzz.fuzz.engine", reason="fuzz/engine.py is not in this checkout")
     if not hasattr(engine, "Finding"):
-        pytest.skip("fuzz.engine has no Finding class")
+        pytest.skip("maskfuzz.fuzz.engine has no Finding class")
     f = engine.Finding(
         target="verl",
         pin="0.4.1",
@@ -217,7 +217,7 @@ def test_record_accepts_the_engines_finding(tmp_path: Path):
 
 
 def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
-    from targets.cache import LockTimeout
+    from maskfuzz.targets.cache import LockTimeout
 
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     store = DirectoryStore(tmp_path / "corpus")

@@ -7,10 +7,10 @@ import mutant_zoo as zoo
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.strategies import Sizes
-from oracles.case import Case
-from oracles.properties import Declared, TargetFailure
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import Declared, TargetFailure
 
 MUTANTS = list(zoo.CATCHES.items())
 

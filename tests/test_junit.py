@@ -9,11 +9,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fuzz.cli import main
-from fuzz.corpus import case_to_json
-from fuzz.junit import write_junit
-from oracles.case import Case
-from oracles.properties import PROPERTIES
+from maskfuzz.fuzz.cli import main
+from maskfuzz.fuzz.corpus import case_to_json
+from maskfuzz.fuzz.junit import write_junit
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import PROPERTIES
 
 CASE = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, 9.0]], score=[1.0], dtype="float32")
 

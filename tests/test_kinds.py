@@ -12,12 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.engine import fuzz_target
-from fuzz.kind_strategies import kind_cases
-from fuzz.strategies import Sizes
-from oracles.case import Case
-from oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, normalization
-from oracles.properties import Declared, judge
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.kind_strategies import kind_cases
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, normalization
+from maskfuzz.oracles.properties import Declared, judge
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -211,9 +211,9 @@ def test_a_crashing_twin_is_a_no_crash_finding_on_the_twin():
 
 
 def test_kind_findings_are_diagnosed_and_grouped_into_defects():
-    from fuzz.triage import triage
-    from oracles.diagnosis import diagnose
-    from oracles.domain import Domain
+    from maskfuzz.fuzz.triage import triage
+    from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.domain import Domain
 
     declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     biased = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
@@ -241,7 +241,7 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
     """A one-pass variance (E[x^2] - E[x]^2) breaks permutation and pad-invariance at large
     offsets through rounding alone: centring the inputs makes the property hold, so the root
     cause is `precision`, never statistics over masked rows or mixed groups."""
-    from oracles.diagnosis import diagnose
+    from maskfuzz.oracles.diagnosis import diagnose
 
     declared = Declared(kind="normalization", variant=zoo.WH, masked_zero=True)
     x = torch.tensor([[1000.0 + i % 3 for i in range(11)], [1001.0 - i % 2 for i in range(11)]])
@@ -255,7 +255,7 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
 
 
 def test_a_score_lost_on_an_observation_tail_is_diagnosed_as_such():
-    from oracles.diagnosis import diagnose
+    from maskfuzz.oracles.diagnosis import diagnose
 
     declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     case = Case.build(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0])
@@ -274,7 +274,7 @@ RETURNS_ZOO = {  # GAE mutants that are returns bugs too, judged as the `returns
 def test_the_returns_kind_catches_its_mutants(name):
     import mutant_zoo
 
-    from oracles.domain import Domain
+    from maskfuzz.oracles.domain import Domain
 
     contract, want = RETURNS_ZOO[name]
     fn = getattr(mutant_zoo, name)
@@ -300,7 +300,7 @@ def test_a_clean_twin_that_crashes_under_nan_poison_is_a_no_crash_finding():
 def test_the_twin_property_compares_two_implementations_of_one_computation():
     import dataclasses
 
-    from oracles.diagnosis import diagnose
+    from maskfuzz.oracles.diagnosis import diagnose
 
     base = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     case = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])

@@ -20,10 +20,10 @@ import pytest
 from fake_framework import build, commit, innocuous
 from test_report import CASE, finding, target, write_fuzz
 
-from fuzz import nightly_bisect as nb
-from fuzz import report as rep
-from fuzz.corpus import Entry, save
-from oracles.properties import Verdict
+from maskfuzz.fuzz import nightly_bisect as nb
+from maskfuzz.fuzz import report as rep
+from maskfuzz.fuzz.corpus import Entry, save
+from maskfuzz.oracles.properties import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "nightly_local.sh"
@@ -200,7 +200,7 @@ VERL_FIX = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # [algo] feat: mask out o
 @pytest.fixture
 def verl_clone(tmp_path):
     """A clone of the verl mirror (MASKFUZZ_REPOS) whose branch ends at #2337, with a work tree."""
-    from fuzz.repos import parse_repos
+    from maskfuzz.fuzz.repos import parse_repos
 
     repos = parse_repos(None)
     if "verl" not in repos:

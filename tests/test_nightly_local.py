@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.cli import build_parser
+from maskfuzz.fuzz.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
@@ -74,7 +74,7 @@ def test_matrix_selection_matches_the_registry(tmp_path):
     """Run the plan job's inline Python against `maskfuzz targets --json` of this checkout."""
     text = WORKFLOW.read_text()
     code = textwrap.dedent(re.search(r"python - <<'EOF'\n(.*?)\n\s*EOF\n", text, re.S).group(1))
-    from targets.registry import registry
+    from maskfuzz.targets.registry import registry
 
     listing = [
         {"id": s.id, "pins": [{"rev": p.rev, "default": p.default, "kind": p.kind} for p in s.pins]}

@@ -8,10 +8,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from fuzz.strategies import Sizes, cases
-from oracles.case import Case
-from oracles.properties import PROPERTIES, Declared, TargetFailure, judge
-from oracles.reference import Whitening, masked_whiten, reference
+from maskfuzz.fuzz.strategies import Sizes, cases
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import PROPERTIES, Declared, TargetFailure, judge
+from maskfuzz.oracles.reference import Whitening, masked_whiten, reference
 
 
 def ref_run(contract: str, whitening: Whitening | None = None):
@@ -171,7 +171,7 @@ def test_poison_nonfinite_ignores_positions_non_finite_in_the_clean_twin_too():
 
 
 def test_gap_twin_inserts_a_clean_token():
-    from oracles.properties import with_inserted_gap
+    from maskfuzz.oracles.properties import with_inserted_gap
 
     case = Case.build(trainable=[[1, 1]], values=[[0.5, 0.25]])
     twin, p = with_inserted_gap(case)
@@ -189,7 +189,7 @@ def test_undefined_whitening_makes_every_property_not_applicable():
 
 
 def test_nonfinite_findings_shrink_to_two_positions():
-    from fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.engine import fuzz_target
 
     run = zoo.as_run(zoo.nan_leaks_through_multiply)
     result = fuzz_target(run, Declared("dense"), target="zoo", max_examples=300, properties=("poison-nonfinite",))

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oracles.case import Case
-from oracles.reference import (
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.reference import (
     LOOPS,
     VECTORISED,
     Whitening,

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fuzz import replay as rp
-from fuzz.cli import main as cli_main
-from fuzz.corpus import CorpusError, Entry, Found, load, save
-from fuzz.ledger import Expectation, Ledger
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.properties import Declared, judge
-from oracles.reference import reference
+from maskfuzz.fuzz import replay as rp
+from maskfuzz.fuzz.cli import main as cli_main
+from maskfuzz.fuzz.corpus import CorpusError, Entry, Found, load, save
+from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared, judge
+from maskfuzz.oracles.reference import reference
 
 pytest_plugins = ["pytester"]
 
@@ -253,7 +253,7 @@ def test_ledger_matching_and_errors(tmp_path: Path):
 
 # -- the default opener translates the session's exceptions -----------------------------------------
 def test_open_handle_turns_session_errors_into_skips(monkeypatch):
-    session = pytest.importorskip("targets.session", reason="targets/session.py is not in this checkout")
+    session = pytest.importorskip("maskfuzz.targets.session", reason="targets/session.py is not in this checkout")
 
     def raising(exc):
         @contextlib.contextmanager

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import report as rep
-from fuzz.cli import main
-from fuzz.corpus import Entry, Found, case_to_json, save, signature
-from oracles.case import Case
-from oracles.kinds import ALL_PROPERTIES
-from oracles.properties import PROPERTIES, Verdict
+from maskfuzz.fuzz import report as rep
+from maskfuzz.fuzz.cli import main
+from maskfuzz.fuzz.corpus import Entry, Found, case_to_json, save, signature
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import ALL_PROPERTIES
+from maskfuzz.oracles.properties import PROPERTIES, Verdict
 
 # one row: trainable, trainable, observation (masked-real), trainable, padding
 CASE = Case.build(
@@ -360,7 +360,7 @@ def test_replay_results_are_read_and_a_clean_replay_is_fixed(tmp_path):
     b_case = CASE.replace(gamma=0.5)
     b_verdict = Verdict("reference", "fail", "differs", "advantages", [[0, 3]], [0.0], [1.0])
     b = save(Entry("verl", "0.4.1", "reference", b_case, b_verdict, found=Found(date="x")), corpus)
-    from fuzz.corpus import load
+    from maskfuzz.fuzz.corpus import load
 
     ea, eb = load(a), load(b)
     prev = _replay_json(tmp_path / "prev.json", [_replay_result(ea, "fail"), _replay_result(eb, "xfail")])
@@ -382,7 +382,7 @@ def test_fuzz_and_replay_of_the_same_bug_are_one_finding(tmp_path):
     verdict = Verdict("poison", "fail", POISON["message"], "returns", [[0, 1]], [0.0], [1.0])
     entry = Entry("verl", "0.4.1", "poison", CASE, verdict, found=Found(date="x"))
     path = save(entry, corpus)
-    from fuzz.corpus import load
+    from maskfuzz.fuzz.corpus import load
 
     fz = write_fuzz(tmp_path / "f.json", target("verl@0.4.1", findings=[POISON]))
     rp = _replay_json(tmp_path / "r.json", [_replay_result(load(path), "fail")])
@@ -443,7 +443,7 @@ def test_a_replaced_corpus_file_is_found_by_signature(tmp_path):
 def test_a_replay_that_crashes_is_a_no_crash_finding_and_skips_are_counted(tmp_path):
     verdict = Verdict("poison", "fail", "m", "returns", [[0, 1]], [0.0], [1.0])
     path = save(Entry("verl", "0.4.1", "poison", CASE, verdict, found=Found(date="x")), tmp_path / "corpus")
-    from fuzz.corpus import load
+    from maskfuzz.fuzz.corpus import load
 
     entry = load(path)
     crashed = _replay_result(entry, "fail", pin="0.9.1")

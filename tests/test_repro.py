@@ -36,14 +36,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz import repro
-from fuzz.cli import main as cli
-from fuzz.corpus import Entry, Found, save
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.properties import Declared, Verdict, judge
-from targets import registry
+from maskfuzz.fuzz import repro
+from maskfuzz.fuzz.cli import main as cli
+from maskfuzz.fuzz.corpus import Entry, Found, save
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared, Verdict, judge
+from maskfuzz.targets import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION = "gae_impl:gae"
@@ -357,7 +357,7 @@ def test_script_runs_without_maskfuzz(tmp_path, clean_python):
     out.mkdir()
     script = out / "repro.py"
     script.write_text(repro.render_script(plan), encoding="utf-8")
-    assert "import fuzz" not in script.read_text() and "from oracles" not in script.read_text()
+    assert not re.search(r"^\s*(from|import) (maskfuzz|fuzz|oracles|targets)\b", script.read_text(), re.M)
     buggy = write_impl(tmp_path / "buggy", BUGS["storage_only"], "dense")
     fixed = write_impl(tmp_path / "fixed", DENSE, "dense")
     code, data = run_clean(clean_python, script, buggy, tmp_path)
@@ -459,11 +459,11 @@ def test_nothing_written_when_the_script_cannot_run_or_disagrees(tmp_path):
 
 def test_unsupported_adapter_exits_2_naming_what_is_missing(tmp_path, capsys, monkeypatch):
     # every registered adapter can be copied now: make TRL's helper module one that a script may not copy
-    monkeypatch.setattr(repro, "NOT_FOLLOWED", repro.NOT_FOLLOWED + ("targets.adapters.extract",))
+    monkeypatch.setattr(repro, "NOT_FOLLOWED", repro.NOT_FOLLOWED + ("maskfuzz.targets.adapters.extract",))
     path = save(_entry("poison", SEED_PADDED, "trl", "0.11.4", None), tmp_path / "corpus")
     assert cli(["repro", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "no reproducer for poison on trl@0.11.4" in err and "targets.adapters.extract" in err
+    assert "no reproducer for poison on trl@0.11.4" in err and "maskfuzz.targets.adapters.extract" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -477,7 +477,7 @@ def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
     assert helper < text.index("# How maskfuzz calls") < text.index("\ndef load(root: Path, entry: str | None)")
     assert "\nclass SourceTree:" in text and "\nclass BlockNotFound(RuntimeError):" in text
     # the registry entry and what only it uses stay out; the script imports nothing of maskfuzz
-    for absent in ("SPEC", "TargetSpec", "Domain(", "Pin(", "from targets", "from oracles", "import targets"):
+    for absent in ("SPEC", "TargetSpec", "Domain(", "Pin(", "from maskfuzz", "import maskfuzz"):
         assert absent not in text, absent
     # only what the call reaches: NeMo-RL's adapter locates its class by name, not by the GAE loop
     assert ("\ndef find_gae_loop(" in text) == (target != "nemo-rl")
@@ -487,13 +487,14 @@ def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
 
 
 def test_copied_helper_must_be_stdlib_and_torch():
-    template = repro.Source("fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
+    template = repro.Source("maskfuzz.fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
     closure = repro.Closure(template)
-    helper = repro.Source("targets.adapters.extract", "import numpy\n\n\ndef f():\n    return numpy.zeros(1)\n")
+    extract = "maskfuzz.targets.adapters.extract"
+    helper = repro.Source(extract, "import numpy\n\n\ndef f():\n    return numpy.zeros(1)\n")
     closure.add_source(helper)
     with pytest.raises(repro.Unsupported, match="imports numpy .*only the standard library and torch"):
         closure.need(helper, "f", "test")
-    torch_only = repro.Source("targets.adapters.extract", "import torch\n\n\ndef f():\n    return torch.zeros(1)\n")
+    torch_only = repro.Source(extract, "import torch\n\n\ndef f():\n    return torch.zeros(1)\n")
     closure = repro.Closure(template)
     closure.add_source(torch_only)
     closure.need(torch_only, "f", "test")  # torch is fine
@@ -503,8 +504,8 @@ def test_copied_helper_must_be_stdlib_and_torch():
 def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
     (tmp_path / "spec_reading_adapter.py").write_text(
         "from pathlib import Path\n\n"
-        "from targets.adapters.base import Loaded\n"
-        "from targets.registry import TargetSpec\n\n"
+        "from maskfuzz.targets.adapters.base import Loaded\n"
+        "from maskfuzz.targets.registry import TargetSpec\n\n"
         'SPEC = TargetSpec(id="x", adapter="spec_reading_adapter", own=("x",), contract="compressed")\n\n\n'
         "def load(root: Path, entry: str | None) -> Loaded:\n"
         "    return Loaded(None, SPEC.own[0])\n",
@@ -512,17 +513,17 @@ def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     call = repro.call_source("spec_reading_adapter")
-    with pytest.raises(repro.Unsupported, match=r"TargetSpec from targets\.registry.*reads SPEC; give what it reads"):
+    with pytest.raises(repro.Unsupported, match=r"TargetSpec from maskfuzz\.targets\.registry.*reads SPEC; give what"):
         repro.assemble(call, {name: f"{name} = None\n" for name in repro.DATA_NAMES})
 
 
 def test_adapter_hooks(monkeypatch):
     """REPRO_UNSUPPORTED refuses; repro_source() replaces the copied call."""
-    import targets.adapters.torchrl as adapter
+    import maskfuzz.targets.adapters.torchrl as adapter
 
     monkeypatch.setattr(adapter, "REPRO_UNSUPPORTED", "needs a GPU kernel", raising=False)
     with pytest.raises(repro.Unsupported, match="needs a GPU kernel"):
-        repro.call_source("targets.adapters.torchrl")
+        repro.call_source("maskfuzz.targets.adapters.torchrl")
     monkeypatch.delattr(adapter, "REPRO_UNSUPPORTED")
     source = '''
         import functools
@@ -533,7 +534,7 @@ def test_adapter_hooks(monkeypatch):
             return functools.partial(fn), where
     '''
     monkeypatch.setattr(adapter, "repro_source", lambda: source, raising=False)
-    call = repro.call_source("targets.adapters.torchrl")
+    call = repro.call_source("maskfuzz.targets.adapters.torchrl")
     plan = repro.make_plan(_entry("poison", SEED, "torchrl", "0.14.1", None),
                            repro.TargetInfo.from_spec(registry.get("torchrl"), None, "0.14.1"))
     text = repro.render_script(repro.Plan(plan.entry, plan.target, plan.check, call))
@@ -546,7 +547,7 @@ def test_bisect_field_of_the_entry_and_literals(tmp_path):
     raw = json.loads(path.read_text())
     raw["bisect"] = {"result": "no-change", "reason": "verdict bad at both ends"}
     path.write_text(json.dumps(raw))
-    from fuzz.corpus import load
+    from maskfuzz.fuzz.corpus import load
 
     assert repro.bisect_of(load(path)) == raw["bisect"]
     with pytest.raises(ValueError, match="not the output of"):
@@ -559,7 +560,7 @@ def test_bisect_field_of_the_entry_and_literals(tmp_path):
 
 def test_script_case_matches_oracles_case():
     """The script's Case.build / inputs behave as oracles.case.Case's (adapters call both)."""
-    from fuzz.templates import repro_script
+    from maskfuzz.fuzz.templates import repro_script
 
     kwargs = dict(trainable=[[1, 0, 1]], attention=[[1, 1, 1]], values=[[0.1, 7.3, 1 / 3]], score=[0.7],
                   gamma=0.9, lam=0.8, dtype="bfloat16")
@@ -574,7 +575,7 @@ def test_script_case_matches_oracles_case():
 
 
 def test_identify_git_and_wheel(tmp_path):
-    from fuzz.templates import repro_script
+    from maskfuzz.fuzz.templates import repro_script
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -602,7 +603,7 @@ def test_identify_git_and_wheel(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_verl_poison_reproduces_at_041_and_is_fixed_at_050(tmp_path, capsys, clean_python):
-    from targets.acquire import AcquireError, acquire
+    from maskfuzz.targets.acquire import AcquireError, acquire
 
     spec = registry.get("verl")
     try:
@@ -633,7 +634,7 @@ def test_roll_seed_case_at_c09bc8bc9f43(tmp_path, capsys, clean_python):
     repos = parse_repos(None)
     if "roll" not in repos:
         pytest.skip("needs a ROLL mirror: MASKFUZZ_REPOS=roll=/path/to/ROLL (e.g. /work/.mirror/alibaba+ROLL/repo)")
-    from targets.acquire import acquire
+    from maskfuzz.targets.acquire import acquire
 
     path = save(_entry("poison", SEED, "roll", "c09bc8bc9f43", None), tmp_path / "corpus")
     code = cli(["repro", str(path), "-o", str(tmp_path / "out")])
@@ -662,8 +663,8 @@ def _failing_entry(label: str) -> Path:
 def _reproduce_in_clean_python(tmp_path, capsys, clean_python, label: str) -> dict:
     """`maskfuzz repro` of a failing corpus finding at `label`: exit 0 with the judge agreeing, and the
     script exits 1 on the same code in an interpreter without maskfuzz and passes ruff. Its JSON."""
-    from targets.acquire import acquire
-    from targets.session import parse_ref
+    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.session import parse_ref
 
     path = _failing_entry(label)
     code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])

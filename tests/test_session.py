@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from oracles.case import Case
-from targets import registry as registry_mod
-from targets.registry import Pin, TargetSpec
-from targets.session import RefError, SetupError, Skip, TargetRef, open_callable, open_target, parse_ref
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets import registry as registry_mod
+from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.session import RefError, SetupError, Skip, TargetRef, open_callable, open_target, parse_ref
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 
 ADAPTER = textwrap.dedent('''
     """A toy adapter in the shape of targets/adapters/*.py."""
-    from targets.adapters.base import Loaded, function_from
-    from targets.registry import Pin, TargetSpec
+    from maskfuzz.targets.adapters.base import Loaded, function_from
+    from maskfuzz.targets.registry import Pin, TargetSpec
 
     SPEC = TargetSpec(
         id="toy", adapter="toy_adapter", own=("toy",), contract="dense",
@@ -145,7 +145,7 @@ def test_unimportable_pin_is_a_setup_error_that_says_what_to_do(toy):
 
 
 def test_unknown_pin_is_a_setup_error_before_any_worker(toy, monkeypatch):
-    import targets.session as session
+    import maskfuzz.targets.session as session
 
     monkeypatch.setattr(session, "Worker", None)  # a worker start would fail with a TypeError
     with pytest.raises(SetupError, match=r"toy@nope: unknown revision.*git -C"):
@@ -178,7 +178,7 @@ def test_targets_command_lists_pins_and_offline_availability(toy, capsys, monkey
     import argparse
     import json
 
-    from fuzz.commands import targets as command
+    from maskfuzz.fuzz.commands import targets as command
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # the toy registry knows none of the real targets
     assert command.run(argparse.Namespace(repo=[f"toy={toy['repos']['toy']}"], json=True)) == 0

@@ -19,14 +19,14 @@ import math
 
 import pytest
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import areal
-from targets.adapters.base import NotPresent
-from targets.adapters.extract import BlockNotFound
-from targets.session import open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import areal
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.session import open_target
 
 RELEASE = "1.0.4"
 GIT_PINS = [p.rev for p in areal.SPEC.pins if p.kind == "git"]
@@ -191,7 +191,7 @@ HEAD = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"  # git main, Aug 2026: Normali
 
 
 def kind_verdicts(handle, case: Case) -> dict:
-    from oracles.kinds.judge import judge as kind_judge
+    from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
     return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
 
@@ -213,7 +213,7 @@ def test_kind_entries_are_declared():
 def test_blocks_of_group_ids():
     import torch
 
-    from targets.adapters.areal_kinds import blocks
+    from maskfuzz.targets.adapters.areal_kinds import blocks
 
     assert blocks(torch.tensor([5, 5, 2, 2, 2, 9])) == [2, 3, 1]
     assert blocks(torch.tensor([5, 2, 5])) is None

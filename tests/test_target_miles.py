@@ -30,13 +30,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import miles
-from targets.adapters.slime import Samples
-from targets.client import LoadSpec, Worker, WorkerSkip
-from targets.session import Skip, open_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import miles
+from maskfuzz.targets.adapters.slime import Samples
+from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.session import Skip, open_target
 
 FIX = "3d2e0e411"  # PR #1827: run PPO GAE over trainable tokens only
 BEFORE = "6ccdc7da6"  # its first parent
@@ -271,7 +271,7 @@ def fixed(repos):
 
 @pytest.mark.needs_mirror
 def test_pinned_before_is_the_first_parent_of_the_fix(repos):
-    from targets import gitrepo
+    from maskfuzz.targets import gitrepo
 
     repo = gitrepo.open_local(repos["miles"])
     fix = repo.commit(gitrepo.rev_parse(repo, FIX))
@@ -306,7 +306,7 @@ def test_the_fix_places_the_score_on_the_last_trainable_token(before, fixed):
 
 @pytest.mark.needs_mirror
 def test_short_fuzz_finds_the_bug_before_and_nothing_after(before, fixed):
-    from fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.engine import fuzz_target
 
     t0 = time.monotonic()
     bad = fuzz_target(before.run, before.declared, target="miles", pin=BEFORE, max_examples=150, seed=0,
@@ -506,7 +506,7 @@ MILES_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may 
 @pytest.mark.network
 @pytest.mark.parametrize("entry", list(MILES_KIND_FUZZ))
 def test_kind_short_fuzz(kinds_open, entry):
-    from fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.engine import fuzz_target
 
     h = kinds_open(entry)
     must, may = MILES_KIND_FUZZ[entry]

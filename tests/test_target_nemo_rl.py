@@ -22,15 +22,15 @@ import math
 
 import pytest
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets import registry
-from targets.adapters import nemo_rl
-from targets.adapters.base import NotPresent
-from targets.adapters.extract import BlockNotFound
-from targets.session import Skip, open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets import registry
+from maskfuzz.targets.adapters import nemo_rl
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.session import Skip, open_target
 
 HEAD_PIN, FIRST_PIN, BEFORE_PIN = (p.rev for p in nemo_rl.SPEC.pins)
 
@@ -219,7 +219,7 @@ def _kind_handle(entry: str):
 
 
 def _kind_verdicts(handle, case: Case) -> dict:
-    from oracles.kinds.judge import judge as kind_judge
+    from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
     return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
 

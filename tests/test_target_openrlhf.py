@@ -23,13 +23,13 @@ import dataclasses
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.strategies import Sizes
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import openrlhf
-from targets.adapters.base import NotPresent
-from targets.session import SetupError, open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import openrlhf
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.session import SetupError, open_target
 
 NEWEST, OLDEST = "0.11.2", "0.3.6.post1"
 DECLARED = openrlhf.SPEC.declared()

@@ -27,14 +27,14 @@ import textwrap
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from oracles.reference import classic_gae_loop
-from targets.adapters import skyrl
-from targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
-from targets.session import open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.reference import classic_gae_loop
+from maskfuzz.targets.adapters import skyrl
+from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.session import open_target
 
 PIN = "0.3.1"
 FIRST = "0.1.0"
@@ -299,7 +299,7 @@ def test_a_tree_without_the_function_is_a_skip(tmp_path):
 # * normalize_advantages_dict takes advantages.mean() over every position, padding included (:141).
 # ---------------------------------------------------------------------------------------------
 def kind_verdicts(handle, case: Case) -> dict:
-    from oracles.kinds.judge import judge as kind_judge
+    from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
     return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
 

@@ -20,13 +20,13 @@ import types
 import pytest
 import torch
 
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import slime
-from targets.adapters.base import NotPresent
-from targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
-from targets.session import open_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import slime
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.session import open_target
 
 HEAD = "624b824a8"
 OLDER = "166441911"
@@ -210,7 +210,7 @@ def test_vanilla_entry_agrees_with_the_chunked_default(repos):
 
 @pytest.mark.needs_mirror
 def test_short_fuzz_at_head_finds_the_leak_and_the_lost_score(repos):
-    from fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.engine import fuzz_target
 
     with open_target(f"slime@{HEAD}", repos=repos) as h:
         t0 = time.monotonic()
@@ -340,7 +340,7 @@ SLIME_KIND_FUZZ = {  # entry -> (must fail, may fail)
 @pytest.mark.needs_mirror
 @pytest.mark.parametrize("entry", list(SLIME_KIND_FUZZ))
 def test_kind_short_fuzz(kinds_open, entry):
-    from fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.engine import fuzz_target
 
     h = kinds_open(entry)
     must, may = SLIME_KIND_FUZZ[entry]

@@ -25,12 +25,12 @@ import math
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import torchrl
-from targets.session import open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import torchrl
+from maskfuzz.targets.session import open_target
 
 PIN = "0.14.1"
 ENTRIES = ("default", "vec")

@@ -23,14 +23,14 @@ import math
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from oracles.case import Case
-from oracles.properties import judge
-from targets.adapters import trl
-from targets.adapters.base import NotPresent
-from targets.adapters.extract import BlockNotFound
-from targets.session import Skip, open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets.adapters import trl
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.session import Skip, open_target
 
 NEWEST_PPO = "1.12.0"
 OLD = "0.11.4"
@@ -283,7 +283,7 @@ def test_tree_without_any_ppo_trainer_is_not_present(tmp_path):
 
 
 def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
-    from targets.adapters.extract import SourceTree, find_class, find_gae_loop, find_method
+    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_gae_loop, find_method
 
     core = "import torch\nSCALE = 2.0\n\ndef helper(x):\n    return torch.as_tensor(x) * SCALE\n"
     _tree(tmp_path, "trl/core.py", core)
@@ -317,8 +317,8 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
 
 from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
-from fuzz.strategies import Sizes  # noqa: E402
-from targets.adapters import trl_kinds  # noqa: E402
+from maskfuzz.fuzz.strategies import Sizes  # noqa: E402
+from maskfuzz.targets.adapters import trl_kinds  # noqa: E402
 
 
 @pytest.fixture(scope="module")

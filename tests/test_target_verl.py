@@ -27,15 +27,15 @@ import math
 import pytest
 import torch
 
-from fuzz.engine import fuzz_target
-from fuzz.repos import parse_repos
-from fuzz.strategies import Sizes
-from oracles.case import Case
-from oracles.properties import TargetFailure, judge
-from oracles.reference import masked_whiten, reference
-from targets.adapters import verl
-from targets.adapters.base import NotPresent
-from targets.session import SetupError, open_target
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import TargetFailure, judge
+from maskfuzz.oracles.reference import masked_whiten, reference
+from maskfuzz.targets.adapters import verl
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.session import SetupError, open_target
 
 OLD, NEW = "0.4.1", "0.9.1"  # the last plain-loop release and the newest (masked carry) release
 MASKING = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # #2337 "mask out observation token in GAE"

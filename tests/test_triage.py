@@ -9,11 +9,11 @@ import dataclasses
 import mutant_zoo as zoo
 import pytest
 
-from fuzz.engine import fuzz_target
-from fuzz.triage import reach, triage
-from oracles.case import Case
-from oracles.diagnosis import diagnose, severity
-from oracles.domain import Domain
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.triage import reach, triage
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.diagnosis import diagnose, severity
+from maskfuzz.oracles.domain import Domain
 
 MUTANTS = list(zoo.CATCHES.items())
 
@@ -73,7 +73,7 @@ def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
 def test_every_declared_pipeline_domain_cites_upstream_lines():
     """A pipeline narrowing without a file:line citation would be an unverifiable claim about
     someone else's code; a target without any pipeline domain reports every finding at reach api."""
-    from targets.registry import registry
+    from maskfuzz.targets.registry import registry
 
     declared = 0
     for tid, spec in registry().items():
@@ -96,7 +96,7 @@ def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
         adv, ret = zoo._scan(rewards * trainable, values, gamma, lam)  # masked values bootstrap
         return adv * trainable, ret * trainable
 
-    from oracles.properties import Declared
+    from maskfuzz.oracles.properties import Declared
 
     run = zoo.as_run(leaky_and_drops_tail_score)
     case = Case.build(trainable=[[1, 0]], values=[[0.0, 0.0]], score=[1.0], gamma=0.0, lam=1.0)

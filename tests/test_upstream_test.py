@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fuzz import upstream_test
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.properties import Declared
+from maskfuzz.fuzz import upstream_test
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared
 
 FRAMEWORK = '''
 import torch

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from fuzz.bisect import FIX, FOUND, INCONCLUSIVE, BisectError, BisectResult, Outcome, Revision, bisect
+from maskfuzz.fuzz.bisect import FIX, FOUND, INCONCLUSIVE, BisectError, BisectResult, Outcome, Revision, bisect
 
 
 def register(subparsers) -> None:
@@ -52,13 +52,13 @@ def register(subparsers) -> None:
 
 
 def _usage(message: str) -> Exception:
-    from fuzz.cli import UsageError
+    from maskfuzz.fuzz.cli import UsageError
 
     return UsageError(message)
 
 
 def _load_case(path: str):
-    from fuzz import corpus
+    from maskfuzz.fuzz import corpus
 
     try:
         return corpus.load(path)
@@ -67,7 +67,7 @@ def _load_case(path: str):
 
 
 def _split_target(text: str) -> tuple[str, str | None]:
-    from targets.session import RefError, parse_ref
+    from maskfuzz.targets.session import RefError, parse_ref
 
     try:
         ref = parse_ref(text.split("@", 1)[0] + "@bisect")  # the pin is what we bisect: ignore it
@@ -79,8 +79,8 @@ def _split_target(text: str) -> tuple[str, str | None]:
 def setup(args, entry):
     """(history, evaluator, unit, description) for the arguments: git commits of a target, its
     releases, or a --callable function's repository."""
-    from fuzz import bisect_env
-    from fuzz.repos import parse_repos
+    from maskfuzz.fuzz import bisect_env
+    from maskfuzz.fuzz.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)
@@ -88,7 +88,7 @@ def setup(args, entry):
         raise _usage(str(exc)) from None
 
     if args.callable:
-        from oracles.properties import Declared
+        from maskfuzz.oracles.properties import Declared
 
         if not args.source:
             raise _usage("--callable needs --source PATH (the git repository the function is imported from)")
@@ -106,7 +106,7 @@ def setup(args, entry):
         )
         return history, evaluator, "commit", f"{args.callable} in {args.source}"
 
-    from targets import acquire, registry
+    from maskfuzz.targets import acquire, registry
 
     target, target_entry = _split_target(args.target) if args.target else (entry.target, entry.entry_point)
     if target == "callable":
@@ -168,7 +168,7 @@ def _line(rev: Revision) -> str:
 
 
 def run(args) -> int:
-    from oracles.kinds import ALL_PROPERTIES as PROPERTIES
+    from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")

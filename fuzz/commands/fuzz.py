@@ -21,11 +21,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fuzz import profiles
-from fuzz.cli import UsageError, require_device
-from fuzz.repos import parse_repos
-from fuzz.strategies import Sizes
-from oracles.kinds import properties as kind_properties
+from maskfuzz.fuzz import profiles
+from maskfuzz.fuzz.cli import UsageError, require_device
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.kinds import properties as kind_properties
 
 
 def register(sub) -> None:
@@ -153,7 +153,7 @@ def main(args) -> int:
         args.json.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
         _say(f"wrote {args.json}")
     if args.junit:
-        from fuzz.junit import write_junit
+        from maskfuzz.fuzz.junit import write_junit
 
         write_junit(payload, args.junit)
         _say(f"wrote {args.junit}")
@@ -188,8 +188,8 @@ def _check_callables(callables: list[str], source: str | None) -> None:
 
 
 def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> list[str]:
-    from targets.registry import registry
-    from targets.session import RefError, parse_ref
+    from maskfuzz.targets.registry import registry
+    from maskfuzz.targets.session import RefError, parse_ref
 
     specs = registry()
     if not targets and not callables:
@@ -212,9 +212,9 @@ def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> li
 def run_job(job: Job) -> dict:
     """Fuzz one target in this process and return its JSON result (never raises for the target's
     sake: set-up problems become status 'error', an absent function 'skipped')."""
-    from fuzz.engine import fuzz_target
-    from fuzz.triage import triage
-    from targets.session import SetupError, Skip, open_callable, open_target
+    from maskfuzz.fuzz.engine import fuzz_target
+    from maskfuzz.fuzz.triage import triage
+    from maskfuzz.targets.session import SetupError, Skip, open_callable, open_target
 
     out = {
         "target": job.label,
@@ -311,10 +311,10 @@ def run_job(job: Job) -> dict:
 
 def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]:
     """(worktree, full hash) of `rev` in a --callable's --source repository (cached like a target's clone)."""
-    from fuzz.bisect import BisectError
-    from fuzz.bisect_env import local_history
-    from targets import gitrepo
-    from targets.session import SetupError
+    from maskfuzz.fuzz.bisect import BisectError
+    from maskfuzz.fuzz.bisect_env import local_history
+    from maskfuzz.targets import gitrepo
+    from maskfuzz.targets.session import SetupError
 
     try:
         history = local_history(source, function.partition(":")[0].split(".")[0] or "callable")
@@ -326,7 +326,7 @@ def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]
 
 def _kind_of(label: str) -> tuple[str, str]:
     """(kind, entry name) of a registered TARGET[:ENTRY]@PIN label."""
-    from targets.registry import registry
+    from maskfuzz.targets.registry import registry
 
     head = label.partition("@")[0]
     target, _, entry = head.partition(":")
@@ -337,7 +337,7 @@ def _kind_of(label: str) -> tuple[str, str]:
 
 
 def _save(finding, root: Path) -> str:
-    from fuzz.corpus import record
+    from maskfuzz.fuzz.corpus import record
 
     outcome = record(finding, root)
     return str(outcome.path)

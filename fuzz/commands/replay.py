@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from fuzz import replay as rp
-from fuzz.cli import UsageError, require_device
-from fuzz.corpus import CorpusError, Entry, load_all
-from fuzz.ledger import Ledger
-from fuzz.repos import parse_repos
-from oracles.case import CaseError, dtype_name
+from maskfuzz.fuzz import replay as rp
+from maskfuzz.fuzz.cli import UsageError, require_device
+from maskfuzz.fuzz.corpus import CorpusError, Entry, load_all
+from maskfuzz.fuzz.ledger import Ledger
+from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.oracles.case import CaseError, dtype_name
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
@@ -64,7 +64,7 @@ def register(subparsers) -> None:
 
 def parse_target(text: str) -> tuple[str, str | None, str]:
     """'verl@0.4.1' -> ('verl', None, '0.4.1'); 'torchrl:vec@0.14.1' -> ('torchrl', 'vec', '0.14.1')."""
-    from targets.registry import ADAPTER_MODULES
+    from maskfuzz.targets.registry import ADAPTER_MODULES
 
     name, sep, pin = text.partition("@")
     target, _, entry_point = name.partition(":")

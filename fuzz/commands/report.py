@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fuzz.cli import UsageError
+from maskfuzz.fuzz.cli import UsageError
 
 
 def register(subparsers) -> None:
@@ -76,8 +76,8 @@ def register(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     from functools import partial
 
-    from fuzz import nightly_bisect
-    from fuzz.report import ReportInputError, write_report
+    from maskfuzz.fuzz import nightly_bisect
+    from maskfuzz.fuzz.report import ReportInputError, write_report
 
     bisect = partial(nightly_bisect.run, job_timeout=args.bisect_timeout) if args.bisect else None
     if args.bisect and not args.previous:

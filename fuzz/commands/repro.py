@@ -48,15 +48,15 @@ def register(subparsers) -> None:
 
 
 def _usage(message: str) -> Exception:
-    from fuzz.cli import UsageError
+    from maskfuzz.fuzz.cli import UsageError
 
     return UsageError(message)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fuzz import corpus
-    from fuzz import repro as rp
-    from fuzz.cli import require_device
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import repro as rp
+    from maskfuzz.fuzz.cli import require_device
 
     require_device(args.device)
     args.out = args.out.resolve()  # the script runs inside it: a relative -o would be resolved twice
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _upstream_test(entry, target, env, written, out: Path) -> None:
     """DIR/test_<target>_<defect>.py, the test a maintainer can drop into the framework's suite."""
-    from fuzz import upstream_test
+    from maskfuzz.fuzz import upstream_test
 
     info = getattr(written, "info", None) or {}
     mechanism = info.get("mechanism") or (entry.triage or {}).get("mechanism")
@@ -136,8 +136,8 @@ def _upstream_test(entry, target, env, written, out: Path) -> None:
 
 def _fix_pin(entry) -> str | None:
     """A pin the corpus ledger records as fixed ("passes", "fixed by ...") for this entry."""
-    from fuzz.corpus import LEDGER_NAME
-    from fuzz.ledger import Ledger
+    from maskfuzz.fuzz.corpus import LEDGER_NAME
+    from maskfuzz.fuzz.ledger import Ledger
 
     path = getattr(entry, "path", None)
     if path is None:
@@ -157,11 +157,11 @@ def _fix_pin(entry) -> str | None:
 def _registered(args, entry):
     """(TargetInfo, setup) for a registered target; setup() acquires the pin's code and returns
     (Environment, judge)."""
-    from fuzz import repro as rp
-    from fuzz.repos import parse_repos
-    from targets import registry
-    from targets.acquire import AcquireError, acquire
-    from targets.session import RefError, parse_ref
+    from maskfuzz.fuzz import repro as rp
+    from maskfuzz.fuzz.repos import parse_repos
+    from maskfuzz.targets import registry
+    from maskfuzz.targets.acquire import AcquireError, acquire
+    from maskfuzz.targets.session import RefError, parse_ref
 
     try:
         repos = parse_repos(args.repo)
@@ -176,15 +176,15 @@ def _registered(args, entry):
     target = rp.TargetInfo.from_spec(spec, ref.entry, ref.pin)
 
     def judge() -> tuple[str, dict]:
-        from oracles.properties import judge as judge_case
-        from targets.session import SetupError, Skip, open_target
+        from maskfuzz.oracles.properties import judge as judge_case
+        from maskfuzz.targets.session import SetupError, Skip, open_target
 
         try:
             with open_target(ref, repos=repos, device=args.device) as handle:
                 verdicts = judge_case(handle.run, entry.case, target.declared, args.device, only=(entry.property,))
                 info = dict(handle.info)
                 if any(v.failed for v in verdicts):
-                    from oracles.diagnosis import diagnose
+                    from maskfuzz.oracles.diagnosis import diagnose
 
                     info["mechanism"] = diagnose(handle.run, entry.case, target.declared, entry.property).mechanism
         except (Skip, SetupError) as exc:
@@ -203,8 +203,8 @@ def _registered(args, entry):
 
 def _callable(args, entry):
     """(TargetInfo, setup) for --callable MODULE:FUNC imported from --path (default: the working directory)."""
-    from fuzz import repro as rp
-    from oracles.properties import Declared
+    from maskfuzz.fuzz import repro as rp
+    from maskfuzz.oracles.properties import Declared
 
     if ":" not in args.callable:
         raise _usage(f"--callable expects MODULE:FUNC, got {args.callable!r}")
@@ -222,8 +222,8 @@ def _callable(args, entry):
     env = rp.Environment(root, resolved, "git" if resolved else "local", {})
 
     def judge() -> str:
-        from oracles.properties import judge as judge_case
-        from targets.session import SetupError, open_callable
+        from maskfuzz.oracles.properties import judge as judge_case
+        from maskfuzz.targets.session import SetupError, open_callable
 
         try:
             with open_callable(args.callable, declared=declared, device=args.device, path=root) as handle:
@@ -239,9 +239,9 @@ def _source_checkout(source: Path, function: str, entry) -> tuple[Path, str]:
     """(worktree, full hash) in `source` of the commit the case was found at (its `resolved`), else HEAD."""
     import re
 
-    from fuzz.bisect import BisectError
-    from fuzz.bisect_env import local_history
-    from targets import gitrepo
+    from maskfuzz.fuzz.bisect import BisectError
+    from maskfuzz.fuzz.bisect_env import local_history
+    from maskfuzz.targets import gitrepo
 
     rev = entry.resolved if entry.resolved and re.fullmatch(r"[0-9a-f]{40}", entry.resolved) else "HEAD"
     try:

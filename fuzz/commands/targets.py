@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from targets import cache as cachemod
-from targets import listing
-from targets.registry import registry
+from maskfuzz.targets import cache as cachemod
+from maskfuzz.targets import listing
+from maskfuzz.targets.registry import registry
 
 
 def register(subparsers) -> None:
@@ -25,8 +25,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fuzz.cli import UsageError
-    from fuzz.repos import parse_repos
+    from maskfuzz.fuzz.cli import UsageError
+    from maskfuzz.fuzz.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)

@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from targets.standins import StandInFinder, install
+from maskfuzz.targets.standins import StandInFinder, install
 
 # ---------------------------------------------------------------------------------------------
 # The finding (placeholders: `maskfuzz repro` writes the real values).

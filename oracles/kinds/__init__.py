@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from oracles.kinds import group_advantage, kl, normalization
+from maskfuzz.oracles.kinds import group_advantage, kl, normalization
 
 
 @dataclass(frozen=True)
@@ -80,14 +80,14 @@ def spec(kind: str) -> KindSpec:
 def properties(kind: str) -> tuple[str, ...]:
     """The property ids of `kind`, in priority order."""
     if kind in GAE_KINDS:
-        from oracles.properties import PROPERTIES
+        from maskfuzz.oracles.properties import PROPERTIES
 
         return PROPERTIES
     return spec(kind).properties
 
 
 def _all_properties() -> tuple[str, ...]:
-    from oracles.properties import PROPERTIES
+    from maskfuzz.oracles.properties import PROPERTIES
 
     return tuple(dict.fromkeys([*PROPERTIES, *(p for k in KINDS.values() for p in k.properties)]))
 

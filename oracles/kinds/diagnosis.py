@@ -16,10 +16,10 @@ import itertools
 
 import torch
 
-from oracles.kinds import spec
-from oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin
-from oracles.properties import Declared, judge
-from oracles.tolerance import kind_bound, mismatches
+from maskfuzz.oracles.kinds import spec
+from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin
+from maskfuzz.oracles.properties import Declared, judge
+from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
 _BY_PROPERTY = {
     "no-crash": "crash-degenerate",
@@ -45,7 +45,7 @@ NEIGHBOURS = {
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
-    from oracles.diagnosis import Diagnosis
+    from maskfuzz.oracles.diagnosis import Diagnosis
 
     if prop in _SHIFTABLE:
         try:
@@ -78,7 +78,7 @@ def _centred_probe(run, case, declared: Declared, prop: str):
     over live positions: the failure came from cancellation at a large offset (a one-pass
     variance), not from masking or grouping. Only where a shift changes nothing in exact
     arithmetic: std-normalised group advantages, shift-mean whitening."""
-    from oracles.diagnosis import Diagnosis
+    from maskfuzz.oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
     v = k.module.options(declared.variant)
@@ -110,7 +110,7 @@ def _centred_probe(run, case, declared: Declared, prop: str):
 
 def _leak_probe(run, case, declared: Declared, prop: str):
     """The leak mechanism when `case` carries poison and `prop` holds once it is 0 (else None)."""
-    from oracles.diagnosis import Diagnosis
+    from maskfuzz.oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
     if not _carries_poison(case, k):
@@ -126,7 +126,7 @@ def _leak_probe(run, case, declared: Declared, prop: str):
 
 
 def _probe(run, case, declared: Declared, prop: str):
-    from oracles.diagnosis import Diagnosis
+    from maskfuzz.oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
     leak = _leak_probe(run, case, declared, prop)

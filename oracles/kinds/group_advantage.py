@@ -33,7 +33,7 @@ import math
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("advantages",)
 DEFAULTS = {

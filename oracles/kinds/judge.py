@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from oracles.case import DTYPES, Case
-from oracles.domain import poison_cap
-from oracles.kinds import KindSpec, spec
-from oracles.properties import (
+from maskfuzz.oracles.case import DTYPES, Case
+from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.kinds import KindSpec, spec
+from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
     TargetFailure,
@@ -27,7 +27,7 @@ from oracles.properties import (
     _na,
     _ok,
 )
-from oracles.tolerance import kind_bound, mismatches, self_slack
+from maskfuzz.oracles.tolerance import kind_bound, mismatches, self_slack
 
 Outputs = dict[str, torch.Tensor]
 

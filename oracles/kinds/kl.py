@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("kl",)
 ESTIMATORS = {"k1": "k1", "kl": "k1", "abs": "abs", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}

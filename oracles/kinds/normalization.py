@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("out",)
 DEFAULTS = {"level": "batch", "unbiased": True, "eps": 1e-8, "eps_place": "var", "shift_mean": True, "output": "whiten"}

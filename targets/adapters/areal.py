@@ -63,12 +63,12 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.properties import Declared
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
-from targets.registry import Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 PACKAGES = ("areal",)  # the framework's own packages: followed in its source, never imported
 PROMPT = 2  # prompt tokens before the response window
@@ -111,7 +111,7 @@ CONFIG_SET = (
 
 SPEC = TargetSpec(
     id="areal",
-    adapter="targets.adapters.areal",
+    adapter="maskfuzz.targets.adapters.areal",
     own=PACKAGES,
     # the loop skips masked tokens: `nextvalues` and `lastgaelam` are carried over positions with
     # loss_mask 0 ("Skip tokens that do not contribute to the loss")

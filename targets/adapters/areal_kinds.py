@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import SourceTree
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import SourceTree
 
 DATA = "areal/utils/data.py"
 NORM = {

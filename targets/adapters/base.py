@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from oracles.case import Case
+from maskfuzz.oracles.case import Case
 
 RunFn = Callable[[Case, str], "tuple[torch.Tensor, torch.Tensor]"]
 

@@ -11,8 +11,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
 
 
 def load(root: Path | None, entry: str | None) -> Loaded:

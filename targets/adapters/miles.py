@@ -47,11 +47,11 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from oracles.case import Case
-from oracles.domain import Domain
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from targets.adapters.miles_kinds import KIND_ENTRIES
-from targets.adapters.slime import (
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES
+from maskfuzz.targets.adapters.slime import (
     FLOAT64_WHY,
     Samples,
     bind_flavour,
@@ -60,7 +60,7 @@ from targets.adapters.slime import (
     run_caller,
     smoke,
 )
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 _TB = "miles/backends/training_utils"
 PIPELINE_GIT = Domain(
@@ -223,7 +223,7 @@ KIND_OVERRIDES: dict = {
 
 SPEC = TargetSpec(
     id="miles",
-    adapter="targets.adapters.miles",
+    adapter="maskfuzz.targets.adapters.miles",
     own=("miles",),
     contract="compressed",
     git_url="https://github.com/radixark/miles.git",

@@ -45,10 +45,10 @@ from typing import Callable
 
 import torch
 
-from oracles.case import Case
-from targets.adapters import extract
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from targets.adapters.slime import Samples
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters import extract
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.slime import Samples
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")
@@ -216,7 +216,7 @@ def reinforce_runner(fn: Callable, kl_fn: Callable, **fixed) -> Callable:
 # load
 # ---------------------------------------------------------------------------------------------
 def load(root: Path, entry: str) -> Loaded:
-    from targets.adapters.miles import provide_parallel_state
+    from maskfuzz.targets.adapters.miles import provide_parallel_state
 
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")

@@ -49,17 +49,17 @@ from types import SimpleNamespace
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import BlockNotFound, SourceTree, find_class, function_free_names
-from targets.registry import Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, function_free_names
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 PACKAGES = ("nemo_rl",)  # the framework's own packages: followed in its source, never imported
 
 SPEC = TargetSpec(
     id="nemo-rl",
-    adapter="targets.adapters.nemo_rl",
+    adapter="maskfuzz.targets.adapters.nemo_rl",
     own=PACKAGES,
     # carry-forward masking: at masked positions next_values and last_gae_lam keep the last trainable token's,
     # so a gap costs nothing and the score sits on the last mask=1 token: the trainable-subsequence GAE.

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import SourceTree, find_class
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import SourceTree, find_class
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GRPOAdvantageEstimator"

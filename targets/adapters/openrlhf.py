@@ -40,11 +40,11 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.reference import Whitening
-from targets.adapters.base import Loaded, NotPresent, import_from
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 _MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
 _NAME = "get_advantages_and_returns"
@@ -261,7 +261,7 @@ ENTRY_OVERRIDES = {
 
 SPEC = TargetSpec(
     id="openrlhf",
-    adapter="targets.adapters.openrlhf",
+    adapter="maskfuzz.targets.adapters.openrlhf",
     own=("openrlhf",),
     contract="dense",
     git_url="https://github.com/OpenRLHF/OpenRLHF.git",

@@ -35,8 +35,8 @@ from types import SimpleNamespace
 
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent, import_from
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
 
 _MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 _EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"

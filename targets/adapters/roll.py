@@ -50,11 +50,11 @@ from types import SimpleNamespace
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from targets.adapters.roll_kinds import KIND_ENTRIES
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.roll_kinds import KIND_ENTRIES
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 
 def _rlvr_pipeline(rev: str, fn: dict[str, str]) -> Domain:
@@ -300,7 +300,7 @@ KIND_OVERRIDES = _kind_overrides()
 
 SPEC = TargetSpec(
     id="roll",
-    adapter="targets.adapters.roll",
+    adapter="maskfuzz.targets.adapters.roll",
     own=("roll",),
     # ROLL multiplies token rewards and (for storage) values by the response mask and then runs a plain GAE loop
     # over every position: masked tokens are intended as zero-value, zero-reward transitions.

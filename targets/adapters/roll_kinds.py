@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
 KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce")
@@ -94,7 +94,7 @@ def _need(mod, *names: str):
 
 
 def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "identity"):
-    from targets.adapters.roll import _pipeline_config
+    from maskfuzz.targets.adapters.roll import _pipeline_config
 
     cfg = _pipeline_config()
     cfg.adv_estimator = estimator
@@ -107,7 +107,7 @@ def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "
 
 
 def load_grpo(root: Path) -> Loaded:
-    from targets.adapters.roll import _data_proto
+    from maskfuzz.targets.adapters.roll import _data_proto
 
     functionals, protocol, kl = _modules(root)
     post, token_reward, advantage = _need(
@@ -149,7 +149,7 @@ def load_grpo(root: Path) -> Loaded:
 
 
 def load_agentic_grpo(root: Path) -> Loaded:
-    from targets.adapters.roll import _data_proto
+    from maskfuzz.targets.adapters.roll import _data_proto
 
     functionals, protocol, kl = _modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
@@ -215,7 +215,7 @@ def load_whiten(root: Path) -> Loaded:
 
 
 def load_agentic_reinforce(root: Path) -> Loaded:
-    from targets.adapters.roll import _data_proto
+    from maskfuzz.targets.adapters.roll import _data_proto
 
     functionals, protocol, kl = _modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")

@@ -46,11 +46,11 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.reference import Whitening
-from targets.adapters.base import Loaded, function_from
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets.adapters.base import Loaded, function_from
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 # The function's own module. `skyrl_train` first: from 2026-02-12 to 02-15 both packages exist and
 # skyrl-train/ is the one the trainer of those commits (and the skyrl_train-v* tags) uses.
@@ -204,7 +204,7 @@ _KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 
 SPEC = TargetSpec(
     id="skyrl",
-    adapter="targets.adapters.skyrl",
+    adapter="maskfuzz.targets.adapters.skyrl",
     own=("skyrl", "skyrl_train", "skyrl_gym"),
     contract="dense",
     git_url="https://github.com/NovaSky-AI/SkyRL.git",

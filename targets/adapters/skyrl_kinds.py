@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 
 _MODULES = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
 
@@ -42,7 +42,7 @@ ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION)
 
 
 def _function(root: Path, name: str):
-    from targets.adapters.skyrl import _import_roots
+    from maskfuzz.targets.adapters.skyrl import _import_roots
 
     for extra in reversed(_import_roots(Path(root))):
         if str(extra) not in sys.path:
@@ -52,7 +52,7 @@ def _function(root: Path, name: str):
 
 def outcome_inputs(case: Case, device: str) -> dict:
     """token_level_rewards / response_mask / index as SkyRL's trainer builds them."""
-    from targets.adapters.skyrl import framework_inputs
+    from maskfuzz.targets.adapters.skyrl import framework_inputs
 
     x = framework_inputs(case, device)
     groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)

@@ -57,10 +57,10 @@ from typing import Callable
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 PROMPT_LEN = 1  # total_length = prompt + response; only read for CP slicing, which is off (CP size 1)
 
@@ -232,7 +232,7 @@ KIND_OVERRIDES: dict = {
 
 SPEC = TargetSpec(
     id="slime",
-    adapter="targets.adapters.slime",
+    adapter="maskfuzz.targets.adapters.slime",
     own=("slime",),
     contract="compressed",
     git_url="https://github.com/THUDM/slime.git",

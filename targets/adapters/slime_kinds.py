@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from targets.adapters import miles_kinds as mk
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters import miles_kinds as mk
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 KIND_ENTRIES = mk.KIND_ENTRIES
 MATH_HOMES = ("slime.utils.ppo_utils",)
@@ -27,7 +27,7 @@ REWARD_HOMES = (("slime/ray/rollout.py", "RolloutManager"),)
 
 
 def load(root: Path, entry: str) -> Loaded:
-    from targets.adapters.slime import install_mpu_state
+    from maskfuzz.targets.adapters.slime import install_mpu_state
 
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")

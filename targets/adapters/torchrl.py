@@ -48,10 +48,10 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from targets.adapters.base import Loaded, NotPresent, function_from
-from targets.registry import Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 _MODULE = "torchrl.objectives.value.functional"
 _ENTRIES = {"default": "generalized_advantage_estimate", "vec": "vec_generalized_advantage_estimate"}
@@ -117,7 +117,7 @@ ENTRY_OVERRIDES = {
 
 SPEC = TargetSpec(
     id="torchrl",
-    adapter="targets.adapters.torchrl",
+    adapter="maskfuzz.targets.adapters.torchrl",
     own=("torchrl",),
     contract="dense",
     git_url="https://github.com/pytorch/rl.git",

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent, import_from
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
 
 _GRPO = "torchrl.objectives.llm.grpo"
 _KL = "torchrl.envs.llm.transforms.kl"

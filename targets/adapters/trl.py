@@ -57,12 +57,12 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.properties import Declared
-from oracles.reference import Whitening
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import (
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.properties import Declared
+from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import (
     Block,
     BlockNotFound,
     SourceTree,
@@ -73,7 +73,7 @@ from targets.adapters.extract import (
     find_gae_loop,
     find_method,
 )
-from targets.registry import Pin, TargetSpec
+from maskfuzz.targets.registry import Pin, TargetSpec
 
 PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
 # entry points, the first is the default
@@ -276,7 +276,7 @@ ENTRY_OVERRIDES.update(
 
 SPEC = TargetSpec(
     id="trl",
-    adapter="targets.adapters.trl",
+    adapter="maskfuzz.targets.adapters.trl",
     own=PACKAGES,
     contract="dense",
     git_url="https://github.com/huggingface/trl.git",

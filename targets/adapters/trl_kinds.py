@@ -43,9 +43,9 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent
-from targets.adapters.extract import (
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import (
     Block,
     BlockNotFound,
     SourceTree,

@@ -45,11 +45,11 @@ from pathlib import Path
 
 import torch
 
-from oracles.case import Case
-from oracles.domain import Domain
-from oracles.reference import Whitening
-from targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 _GAE = ("verl.trainer.ppo.core_algos", "compute_gae_advantage_return")
 # First commit whose GAE skips masked positions, and its parent (the last plain-loop commit).
@@ -420,7 +420,7 @@ KIND_OVERRIDES: dict[str, dict] = {
 
 SPEC = TargetSpec(
     id="verl",
-    adapter="targets.adapters.verl",
+    adapter="maskfuzz.targets.adapters.verl",
     own=("verl",),
     contract="compressed",
     git_url="https://github.com/volcengine/verl.git",

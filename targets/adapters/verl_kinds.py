@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from oracles.case import Case
-from targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 
 _CORE = "verl.trainer.ppo.core_algos"
 _TF = "verl.utils.torch_functional"
@@ -62,7 +62,7 @@ def _scored_rewards(case: Case, place, device: str) -> torch.Tensor:
 
 
 def load_group(root: Path, entry: str) -> Loaded:
-    from targets.adapters.verl import _score_placer
+    from maskfuzz.targets.adapters.verl import _score_placer
 
     name, kwargs = GROUP[entry]
     fn, where = function_from(root, [(_CORE, name)])
@@ -122,7 +122,7 @@ def load_normalization(root: Path, entry: str) -> Loaded:
 
 
 def load_returns(root: Path, entry: str) -> Loaded:
-    from targets.adapters.verl import _score_placer
+    from maskfuzz.targets.adapters.verl import _score_placer
 
     fn, where = function_from(root, [(_CORE, RETURNS[entry])])
     params = inspect.signature(fn).parameters
