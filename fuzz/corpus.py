@@ -208,6 +208,8 @@ def case_to_json(case: Case) -> dict:
         "score": _tensor_rows(case.score),
         **({"group": case.group.tolist()} if case.group is not None else {}),
         **({"extra": {k: _tensor_rows(v) for k, v in case.extra.items()}} if case.extra else {}),
+        **({"split": case.split.tolist()} if case.split is not None else {}),
+        **({"ranks": case.ranks} if case.ranks != 1 else {}),
     }
 
 
@@ -255,9 +257,18 @@ def case_from_json(d: Any, where: str = "case") -> Case:
         if not all(isinstance(g, int) and not isinstance(g, bool) for g in group):
             raise CorpusError(f"expected {b} integer group ids, got {group!r}", field=f"{where}.group")
         group = torch.tensor(group, dtype=torch.int64)
+    split = _get(d, "split", list, where, optional=True)
+    if split is not None:
+        split = _list(split, f"{where}.split", b)
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in split):
+            raise CorpusError(f"expected {b} micro-batch ids >= 0, got {split!r}", field=f"{where}.split")
+        split = torch.tensor(split, dtype=torch.int64)
+    ranks = _get(d, "ranks", int, where, optional=True) or 1
     tensors = {k: fields_.pop(k) for k in list(extra)}
     try:
-        return Case(**fields_, gamma=gamma, lam=lam, dtype=dtype, group=group, extra=tensors)
+        return Case(
+            **fields_, gamma=gamma, lam=lam, dtype=dtype, group=group, extra=tensors, split=split, ranks=ranks
+        )
     except CaseError as exc:
         raise CorpusError(f"not a valid case: {exc}", field=where) from None
 

@@ -3,7 +3,8 @@
 Masks come from the GAE layouts (`fuzz.strategies`: masked tails, gaps, all-masked and
 padding-only rows, left padding), inside the target's `Domain`. On top of them each kind draws
 what breaks it: group ids in any order with unequal sizes and singletons (`group-advantage`,
-group-level `normalization`), scores and inputs at large offsets and tiny scales, identical scores
+group-level `normalization`), splits of the step into micro-batches on simulated ranks
+(`loss-aggregation`), scores and inputs at large offsets and tiny scales, identical scores
 in a group, log-ratios from 0 to where an estimator's exp overflows (`kl`), and poison (finite
 below the dtype's cap, non-finite behind the switch) under the masks of the inputs the kind
 poisons. Every class is recorded with `hypothesis.event()`.
@@ -98,6 +99,8 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
             rewards = torch.where(dead, _poison(draw, dead, dtype, nonfinite), rewards)
     elif kind == "normalization":
         extra["x"] = _values(draw, shape, "x")
+    elif kind == "loss-aggregation":
+        extra["loss"] = _values(draw, shape, "loss", pool=(0.0, 1.0, -1.0, 0.5, 3.0, -2.0))
     elif kind == "kl":
         ref = -_values(draw, shape, "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
         ratios = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0, 20.0, -20.0)
@@ -109,6 +112,7 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
     for name in k.poisoned:
         if name in extra:
             extra[name] = torch.where(dead, _poison(draw, dead, dtype, nonfinite), extra[name])
+    split, ranks = draw(splits(b_rows)) if k.split else (None, 1)
     return Case.build(
         trainable=trainable,
         attention=attention,
@@ -117,4 +121,25 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
         dtype=dtype,
         group=group,
         extra=extra,
+        split=split,
+        ranks=ranks,
     )
+
+
+@st.composite
+def splits(draw, b_rows: int) -> tuple[torch.Tensor | None, int]:
+    """(micro-batch id per row, simulated ranks): one micro-batch, contiguous micro-batches of a
+    size (the last one short), or rows dealt to micro-batches in any order; on 1 or 2 ranks."""
+    mode = draw(st.sampled_from(["whole step", "contiguous", "any order"]))
+    event(f"split: {mode}")
+    if mode == "whole step":
+        return None, 1
+    if mode == "contiguous":
+        size = draw(st.integers(1, b_rows))
+        ids = [i // size for i in range(b_rows)]
+    else:
+        k = draw(st.integers(1, b_rows))
+        ids = [draw(st.integers(0, k - 1)) for _ in range(b_rows)]
+    ranks = draw(st.sampled_from((1, 1, 2)))
+    event(f"split: {ranks} rank(s)")
+    return torch.tensor(ids, dtype=torch.int64), ranks

@@ -57,10 +57,15 @@ class Case:
     group[b]            int64, the prompt group of the row (kind `group-advantage`, group-level
                         statistics); None when the kind has no groups
     extra[name][b, t]   float64, the per-token inputs of the other kinds (`kl`: logp, ref_logp;
-                        `normalization`: x), finite at trainable positions, anything elsewhere
+                        `normalization`: x; `loss-aggregation`: loss), finite at trainable
+                        positions, anything elsewhere
+    split[b]            int64 >= 0, the micro-batch of the row in one optimizer step (kind
+                        `loss-aggregation`): micro-batches run in increasing id order, the i-th of
+                        them on simulated rank i % ranks; None is one micro-batch
+    ranks               the number of simulated data-parallel ranks (1 without a split)
 
     GAE and `returns` use the first seven fields; the other kinds (`oracles/kinds`) add `group`
-    and `extra` and ignore what they do not read.
+    and `extra` (and `split`, `ranks`) and ignore what they do not read.
     """
 
     attention: torch.Tensor
@@ -73,12 +78,15 @@ class Case:
     dtype: str = "float32"
     group: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    split: torch.Tensor | None = None
+    ranks: int = 1
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         object.__setattr__(self, "gamma", float(self.gamma))
         object.__setattr__(self, "lam", float(self.lam))
+        object.__setattr__(self, "ranks", int(self.ranks))
         _validate(self)
 
     # -- construction -------------------------------------------------------------------------
@@ -96,6 +104,8 @@ class Case:
         dtype: str = "float32",
         group: Sequence[int] | torch.Tensor | None = None,
         extra: dict | None = None,
+        split: Sequence[int] | torch.Tensor | None = None,
+        ranks: int = 1,
     ) -> "Case":
         """Build a case from nested lists or tensors, rounding the floats to `dtype`.
 
@@ -122,6 +132,8 @@ class Case:
             dtype=name,
             group=None if group is None else _as_group(group),
             extra={k: quantize(_as_f64(v, k), name) for k, v in (extra or {}).items()},
+            split=None if split is None else _as_group(split, "split ids"),
+            ranks=ranks,
         )
 
     # -- views ----------------------------------------------------------------------------------
@@ -146,6 +158,8 @@ class Case:
             changes["extra"] = {k: quantize(_as_f64(v, k), name) for k, v in extra.items()}
         if changes.get("group") is not None:
             changes["group"] = _as_group(changes["group"])
+        if changes.get("split") is not None:
+            changes["split"] = _as_group(changes["split"], "split ids")
         changes.setdefault("meta", {})
         return replace(self, **changes)
 
@@ -209,10 +223,10 @@ def _as_f64(x, name: str) -> torch.Tensor:
         raise CaseError(f"{name} is not a numeric array: {exc}") from None
 
 
-def _as_group(x) -> torch.Tensor:
+def _as_group(x, what: str = "group ids") -> torch.Tensor:
     t = torch.as_tensor(x)
     if t.is_floating_point() or t.dtype == torch.bool:
-        raise CaseError(f"group ids must be integers, got {t.dtype}")
+        raise CaseError(f"{what} must be integers, got {t.dtype}")
     return t.to(torch.int64).clone()
 
 
@@ -265,6 +279,11 @@ def _validate(c: Case) -> None:
         raise CaseError("score must be finite in every row")
     if c.group is not None and (c.group.dtype != torch.int64 or list(c.group.shape) != [b]):
         raise CaseError(f"group must be int64 of shape [{b}] (one id per row), got {list(c.group.shape)}")
+    if c.split is not None:
+        if c.split.dtype != torch.int64 or list(c.split.shape) != [b] or bool((c.split < 0).any()):
+            raise CaseError(f"split must be int64 >= 0 of shape [{b}] (a micro-batch per row), got {c.split.tolist()}")
+    if c.ranks < 1 or (c.ranks > 1 and c.split is None):
+        raise CaseError(f"ranks must be 1, or >= 1 with a split; got {c.ranks}")
     for name, x in c.extra.items():
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or list(x.shape) != [b, t]:
             raise CaseError(f"extra tensor {name!r} must be float64 of shape [{b}, {t}]")

@@ -55,6 +55,7 @@ MECHANISMS: dict[str, str] = {
     "crash-degenerate": "an error or a non-finite output on a valid edge input (empty or all-masked rows, ...)",
     "masked-statistics": "a statistic (whitening mean / variance) counts non-trainable tokens, rows or groups",
     "split-normaliser": "a normaliser depends on the split of the step or on padding",
+    "masked-loss-leak": "a per-token loss at a non-trainable position reaches the step's loss or its gradient",
     "precision": "arithmetic below the precision of the inputs (the property holds in float64)",
     "nondeterminism": "the same input gives different bits on CPU",
     "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",

@@ -179,6 +179,43 @@ def whiten_biased(case: Case):
     return (_whiten(case, case.extra["x"].to(case.torch_dtype), case.trainable, unbiased=False),)
 
 
+# -- loss-aggregation: aggregators driven through a step as the adapters drive them ------------------
+def _step(micro):
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    return lambda case: run_step(case, "cpu", micro)
+
+
+def _masked_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask > 0, loss, torch.zeros_like(loss)).sum()
+
+
+def _global_token_mean(rows, loss, mask, step):
+    return _masked_sum(loss, mask) / max(step.tokens, 1) * step.ranks
+
+
+agg_correct = _step(_global_token_mean)
+agg_unmasked_numerator = _step(lambda rows, loss, mask, step: loss.sum() / max(step.tokens, 1) * step.ranks)
+agg_mask_by_multiply = _step(lambda rows, loss, mask, step: (loss * mask).sum() / max(step.tokens, 1) * step.ranks)
+agg_per_microbatch_normaliser = _step(  # each micro-batch's own token mean, averaged over accumulation steps
+    lambda rows, loss, mask, step: _masked_sum(loss, mask) / mask.sum().clamp(min=1) / step.per_rank
+)
+agg_counts_padding = _step(lambda rows, loss, mask, step: _masked_sum(loss, mask) / step.mask.numel() * step.ranks)
+agg_nan_on_empty_step = _step(lambda rows, loss, mask, step: _masked_sum(loss, mask) / step.tokens * step.ranks)
+agg_forgets_ranks = _step(lambda rows, loss, mask, step: _masked_sum(loss, mask) / max(step.tokens, 1))
+
+
+def _seq_mean_token_mean(rows_counted):
+    def micro(rows, loss, mask, step):
+        per_row = torch.where(mask > 0, loss, torch.zeros_like(loss)).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_row.sum() / max(rows_counted(step), 1) * step.ranks
+
+    return micro
+
+
+agg_seq_mean_correct = _step(_seq_mean_token_mean(lambda step: step.nonempty_rows))
+agg_seq_mean_counts_empty_rows = _step(_seq_mean_token_mean(lambda step: step.rows))
+
 GA = {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "singleton": "raw"}
 K3 = {"estimator": "k3"}
 WH = {"level": "batch", "unbiased": True, "eps": 1e-8}
@@ -199,4 +236,13 @@ CATCHES = {
     whiten_over_all_positions: ("normalization", WH, ("poison",)),
     whiten_one_pass: ("normalization", WH, ("affine",)),
     whiten_biased: ("normalization", WH, ("reference",)),
+    agg_correct: ("loss-aggregation", {}, ()),
+    agg_unmasked_numerator: ("loss-aggregation", {}, ("poison",)),
+    agg_mask_by_multiply: ("loss-aggregation", {}, ("poison-nonfinite",)),
+    agg_per_microbatch_normaliser: ("loss-aggregation", {}, ("split-invariance",)),
+    agg_counts_padding: ("loss-aggregation", {}, ("pad-invariance",)),
+    agg_nan_on_empty_step: ("loss-aggregation", {}, ("empty-step",)),
+    agg_forgets_ranks: ("loss-aggregation", {}, ("split-invariance",)),
+    agg_seq_mean_correct: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ()),
+    agg_seq_mean_counts_empty_rows: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ("pad-invariance",)),
 }

@@ -16,7 +16,7 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, normalization
+from maskfuzz.oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, loss_aggregation, normalization
 from maskfuzz.oracles.properties import Declared, judge
 
 pytestmark = pytest.mark.xdist_group("kinds")
@@ -73,6 +73,60 @@ def test_group_advantage_by_hand():
         group_advantage.options({"epsilon": 1e-6})
 
 
+# rows: 2 tokens (group 7), 1 token (group 7), 3 tokens (group 3), empty (group 7); l at masked = 100
+LOSSES = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]],
+    group=[7, 7, 3, 7],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [4.0, 5.0, 6.0], [100.0, 100.0, 100.0]]},
+    dtype="float64",
+)
+
+
+@pytest.mark.parametrize(
+    "variant, loss, weight",
+    [  # weight: dL/dl at (0, 0), (1, 0), (2, 0); sum(l m) = 21 over N = 6 tokens, R = 3 non-empty rows
+        ({}, 21 / 6, (1 / 6, 1 / 6, 1 / 6)),
+        ({"mode": "token-sum"}, 21.0, (1.0, 1.0, 1.0)),
+        ({"mode": "seq-mean-token-sum"}, (4 + 2 + 15) / 3, (1 / 3, 1 / 3, 1 / 3)),
+        ({"mode": "seq-mean-token-mean"}, (2 + 2 + 5) / 3, (1 / 6, 1 / 3, 1 / 9)),
+        ({"mode": "seq-mean-token-mean", "empty_rows": "counted"}, (2 + 2 + 5) / 4, (1 / 8, 1 / 4, 1 / 12)),
+        ({"mode": "seq-mean-token-sum-norm", "constant": 4}, 21 / 12, (1 / 12, 1 / 12, 1 / 12)),
+        ({"mode": "prompt-mean"}, ((1 + 3 + 2) / 3 + 15 / 3) / 2, (1 / 6, 1 / 6, 1 / 6)),
+    ],
+)
+def test_loss_aggregation_by_hand(variant, loss, weight):
+    for vectorised in (False, True):
+        ref = loss_aggregation.reference(LOSSES, variant, vectorised=vectorised)
+        assert torch.allclose(ref["loss"], torch.full((4, 3), loss, dtype=torch.float64)), (variant, ref["loss"])
+        got = (float(ref["grad"][0, 0]), float(ref["grad"][1, 0]), float(ref["grad"][2, 0]))
+        assert got == pytest.approx(weight), (variant, got)
+        assert bool((ref["grad"][~LOSSES.trainable] == 0).all()) and bool((ref["grad"][3] == 0).all())
+
+
+def test_loss_aggregation_empty_step_and_microbatches():
+    empty = LOSSES.replace(trainable=torch.zeros(4, 3, dtype=torch.bool))
+    for mode in ("token-mean", "seq-mean-token-mean", "prompt-mean"):
+        ref = loss_aggregation.reference(empty, {"mode": mode})
+        assert bool((ref["loss"] == 0).all()) and bool((ref["grad"] == 0).all())
+    split = LOSSES.replace(split=[3, 0, 3, 1], ranks=2)
+    mbs = [(rank, rows.tolist()) for rank, rows in loss_aggregation.microbatches(split)]
+    assert mbs == [(0, [1]), (1, [3]), (0, [0, 2])]
+    with pytest.raises(ValueError, match="needs its constant"):
+        loss_aggregation.options({"mode": "seq-mean-token-sum-norm"})
+
+
+def test_the_step_driver_sums_microbatches_and_averages_ranks():
+    """targets/adapters/loss_step.py: a global token mean with the dp multiplier (verl's form) over
+    a split on two ranks equals the whole step; a per-micro-batch mean does not."""
+    split = LOSSES.replace(split=[0, 1, 2, 1], ranks=2)
+    whole = zoo.agg_correct(LOSSES)
+    cut = zoo.agg_correct(split)
+    assert torch.allclose(whole[0], cut[0]) and torch.allclose(whole[1], cut[1])
+    assert float(cut[0][0, 0]) == pytest.approx(21 / 6)
+    local = zoo.agg_per_microbatch_normaliser(split)
+    assert float(local[0][0, 0]) != pytest.approx(21 / 6)
+
+
 def test_kl_estimators_by_hand():
     case = Case.build(
         trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, float("nan")]], "ref_logp": [[-1.5, -1.0, 0.0]]}
@@ -124,6 +178,15 @@ VARIANTS = {
         {"std": None, "whiten_tokens": True},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
+    "loss-aggregation": [
+        {},
+        {"mode": "token-sum"},
+        {"mode": "seq-mean-token-sum"},
+        {"mode": "seq-mean-token-mean"},
+        {"mode": "seq-mean-token-sum-norm", "constant": 16},
+        {"mode": "prompt-mean"},
+        {"mode": "seq-mean-token-mean", "empty_rows": "counted"},
+    ],
     "normalization": [
         {"eps_place": "floor", "eps": 1e-3},
         {},

@@ -377,6 +377,8 @@ SHORT = {
     "group-isolation": "groups",
     "affine": "affine",
     "twin": "twin",
+    "split-invariance": "split",
+    "empty-step": "empty",
 }
 
 

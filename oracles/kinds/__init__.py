@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from maskfuzz.oracles.kinds import group_advantage, kl, normalization
+from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,16 @@ class KindSpec:
     poisoned: tuple[str, ...]  # per-token inputs that are poison under the mask
     affine: str | None = None  # "score" or an extra tensor: what the affine property moves
     grouped: bool = False  # rows carry group ids
+    split: bool = False  # the step is cut into micro-batches (and simulated ranks)
 
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.module.OUTPUTS
+
+    @property
+    def zero_outputs(self) -> tuple[str, ...]:
+        """The outputs a masked-zero promise covers (a broadcast scalar is not one of them)."""
+        return getattr(self.module, "ZERO_OUTPUTS", self.module.OUTPUTS)
 
 
 _COMMON = ("no-crash", "poison-nonfinite", "poison", "pad-invariance")
@@ -58,6 +64,14 @@ KINDS: dict[str, KindSpec] = {
         (*_COMMON, *_TAIL),
         poisoned=("logp", "ref_logp"),
     ),
+    "loss-aggregation": KindSpec(
+        "loss-aggregation",
+        loss_aggregation,
+        (*_COMMON, "permutation", "split-invariance", "empty-step", *_TAIL),
+        poisoned=("loss",),
+        grouped=True,
+        split=True,
+    ),
 }
 GAE_KINDS = ("gae", "returns")
 ALL_KINDS = (*GAE_KINDS, *KINDS)
@@ -68,6 +82,8 @@ INVARIANT = {
     "group-isolation": "a group's outputs do not depend on the other groups",
     "affine": "a x + b (a > 0, large b) gives the reference of the moved input (std-normalised outputs unchanged)",
     "twin": "two implementations of one computation in the framework (a loop and its vectorised twin) agree",
+    "split-invariance": "loss and gradient summed over the step's micro-batches (and ranks) equal the whole step's",
+    "empty-step": "a step without a trainable token gives a finite 0 loss and gradient, or a documented error",
 }
 
 

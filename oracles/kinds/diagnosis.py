@@ -17,7 +17,7 @@ import itertools
 import torch
 
 from maskfuzz.oracles.kinds import spec
-from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin
+from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin, condition_of
 from maskfuzz.oracles.properties import Declared, judge
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
@@ -30,6 +30,8 @@ _BY_PROPERTY = {
     "permutation": "group-mixing",
     "group-isolation": "group-mixing",
     "twin": "implementations-disagree",
+    "split-invariance": "split-normaliser",
+    "empty-step": "crash-degenerate",
 }
 NEIGHBOURS = {
     "group-advantage": {  # the mask-related option first: it names a masking mechanism
@@ -41,6 +43,10 @@ NEIGHBOURS = {
     },
     "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
     "kl": {"estimator": ["k1", "abs", "k2", "k3"]},
+    "loss-aggregation": {
+        "empty_rows": ["excluded", "counted"],
+        "mode": ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "prompt-mean"],
+    },
 }
 
 
@@ -63,6 +69,8 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
     if prop == "poison":
         if declared.kind == "group-advantage":
             return Diagnosis("masked-reward-leak", "a reward under the mask reaches the row's score")
+        if declared.kind == "loss-aggregation":
+            return Diagnosis("masked-loss-leak", "a per-token loss under the mask reaches the step's loss")
         return Diagnosis("masked-statistics", "an input under the mask reaches a statistic of trainable outputs")
     try:
         return _probe(run, case, declared, prop)
@@ -121,7 +129,9 @@ def _leak_probe(run, case, declared: Declared, prop: str):
         return None
     if verdict.status != "pass":
         return None
-    mech = "masked-reward-leak" if declared.kind == "group-advantage" else "masked-statistics"
+    mech = {"group-advantage": "masked-reward-leak", "loss-aggregation": "masked-loss-leak"}.get(
+        declared.kind, "masked-statistics"
+    )
     return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
 
 
@@ -158,13 +168,18 @@ def _probe(run, case, declared: Declared, prop: str):
                 other = dict(base, **dict(zip(keys, values)))
                 if other == base:
                     continue
-                ref = k.module.reference(case, other)
+                try:
+                    ref = k.module.reference(case, other)
+                except ValueError:  # a combination the kind does not define (a mode without its constant)
+                    continue
                 if ref is None:
                     continue
-                cond = k.module.condition(case, other)
+                v_other = k.module.options(other)
                 if not any(
-                    mismatches(out[n], ref[n], kind_bound(case.dtype, ref[n], cond), case.trainable).any() for n in ref
-                ):
+                    mismatches(out[n], ref[n], kind_bound(case.dtype, ref[n], condition_of(k, case, v_other, n)),
+                               case.trainable).any()
+                    for n in ref
+                ):  # fmt: skip
                     changed = ", ".join(f"{key}={other[key]!r}" for key in keys)
                     if "empty_rows" in keys:  # rows without a trainable token enter the statistics
                         return Diagnosis("masked-statistics", f"the output equals the reference with {changed}")

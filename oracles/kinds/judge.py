@@ -72,7 +72,7 @@ def judge(
             )
             return ordered("the base run gave non-finite outputs")
     verdicts["no-crash"] = _ok("no-crash")
-    bound = {n: kind_bound(case.dtype, ref[n], k.module.condition(case, v)) for n in k.outputs}
+    bound = {n: kind_bound(case.dtype, ref[n], condition_of(k, case, v, n)) for n in k.outputs}
     checks = {
         "reference": lambda: _compare("reference", ref, out, bound, live, "differs from the float64 reference"),
         "masked-zero": lambda: _masked_zero(declared, k, case, out),
@@ -83,11 +83,20 @@ def judge(
         "affine": lambda: _affine(run, k, v, case),
         "deterministic": lambda: _deterministic(run, k, case, out, device),
         "twin": lambda: _twin_agrees(declared, k, v, case, out),
+        "split-invariance": lambda: _split(run, k, v, case, out),
+        "empty-step": lambda: _empty_step(run, k, case, declared),
     }
     for prop in k.properties:
         if prop in checks and prop in want:
             verdicts[prop] = _guard(prop, checks[prop], verdicts, declared)
     return ordered("")
+
+
+def condition_of(k: KindSpec, case: Case, v: dict, name: str) -> torch.Tensor:
+    """The kind's condition (in units of u) for output `name`: one tensor for every output, or a
+    dict by output where they round at different magnitudes (a loss and its gradient)."""
+    c = k.module.condition(case, v)
+    return c[name] if isinstance(c, dict) else c
 
 
 def call(run, case: Case, k: KindSpec) -> Outputs:
@@ -146,7 +155,7 @@ def _compare(prop, exp: Outputs, obs: Outputs, bound: Outputs, where, msg, slack
 def _twin_compare(prop, k, v, case, mine: Outputs, theirs: Outputs, where, msg) -> Verdict:
     """`mine` (the case) against `theirs` (a twin mapped back to the case's positions)."""
     slack = self_slack(case.dtype, *[mine[n][where] for n in mine])
-    bound = {n: 2.0 * kind_bound(case.dtype, mine[n], k.module.condition(case, v)) for n in mine}
+    bound = {n: 2.0 * kind_bound(case.dtype, mine[n], condition_of(k, case, v, n)) for n in mine}
     return _compare(prop, mine, theirs, bound, where, msg, slack)
 
 
@@ -238,6 +247,8 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
         changes["score"] = torch.cat([case.score, torch.tensor([probe], dtype=torch.float64)])
         if case.group is not None:
             changes["group"] = torch.cat([case.group, case.group[:1]])
+        if case.split is not None:  # the empty row joins row 0's micro-batch
+            changes["split"] = torch.cat([case.split, case.split[:1]])
     return case.replace(**changes)
 
 
@@ -259,6 +270,7 @@ def _rows(case: Case, idx: torch.Tensor) -> Case:
         score=case.score[idx],
         group=None if case.group is None else case.group[idx],
         extra={n: x[idx] for n, x in case.extra.items()},
+        split=None if case.split is None else case.split[idx],
     )
 
 
@@ -320,7 +332,7 @@ def _affine(run, k, v, case: Case) -> Verdict:
     if ref is None or _overflows(twin, ref, k, v):
         return _na("affine", "the reference is undefined at the moved input")
     got = _twin(run, twin, k)
-    bound = {n: kind_bound(twin.dtype, ref[n], k.module.condition(twin, v)) for n in k.outputs}
+    bound = {n: kind_bound(twin.dtype, ref[n], condition_of(k, twin, v, n)) for n in k.outputs}
     return _compare("affine", ref, got, bound, twin.trainable, f"at {how} differs from the reference")
 
 
@@ -343,7 +355,7 @@ def _masked_zero(declared: Declared, k: KindSpec, case: Case, out: Outputs) -> V
     if not declared.masked_zero:
         return _na("masked-zero", "the target documents non-zero outputs at masked positions")
     dead = ~case.trainable
-    for name in k.outputs:
+    for name in k.zero_outputs:
         bad = dead & (out[name] != 0)
         if bad.any():
             return _diff(
@@ -361,3 +373,39 @@ def _deterministic(run, k, case: Case, out: Outputs, device: str) -> Verdict:
         if not bool(same.all()):
             return _diff("deterministic", name, ~same, out[name], again[name], "a second run gave different bits")
     return _ok("deterministic")
+
+
+def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
+    """The step as one micro-batch on one rank gives the outputs of the step as split."""
+    if case.split is None or (len(case.split.unique()) < 2 and case.ranks == 1):
+        return _na("split-invariance", "one micro-batch on one rank")
+    whole = case.replace(split=None, ranks=1)
+    got = _twin(run, whole, k)
+    n_mb = len(case.split.unique())
+    msg = f"the step cut into {n_mb} micro-batch(es) on {case.ranks} rank(s) differs from the whole step"
+    return _twin_compare("split-invariance", k, v, case, got, out, case.trainable, msg)
+
+
+def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
+    """The same step with no trainable token: a finite 0 loss and gradient, or a documented error."""
+    empty = case.replace(trainable=torch.zeros_like(case.trainable))
+    try:
+        got = call(run, empty, k)
+    except Exception as exc:  # noqa: BLE001 - an error is fine only when the framework documents it
+        if _documented(declared, exc):
+            return _ok("empty-step", f"documented error: {exc}")
+        return Verdict("empty-step", "fail", f"an all-masked step raised: {_describe(exc)}", case=empty)
+    everywhere = torch.ones(case.shape, dtype=torch.bool)
+    for name in k.outputs:
+        bad = ~torch.isfinite(got[name]) | (got[name] != 0)
+        if bad.any():
+            what = "a non-finite" if not bool(torch.isfinite(got[name]).all()) else "a non-zero"
+            verdict = _diff(
+                "empty-step", name, bad & everywhere, torch.zeros_like(got[name]), got[name],
+                f"an all-masked step gives {what} {name}",
+            )  # fmt: skip
+            return Verdict(
+                verdict.property, verdict.status, verdict.message, verdict.output, verdict.positions,
+                verdict.expected, verdict.observed, case=empty,
+            )  # fmt: skip
+    return _ok("empty-step")

@@ -1,0 +1,159 @@
+"""Kind `loss-aggregation`: per-token losses to the one scalar of an optimizer step.
+
+Input (a `Case`): `extra["loss"]` [B, T] per-token losses (anything at masked positions),
+`trainable` the loss mask, `group` the prompt of each row (prompt-mean), `split` / `ranks` how the
+step is cut into micro-batches on simulated data-parallel ranks. The reference is the whole step,
+whatever the split: a framework given its own global-normaliser arguments must not depend on it.
+
+With m the mask, n_b = sum_t m[b, t] the row's token count, R the rows with n_b > 0 (all rows with
+`empty_rows="counted"`), N = sum m and G the prompts with a trainable token:
+
+    token-mean                 L = sum(l m) / N                     (DAPO's global token mean too)
+    token-sum                  L = sum(l m)
+    seq-mean-token-sum         L = (1/R) sum_b sum_t l m
+    seq-mean-token-mean        L = (1/R) sum_b (sum_t l m) / n_b
+    seq-mean-token-sum-norm    L = sum(l m) / (R * constant)        (Dr.GRPO: constant = max length)
+    prompt-mean                L = (1/G) sum_g (sum_{b in g, t} l m) / (sum_{b in g, t} m)
+
+An empty step (no trainable token) is L = 0. Outputs ([B, T] each, `OUTPUTS`): `loss`, the scalar
+broadcast to every position (so an empty step still shows it), and `grad` = dL/dl (0 at masked
+positions). Variants: `mode`, `constant`, `empty_rows` ("excluded" | "counted").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from maskfuzz.oracles.case import Case
+
+OUTPUTS = ("loss", "grad")
+ZERO_OUTPUTS = ("grad",)  # what must be 0 at masked positions (the loss is broadcast everywhere)
+MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+    "prompt-mean",
+)
+DEFAULTS = {"mode": "token-mean", "constant": None, "empty_rows": "excluded"}
+
+
+def microbatches(case: Case) -> list[tuple[int, torch.Tensor]]:
+    """(rank, row indices) of each micro-batch of the step, in the order they run: increasing
+    split id, the i-th micro-batch on rank i % ranks; one micro-batch of every row without a split."""
+    if case.split is None:
+        return [(0, torch.arange(case.shape[0]))]
+    ids = sorted(set(case.split.tolist()))
+    return [(i % case.ranks, (case.split == k).nonzero().flatten()) for i, k in enumerate(ids)]
+
+
+def options(variant: dict | None) -> dict:
+    out = dict(DEFAULTS)
+    for key, value in (variant or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"unknown loss-aggregation option {key!r}; known: {sorted(DEFAULTS)}")
+        out[key] = value
+    if out["mode"] not in MODES:
+        raise ValueError(f"unknown aggregation mode {out['mode']!r}; known: {', '.join(MODES)}")
+    if out["empty_rows"] not in ("excluded", "counted"):
+        raise ValueError(f"empty_rows must be 'excluded' or 'counted', got {out['empty_rows']!r}")
+    if out["mode"] == "seq-mean-token-sum-norm" and not out["constant"]:
+        raise ValueError("seq-mean-token-sum-norm needs its constant (e.g. the maximum response length)")
+    return out
+
+
+def weights(case: Case, variant: dict | None = None) -> list[list[float]]:
+    """dL/dl[b][t] by plain loops: the weight of each trainable token in the step's loss."""
+    v = options(variant)
+    mask = case.trainable.tolist()
+    b_rows, t_len = case.shape
+    counts = [sum(1 for x in row if x) for row in mask]
+    rows = b_rows if v["empty_rows"] == "counted" else sum(1 for n in counts if n > 0)
+    total = sum(counts)
+    w = [[0.0] * t_len for _ in range(b_rows)]
+    group_tokens: dict[int, int] = {}
+    if v["mode"] == "prompt-mean":
+        groups = case.group.tolist() if case.group is not None else list(range(b_rows))
+        for b in range(b_rows):
+            group_tokens[groups[b]] = group_tokens.get(groups[b], 0) + counts[b]
+        n_groups = sum(1 for n in group_tokens.values() if n > 0)
+    for b in range(b_rows):
+        for t in range(t_len):
+            if not mask[b][t]:
+                continue
+            mode = v["mode"]
+            if mode == "token-mean":
+                w[b][t] = 1.0 / total
+            elif mode == "token-sum":
+                w[b][t] = 1.0
+            elif mode == "seq-mean-token-sum":
+                w[b][t] = 1.0 / rows
+            elif mode == "seq-mean-token-mean":
+                w[b][t] = 1.0 / (rows * counts[b])
+            elif mode == "seq-mean-token-sum-norm":
+                w[b][t] = 1.0 / (rows * float(v["constant"]))
+            else:
+                w[b][t] = 1.0 / (n_groups * group_tokens[groups[b]])
+    return w
+
+
+def reference(case: Case, variant: dict | None = None, vectorised: bool = False) -> dict[str, torch.Tensor]:
+    """loss (the scalar, broadcast) and grad [B, T] in float64: loops, or the vectorised form."""
+    v = options(variant)
+    loss = case.extra["loss"]
+    live = case.trainable
+    if vectorised:
+        w = _weights_vectorised(case, v)
+        lm = torch.where(live, loss, torch.zeros_like(loss))
+        total = (lm * w).sum()
+    else:
+        wl = weights(case, v)
+        w = torch.tensor(wl, dtype=torch.float64).reshape(case.shape)
+        total = 0.0
+        for b, t in live.nonzero().tolist():
+            total += wl[b][t] * float(loss[b, t])
+        total = torch.tensor(total, dtype=torch.float64)
+    return {"loss": torch.full(case.shape, float(total), dtype=torch.float64), "grad": w}
+
+
+def _weights_vectorised(case: Case, v: dict) -> torch.Tensor:
+    m = case.trainable.to(torch.float64)
+    n_b = m.sum(dim=1, keepdim=True)
+    rows = float(case.shape[0]) if v["empty_rows"] == "counted" else float((n_b > 0).sum())
+    mode = v["mode"]
+    if mode == "token-mean":
+        return m / m.sum().clamp(min=1.0)
+    if mode == "token-sum":
+        return m
+    if mode == "seq-mean-token-sum":
+        return m / max(rows, 1.0)
+    if mode == "seq-mean-token-mean":
+        return m / (max(rows, 1.0) * n_b.clamp(min=1.0))
+    if mode == "seq-mean-token-sum-norm":
+        return m / (max(rows, 1.0) * float(v["constant"]))
+    groups = case.group if case.group is not None else torch.arange(case.shape[0])
+    _, inv = torch.unique(groups, return_inverse=True)
+    per_group = torch.zeros(int(inv.max()) + 1 if len(inv) else 0, dtype=torch.float64).index_add_(0, inv, n_b[:, 0])
+    n_groups = float((per_group > 0).sum())
+    return m / (max(n_groups, 1.0) * per_group[inv].clamp(min=1.0)[:, None])
+
+
+def condition(case: Case, variant: dict | None = None) -> dict[str, torch.Tensor]:
+    """Per output, in units of u: the summed magnitude |l| w times the reduction's depth (loss), and
+    the weight's own size for the few roundings of a normaliser (grad)."""
+    v = options(variant)
+    w = _weights_vectorised(case, v)
+    live = case.trainable
+    mag = float((torch.where(live, case.extra["loss"].abs(), torch.zeros_like(w)) * w).sum())
+    depth = math.log2(max(int(live.sum()), 1)) + 4.0
+    shape = case.shape
+    return {"loss": torch.full(shape, (mag + 1e-30) * depth * 4.0), "grad": w.abs() * 8.0 + 0.0}
+
+
+def peak(case: Case, variant: dict | None = None) -> float:
+    """The largest intermediate a correct implementation forms: the unnormalised sum of |l m|."""
+    live = case.trainable
+    return float(torch.where(live, case.extra["loss"].abs(), torch.zeros(case.shape, dtype=torch.float64)).sum())
