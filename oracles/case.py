@@ -282,8 +282,8 @@ def _validate(c: Case) -> None:
     if c.split is not None:
         if c.split.dtype != torch.int64 or list(c.split.shape) != [b] or bool((c.split < 0).any()):
             raise CaseError(f"split must be int64 >= 0 of shape [{b}] (a micro-batch per row), got {c.split.tolist()}")
-    if c.ranks < 1 or (c.ranks > 1 and c.split is None):
-        raise CaseError(f"ranks must be 1, or >= 1 with a split; got {c.ranks}")
+    if c.ranks < 1 or (c.ranks > 1 and (c.split is None or len(set(c.split.tolist())) < c.ranks)):
+        raise CaseError(f"ranks must be 1, or at most the number of micro-batches (every rank has data); got {c.ranks}")
     for name, x in c.extra.items():
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or list(x.shape) != [b, t]:
             raise CaseError(f"extra tensor {name!r} must be float64 of shape [{b}, {t}]")

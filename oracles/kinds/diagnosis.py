@@ -66,6 +66,14 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
             return leak
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
+    if getattr(case, "split", None) is not None and prop != "split-invariance":
+        whole = case.replace(split=None, ranks=1)  # the step as one micro-batch on one rank
+        try:
+            verdict = next(v for v in judge(run, whole, declared, only=(prop,)) if v.property == prop)
+        except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing
+            verdict = None
+        if verdict is not None and verdict.status == "pass":
+            return Diagnosis("split-normaliser", f"{prop} holds when the step is one micro-batch on one rank")
     if prop == "poison":
         if declared.kind == "group-advantage":
             return Diagnosis("masked-reward-leak", "a reward under the mask reaches the row's score")

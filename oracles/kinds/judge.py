@@ -41,6 +41,10 @@ def judge(
     want = set(only or k.properties)
     verdicts: dict[str, Verdict] = {}
     ordered = lambda why: [verdicts.get(p) or _na(p, why or "not requested") for p in k.properties]  # noqa: E731
+    if k.split and not bool(case.trainable.any()):  # an empty step: what it must give is empty-step's alone
+        if "empty-step" in want:
+            verdicts["empty-step"] = _empty_step(run, k, case, declared)
+        return ordered("a step without a trainable token: judged by empty-step")
     ref = k.module.reference(case, v)
     if ref is None:
         return ordered("the kind's statistic is undefined for this case (too few trainable positions)")

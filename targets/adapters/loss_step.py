@@ -12,7 +12,7 @@ gives dL/dl. Returns (loss broadcast to [B, T], grad [B, T]).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -33,6 +33,9 @@ class Step:
     rows: int  # rows in the step, empty ones included
     nonempty_rows: int  # rows with a trainable token
     mask: torch.Tensor  # [B, T] the loss mask of the whole step, in the case's dtype
+    rank: int = 0  # the rank of the micro-batch being aggregated
+    rank_rows: int = 0  # rows on that rank (its mini-batch), empty ones included
+    rank_micro_batches: int = 0  # micro-batches on that rank (its gradient accumulation steps)
 
 
 MicroLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Step], torch.Tensor]
@@ -54,10 +57,12 @@ def run_step(case: Case, device: str, micro_loss: MicroLoss) -> tuple[torch.Tens
         nonempty_rows=int(case.trainable.any(dim=1).sum()),
         mask=mask,
     )
+    rank_rows = [sum(len(r) for k, r in mbs if k == rank) for rank in range(case.ranks)]
     per_rank = [None] * case.ranks
     for rank, rows in mbs:
         idx = rows.to(device)
-        out = micro_loss(idx, leaf[idx], mask[idx], step)
+        here = replace(step, rank=rank, rank_rows=rank_rows[rank], rank_micro_batches=counts[rank])
+        out = micro_loss(idx, leaf[idx], mask[idx], here)
         per_rank[rank] = out if per_rank[rank] is None else per_rank[rank] + out
     total = sum(x for x in per_rank if x is not None) / case.ranks
     if not isinstance(total, torch.Tensor):

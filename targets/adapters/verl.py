@@ -312,6 +312,20 @@ _WHITEN_MASKED_ZERO = (
     "masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position (verl/utils/torch_functional.py:343 "
     "at 0.9.1), masked positions included; its callers multiply by the mask (core_algos.py:466, 582, 729)"
 )
+def _loss(variant: dict) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        variant=variant,
+        masked_zero=True,  # dL/dl at masked positions: masked_sum zeroes them (torch_functional.py:273-291)
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+    )
+
+
 KIND_OVERRIDES: dict[str, dict] = {
     # compute_grpo_outcome_advantage: torch.std, unbiased (core_algos.py:321); (s - mean) / (std + epsilon), eps
     # outside the std (:326), epsilon=1e-6 by default and never passed by ray_trainer.py:240-245; a singleton gets
@@ -415,6 +429,13 @@ KIND_OVERRIDES: dict[str, dict] = {
         # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
         pipeline_by_pin=_per_pin("masked_values"),
     ),
+    # agg_loss (core_algos.py:1140-1206 at 0.9.1) over a step, with verl's global normalisers (verl_kinds.load_loss)
+    "agg-token-mean": _loss({"mode": "token-mean"}),
+    "agg-token-sum": _loss({"mode": "token-sum"}),
+    "agg-seq-mean-token-sum": _loss({"mode": "seq-mean-token-sum"}),
+    "agg-seq-mean-token-mean": _loss({"mode": "seq-mean-token-mean"}),
+    # loss_scale_factor set to a constant, as actor.yaml:90 asks (its default null divides by the padded width)
+    "agg-seq-mean-token-sum-norm": _loss({"mode": "seq-mean-token-sum-norm", "constant": 32}),
 }
 
 

@@ -44,7 +44,16 @@ GROUP = {
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
 NORMALIZATION = {"whiten": "masked_whiten", "masked-mean": "masked_mean"}
 RETURNS = {"reinforce++": "compute_reinforce_plus_plus_outcome_advantage"}
-ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS)
+# entry -> (verl's loss_agg_mode, the loss_scale_factor a user sets for the -norm mode)
+LOSS = {
+    "agg-token-mean": ("token-mean", None),
+    "agg-token-sum": ("token-sum", None),
+    "agg-seq-mean-token-sum": ("seq-mean-token-sum", None),
+    "agg-seq-mean-token-mean": ("seq-mean-token-mean", None),
+    "agg-seq-mean-token-sum-norm": ("seq-mean-token-sum-norm", 32),
+}
+LOSS_SCALE_FACTOR = 32  # what a user sets (actor.yaml:90 at 0.9.1 asks for a constant); the default null is T
+ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS)
 
 
 def uids(group: torch.Tensor) -> np.ndarray:
@@ -154,4 +163,48 @@ def load(root: Path, entry: str) -> Loaded:
         return load_normalization(root, entry)
     if entry in RETURNS:
         return load_returns(root, entry)
+    if entry in LOSS:
+        return load_loss(root, entry)
     raise ValueError(f"verl has no entry {entry!r}")
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """`core_algos.py::agg_loss` over one optimizer step, as verl's trainer drives it.
+
+    With global normalisers (0.6 on; 0.9.1 `agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size,
+    batch_num_tokens, global_batch_size, loss_scale_factor)`, core_algos.py:1140-1206): every
+    micro-batch gets the step's `batch_num_tokens` (the loss_mask sum all-reduced over data-parallel
+    ranks, verl/workers/engine/fsdp/transformer_impl.py:729-735), `global_batch_size` =
+    ppo_mini_batch_size * rollout.n, the rows of the step (verl/trainer/ppo/ray_trainer.py:1352-1362)
+    and `dp_size`; each micro-batch loss is backpropagated as it is (losses.py:57-144 return it,
+    transformer_impl.py:740-765 call backward) and data-parallel averaging divides by dp_size.
+    Before (0.4.1, 0.5.0 `agg_loss(loss_mat, loss_mask, loss_agg_mode)`): the micro-batch's own
+    normaliser, scaled by its share of the rank's mini-batch, `loss * (rows / ppo_mini_batch_size)`
+    (verl/workers/actor/dp_actor.py:509 at 0.4.1, :467 at 0.5.0; :511 / :469 divide by the
+    accumulation steps, the same for equal micro-batches)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mode, scale = LOSS[entry]
+    fn, where = function_from(root, [(_CORE, "agg_loss")])
+    params = inspect.signature(fn).parameters
+    global_info = all(p in params for p in ("dp_size", "batch_num_tokens", "global_batch_size"))
+    if mode == "seq-mean-token-sum-norm" and "loss_scale_factor" not in params:
+        raise NotPresent(
+            f"{where} has no loss_scale_factor at this pin: seq-mean-token-sum-norm divides by the padded width "
+            "loss_mask.shape[-1] (a known TODO in its comment), which no constant reference describes"
+        )
+    notes = [f"loss_agg_mode={mode!r}" + (f", loss_scale_factor={scale}" if scale else "")]
+
+    def micro(rows, loss, mask, step):
+        if global_info:
+            kwargs = dict(dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows)
+            if "loss_scale_factor" in params:
+                kwargs["loss_scale_factor"] = scale
+            return fn(loss_mat=loss, loss_mask=mask, loss_agg_mode=mode, **kwargs)
+        return fn(loss_mat=loss, loss_mask=mask, loss_agg_mode=mode) * (len(rows) / step.rank_rows)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro)
+
+    how = "global normalisers (dp_size, batch_num_tokens, global_batch_size)" if global_info else "per micro-batch"
+    return Loaded(run, where, notes + [f"aggregated with {how}"])
