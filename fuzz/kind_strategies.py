@@ -101,6 +101,14 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
         extra["x"] = _values(draw, shape, "x")
     elif kind == "loss-aggregation":
         extra["loss"] = _values(draw, shape, "loss", pool=(0.0, 1.0, -1.0, 0.5, 3.0, -2.0))
+    elif kind == "value-loss":
+        extra["ret"] = _values(draw, shape, "returns", pool=(0.0, 1.0, -1.0, 0.5, 3.0))
+        extra["v"] = _values(draw, shape, "values", pool=(0.0, 1.0, -1.0, 0.25, 2.0))
+        how = draw(st.sampled_from(["v_old = v", "near", "far"]))
+        event(f"value-loss: {how}")
+        step = {"v_old = v": 0.0, "near": 0.1, "far": 3.0}[how]
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
+        extra["v_old"] = extra["v"] + step * torch.randn(shape, generator=g, dtype=torch.float64)
     elif kind == "kl":
         ref = -_values(draw, shape, "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
         ratios = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0, 20.0, -20.0)

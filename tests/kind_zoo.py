@@ -216,6 +216,33 @@ def _seq_mean_token_mean(rows_counted):
 agg_seq_mean_correct = _step(_seq_mean_token_mean(lambda step: step.nonempty_rows))
 agg_seq_mean_counts_empty_rows = _step(_seq_mean_token_mean(lambda step: step.rows))
 
+# -- value-loss: 0.5 max((v - R)^2, (v_c - R)^2), token-mean over the step --------------------------
+def _value(form):
+    """A value loss whose inputs are zeroed under the mask first: a square of a masked inf / NaN
+    would give a NaN gradient there even through torch.where."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    def micro(rows, v, mask, step):
+        dt, live = v.dtype, mask > 0
+        zero = torch.zeros((), dtype=dt)
+        old = torch.where(live, step.case.extra["v_old"][rows].to(dt), zero)
+        ret = torch.where(live, step.case.extra["ret"][rows].to(dt), zero)
+        per_token = form(torch.where(live, v, zero), old, ret, 0.5)
+        return _masked_sum(per_token, mask) / max(step.tokens, 1) * step.ranks
+
+    return lambda case: run_step(case, "cpu", micro, leaf_name="v")
+
+
+def _clipped_sq(v, old, ret, c):
+    return (old + (v - old).clamp(-c, c) - ret) ** 2
+
+
+value_correct = _value(lambda v, old, ret, c: 0.5 * torch.maximum((v - ret) ** 2, _clipped_sq(v, old, ret, c)))
+value_min_not_max = _value(lambda v, old, ret, c: 0.5 * torch.minimum((v - ret) ** 2, _clipped_sq(v, old, ret, c)))
+value_clipped_around_returns = _value(
+    lambda v, old, ret, c: 0.5 * torch.maximum((v - ret) ** 2, (ret + (v - ret).clamp(-c, c) - ret) ** 2)
+)
+
 GA = {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "singleton": "raw"}
 K3 = {"estimator": "k3"}
 WH = {"level": "batch", "unbiased": True, "eps": 1e-8}
@@ -245,4 +272,11 @@ CATCHES = {
     agg_forgets_ranks: ("loss-aggregation", {}, ("split-invariance",)),
     agg_seq_mean_correct: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ()),
     agg_seq_mean_counts_empty_rows: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ("pad-invariance",)),
+    value_correct: ("value-loss", {}, ()),
+    value_min_not_max: ("value-loss", {}, ("clip-bound",)),
+    value_clipped_around_returns: ("value-loss", {}, ("reference",)),
 }
+
+for _name, _fn in list(globals().items()):  # the step-driven mutants are closures: name them for test ids
+    if callable(_fn) and getattr(_fn, "__name__", "") == "<lambda>" and any(_fn is f for f in CATCHES):
+        _fn.__name__ = _name

@@ -16,7 +16,15 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds import ALL_PROPERTIES, KINDS, group_advantage, kl, loss_aggregation, normalization
+from maskfuzz.oracles.kinds import (
+    ALL_PROPERTIES,
+    KINDS,
+    group_advantage,
+    kl,
+    loss_aggregation,
+    normalization,
+    value_loss,
+)
 from maskfuzz.oracles.properties import Declared, judge
 
 pytestmark = pytest.mark.xdist_group("kinds")
@@ -127,6 +135,25 @@ def test_the_step_driver_sums_microbatches_and_averages_ranks():
     assert float(local[0][0, 0]) != pytest.approx(21 / 6)
 
 
+def test_value_loss_by_hand():
+    """Three tokens, clip 0.5: inside the range (both squares equal), far from R (the plain square wins),
+    moved towards R beyond the range (the clipped square wins: no gradient)."""
+    case = Case.build(
+        trainable=[[1, 1, 1, 0]],
+        extra={"v": [[1.0, 3.0, 0.0, 9.0]], "v_old": [[0.75, 0.0, 2.0, 9.0]], "ret": [[0.0, 0.0, 0.0, 9.0]]},
+        dtype="float64",
+    )
+    per = [0.5 * 1.0, 0.5 * 9.0, 0.5 * 1.5**2]  # v_c = 1.0, 0.5, 1.5
+    for vectorised in (False, True):
+        ref = value_loss.reference(case, {}, vectorised=vectorised)
+        assert ref["loss"][0, 0].item() == pytest.approx(sum(per) / 3)
+        assert ref["grad"][0].tolist() == pytest.approx([1.0 / 3, 3.0 / 3, 0.0, 0.0])
+    plain = value_loss.reference(case, {}, clipped=False)
+    assert plain["loss"][0, 0].item() == pytest.approx((0.5 + 4.5 + 0.0) / 3)
+    torchrl_like = value_loss.reference(case, {"half": False, "clip": 10.0})
+    assert torchrl_like["loss"][0, 0].item() == pytest.approx((1.0 + 9.0 + 0.0) / 3)
+
+
 def test_kl_estimators_by_hand():
     case = Case.build(
         trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, float("nan")]], "ref_logp": [[-1.5, -1.0, 0.0]]}
@@ -187,6 +214,7 @@ VARIANTS = {
         {"mode": "prompt-mean"},
         {"mode": "seq-mean-token-mean", "empty_rows": "counted"},
     ],
+    "value-loss": [{}, {"half": False, "clip": 0.2}, {"mode": "seq-mean-token-mean"}],
     "normalization": [
         {"eps_place": "floor", "eps": 1e-3},
         {},

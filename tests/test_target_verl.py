@@ -478,3 +478,49 @@ def test_reinforce_plus_plus_carries_through_gaps_but_loses_a_score_on_an_observ
     found = {f.property for f in res.findings}
     assert found & {"score-kept", "telescoping", "reference"}, found
     assert not found & {"poison", "gap-invariance", "row-independence", "no-crash", "deterministic"}, found
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation (agg_loss over one optimizer step, verl_kinds.load_loss): 0.9.1 passes the
+# step's global normalisers, 0.5.0 normalises each micro-batch and scales it by its row share.
+# ---------------------------------------------------------------------------------------------
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: no trainable token; 100 under the mask
+STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+)
+
+
+@pytest.mark.network
+def test_agg_loss_with_global_normalisers_by_hand(kinds_at_new):
+    loss, grad = kinds_at_new("agg-token-mean").run(STEP)
+    assert loss[0, 0].item() == pytest.approx(6.0 / 3.0)  # sum over the step / 3 tokens, whatever the split
+    assert grad[0, :2].tolist() == pytest.approx([1 / 3, 1 / 3]) and grad[0, 2].item() == 0.0
+    # seq-mean-token-mean: (2 + 2) over global_batch_size = the step's 3 rows, the empty one included
+    # (ray_trainer.py:1352-1362 at 0.9.1): 4/3, not the canonical 2 over the 2 rows with a trained token
+    h = kinds_at_new("agg-seq-mean-token-mean")
+    loss, grad = h.run(STEP)
+    assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
+    v = verdicts(h.run, STEP, h.declared)
+    assert v["reference"].failed and v["split-invariance"].status == "pass" and v["poison"].status == "pass"
+
+
+@pytest.mark.network
+def test_agg_loss_before_global_normalisers_depends_on_the_split():
+    with opened("verl:agg-token-mean@0.5.0") as h:
+        loss, _ = h.run(STEP)
+        # micro-batch 0: mean 2 over row share 1/3; micro-batch 1: mean 2 (its one token) over share 2/3
+        assert loss[0, 0].item() == pytest.approx(2.0 * 1 / 3 + 2.0 * 2 / 3)
+        uneven = STEP.replace(extra={"loss": [[1.0, 3.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 0.0]]})
+        v = verdicts(h.run, uneven, h.declared)
+        assert v["split-invariance"].failed  # 2 * 1/3 + 5 * 2/3 against the step's 9/3
+
+
+@pytest.mark.network
+def test_fuzzing_agg_token_mean_finds_only_the_empty_step(kinds_at_new):
+    h = kinds_at_new("agg-token-mean")
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=60, seed=0, sizes=Sizes(4, 6))
+    found = {f.property for f in res.findings}
+    assert found == {"empty-step"}, found  # batch_num_tokens = 0: 0 / 0 (core_algos.py:1175), no clamp
+    assert res.checked["split-invariance"] > 0 and res.checked["pad-invariance"] > 0

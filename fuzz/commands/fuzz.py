@@ -379,6 +379,7 @@ SHORT = {
     "twin": "twin",
     "split-invariance": "split",
     "empty-step": "empty",
+    "clip-bound": "clip",
 }
 
 

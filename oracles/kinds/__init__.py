@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization
+from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, value_loss
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,14 @@ KINDS: dict[str, KindSpec] = {
         grouped=True,
         split=True,
     ),
+    "value-loss": KindSpec(
+        "value-loss",
+        value_loss,
+        (*_COMMON, "permutation", "split-invariance", "empty-step", "clip-bound", *_TAIL),
+        poisoned=("v", "v_old", "ret"),
+        grouped=True,
+        split=True,
+    ),
 }
 GAE_KINDS = ("gae", "returns")
 ALL_KINDS = (*GAE_KINDS, *KINDS)
@@ -84,6 +92,7 @@ INVARIANT = {
     "twin": "two implementations of one computation in the framework (a loop and its vectorised twin) agree",
     "split-invariance": "loss and gradient summed over the step's micro-batches (and ranks) equal the whole step's",
     "empty-step": "a step without a trainable token gives a finite 0 loss and gradient, or a documented error",
+    "clip-bound": "the clipped value loss is never below the same step's loss with the clip never binding (v_old = v)",
 }
 
 

@@ -89,6 +89,7 @@ def judge(
         "twin": lambda: _twin_agrees(declared, k, v, case, out),
         "split-invariance": lambda: _split(run, k, v, case, out),
         "empty-step": lambda: _empty_step(run, k, case, declared),
+        "clip-bound": lambda: _clip_bound(run, k, v, case, out),
     }
     for prop in k.properties:
         if prop in checks and prop in want:
@@ -413,3 +414,20 @@ def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
                 verdict.expected, verdict.observed, case=empty,
             )  # fmt: skip
     return _ok("empty-step")
+
+
+def _clip_bound(run, k, v, case: Case, out: Outputs) -> Verdict:
+    """The clipped loss (max of the plain and the clipped square per token, positive weights) is
+    never below the step's loss with v_old = v, where the clip never binds (an infinite range)."""
+    free = case.replace(extra={**case.extra, "v_old": case.extra["v"]})
+    got = _twin(run, free, k)
+    live = case.trainable
+    if not live.any():
+        return _na("clip-bound", "no trainable position")
+    slack = self_slack(case.dtype, out["loss"][live], got["loss"][live])
+    tol = 2.0 * kind_bound(case.dtype, got["loss"], condition_of(k, free, v, "loss")) + slack
+    below = live & (out["loss"] < got["loss"] - tol)
+    if below.any():
+        msg = "the clipped loss is below the unclipped one"
+        return _diff("clip-bound", "loss", below, got["loss"], out["loss"], msg)
+    return _ok("clip-bound")

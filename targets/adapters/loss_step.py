@@ -41,9 +41,13 @@ class Step:
 MicroLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Step], torch.Tensor]
 
 
-def run_step(case: Case, device: str, micro_loss: MicroLoss) -> tuple[torch.Tensor, torch.Tensor]:
+def run_step(
+    case: Case, device: str, micro_loss: MicroLoss, leaf_name: str = "loss"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`leaf_name` is the input the gradient is taken with respect to: the per-token loss, or the
+    critic's predictions `v` of the `value-loss` kind (whose micro_loss reads the rest from step.case)."""
     dt = case.torch_dtype
-    leaf = case.extra["loss"].to(device=device, dtype=dt).clone().requires_grad_(True)
+    leaf = case.extra[leaf_name].to(device=device, dtype=dt).clone().requires_grad_(True)
     mask = case.trainable.to(device=device, dtype=dt)
     mbs = microbatches(case)
     counts = [sum(1 for r, _ in mbs if r == rank) for rank in range(case.ranks)]

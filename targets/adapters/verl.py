@@ -436,6 +436,8 @@ KIND_OVERRIDES: dict[str, dict] = {
     "agg-seq-mean-token-mean": _loss({"mode": "seq-mean-token-mean"}),
     # loss_scale_factor set to a constant, as actor.yaml:90 asks (its default null divides by the padded width)
     "agg-seq-mean-token-sum-norm": _loss({"mode": "seq-mean-token-sum-norm", "constant": 32}),
+    # compute_value_loss: 0.5 * agg_loss(max((v - R)^2, (clip(v, v_old +- 0.5) - R)^2)) (core_algos.py:2171-2183)
+    "value-loss": {**_loss({"clip": 0.5, "mode": "token-mean"}), "kind": "value-loss"},
 }
 
 

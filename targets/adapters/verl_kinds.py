@@ -53,7 +53,9 @@ LOSS = {
     "agg-seq-mean-token-sum-norm": ("seq-mean-token-sum-norm", 32),
 }
 LOSS_SCALE_FACTOR = 32  # what a user sets (actor.yaml:90 at 0.9.1 asks for a constant); the default null is T
-ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS)
+VALUE = {"value-loss": "compute_value_loss"}
+CLIPRANGE_VALUE = 0.5  # critic.cliprange_value's default (verl/workers/config/critic.py:93 at 0.9.1)
+ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS, *VALUE)
 
 
 def uids(group: torch.Tensor) -> np.ndarray:
@@ -165,7 +167,42 @@ def load(root: Path, entry: str) -> Loaded:
         return load_returns(root, entry)
     if entry in LOSS:
         return load_loss(root, entry)
+    if entry in VALUE:
+        return load_value(root, entry)
     raise ValueError(f"verl has no entry {entry!r}")
+
+
+def load_value(root: Path, entry: str) -> Loaded:
+    """`core_algos.py::compute_value_loss(vpreds, returns, values, response_mask, cliprange_value,
+    loss_agg_mode, ...)` (0.9.1 :2125-2185) over a step, the gradient taken with respect to vpreds.
+    0.9.1 passes the step's normalisers as for the policy loss (verl/workers/utils/losses.py:147-205,
+    the values of transformer_impl.py:729-735 and ray_trainer.py:1380-1389); 0.5.0's critic scales
+    each micro-batch by its row share (verl/workers/critic/dp_critic.py:236, :238 by the accumulation
+    steps). Clip range 0.5, the default; token-mean, the critic's default loss_agg_mode."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    fn, where = function_from(root, [(_CORE, VALUE[entry])])
+    params = inspect.signature(fn).parameters
+    if "cliprange_value" not in params:
+        raise NotPresent(f"{where} has no cliprange_value at this pin: parameters {list(params)}")
+    global_info = all(p in params for p in ("dp_size", "batch_num_tokens", "global_batch_size"))
+
+    def micro(rows, v, mask, step):
+        dt = v.dtype
+        old = step.case.extra["v_old"][rows].to(device=v.device, dtype=dt)
+        ret = step.case.extra["ret"][rows].to(device=v.device, dtype=dt)
+        kwargs = dict(loss_agg_mode="token-mean") if "loss_agg_mode" in params else {}
+        if global_info:
+            kwargs.update(dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows)
+        vf_loss, _ = fn(vpreds=v, returns=ret, values=old, response_mask=mask, cliprange_value=CLIPRANGE_VALUE,
+                        **kwargs)  # fmt: skip
+        return vf_loss if global_info else vf_loss * (len(rows) / step.rank_rows)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro, leaf_name="v")
+
+    how = "global normalisers" if global_info else "per micro-batch, scaled by its row share"
+    return Loaded(run, where, [f"cliprange_value={CLIPRANGE_VALUE}, token-mean, {how}"])
 
 
 def load_loss(root: Path, entry: str) -> Loaded:
