@@ -524,3 +524,24 @@ def test_fuzzing_agg_token_mean_finds_only_the_empty_step(kinds_at_new):
     found = {f.property for f in res.findings}
     assert found == {"empty-step"}, found  # batch_num_tokens = 0: 0 / 0 (core_algos.py:1175), no clamp
     assert res.checked["split-invariance"] > 0 and res.checked["pad-invariance"] > 0
+
+
+@pytest.mark.network
+def test_value_loss_by_hand_and_its_nan_gradient_under_the_mask(kinds_at_new):
+    h = kinds_at_new("value-loss")
+    assert h.declared.kind == "value-loss"
+    # inside the clip range (0.5), far from R, moved towards R beyond the range (the clipped square wins)
+    case = Case.build(
+        trainable=[[1, 1, 1, 0]],
+        extra={"v": [[1.0, 3.0, 0.0, float("inf")]], "v_old": [[0.75, 0.0, 2.0, 0.0]], "ret": [[0.0, 0.0, 0.0, 0.0]]},
+    )
+    loss, grad = h.run(case)
+    assert loss[0, 0].item() == pytest.approx((0.5 + 4.5 + 0.5 * 1.5**2) / 3)
+    assert grad[0, :3].tolist() == pytest.approx([1 / 3, 1.0, 0.0])
+    # the square of a masked inf is masked by torch.where inside agg_loss: 0 * inf is a NaN gradient there
+    assert torch.isnan(grad[0, 3])
+    v = verdicts(h.run, case, h.declared)
+    assert v["masked-zero"].failed and v["poison-nonfinite"].status == "pass"
+    finite = case.replace(extra={**case.extra, "v": torch.tensor([[1.0, 3.0, 0.0, 7.0]], dtype=torch.float64)})
+    v = verdicts(h.run, finite, h.declared)
+    assert all(v[p].status == "pass" for p in ("clip-bound", "reference", "poison", "masked-zero")), v
