@@ -7,7 +7,8 @@ same large shapes.
 For each kind, times the loop reference, the vectorised reference (`oracles/kinds`, float64,
 a `Case` in, [B, T] out) and the fastest upstream implementation maskfuzz targets that runs from a
 released wheel (verl's `compute_grpo_vectorized_outcome_advantage` and the loop
-`compute_grpo_outcome_advantage`, `masked_whiten`, `kl_penalty(low_var_kl)`), imported in this
+`compute_grpo_outcome_advantage`, `masked_whiten`, `kl_penalty(low_var_kl)`, `agg_loss` forward and
+backward, `compute_value_loss` forward and backward), imported in this
 process with the adapter's stand-ins (the worker's pickling would otherwise be part of the time).
 Figures are medians of `--repeats` calls after a warm-up; the ratio reference / upstream is printed,
 so machine load cancels out to first order. The loop references are timed on a slice (`--loop-rows`)
@@ -29,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from maskfuzz.oracles.case import Case  # noqa: E402
-from maskfuzz.oracles.kinds import group_advantage, kl, normalization  # noqa: E402
+from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, value_loss  # noqa: E402
 
 
 def timed(fn: Callable, repeats: int) -> float:
@@ -132,6 +133,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     vec = timed(lambda: kl.reference(tc, {"estimator": "k3"}, vectorised=True), args.repeats)
     rows.append(("kl (k3)", f"{args.batch} x {args.length}", loop, vec, up))
+
+    # loss-aggregation: seq-mean-token-mean over the step, forward and backward (the reference gives dL/dl)
+    lc = tc.replace(extra={"loss": tc.extra["x"]})
+    small_l = small_t.replace(extra={"loss": small_t.extra["x"]})
+    va = {"mode": "seq-mean-token-mean"}
+
+    def verl_agg():
+        leaf = lc.extra["loss"].float().requires_grad_(True)
+        core.agg_loss(leaf, m32, "seq-mean-token-mean").backward()
+
+    up = timed(verl_agg, args.repeats)
+    loop = timed(lambda: loss_aggregation.reference(small_l, va), args.repeats) * lc.trainable.sum().item() / max(
+        1, small_l.trainable.sum().item()
+    )
+    vec = timed(lambda: loss_aggregation.reference(lc, va, vectorised=True), args.repeats)
+    rows.append(("loss-aggregation", f"{args.batch} x {args.length}, seq-mean-token-mean", loop, vec, up))
+
+    # value-loss: the clipped critic loss, token-mean, forward and backward
+    g = torch.Generator().manual_seed(1)
+    vx = {"v": tc.extra["x"], "v_old": tc.extra["x"] + 0.3 * torch.randn(tc.shape, generator=g, dtype=torch.float64),
+          "ret": torch.randn(tc.shape, generator=g, dtype=torch.float64)}  # fmt: skip
+    vc = tc.replace(extra=vx)
+    small_v = small_t.replace(extra={n: x[: small_t.shape[0]] for n, x in vx.items()})
+
+    def verl_value():
+        leaf = vx["v"].float().requires_grad_(True)
+        loss, _ = core.compute_value_loss(leaf, vx["ret"].float(), vx["v_old"].float(), m32, 0.5)
+        loss.backward()
+
+    up = timed(verl_value, args.repeats)
+    loop = timed(lambda: value_loss.reference(small_v), args.repeats) * vc.trainable.sum().item() / max(
+        1, small_v.trainable.sum().item()
+    )
+    vec = timed(lambda: value_loss.reference(vc, vectorised=True), args.repeats)
+    rows.append(("value-loss", f"{args.batch} x {args.length}, clip 0.5", loop, vec, up))
 
     print(f"{'kind':18} {'shape':34} {'loop ref s':>11} {'vec ref s':>10} {'upstream s':>11} {'vec/upstream':>13}")
     for kind, shape, loop, vec, up in rows:
