@@ -31,6 +31,14 @@ def poison_cap(dtype: str) -> float:
     return min(1e6, math.sqrt(big) / 16.0)
 
 
+def even_split(case: Case) -> bool:
+    """Every micro-batch of the step has the same row count and every rank the same number of them."""
+    ids = case.split.tolist()
+    sizes = [ids.count(k) for k in sorted(set(ids))]
+    per_rank = [len(sizes[r :: case.ranks]) for r in range(case.ranks)]
+    return len(set(sizes)) == 1 and len(set(per_rank)) == 1
+
+
 @dataclass(frozen=True)
 class Domain:
     """What a target accepts. Every False/narrowed field should have an entry in `why`."""
@@ -47,6 +55,7 @@ class Domain:
     masked_values: bool = True  # non-zero critic values at non-trainable positions
     nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
     critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
+    uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
     why: dict = field(default_factory=dict, compare=False, hash=False)
 
     def cited(self) -> list[str]:
@@ -100,6 +109,8 @@ class Domain:
             return "critic values at non-trainable positions are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
             return "the target takes no critic: values must be 0 and lam 1"
+        if not self.uneven_splits and case.split is not None and not even_split(case):
+            return "the step is cut into micro-batches of different sizes (or ranks with different counts of them)"
         return None
 
     def project(self, case: Case) -> Case | None:

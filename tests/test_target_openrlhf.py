@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -335,6 +336,73 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
 @pytest.mark.parametrize("name", openrlhf.SPEC.entries[1:])
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = openrlhf.SPEC.for_entry(name)
-    assert spec.kind in ("group-advantage", "kl", "normalization", "returns")
+    assert spec.kind in ("group-advantage", "kl", "normalization", "returns", "loss-aggregation")
     assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
-    assert spec.masked_zero is False and spec.masked_zero_why
+    # loss aggregation multiplies by the mask (dL/dl is 0 there); the other kinds do not mask their outputs
+    assert spec.masked_zero is (spec.kind == "loss-aggregation") and spec.masked_zero_why
+
+
+# ---------------------------------------------------------------------------------------------
+# loss-aggregation: models/loss.py::aggregate_loss over one optimizer step (openrlhf_kinds.load_aggregate), the
+# normalisers from loss_utils._optimizer_step_loss_norm, DeepSpeed's 1 / gas per micro-batch.
+# ---------------------------------------------------------------------------------------------
+AGG = ("agg-token-mean", "agg-seq-mean-token-mean")
+# 2 x 3, row 0 two tokens, row 1 one; 9 under the mask; one row per micro-batch (gas 2)
+TWO_MB = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"loss": [[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]]}, split=[0, 1])
+
+
+@pytest.mark.network
+def test_aggregate_loss_by_hand_over_two_micro_batches(entry):
+    # token: batch_num_tokens = 3 / gas 2; each micro-batch sum / 1.5 * dp 1, then / gas: 3/1.5/2 + 4/1.5/2 = 7/3
+    loss, grad = entry("agg-token-mean").run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(7 / 3, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([1 / 3, 1 / 3, 0.0, 1 / 3, 0.0, 0.0], rel=1e-6)
+    # sample: global_batch_size = 2 non-empty rows / gas 2: 1.5 / 1 / 2 + 4 / 1 / 2 = 2.75, the mean of row means
+    loss, grad = entry("agg-seq-mean-token-mean").run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(2.75, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([0.25, 0.25, 0.0, 0.5, 0.0, 0.0], rel=1e-6)
+    # two ranks, one micro-batch each: dp_size 2 cancels the rank average
+    loss, _ = entry("agg-token-mean").run(TWO_MB.replace(ranks=2))
+    assert loss[0, 0].item() == pytest.approx(7 / 3, rel=1e-6)
+    for name in AGG:
+        h = entry(name)
+        assert h.info["where"] == "openrlhf/models/loss.py::aggregate_loss"
+        v = kind_verdicts(h, TWO_MB)
+        for prop in ("reference", "split-invariance", "pad-invariance", "poison", "permutation", "masked-zero"):
+            assert v[prop].status == "pass", (name, prop, v[prop])
+
+
+@pytest.mark.network
+def test_aggregate_loss_an_all_masked_step_is_nan(entry):
+    """True defect: no clamp on the step's normalisers (loss.py:32, 39 divide by batch_num_tokens /
+    global_batch_size, loss_utils.py:77 gives 0 for a step without an action token): 0 / 0 = NaN loss and gradient.
+    Reach pipeline: a row whose action ranges are truncated away is all-masked (samples_generator.py:256-263)."""
+    empty = Case.build(trainable=[[0, 0]], extra={"loss": [[1.0, 2.0]]})
+    for name in AGG:
+        loss, grad = entry(name).run(empty)
+        assert torch.isnan(loss).all() and torch.isnan(grad).all()
+        assert kind_verdicts(entry(name), empty)["empty-step"].failed
+    nan = TWO_MB.replace(extra={"loss": torch.tensor([[1.0, 2.0, math.nan], [4.0, 9.0, 9.0]], dtype=torch.float64)})
+    assert kind_verdicts(entry("agg-token-mean"), nan)["poison-nonfinite"].failed  # loss * loss_mask: NaN * 0
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", AGG)
+def test_short_fuzz_of_the_aggregation_entries(entry, name):
+    res = fuzz_target(
+        entry(name).run, entry(name).declared, target="openrlhf", pin=NEWEST, max_examples=40, seed=0, sizes=Sizes(4, 6)
+    )
+    found = {f.property for f in res.findings}
+    assert found <= {"empty-step", "poison-nonfinite"}, found
+    assert res.checked["split-invariance"] > 0 and res.checked["reference"] > 0
+
+
+@pytest.mark.network
+def test_aggregation_entries_skip_before_aggregate_loss():
+    from maskfuzz.targets.adapters import openrlhf_kinds
+    from maskfuzz.targets.session import Skip
+
+    assert set(openrlhf_kinds.AGGREGATE) == set(AGG) and set(AGG) <= set(openrlhf.SPEC.entries)
+    with pytest.raises(Skip, match="aggregate_loss"):
+        with opened(f"openrlhf:agg-token-mean@{OLDEST}"):
+            pass

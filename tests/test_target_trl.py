@@ -440,3 +440,114 @@ def test_each_group_entry_declares_a_cited_pipeline(name):
     assert spec.domain.cited() == []
     assert spec.masked_zero is False and spec.masked_zero_why
     assert spec.pipeline_at(NEWEST_PPO) is spec.pipeline  # the PPO entry's per-pin domains do not leak in
+
+
+# ---------------------------------------------------------------------------------------------
+# loss-aggregation: the `if self.loss_type ...` normalisation chain of GRPOTrainer._compute_loss, run from source per
+# micro-batch (trl_kinds.load_aggregate). Values hand-computed from the 1.16.0 block (grpo_trainer.py:3152-3184).
+# ---------------------------------------------------------------------------------------------
+NEWEST = "1.16.0"
+AGG = ("agg-grpo", "agg-bnpo", "agg-dr_grpo", "agg-dapo")
+# 2 x 3, row 0 two tokens, row 1 one; 9 under the mask; one row per micro-batch (gradient accumulation 2)
+TWO_MB = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"loss": [[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]]}, split=[0, 1])
+
+
+def _flat(grad):
+    return grad.flatten().tolist()
+
+
+@pytest.mark.network
+def test_aggregation_blocks_by_hand_over_two_micro_batches(group_entry):
+    h = {name: group_entry(name, NEWEST) for name in AGG}
+    # dapo: sum / (num_items_in_batch 3 / 1 process * GA 2 / steps_per_generation 2) per micro-batch: 3/3 + 4/3
+    loss, grad = h["agg-dapo"].run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(7 / 3, rel=1e-6)
+    assert _flat(grad) == pytest.approx([1 / 3, 1 / 3, 0, 1 / 3, 0, 0], rel=1e-6)
+    # grpo: micro-batch mean of row token means / GA: 1.5 / 2 + 4 / 2 = 2.75 (= the step's mean of row means)
+    loss, grad = h["agg-grpo"].run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(2.75, rel=1e-6)
+    assert _flat(grad) == pytest.approx([0.25, 0.25, 0, 0.5, 0, 0], rel=1e-6)
+    # bnpo: the micro-batch's own token mean / GA: 3/2/2 + 4/1/2 = 2.75, not the step's 7/3 (documented "local")
+    loss, grad = h["agg-bnpo"].run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(2.75, rel=1e-6)
+    # dr_grpo: sum / (1 row * max_completion_length 512) / GA: 7 / 1024
+    loss, grad = h["agg-dr_grpo"].run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(7 / 1024, rel=1e-6)
+    assert _flat(grad) == pytest.approx([1 / 1024, 1 / 1024, 0, 1 / 1024, 0, 0], rel=1e-6)
+    for name in AGG:
+        assert h[name].info["where"].startswith("trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss (lines 3152-")
+        v = kind_verdicts(h[name], TWO_MB)
+        for prop in ("poison", "permutation", "masked-zero", "deterministic"):
+            assert v[prop].status == "pass", (name, prop, v[prop])
+        want = "fail" if name == "agg-bnpo" else "pass"
+        assert v["split-invariance"].status == want and v["reference"].status == want, (name, v["reference"])
+
+
+@pytest.mark.network
+def test_grpo_counts_all_masked_rows_and_bnpo_normalises_per_micro_batch(group_entry):
+    """grpo: `.mean()` over the micro-batch's rows counts a row with no token (grpo_trainer.py:3154), e.g. a
+    completion zeroed by mask_truncated_completions=True (:2488-2492), which grpo_config.py:268-271 says is
+    "excluded from the loss calculation": true defect, reach pipeline. bnpo: the micro-batch's token count
+    (:3159), documented (grpo_config.py:249-252)."""
+    case = Case.build(trainable=[[1, 1], [0, 0]], extra={"loss": [[1.0, 3.0], [5.0, 5.0]]})
+    loss, _ = group_entry("agg-grpo", NEWEST).run(case)
+    assert loss[0, 0].item() == pytest.approx(1.0)  # (2 + 0) / 2 rows; canonical 2
+    v = kind_verdicts(group_entry("agg-grpo", NEWEST), case)
+    assert v["reference"].failed
+    # equal micro-batches without empty rows (TRL's split_tensor_dict chunks equally): grpo and dr_grpo are invariant
+    equal = Case.build(trainable=[[1, 1], [1, 0], [1, 0], [1, 0]], extra={"loss": [[1.0, 3.0], [5.0, 0], [2.0, 0],
+                       [7.0, 1.0]]}, split=[0, 1, 0, 1])  # 3 and 2 tokens: bnpo's local token means differ
+    for name in ("agg-grpo", "agg-dr_grpo", "agg-dapo"):
+        assert kind_verdicts(group_entry(name, NEWEST), equal)["split-invariance"].status == "pass", name
+    assert kind_verdicts(group_entry("agg-bnpo", NEWEST), equal)["split-invariance"].failed
+    # an all-masked step: the clamps give 0 in every mode
+    empty = Case.build(trainable=[[0, 0]], extra={"loss": [[1.0, 2.0]]})
+    for name in AGG:
+        loss, grad = group_entry(name, NEWEST).run(empty)
+        assert loss.abs().sum() == 0 and grad.abs().sum() == 0
+
+
+@pytest.mark.network
+def test_aggregation_at_old_pins(group_entry):
+    # 0.19.1: the chain has no normaliser; transformers' Trainer divides by gradient accumulation (the adapter does)
+    loss, _ = group_entry("agg-grpo", "0.19.1").run(TWO_MB)
+    assert loss[0, 0].item() == pytest.approx(2.75, rel=1e-6)
+    with pytest.raises(Skip, match="no loss_type 'dapo'"):
+        group_entry("agg-dapo", "0.19.1")
+    with pytest.raises(Skip, match="GRPO arrived"):
+        group_entry("agg-grpo", OLD)
+
+
+def test_git_head_aggregation_block():
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    with open_target(f"trl:agg-dapo@{GIT_PIN}", repos=repos) as h:
+        loss, _ = h.run(TWO_MB)  # no GA / steps_per_generation rescale at this commit: equal when spg == GA
+        assert loss[0, 0].item() == pytest.approx(7 / 3, rel=1e-6)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, failing",
+    [
+        ("agg-grpo", {"reference", "pad-invariance", "split-invariance", "empty-step", "poison-nonfinite"}),
+        ("agg-bnpo", {"reference", "split-invariance", "poison-nonfinite"}),
+        ("agg-dr_grpo", {"reference", "split-invariance", "poison-nonfinite"}),
+        ("agg-dapo", {"poison-nonfinite"}),
+    ],
+)
+def test_short_fuzz_of_the_aggregation_entries(group_entry, name, failing):
+    h = group_entry(name, NEWEST)
+    res = fuzz_target(h.run, h.declared, target="trl", pin=NEWEST, max_examples=30, seed=0, sizes=Sizes(4, 6))
+    found = {f.property for f in res.findings}
+    assert found <= failing, found
+    assert res.checked["split-invariance"] > 0 and res.checked["reference"] > 0
+
+
+@pytest.mark.parametrize("name", AGG)
+def test_each_aggregation_entry_is_declared(name):
+    spec = trl.SPEC.for_entry(name)
+    assert spec.kind == "loss-aggregation" and spec.masked_zero is True and spec.masked_zero_why
+    assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
+    assert trl.SPEC.adapter_for(name).endswith("trl_kinds")

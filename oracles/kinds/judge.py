@@ -393,7 +393,9 @@ def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
 
 def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
     """The same step with no trainable token: a finite 0 loss and gradient, or a documented error."""
-    empty = case.replace(trainable=torch.zeros_like(case.trainable))
+    # every position masked; non-finite values there are poison-nonfinite's business, not this property's
+    extra = {n: torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for n, x in case.extra.items()}
+    empty = case.replace(trainable=torch.zeros_like(case.trainable), extra=extra)
     try:
         got = call(run, empty, k)
     except Exception as exc:  # noqa: BLE001 - an error is fine only when the framework documents it

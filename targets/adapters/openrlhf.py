@@ -258,6 +258,53 @@ ENTRY_OVERRIDES = {
     ),
 }
 
+# ---- loss-aggregation entries (openrlhf_kinds.load_aggregate): models/loss.py::aggregate_loss at 0.11.2 ----------
+_LS = "0.11.2: openrlhf/models/loss.py"
+_PIPELINE_AGG = Domain(
+    dtypes=("float32",),
+    left_padding=False,
+    nonfinite_poison=False,
+    why={
+        "dtypes": "0.11.2: openrlhf/models/actor.py:267 logits to float32, so the action log-probs and the "
+        "PolicyLoss per-token loss (models/loss.py:116-248) that aggregate_loss receives are float32",
+        "left_padding": _NO_LEFT_PAD,
+        "nonfinite_poison": _LOGP_MASKED + "; the ratio there is exp(0) = 1 and the advantage a finite number, so "
+        "the per-token loss under the mask is finite",
+    },
+)
+
+
+def _agg_entry(mode: str, why: str) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        variant={"mode": mode},
+        masked_zero=True,  # d/dl of (loss * loss_mask).sum() is the mask: 0 at masked positions
+        masked_zero_why=f"{_LS}:32,35 every mode multiplies the loss by loss_mask before summing",
+        documented_errors=(),
+        whitening=None,
+        domain=Domain(),
+        pipeline=_PIPELINE_AGG,
+        pipeline_by_pin={},
+        notes=why,
+    )
+
+
+ENTRY_OVERRIDES.update(
+    {
+        # loss.py:29-32: (loss * loss_mask).sum() / batch_num_tokens * dp_size, the step's action tokens
+        # (loss_utils.py:72) as the trainer passes them; --actor.loss_agg_mode token-mean (cli/train_ppo_ray.py:441-444)
+        "agg-token-mean": _agg_entry(
+            "token-mean", "aggregate_loss(token_level_loss=True): the global token mean of the optimizer step"
+        ),
+        # loss.py:34-39: per-row token mean (count + 1e-8), rows without a token excluded (seq_mask, :36; the step's
+        # global_batch_size counts non-empty rows, loss_utils.py:73): canonical empty_rows="excluded"
+        "agg-seq-mean-token-mean": _agg_entry(
+            "seq-mean-token-mean",
+            "aggregate_loss(token_level_loss=False): mean over the step's non-empty rows of each row's token mean",
+        ),
+    }
+)
+
 
 SPEC = TargetSpec(
     id="openrlhf",

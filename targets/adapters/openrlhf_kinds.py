@@ -14,6 +14,10 @@ Every entry calls OpenRLHF's own code at the pin, imported from the checkout:
 * kl (`kl-k1`, `kl-k2`, `kl-k3`): `openrlhf/models/utils.py::compute_approx_kl`.
 * normalization (`masked_mean`): `openrlhf/models/utils.py::masked_mean(tensor, mask, dim=-1)`, as
   the experience maker calls it on the KL (row means), broadcast back to the row.
+* loss-aggregation (`agg-token-mean`, `agg-seq-mean-token-mean`): `openrlhf/models/loss.py::aggregate_loss`
+  (0.11.2:11-39) with `token_level_loss` True / False, over one optimizer step as the PPO actor drives it
+  (`load_aggregate`): the global normalisers from OpenRLHF's own `loss_utils._optimizer_step_loss_norm`,
+  DeepSpeed's 1 / gas on every micro-batch.
 
 Inputs from the canonical case. Groups: OpenRLHF has no group ids; `n_samples_per_prompt` rows
 per prompt sit contiguously in prompt order and `experience.index` maps each row to that order.
@@ -41,6 +45,10 @@ from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
 _MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 _EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"
 _UTILS = "openrlhf.models.utils"
+_LOSS = "openrlhf.models.loss"
+_LOSS_UTILS = "openrlhf.utils.loss_utils"
+# entry -> token_level_loss (ppo_actor.py:80 at 0.11.2: token_level_loss = loss_agg_mode == "token-mean")
+AGGREGATE = {"agg-token-mean": True, "agg-seq-mean-token-mean": False}
 _WIDE = (-1e30, 1e30)
 
 
@@ -174,6 +182,64 @@ def load_masked_mean(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::masked_mean", ["dim=-1 (row means), broadcast back to the row"])
 
 
+def load_aggregate(root: Path, entry: str) -> Loaded:
+    """`aggregate_loss(loss, loss_mask, token_level_loss, dp_size, batch_num_tokens, global_batch_size)` over one
+    optimizer step, as `PPOActor.train` / `training_step` run it (0.11.2, not dynamic batching):
+
+    * normalisers: `iter_grad_accum_global_norm(pbar, strategy, strategy.accumulated_gradient, lambda e:
+      e.action_mask)` (trainer/ray/ppo_actor.py:186-189) groups gas micro-batches into one window and gives each
+      the same `_optimizer_step_loss_norm(masks, dp_group, dp_size, gas)` (utils/loss_utils.py:80-105, 54-77):
+      `batch_num_tokens` = action tokens of the window all-reduced over the data-parallel ranks / gas,
+      `global_batch_size` = rows with an action token, all-reduced, / gas, and `dp_size`. The adapter calls that
+      function itself with the action masks (bool, as Experience.action_mask is) of every micro-batch of the step
+      on every rank (the sum the all-reduce forms), gas = the micro-batches of the busiest rank
+      (`Step.per_rank`, DeepSpeed's gradient_accumulation_steps, utils/deepspeed/deepspeed.py:110-116) and
+      dp_size = the simulated ranks; it is handed to aggregate_loss as `**loss_batch_info`
+      (trainer/ray/ppo_actor.py:304-310 through PolicyLoss, models/loss.py:249-256).
+    * scaling: the micro-batch loss goes unscaled to `strategy.backward` (ppo_actor.py:355), i.e. DeepSpeed's
+      `engine.backward` (utils/deepspeed/deepspeed.py:177-181), which divides it by gas (the 1 / gas that
+      loss_utils.py:60-63 pre-compensates); the driver then averages the ranks as DeepSpeed averages gradients.
+    """
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    token_level = AGGREGATE[entry]
+    mod = import_from(root, _LOSS)
+    fn = getattr(mod, "aggregate_loss", None)
+    if fn is None:
+        raise NotPresent(f"{_LOSS}.aggregate_loss is not present at this pin (the policy loss aggregates inline)")
+    params = inspect.signature(fn).parameters
+    need = ("token_level_loss", "dp_size", "batch_num_tokens", "global_batch_size")
+    if not all(p in params for p in need):
+        raise NotPresent(f"{_LOSS}.aggregate_loss has parameters {list(params)} at this pin; expected {need}")
+    utils = import_from(root, _LOSS_UTILS)  # NotPresent when the module is absent
+    step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
+    if step_norm is None:
+        raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
+    cache: dict = {}
+
+    def micro(rows, loss, mask, step):
+        key = id(step.case)
+        if cache.get("key") != key:
+            masks = [step.case.trainable[r] for _, r in microbatches(step.case)]
+            cache.update(key=key, info=step_norm(masks, None, step.ranks, step.per_rank))
+        info = {k: v.to(loss.device) if torch.is_tensor(v) else v for k, v in cache["info"].items()}
+        out = fn(loss, mask.bool(), token_level_loss=token_level, **info)
+        return out / step.per_rank  # DeepSpeed engine.backward: loss / gradient_accumulation_steps
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        cache.clear()
+        return run_step(case, device, micro)
+
+    notes = [
+        f"token_level_loss={token_level}; action mask as bool",
+        f"global normalisers from {_rel(root, utils)}::_optimizer_step_loss_norm over the step's masks "
+        "(all micro-batches, all ranks), gas = Step.per_rank, dp_size = ranks",
+        "each micro-batch loss divided by gas (DeepSpeed engine.backward), ranks averaged by the driver",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::aggregate_loss", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
@@ -182,4 +248,6 @@ def load(root: Path, entry: str) -> Loaded:
         return load_kl(root, entry.split("-")[1])
     if entry == "masked_mean":
         return load_masked_mean(root)
+    if entry in AGGREGATE:
+        return load_aggregate(root, entry)
     raise ValueError(f"openrlhf_kinds has no entry {entry!r}")

@@ -77,7 +77,18 @@ from maskfuzz.targets.registry import Pin, TargetSpec
 
 PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
 # entry points, the first is the default
-ENTRIES = ("train", "compute_advantages", "grpo", "dr-grpo", "grpo-batch", "rloo")
+ENTRIES = (
+    "train",
+    "compute_advantages",
+    "grpo",
+    "dr-grpo",
+    "grpo-batch",
+    "rloo",
+    "agg-grpo",
+    "agg-bnpo",
+    "agg-dr_grpo",
+    "agg-dapo",
+)
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
     ("trl/experimental/ppo/ppo_trainer.py", "PPOTrainer"),
@@ -269,6 +280,73 @@ ENTRY_OVERRIDES.update(
         # normalize_advantages=False (rloo_config.py:524-525)
         "rloo": _group_override(
             {"estimator": "rloo", "singleton": "zero"}, "RLOO", Domain(), _RLOO_PIPELINE, _RLOO_LOSS
+        ),
+    }
+)
+
+
+# ---- loss-aggregation entries (targets/adapters/trl_kinds.py::load_aggregate): the `if self.loss_type ...` chain
+# of GRPOTrainer._compute_loss. Lines at 1.16.0 (1.12.0 / git f2cd577 / 0.19.1 in brackets).
+_AGG_CHAIN = f"{_GR}:3152-3184 [3241-3273 / 3123-3150 / 1404-1411]"
+_AGG_PIPELINE = Domain(
+    left_padding=False,
+    uneven_splits=False,
+    why={
+        "left_padding": f"{_GR}:2460 completion_mask = pad(..., padding_side='right'): completions are right-padded",
+        "uneven_splits": (
+            f"{_GR}:1544 splits the generation batch with split_tensor_dict (trl/trainer/utils.py:1057-1089): "
+            "chunk_size = rows // num_chunks, equal chunks on every process"
+        ),
+    },
+)  # dtypes stay open: selective_log_softmax keeps the model's dtype (trl/trainer/utils.py:582-594)
+
+
+def _agg_override(variant: dict, notes: str) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        variant=variant,
+        contract="dense",
+        whitening=None,
+        masked_zero=True,  # d/dl of (per_token_loss * mask).sum(...) is the mask: 0 at masked positions
+        masked_zero_why=f"{_AGG_CHAIN}: every loss_type sums per_token_loss * mask",
+        documented_errors=(),
+        domain=Domain(),
+        pipeline=_AGG_PIPELINE,
+        pipeline_by_pin={},
+        notes=notes,
+    )
+
+
+AGG_ENTRIES = ("agg-grpo", "agg-bnpo", "agg-dr_grpo", "agg-dapo")
+ENTRY_OVERRIDES.update(
+    {
+        # grpo: mean over the micro-batch's rows of sum(l m) / sum(m).clamp(1), / GA (grpo_trainer.py:3153-3157):
+        # "normalizing over sequence length" (grpo_config.py:240-242). Its .mean() counts rows without a token and
+        # its normaliser is the micro-batch's; neither is documented, so the variant stays canonical
+        "agg-grpo": _agg_override(
+            {"mode": "seq-mean-token-mean"},
+            "loss_type='grpo': per-micro-batch mean of row token means over all rows of the micro-batch, / GA",
+        ),
+        # bnpo: sum(l m) / sum(m).clamp(1) / GA (grpo_trainer.py:3158-3162); documented as the local (micro-)batch
+        # token count, grpo_config.py:249-252 ("results may slightly vary depending on the local batch size"); no
+        # variant expresses a per-micro-batch normaliser, so the split-invariance finding is that documented design
+        "agg-bnpo": _agg_override(
+            {"mode": "token-mean"},
+            "loss_type='bnpo': per-micro-batch token mean / GA, documented as local (grpo_config.py:249-252)",
+        ),
+        # dr_grpo: sum(l m) / (per_token_loss.size(0) * max_completion_length) / GA (grpo_trainer.py:3163-3167):
+        # "normalizing with a global constant ... max_completion_length" (grpo_config.py:243-245), so every row
+        # counts, empty or not (empty_rows="counted"); max_completion_length at its default 512 (grpo_config.py:494-497)
+        "agg-dr_grpo": _agg_override(
+            {"mode": "seq-mean-token-sum-norm", "constant": 512, "empty_rows": "counted"},
+            "loss_type='dr_grpo': sum / (rows of the micro-batch * max_completion_length) / GA",
+        ),
+        # dapo: sum(l m) / (num_items_in_batch.clamp(1) / num_processes * GA / steps_per_generation)
+        # (grpo_trainer.py:3168-3174), num_items_in_batch the generation batch's tokens over all ranks (:2498):
+        # "normalizing with the number of active token in the global accumulated batch" (grpo_config.py:246-248)
+        "agg-dapo": _agg_override(
+            {"mode": "token-mean"},
+            "loss_type='dapo': the global token mean through num_items_in_batch (absent before 0.2x: a skip)",
         ),
     }
 )
