@@ -316,8 +316,12 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     kinds = {e: spec.kind_of(e) for e in spec.entries}
     assert kinds == {"default": "gae", "grpo": "group-advantage", "dr-grpo": "group-advantage",
                      "rloo": "group-advantage", "reinforce++": "returns", "kl-k3": "kl", "kl-k1": "kl", "kl-k2": "kl",
-                     "kl-abs": "kl", "batch-norm": "normalization"}
+                     "kl-abs": "kl", "batch-norm": "normalization", "agg-token-mean": "loss-aggregation",
+                     "agg-sequence-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
+                     "agg-prompt-mean": "loss-aggregation"}
     for e in spec.entries:
+        if e.startswith("agg-"):  # loss aggregation: pipeline not researched (reach: api)
+            continue
         for pin in (PIN, "a9564572eb8e"):
             dom = spec.for_entry(e).pipeline_at(pin)
             assert dom is not None and dom.cited() == [], (e, pin)
@@ -431,3 +435,75 @@ def test_batch_norm_is_not_present_at_git_main():
     with pytest.raises(Exception, match="inlines the batch normalisation"):
         with open_target("skyrl:batch-norm@a9564572eb8e", repos=repos):
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation (skyrl_kinds.load_aggregation). Releases: reduce_loss per micro-batch, / accumulation
+# steps (0.3.1 worker.py:692); git main: the advantages of the whole step pre-scaled by
+# apply_loss_reduction_to_advantages_minibatch, then reduce_loss (a sum) per micro-batch times dp_size.
+# ---------------------------------------------------------------------------------------------
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
+AGG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+    group=[0, 0, 1],
+    dtype="float64",
+)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, value, grads",
+    [
+        # micro-batch means 2 and 2, / 2 accumulation steps
+        ("agg-token-mean", 2.0, [0.25, 0.25, 0.5]),
+        # micro-batch 1 averages row 1 (2) with the empty row (0): (2 + 1) / 2
+        ("agg-sequence-mean", 1.5, [0.25, 0.25, 0.25]),
+        # (4/32 over 1 row + 2/32 over 2 rows) / 2
+        ("agg-seq-mean-token-sum-norm", (4 / 32 + 1 / 32) / 2, [1 / 64, 1 / 64, 1 / 128]),
+    ],
+)
+def test_release_reduce_loss_by_hand(name, value, grads):
+    with open_target(f"skyrl:{name}@{PIN}") as h:
+        assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::reduce_loss"
+        loss, grad = h.run(AGG_STEP)
+        assert loss[0, 0].item() == pytest.approx(value)
+        assert [grad[0, 0].item(), grad[0, 1].item(), grad[1, 0].item()] == pytest.approx(grads)
+        assert grad[:, 2].abs().sum().item() == 0.0 and grad[2].abs().sum().item() == 0.0
+        v = kind_verdicts(h, AGG_STEP)
+        assert v["split-invariance"].failed and v["poison"].status == "pass"
+        if name == "agg-token-mean":
+            bad = kind_fuzz(h, name)
+            assert {"split-invariance", "reference", "poison-nonfinite"} == bad, bad
+
+
+@pytest.mark.network
+def test_prompt_mean_is_not_present_in_the_release():
+    with pytest.raises(Exception, match="no prompt_mean at this pin"):
+        with open_target(f"skyrl:agg-prompt-mean@{PIN}"):
+            pass
+
+
+def test_git_main_prescaled_advantages_by_hand():
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
+    with open_target("skyrl:agg-token-mean@a9564572eb8e", repos=repos) as h:
+        loss, grad = h.run(AGG_STEP)  # the step's token mean, whatever the split
+        assert loss[0, 0].item() == pytest.approx(2.0)
+        assert [grad[0, 0].item(), grad[1, 0].item(), grad[0, 2].item()] == pytest.approx([1 / 3, 1 / 3, 0.0])
+        bad = kind_fuzz(h, "agg-token-mean")
+        assert bad == {"poison-nonfinite"}, bad  # (A / N) * loss_mask: NaN * 0 (ppo_utils.py:1149)
+    with open_target("skyrl:agg-sequence-mean@a9564572eb8e", repos=repos) as h:
+        loss, _ = h.run(AGG_STEP)  # A / (batch_size * n_b), batch_size = 3 rows with the empty one
+        assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
+        v = kind_verdicts(h, AGG_STEP)
+        assert v["reference"].failed and v["split-invariance"].status == "pass"
+    with open_target("skyrl:agg-prompt-mean@a9564572eb8e", repos=repos) as h:
+        loss, _ = h.run(AGG_STEP)  # prompt 1 (the empty row) counts in num_prompts: 6 / (2 * 3)
+        assert loss[0, 0].item() == pytest.approx(1.0)
+        v = kind_verdicts(h, AGG_STEP)
+        assert v["reference"].failed and v["split-invariance"].status == "pass"
+        interleaved = AGG_STEP.replace(group=torch.tensor([0, 1, 0]))  # compute_prompt_boundaries asserts
+        assert kind_verdicts(h, interleaved)["no-crash"].status == "pass"

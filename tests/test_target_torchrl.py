@@ -336,9 +336,61 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
     assert res.checked["reference"] > 0 and res.checked["poison"] > 0
 
 
-@pytest.mark.parametrize("name", torchrl.SPEC.entries[2:])
+@pytest.mark.parametrize("name", [e for e in torchrl.SPEC.entries[2:] if not e.startswith("agg-")])
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = torchrl.SPEC.for_entry(name)
     assert spec.kind in ("group-advantage", "kl")
     assert spec.pipeline is not None and spec.pipeline.cited() == []
     assert spec.masked_zero is False and spec.masked_zero_why
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation: GRPOLoss._aggregate_loss_value per micro-batch (torchrl_kinds.load_aggregation), each
+# micro-batch loss / gradient_accumulation_steps (trainers.py:479 at 0.14.1); no global normaliser.
+# ---------------------------------------------------------------------------------------------
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
+AGG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+    dtype="float64",
+)
+
+
+@pytest.mark.network
+def test_agg_token_mean_normalises_each_micro_batch(entry):
+    h = entry("agg-token-mean")
+    loss, grad = h.run(AGG_STEP)
+    # (mean 2 of micro-batch 0 + mean 2 of micro-batch 1) / 2 accumulation steps: 2, the step's 6/3 by luck
+    assert loss[0, 0].item() == pytest.approx(2.0)
+    assert grad.flatten().tolist() == pytest.approx([0.25, 0.25, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    v = kind_verdicts(h, AGG_STEP)
+    assert v["split-invariance"].failed and v["poison"].status == "pass"
+
+
+@pytest.mark.network
+def test_agg_prompt_mean_is_a_row_mean_counting_empty_rows(entry):
+    h = entry("agg-prompt-mean")
+    loss, grad = h.run(AGG_STEP)
+    # micro-batch 0: row mean 2; micro-batch 1: (2 + 0 for the empty row) / 2 = 1; (2 + 1) / 2
+    assert loss[0, 0].item() == pytest.approx(1.5)
+    assert grad.flatten().tolist() == pytest.approx([0.25, 0.25, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0])
+    whole = AGG_STEP.replace(split=None)
+    v = kind_verdicts(h, whole)  # one micro-batch: (2 + 2 + 0) / 3 against the canonical (2 + 2) / 2
+    assert v["reference"].failed and v["pad-invariance"].failed
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, failing",
+    [
+        ("agg-token-mean", {"split-invariance", "reference"}),
+        ("agg-prompt-mean", {"split-invariance", "reference", "pad-invariance", "poison-nonfinite", "empty-step"}),
+    ],
+)
+def test_short_fuzz_of_the_aggregations(entry, name, failing):
+    h = entry(name)
+    res = fuzz_target(h.run, h.declared, target="torchrl", pin=PIN, max_examples=60, seed=0, shrink=False)
+    bad = {p for p, n in res.failed.items() if n}
+    assert {"split-invariance", "reference"} <= bad <= failing, bad
+    assert res.checked["poison"] > 0 and res.checked["permutation"] > 0

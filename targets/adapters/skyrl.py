@@ -141,6 +141,26 @@ def _kl(estimator: str, variant: dict) -> dict:
     )
 
 
+MAX_SEQ_LEN = 32  # the constant of seq_mean_token_sum_norm, `algorithm.max_seq_len`, as a user sets it
+
+
+def _agg(mode: str, constant: int | None = None, errors: tuple[str, ...] = ()) -> dict:
+    variant = {"mode": mode} if constant is None else {"mode": mode, "constant": constant}
+    return dict(
+        kind="loss-aggregation",
+        variant=variant,
+        # dL/dl is 0 at masked positions: every path multiplies by loss_mask (0.3.1 masked_mean
+        # skyrl_train/utils/ppo_utils.py:85-88 and :899; git main reduce_loss :1145-1149); NaN: poison-nonfinite
+        masked_zero=True,
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=errors,
+        domain=Domain(why={}),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+    )
+
+
 _KIND_OVERRIDES = {
     # compute_grpo_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:1029-1079; git main
     # skyrl/backends/skyrl_train/utils/ppo_utils.py:1343-1393): every option at the reference's default --
@@ -198,6 +218,26 @@ _KIND_OVERRIDES = {
             },
         ),
         pipeline_by_pin={},
+    ),
+    # Loss aggregation (skyrl_kinds.load_aggregation): releases and skyrl_train-v0.4.0 call
+    # reduce_loss(loss, loss_mask, loss_reduction, max_seq_len) per micro-batch (0.3.1: skyrl_train/utils/ppo_utils.py:
+    # 881-906; v0.4.0: skyrl-train/skyrl_train/utils/ppo_utils.py:984-1009); git main pre-scales the advantages
+    # per mini-batch (apply_loss_reduction_to_advantages_minibatch, ppo_utils.py:1152-1216) and sums (reduce_loss
+    # :1145-1149). Mode docs: 0.3.1 ppo_utils.py:888-897 comments, git main skyrl/train/config/config.py:876-891.
+    # token_mean: "sum over *all* valid tokens, divide by total valid-token count" (0.3.1 :888); git main "as in DAPO"
+    "agg-token-mean": _agg("token-mean"),
+    # sequence_mean: "per-sequence token-mean (dim=-1), then batch-mean" (0.3.1 :891); empty rows counted in the
+    # batch mean (clamp(min=1), :85-88 / git main batch_size :1199) is not documented: stays canonical
+    "agg-sequence-mean": _agg("seq-mean-token-mean"),
+    # seq_mean_token_sum_norm: "per-sequence token-sum, normalized by the max sequence length, then batch mean"
+    # (0.3.1 :894-897); max_seq_len = max_input_length + max_generate_length (0.3.1 skyrl_train/utils/utils.py:278),
+    # set explicitly at git main (config.py:883-885, 933): the constant is MAX_SEQ_LEN
+    "agg-seq-mean-token-sum-norm": _agg("seq-mean-token-sum-norm", MAX_SEQ_LEN),
+    # prompt_mean (git main only): token mean within each prompt, then the mean over prompts (config.py:886-889,
+    # ppo_utils.py:1205-1215); prompts are contiguous uid runs, compute_prompt_boundaries asserts it
+    # (skyrl/train/dataset/preprocess.py:286-313, docstring :290-292)
+    "agg-prompt-mean": _agg(
+        "prompt-mean", errors=(r"AssertionError: uid .* appears in non-contiguous positions",)
     ),
 }
 _KIND_ENTRIES = tuple(_KIND_OVERRIDES)

@@ -12,12 +12,15 @@ feeds it what SkyRL's trainer feeds it:
   0.3.1 skyrl_train/trainer.py:741);
 * `compute_approx_kl` gets the policy and reference log-probs with `loss_mask` = canonical
   `trainable` (0.3.1 skyrl_train/trainer.py:1011-1016, skyrl_train/workers/worker.py:680-685);
+* loss aggregation (`agg-*`): `reduce_loss` per micro-batch at the releases, the advantage pre-scaling of
+  git main then its summing `reduce_loss` (see `load_aggregation`);
 * `normalize_advantages_dict` gets a dict with `advantages` = canonical `x` and `response_mask` =
   canonical `attention` (it reads nothing else; 0.3.1 skyrl_train/trainer.py:264-265).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import numpy as np
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 
 _MODULES = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
@@ -38,7 +42,14 @@ OUTCOME = {
 KL = {"kl-k3": "k3", "kl-k1": "k1", "kl-k2": "k2", "kl-abs": "abs"}
 RETURNS = {"reinforce++": "compute_reinforce_plus_plus_outcome_advantage"}
 NORMALIZATION = {"batch-norm": "normalize_advantages_dict"}
-ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION)
+# entry -> SkyRL's `loss_reduction` name
+AGGREGATION = {
+    "agg-token-mean": "token_mean",
+    "agg-sequence-mean": "sequence_mean",
+    "agg-seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+    "agg-prompt-mean": "prompt_mean",
+}
+ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION)
 
 
 def _function(root: Path, name: str):
@@ -115,4 +126,98 @@ def load_kind(root: Path, entry: str) -> Loaded:
         return Loaded(run=run_norm, where=where, notes=["a dict stands in for TrainingInputBatch (two keys read)"])
     raise NotPresent(f"skyrl has no entry {entry!r}; entries: default, {', '.join(ENTRIES)}")
 
-load = load_kind  # the worker loads the entries of the other kinds from here (targets.registry.adapter_for)
+def load_aggregation(root: Path, entry: str) -> Loaded:
+    """SkyRL's loss reduction over one optimizer step, as its worker and trainer drive it.
+
+    Releases (0.1.0, 0.3.1) and skyrl_train-v0.4.0: `reduce_loss(loss, loss_mask, loss_reduction, max_seq_len)`
+    per micro-batch (0.3.1 skyrl_train/utils/ppo_utils.py:881-906, called by the policy losses, e.g.
+    ppo_policy_loss :593 with `config.max_seq_len`). No global normaliser: the worker divides each micro-batch
+    loss by `accumulation_steps = policy_mini_batch_size_per_gpu // micro_train_batch_size_per_gpu` before
+    backward (0.3.1 skyrl_train/workers/worker.py:691-693, :722-726; 0.1.0 :735-737, :598-602) and steps the
+    optimizer every accumulation_steps micro-batches (0.3.1 :741); v0.4.0 backpropagates each micro-batch as
+    is and multiplies the gradients by 1 / micro-batches accumulated at optim_step
+    (skyrl-train/skyrl_train/workers/worker.py:685, 929-934). Both are `/ Step.rank_micro_batches` here, the
+    micro-batches of the rank in one optimizer step. FSDP / DeepSpeed average gradients over data-parallel
+    ranks (the driver's rank mean). `loss_mask` float in the case's dtype (a float tensor in SkyRL:
+    0.3.1 skyrl_train/dataset/preprocess.py:113-115).
+
+    git main (skyrl/backends/skyrl_train/utils/ppo_utils.py): the trainer pre-scales the advantages of each
+    mini-batch (= one optimizer step, all data-parallel ranks) with
+    `apply_loss_reduction_to_advantages_minibatch(advantages, loss_mask, loss_reduction, micro_batch_size,
+    max_seq_len, prompt_boundaries)` (:1152-1216; skyrl/train/trainer.py:1484-1504, prompt boundaries from
+    `compute_prompt_boundaries(uids)`, trainer.py:954, rebased to the mini-batch, :1490-1496), and every policy
+    loss ends in `reduce_loss(loss, loss_mask)` = sum(loss * loss_mask) (:1145-1149, e.g. ppo_policy_loss :586).
+    The worker backpropagates `policy_loss * dp_size` per micro-batch, no accumulation divisor
+    (skyrl/backends/skyrl_train/workers/worker.py:1081-1091: DP averaging then gives the sum). The scaling
+    reaches the loss because the per-token policy loss is linear in the advantage (-ratio * A, ratio = 1 on the
+    first on-policy pass). The construction: the case's per-token loss IS the advantage-scaled quantity, i.e.
+    `advantages` = l (the per-token loss with ratio 1 and sign folded in); the whole step's advantages are the
+    case's losses in the case's dtype with the micro-batch's rows replaced by the differentiable micro-batch
+    slice (`index_put`), scaled by SkyRL's function over the whole step's loss mask (the function scales each
+    row by a factor of the mask alone, so the other rows' values never enter this micro-batch's rows), and the
+    micro-batch's rows of the result go through `reduce_loss` and `* dp_size` (`Step.ranks`). `uids` for
+    prompt_mean: the case's group ids as str, through SkyRL's own `compute_prompt_boundaries`
+    (skyrl/train/dataset/preprocess.py:286-313; None groups: one prompt per row); micro_batch_size (read by
+    token_mean_legacy only) = the largest micro-batch; max_seq_len = MAX_SEQ_LEN for every mode, as the
+    trainer passes `algorithm.max_seq_len` whatever the mode (trainer.py:1502)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
+
+    mode = AGGREGATION[entry]
+    reduce_loss, where = _function(root, "reduce_loss")
+    prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
+    if not prescaled:
+        if mode == "prompt_mean":
+            raise NotPresent(f"{where} has no prompt_mean at this pin (modes: token_mean, sequence_mean, "
+                             "seq_mean_token_sum_norm)")
+
+        def micro(rows, loss, mask, step):
+            out = reduce_loss(loss, mask, loss_reduction=mode, max_seq_len=MAX_SEQ_LEN)
+            return out / step.rank_micro_batches
+
+        notes = [f"reduce_loss(loss, loss_mask, {mode!r}, max_seq_len={MAX_SEQ_LEN}) per micro-batch",
+                 "no global normaliser: each micro-batch loss / accumulation steps (the rank's micro-batches)"]
+    else:
+        scale, scale_where = _function(root, "apply_loss_reduction_to_advantages_minibatch")
+        boundaries_fn = None
+        if mode == "prompt_mean":
+            from maskfuzz.targets.adapters.base import function_from
+
+            boundaries_fn, _ = function_from(root, [("skyrl.train.dataset.preprocess", "compute_prompt_boundaries")])
+        where = f"{scale_where} + reduce_loss"
+
+        def micro(rows, loss, mask, step):
+            case = step.case
+            full = case.extra["loss"].to(device=loss.device, dtype=loss.dtype)
+            adv = full.index_put((rows,), loss)  # the step's advantages, this micro-batch's rows differentiable
+            prompts = None
+            if boundaries_fn is not None:
+                groups = case.group if case.group is not None else torch.arange(case.shape[0])
+                prompts = boundaries_fn([str(int(g)) for g in groups.tolist()])
+            largest = max(len(r) for _, r in microbatches(case))
+            scaled = scale(
+                advantages=adv,
+                loss_mask=step.mask,
+                loss_reduction=mode,
+                micro_batch_size=largest,
+                max_seq_len=MAX_SEQ_LEN,
+                prompt_boundaries=prompts,
+            )
+            return reduce_loss(scaled[rows], mask) * step.ranks
+
+        notes = [f"apply_loss_reduction_to_advantages_minibatch(advantages = per-token loss, loss_mask of the step, "
+                 f"{mode!r}, max_seq_len={MAX_SEQ_LEN}) over the whole step, then reduce_loss (a sum) per micro-batch "
+                 "times dp_size",
+                 "the per-token loss stands for the advantage-linear policy loss (ratio 1)"]
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    return Loaded(run=run, where=where, notes=notes)
+
+
+def load(root: Path, entry: str) -> Loaded:
+    """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry in AGGREGATION:
+        return load_aggregation(root, entry)
+    return load_kind(root, entry)

@@ -86,6 +86,25 @@ def _group_entry(errors: tuple[str, ...], notes: str) -> dict:
     )
 
 
+def _agg_entry(mode: str, why: str) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        variant={"mode": mode},
+        # dL/dl at masked positions is 0: token_mean selects with torch.where (0.14.1: torchrl/objectives/common.py:368)
+        # or boolean indexing (0.12.0: torchrl/objectives/utils.py:663-664), prompt_mean multiplies by the mask
+        # (grpo.py:807 [799]); NaN under the mask is judged by poison-nonfinite
+        masked_zero=True,
+        masked_zero_why="",
+        documented_errors=(),
+        whitening=None,
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+        contract="dense",
+        notes=why,
+    )
+
+
 ENTRY_OVERRIDES = {
     "mc-advantage": _group_entry(
         _GROUP_ERRORS,
@@ -111,6 +130,18 @@ ENTRY_OVERRIDES = {
         whitening=None,
         contract="dense",
         notes="KLComputation k1 per token, add_to_reward=False",
+    ),
+    # GRPOLoss._aggregate_loss_value (grpo.py:784-816 at 0.14.1, 506-532 at 0.12.0 [776-808]) on one micro-batch;
+    # GRPOLoss docstring grpo.py:400-403 at 0.14.1: "token_mean": global masked token mean (of the call);
+    "agg-token-mean": _agg_entry(
+        "token-mean", "GRPOLoss(aggregation='token_mean')._aggregate_loss_value per micro-batch"
+    ),
+    # "prompt_mean": "per-sample masked mean over tokens, then mean across samples (equal sample weight)": a row
+    # (sample) mean, i.e. seq-mean-token-mean, not a mean over prompt groups; rows without a token counted in the
+    # mean (token_count.clamp_min(1) then .mean(dim=0), grpo.py:808-810 [800-802]) is not documented, so
+    # empty_rows stays canonical
+    "agg-prompt-mean": _agg_entry(
+        "seq-mean-token-mean", "GRPOLoss(aggregation='prompt_mean')._aggregate_loss_value per micro-batch"
     ),
 }
 

@@ -17,6 +17,9 @@
   `gen_lp - ref_lp` per token, with `add_to_reward=False` (the reward use is `reward - coeff * kl`). The
   case's log-probs enter as the `("log_probs", "full")` and `("ref_log_probs", "full")` entries of `next`.
 
+* loss-aggregation (`agg-token-mean`, `agg-prompt-mean`): `GRPOLoss._aggregate_loss_value` on a real
+  `GRPOLoss(aggregation=...)`, one call per micro-batch (see `load_aggregation`).
+
 Not entries: `GRPOLoss._kl_to_ref` (k3 then `.mean()` over all B x T positions: a loss aggregation, a kind
 the judge does not implement yet; see the tests for its pad dependence), `KLRewardTransform` (needs a
 reference model).
@@ -128,8 +131,67 @@ def load_kl_computation(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::KLComputation", notes)
 
 
+# entry -> GRPOLoss(aggregation=...)
+AGGREGATION = {"agg-token-mean": "token_mean", "agg-prompt-mean": "prompt_mean"}
+
+
+def load_aggregation(root: Path, entry: str) -> Loaded:
+    """`GRPOLoss._aggregate_loss_value(value, mask)` on one micro-batch, as torchrl's GRPO training drives it.
+
+    A real `GRPOLoss(actor_network=None, aggregation=...)` (the method reads only `aggregation`, `reduction` and,
+    from 0.14.1, `_reduce_loss`); `value` is the micro-batch's per-token loss [b, T, 1] and `mask` a bool [b, T],
+    the shapes `GRPOLoss.forward` passes (`loss_objective` = -gain [B, T, 1], `mask` = `dist.mask &
+    isfinite(prev_log_prob)`, grpo.py:961, 982 and 738-746 at 0.14.1). `tensordict` is left None: the loss-mask
+    keys `_reduce_loss` could read from it are absent from a GRPO batch.
+
+    There is no global normaliser: every call normalises its own micro-batch, and the trainer divides each
+    micro-batch loss by the accumulation steps before backward. 0.14.1: `GRPOTrainer` builds a
+    `MixedPrecisionOptimizationStepper` (torchrl/trainers/algorithms/grpo.py:219-231), whose `step` sums the
+    `loss_*` keys and divides by `gradient_accumulation_steps` (torchrl/trainers/trainers.py:474-479), backward at
+    :495-499, optimizer step every `gradient_accumulation_steps` calls (:503-505); the replay buffer samples
+    `optim_batch_size // gradient_accumulation_steps` rows per micro-batch (sota-implementations/grpo/
+    grpo-sync.py:276-294). 0.12.0 and git main (no GRPOTrainer): the script's loop divides
+    `loss.mean(reduce=True)` by `gradient_accumulation_steps` (0.12.0 sota-implementations/grpo/grpo-sync.py:
+    216-230; main :227-241; stepping every gradient_accumulation_steps at :232 / :243). `mean(reduce=True)` of
+    the output tensorclass averages all its fields (logging metrics included), a constant factor 1/(number of
+    fields) per micro-batch that the adapter does not apply (it is no part of the aggregation). So the
+    adapter returns `_aggregate_loss_value(...) / gradient_accumulation_steps` with gradient_accumulation_steps
+    = the micro-batches of the rank (`Step.rank_micro_batches`). The GRPO recipes train on one process
+    (no data-parallel all-reduce in the scripts); ranks, when the case has them, are averaged by the driver."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _GRPO)
+    cls = getattr(mod, "GRPOLoss", None)
+    if cls is None:
+        raise NotPresent(f"{_GRPO}.GRPOLoss is not present at this pin")
+    if not hasattr(cls, "_aggregate_loss_value"):
+        raise NotPresent(
+            f"{_GRPO}.GRPOLoss has no _aggregate_loss_value (no `aggregation` option) at this pin: it subclasses "
+            "ClipPPOLoss and reduces with its plain reduction"
+        )
+    aggregation = AGGREGATION[entry]
+    loss_module = cls(actor_network=None, aggregation=aggregation)
+
+    def micro(rows, loss, mask, step):
+        value = loss.unsqueeze(-1)  # [b, T, 1], as GRPOLoss.forward's loss_objective
+        out = loss_module._aggregate_loss_value(value, mask.bool())
+        return out / step.rank_micro_batches
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    notes = [
+        f"GRPOLoss(actor_network=None, aggregation={aggregation!r})._aggregate_loss_value(loss[b, T, 1], mask bool) "
+        "per micro-batch",
+        "no global normaliser: each micro-batch loss / gradient_accumulation_steps (the rank's micro-batches)",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::GRPOLoss._aggregate_loss_value", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry in AGGREGATION:
+        return load_aggregation(root, entry)
     if entry in ("mc-advantage", "mc-advantage-sum"):
         return load_mc_advantage(root, None if entry == "mc-advantage" else "sum")
     if entry == "kl":
