@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.repos import parse_repos
@@ -204,8 +205,11 @@ def kind_fuzz(handle, entry: str) -> set:
 
 def test_kind_entries_are_declared():
     spec = areal.SPEC
-    assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3")
-    assert [spec.kind_of(e) for e in spec.entries[1:]] == ["group-advantage", "normalization", "kl", "kl", "kl"]
+    assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean")
+    assert [spec.kind_of(e) for e in spec.entries[1:]] == [
+        "group-advantage", "normalization", "kl", "kl", "kl", "loss-aggregation",
+    ]
+    assert spec.declared("agg-token-mean").variant == {"mode": "token-mean"}
     assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("grpo").variant["eps"] == 1e-5
     assert spec.for_entry("adv-norm").pipeline.cited() == []
 
@@ -289,3 +293,47 @@ def test_older_layouts_load_so_a_bisection_does_not_fall_into_skips(rev):
         assert "PPOActor.compute_advantages" in h.info["where"]
         assert any("inline" in n for n in h.info["notes"])
         assert verdicts(h.run, EX3)["score-kept"].failed  # the score on the masked tail, as at every pin
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation: ppo_actor_loss_fn's micro-batch token mean, scaled by the engine's loss_mask.count_nonzero()
+# weights (compute_total_loss_weight) and dp_size: the global token mean (areal_kinds.load_loss).
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
+# ---------------------------------------------------------------------------------------------
+AGG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+)
+
+
+def _agg_by_hand(h):
+    loss, grad = h.run(AGG_STEP)
+    # micro-batch 0: mean 2 * weight 2/3; micro-batch 1: mean 2 * weight 1/3 -> the step's 6 / 3 tokens
+    assert loss[0, 0].item() == pytest.approx(2.0)
+    assert grad.flatten().tolist() == pytest.approx([1 / 3, 1 / 3, 0, 1 / 3, 0, 0, 0, 0, 0])
+    assert kind_verdicts(h, AGG_STEP)["split-invariance"].status == "pass"
+    ranks = AGG_STEP.replace(split=torch.tensor([0, 1, 2]), ranks=2)  # micro-batches on 2 data-parallel ranks
+    assert h.run(ranks)[0][0, 0].item() == pytest.approx(2.0)
+    empty = AGG_STEP.replace(trainable=torch.zeros(3, 3, dtype=torch.bool))
+    with pytest.raises(Exception, match="AssertionError"):  # the engine's total weight > 0 check
+        h.run(empty)
+
+
+@pytest.mark.network
+def test_agg_token_mean_is_the_global_token_mean():
+    with open_target(f"areal:agg-token-mean@{RELEASE}") as h:
+        assert h.info["where"] == "areal/utils/functional/functional.py::ppo_actor_loss_fn"
+        _agg_by_hand(h)
+        assert kind_fuzz(h, "agg-token-mean") == set()  # torch.where(loss_mask, ...): even NaN stays out
+
+
+@pytest.mark.parametrize(
+    "rev", ["4aef98d8d818af55b43621aaadba047ae10f4e77", "b0ebd07b61d01122cf21579295c61863c969d3b1"]
+)
+def test_agg_token_mean_at_git_pins(rev):
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
+    with open_target(f"areal:agg-token-mean@{rev}", repos=repos) as h:
+        _agg_by_hand(h)

@@ -226,7 +226,9 @@ def _kind_verdicts(handle, case: Case) -> dict:
 
 def test_kind_entries_are_declared():
     spec = nemo_rl.SPEC
-    assert spec.entries == ("default", "grpo", "rloo")
+    assert spec.entries == ("default", "grpo", "rloo", "agg-token-level", "agg-sequence-level")
+    assert spec.declared("agg-token-level").variant == {"mode": "token-mean"}
+    assert spec.declared("agg-sequence-level").variant == {"mode": "seq-mean-token-mean"}
     assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("rloo").variant["estimator"] == "rloo"
 
 
@@ -253,3 +255,55 @@ def test_grpo_and_rloo_hand_computed():
         (adv,) = h.run(case)
         assert adv[:, 0].tolist() == pytest.approx([1 - 2.5, 0 - 3.0, 0.0, 5 - 0.5])
         assert _kind_verdicts(h, case)["reference"].status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation: ClippedPGLossFn's actor_loss block (masked_mean with global_normalization_factor) compiled from
+# the pin, with the worker's global_valid_toks / global_valid_seqs and `loss * dp_size` (nemo_rl_kinds.load_loss).
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
+# ---------------------------------------------------------------------------------------------
+AGG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+)
+AGG_FUZZ = {  # entry -> properties that fail on a short fuzz (all others pass)
+    "agg-token-level": {"poison-nonfinite"},  # sum(values * mask): NaN * 0
+    # global_valid_seqs = sum(sample_mask) counts the rows without a trained token (data.py:409); in float16 the
+    # inner masked_mean of an empty row divides by 0 + 1e-8 and its backward 1 / 1e-8 overflows to inf, times the
+    # 0 mask: NaN gradient (empty-step, masked-zero); NeMo-RL's losses are float32, so api only
+    "agg-sequence-level": {"reference", "pad-invariance", "poison-nonfinite", "empty-step", "masked-zero"},
+}
+
+
+@pytest.mark.needs_mirror
+def test_agg_token_level_is_the_global_token_mean():
+    with _kind_handle("agg-token-level") as h:
+        assert h.info["where"].startswith("nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn.__call__")
+        loss, grad = h.run(AGG_STEP)
+        assert loss[0, 0].item() == pytest.approx(2.0)  # 4 / 3 + 2 / 3, both over global_valid_toks = 3
+        assert grad.flatten().tolist() == pytest.approx([1 / 3, 1 / 3, 0, 1 / 3, 0, 0, 0, 0, 0])
+        v = _kind_verdicts(h, AGG_STEP)
+        assert all(v[p].status == "pass" for p in ("reference", "poison", "split-invariance")), v
+
+
+@pytest.mark.needs_mirror
+def test_agg_sequence_level_counts_the_empty_row():
+    with _kind_handle("agg-sequence-level") as h:
+        loss, grad = h.run(AGG_STEP)
+        # row means 2 and 2 over global_valid_seqs = 3 sample_mask rows, the empty one included: 4/3, not 2
+        assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
+        assert grad[0].tolist() == pytest.approx([1 / 6, 1 / 6, 0]) and grad[1, 0].item() == pytest.approx(1 / 3)
+        v = _kind_verdicts(h, AGG_STEP)
+        assert v["reference"].failed and v["split-invariance"].status == "pass" and v["poison"].status == "pass"
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(AGG_FUZZ))
+def test_agg_short_fuzz(entry):
+    with _kind_handle(entry) as h:
+        res = fuzz_target(h.run, h.declared, target=f"nemo-rl:{entry}", pin="7ea279abfbeb", max_examples=60, seed=0,
+                          derandomize=True, shrink=False)
+        failed = {p for p, n in res.failed.items() if n}
+        assert failed == AGG_FUZZ[entry], failed
+        assert res.checked["split-invariance"] > 0

@@ -285,8 +285,13 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert kinds == {
         "grpo": "group-advantage", "agentic-grpo": "group-advantage", "kl": "kl", "kl-abs": "kl", "kl-mse": "kl",
         "kl-k3": "kl", "whiten": "normalization", "agentic-reinforce": "returns",
+        "agg-token-mean": "loss-aggregation", "agg-seq-mean-token-sum": "loss-aggregation",
+        "agg-seq-mean-token-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
     }
     for entry in kinds:
+        if entry.startswith("agg-"):  # loss aggregation: no pipeline domain researched (reach api)
+            assert spec.for_entry(entry).pipeline is None
+            continue
         for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
             dom = spec.for_entry(entry).pipeline_at(pin)
             assert dom is not None and dom.cited() == [], (entry, pin)
@@ -448,3 +453,73 @@ def test_kind_short_fuzz(kinds_open, entry):
     print(f"\n[roll:{entry}] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     failed = {p for p, n in res.failed.items() if n}
     assert must <= failed <= must | may, failed
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation: agg_loss (roll/utils/functionals.py:228-282 at 8eb27cc2dc34) with the strategy's global
+# batch_num_tokens / global_valid_samples, each micro-batch loss * dp_size (roll_kinds.load_loss).
+# row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
+# ---------------------------------------------------------------------------------------------
+AGG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 1, 1],
+)
+
+
+@pytest.mark.needs_mirror
+def test_agg_token_mean_sums_the_masked_losses(kinds_open):
+    h = kinds_open("agg-token-mean")
+    assert h.info["where"] == "roll/utils/functionals.py::agg_loss"
+    loss, grad = h.run(AGG_STEP)
+    # (loss_mat * weights).sum() / batch_num_tokens (:252-255): every entry, masked ones included, over 3 tokens
+    assert loss[0, 0].item() == pytest.approx(606.0 / 3.0)
+    assert grad.flatten().tolist() == pytest.approx([1 / 3] * 9)
+    assert {"reference", "poison", "masked-zero"} <= kind_failed(h, AGG_STEP)
+    clean = AGG_STEP.replace(extra={"loss": [[1.0, 3.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]})
+    assert h.run(clean)[0][0, 0].item() == pytest.approx(2.0)  # zeros under the mask: the global token mean
+    assert "split-invariance" not in kind_failed(h, clean)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry, value", [("agg-seq-mean-token-sum", 3.0), ("agg-seq-mean-token-mean", 2.0)])
+def test_agg_seq_means_over_the_global_valid_samples(kinds_open, entry, value):
+    h = kinds_open(entry)
+    loss, grad = h.run(AGG_STEP)
+    # rows with a trained token: (4 + 2) / 2 and (2 + 2) / 2; masked_sum / masked_mean multiply by the mask
+    assert loss[0, 0].item() == pytest.approx(value)
+    assert grad[0, 2].item() == 0.0 and grad[2].tolist() == [0.0, 0.0, 0.0]
+    assert kind_failed(h, AGG_STEP) == set()
+
+
+@pytest.mark.needs_mirror
+def test_agg_seq_mean_token_sum_norm_divides_by_the_width_not_the_rows(kinds_open):
+    h = kinds_open("agg-seq-mean-token-sum-norm")
+    loss, grad = h.run(AGG_STEP)
+    # sum of the masked row sums / loss_mask.shape[-1] (:268-276): 6 / 3, every trained token weighted 1/3;
+    # the Dr.GRPO reference with constant 32 is 6 / (2 rows * 32)
+    assert loss[0, 0].item() == pytest.approx(2.0)
+    assert grad[0, :2].tolist() == pytest.approx([1 / 3, 1 / 3])
+    assert {"reference", "pad-invariance"} <= kind_failed(h, AGG_STEP)
+
+
+ROLL_AGG_FUZZ = {  # entry -> properties that fail on a short fuzz (all others pass)
+    # the unmasked numerator: masked losses leak into the loss, an all-masked step sums them over 1 token
+    "agg-token-mean": {"reference", "poison", "poison-nonfinite", "masked-zero", "pad-invariance", "empty-step"},
+    "agg-seq-mean-token-sum": {"poison-nonfinite"},  # NaN * 0 in masked_sum
+    "agg-seq-mean-token-mean": {"poison-nonfinite"},
+    "agg-seq-mean-token-sum-norm": {"reference", "pad-invariance", "poison-nonfinite"},
+}
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(ROLL_AGG_FUZZ))
+def test_agg_short_fuzz(kinds_open, entry):
+    h = kinds_open(entry)
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=60, seed=0,
+                      derandomize=True, shrink=False)
+    print(f"\n[roll:{entry}] fuzz 60: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    failed = {p for p, n in res.failed.items() if n}
+    assert failed == ROLL_AGG_FUZZ[entry], failed
+    assert res.checked["split-invariance"] > 0

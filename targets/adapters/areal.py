@@ -233,6 +233,23 @@ _KIND_OVERRIDES = {
         )
         for k in ("k1", "k2", "k3")
     },
+    # ppo_actor_loss_fn's micro-batch token mean (1.0.4 areal/utils/functional/functional.py:483, :542) scaled by
+    # the engine's loss_mask.count_nonzero() weights over the step (compute_total_loss_weight, 1.0.4
+    # areal/engine/core/train_engine.py:30-64; fsdp_engine.py:2120): the global token mean. An all-masked step
+    # fails the engine's `assert total_weight > 0, "Global total loss weight must be positive after all_reduce"`
+    # (train_engine.py:62-64; v0.3.4 `assert total_loss_weight != 0`, fsdp_engine.py:397): a deliberate check,
+    # declared as the entry's documented error.
+    "agg-token-mean": dict(
+        kind="loss-aggregation",
+        variant={"mode": "token-mean"},
+        masked_zero=True,  # torch.where(loss_mask, pg_loss, 0) (functional.py:542 at 1.0.4)
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(r"AssertionError",),
+        domain=Domain(why={}),
+        pipeline=None,  # not researched as a Domain: every finding is reach api
+        pipeline_by_pin={},
+    ),
 }
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 

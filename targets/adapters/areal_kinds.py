@@ -13,6 +13,8 @@ reads. Each entry feeds the class what `PPOActor._compute_advantages` feeds it:
   The [B] output is broadcast to every position (the actor adds it at the last token and runs GAE).
 * `adv-norm`: `adv_norm(advantages, loss_mask)` on [B, T] (1.0.4 actor.py:238-239; git main :313), config
   batch / batch (NormConfig defaults).
+* `agg-token-mean` (loss-aggregation): `ppo_actor_loss_fn` (the PPO actor's per-micro-batch token mean) with
+  the engine's micro-batch weights from `compute_total_loss_weight`, over one optimizer step (`load_loss`).
 * `kl-k1`, `kl-k2`, `kl-k3`: `KLEstimator(name)(old_logp, ref_logp)` after the actor's
   `ref_logp *= loss_mask; old_logp *= loss_mask` (1.0.4 actor.py:194-195; git main :245-246).
 """
@@ -35,7 +37,11 @@ NORM = {
     "adv-norm": dict(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5),
 }
 KL = {"kl-k1": "k1", "kl-k2": "k2", "kl-k3": "k3"}
-ENTRIES = (*NORM, *KL)
+LOSS = ("agg-token-mean",)
+ENTRIES = (*NORM, *KL, *LOSS)
+# where ppo_actor_loss_fn lives: 1.0.4 and git main, then v0.3.4
+FUNCTIONAL = ("areal/utils/functional/functional.py", "areal/utils/functional.py")
+TRAIN_ENGINE = "areal/engine/core/train_engine.py"
 
 
 def blocks(group: torch.Tensor) -> list[int] | None:
@@ -71,7 +77,88 @@ def _classes(root: Path) -> tuple[type, type, bool]:
     return norm, ns["KLEstimator"], takes_sizes
 
 
+def _no_all_reduce(tensor, group=None, **kw):
+    """The all-reduce of a step whose micro-batches of every rank are already in the one list: a no-op."""
+    return None
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """AReaL's PPO actor aggregation over one optimizer step, both halves compiled from the pin.
+
+    The loss: `ppo_actor_loss_fn(logprobs, proximal_logprobs, old_logprobs, advantages, eps_clip, loss_mask)`
+    (1.0.4 areal/utils/functional/functional.py:429-561; v0.3.4 areal/utils/functional.py:141-200) returns
+    `where(loss_mask, pg_loss, 0).sum() / (loss_mask.count_nonzero() or 1)` (1.0.4 :483, :542), the micro-batch's
+    own token mean. The per-token loss l enters as `advantages = -l` with all three log-probs 0: the ratio is
+    `where(loss_mask, exp(0), 0)` (1.0.4 :509), so `pg_loss = max(-A * 1, -A * clamp(1)) = l` exactly (eps_clip 0.2,
+    c_clip and rejection sampling None: the defaults). loss_mask is bool (`input_data["loss_mask"].bool()`,
+    1.0.4 areal/trainer/ppo/actor.py:431).
+    The weights: `loss_weight_fn = lambda x: x["loss_mask"].count_nonzero()` (1.0.4 actor.py:363);
+    `compute_total_loss_weight(mb_list, loss_weight_fn, dp_group)` sums it over the micro-batches and all-reduces
+    over data parallel, asserting it positive (1.0.4 areal/engine/core/train_engine.py:30-64); called here on the
+    micro-batches of every rank at once with its `dist.all_reduce` a no-op. Each micro-batch loss is scaled by
+    `local_weight / total_loss_weight * loss_multiplier`, `loss_multiplier = dp_size` (1.0.4
+    areal/engine/fsdp_engine.py:2120, :790), and a micro-batch of weight 0 returns `logits.mean() * 0.0` (:2063-2064:
+    0 here). v0.3.4 has no compute_total_loss_weight: the engine sums the weights inline, asserts `!= 0` and
+    all-reduces (v0.3.4 areal/engine/fsdp_engine.py:390-398) and scales by `loss_weight_fn(mb) / total *
+    dp_size` (:451-457); the adapter does that sum itself at that pin."""
+    import types as _types
+
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("areal",))
+    fpath = next((Path(root) / f for f in FUNCTIONAL if (Path(root) / f).is_file()), None)
+    if fpath is None:
+        raise NotPresent(f"none of {', '.join(FUNCTIONAL)} is present at this pin")
+    ns = tree.resolve(fpath, ["ppo_actor_loss_fn"])
+    if "ppo_actor_loss_fn" not in ns:
+        raise NotPresent(f"{tree.rel(fpath)} has no ppo_actor_loss_fn at this pin ({tree.unresolved})")
+    loss_fn = ns["ppo_actor_loss_fn"]
+    epath = Path(root) / TRAIN_ENGINE
+    total_fn = None
+    if epath.is_file():
+        ens = tree.resolve(epath, ["compute_total_loss_weight"])
+        if "compute_total_loss_weight" in ens:
+            f = ens["compute_total_loss_weight"]
+            stub = _types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
+            total_fn = _types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
+
+    def weight(mb: dict) -> torch.Tensor:  # actor.py:363
+        return mb["loss_mask"].count_nonzero()
+
+    def micro(rows, loss, mask, step):
+        dev = loss.device
+        bool_mask = mask.bool()
+        mbs = [{"loss_mask": step.mask[r.to(dev)].bool()} for _, r in microbatches(step.case)]
+        if total_fn is not None:
+            total = total_fn(_types.SimpleNamespace(mbs=mbs), weight, None)
+        else:  # v0.3.4 fsdp_engine.py:390-398
+            total = torch.stack([weight(mb) for mb in mbs]).sum().to(torch.float32)
+            assert total != 0
+        local = weight({"loss_mask": bool_mask})
+        if local == 0:  # fsdp_engine.py:2063-2064
+            return torch.zeros((), dtype=loss.dtype, device=dev)
+        zeros = torch.zeros_like(loss)
+        out, _ = loss_fn(logprobs=zeros, proximal_logprobs=zeros, old_logprobs=zeros, advantages=-loss,
+                         eps_clip=0.2, loss_mask=bool_mask)
+        return out * (local / total * step.ranks)
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
+           if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")
+    notes = [
+        "ppo_actor_loss_fn compiled from the pin; advantages = -loss, log-probs 0 (ratio 1), bool loss_mask",
+        f"loss_weight_fn = loss_mask.count_nonzero(); {how}",
+        "micro-batch loss * local_weight / total_weight * dp_size; weight-0 micro-batch -> 0; ranks averaged",
+    ]
+    return Loaded(run, f"{tree.rel(fpath)}::ppo_actor_loss_fn", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry in LOSS:
+        return load_loss(root, entry)
     if entry not in ENTRIES:
         raise NotPresent(f"areal has no entry {entry!r}; entries: default, {', '.join(ENTRIES)}")
     norm_cls, kl_cls, takes_sizes = _classes(root)

@@ -146,6 +146,31 @@ _KIND_OVERRIDES = {
         pipeline_by_pin={},
     ),
 }
+
+
+def _loss(variant: dict) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        variant=variant,
+        masked_zero=True,  # masked_mean is sum(values * mask) / factor (nemo_rl/algorithms/utils.py:219-224 at 7ea)
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(why={}),
+        pipeline=None,  # not researched as a Domain: every finding is reach api
+        pipeline_by_pin={},
+    )
+
+
+# ClippedPGLossFn's actor_loss aggregation (7ea: nemo_rl/algorithms/loss/loss_functions.py:397, :678-693; 857b:
+# :286, :558-570; f6e9: :279, :551-563) with the worker's global_valid_toks / global_valid_seqs (nemo_rl_kinds.
+# load_loss). token_level_loss=True (the default, loss_functions.py:114; grpo_math_1B.yaml): masked_mean over
+# token_mask * sample_mask with the global token count = token-mean. token_level_loss=False: the per-row
+# masked_mean over token_mask, then masked_mean over sample_mask with global_valid_seqs = seq-mean-token-mean.
+# global_valid_seqs = sum(sample_mask) counts rows whose token_mask is empty (7ea: nemo_rl/models/automodel/data.py:
+# 409): not documented, so the variant stays canonical (empty rows excluded) and the judge reports it.
+_KIND_OVERRIDES["agg-token-level"] = _loss({"mode": "token-mean"})
+_KIND_OVERRIDES["agg-sequence-level"] = _loss({"mode": "seq-mean-token-mean"})
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 
 

@@ -6,10 +6,18 @@ calls NeMo-RL's own `calculate_baseline_and_std_per_prompt` (nemo_rl/algorithms/
 Inputs as grpo.py hands them: `prompt_ids` a [B, S] tensor whose equal rows are one prompt (the adapter gives
 [B, 1] group ids), `rewards` the [B] scores, `mask` the response token mask (used only for the output shape).
 The config is a namespace with the two attributes `__init__` reads.
+
+`agg-token-level` / `agg-sequence-level` (loss-aggregation): the actor-loss aggregation of
+`ClippedPGLossFn.__call__` (nemo_rl/algorithms/loss/loss_functions.py), its own statements compiled from the pin
+(`mask = token_mask * sample_mask.unsqueeze(-1)` and the `if self.loss_type == LossType.TOKEN_LEVEL:` block that
+assigns `actor_loss` through `masked_mean(..., global_normalization_factor=...)`), driven over one optimizer step
+by `load_loss`.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,7 +37,90 @@ CONFIGS = {
 }
 
 
+_LOSS_MODULE = "nemo_rl.algorithms.loss.loss_functions"
+_LOSS_CLASS = "ClippedPGLossFn"
+# entry -> the LossType member ClippedPGLossFn's config picks (`token_level_loss`, loss_functions.py:262-264 at 7ea)
+LOSS = {"agg-token-level": "TOKEN_LEVEL", "agg-sequence-level": "SEQUENCE_LEVEL"}
+
+
+def _aggregation_block(tree: SourceTree, path: Path, cls: ast.ClassDef):
+    """`mask = token_mask * sample_mask.unsqueeze(-1)` and the `if self.loss_type == LossType.TOKEN_LEVEL:`
+    statement assigning `actor_loss`, both at the top level of `ClippedPGLossFn.__call__`."""
+    call = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__call__"), None)
+    if call is None:
+        raise NotPresent(f"{_LOSS_CLASS} has no __call__ at this pin")
+    mask_stmt = next(
+        (n for n in call.body if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["mask"]
+         and ast.unparse(n.value) == "token_mask * sample_mask.unsqueeze(-1)"),
+        None,
+    )
+    agg = next(
+        (n for n in call.body if isinstance(n, ast.If)
+         and ast.unparse(n.test) == "self.loss_type == LossType.TOKEN_LEVEL"
+         and any(isinstance(b, ast.Assign) and ast.unparse(b.targets[0]) == "actor_loss" for b in n.body)),
+        None,
+    )
+    if mask_stmt is None or agg is None:
+        raise NotPresent(f"{_LOSS_CLASS}.__call__ has no `mask = token_mask * sample_mask...` / actor_loss "
+                         "aggregation block at this pin")
+    bound = ("self", "clip_loss", "importance_weights_to_use", "token_mask", "sample_mask", "global_valid_seqs",
+             "global_valid_toks")
+    return tree.block(path, [mask_stmt, agg], bound), mask_stmt.lineno, agg.lineno, agg.end_lineno
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """ClippedPGLossFn's aggregation over one optimizer step, as NeMo-RL's policy worker drives it (lines at 7ea).
+
+    Normalisers: `process_global_batch` computes them once per global batch, before the micro-batch loop:
+    `global_valid_seqs = sum(sample_mask)`, `global_valid_toks = sum(token_mask[:, 1:] * sample_mask)`, both
+    all-reduced over the data-parallel group, no clamp (nemo_rl/models/automodel/data.py:408-420); every
+    micro-batch gets them (:427-431, nemo_rl/models/automodel/train.py:513-514). sample_mask is 1.0 (float32) for
+    every row (the case has no sample-level filter; `"sample_mask": repeated_batch["loss_multiplier"]`,
+    nemo_rl/algorithms/grpo.py:2143), token_mask[:, 1:] is the case's mask as int64 (`token_loss_mask =
+    torch.ones_like(token_ids)` / `zeros_like`, grpo.py:1934-1937); the per-token loss enters as `clip_loss`
+    with `importance_weights_to_use` all ones (use_importance_sampling_correction off, loss_functions.py:673-676).
+    Scaling: `loss = result * dp_size * cp_size; loss.backward()` per micro-batch (train.py:545-548: "when FSDP
+    reduces the gradients over the DP dim, they're automatically averaged but we want to sum them"), cp_size 1."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("nemo_rl",))
+    path = tree.module_file(_LOSS_MODULE)
+    cls = None if path is None else find_class(tree.file(path).tree, _LOSS_CLASS)
+    if cls is None:
+        raise NotPresent(f"{_LOSS_MODULE}.{_LOSS_CLASS} is not present at this pin")
+    block, mask_line, first, last = _aggregation_block(tree, path, cls)
+    ns = tree.resolve(path, ["LossType"])
+    if "LossType" not in ns:
+        raise NotPresent(f"LossType could not be compiled: {tree.unresolved}")
+    this = SimpleNamespace(loss_type=getattr(ns["LossType"], LOSS[entry]))
+    # `self` is the block's only attribute holder; Block.run takes bound names as keywords, so it goes in globals
+    block = dataclasses.replace(block, globals={**block.globals, "self": this},
+                                bound=tuple(b for b in block.bound if b != "self"))
+
+    def micro(rows, loss, mask, step):
+        dev = loss.device
+        sample_mask = torch.ones(mask.shape[0], dtype=torch.float32, device=dev)  # loss_multiplier, float32
+        to_reduce = torch.tensor([float(step.rows), float(step.tokens)], device=dev)  # data.py:418-420
+        out = block.run(clip_loss=loss, importance_weights_to_use=torch.ones_like(loss),
+                        token_mask=mask.to(torch.int64), sample_mask=sample_mask, global_valid_seqs=to_reduce[0],
+                        global_valid_toks=to_reduce[1])
+        return out["actor_loss"] * step.ranks  # train.py:547, cp_size 1
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    rel = tree.rel(path)
+    notes = [
+        f"{rel}:{mask_line} and :{first}-{last} compiled from the pin; self.loss_type = LossType.{LOSS[entry]}",
+        "global_valid_seqs = the step's rows (sample_mask all ones), global_valid_toks = its trained tokens",
+        "micro-batch loss * dp_size, ranks averaged (FSDP) = summed",
+    ]
+    return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__ (actor_loss aggregation)", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry in LOSS:
+        return load_loss(root, entry)
     if entry not in CONFIGS:
         raise NotPresent(f"nemo-rl has no entry {entry!r}; entries: default, {', '.join(CONFIGS)}")
     tree = SourceTree(Path(root), ("nemo_rl",))

@@ -293,6 +293,32 @@ def _kind_overrides() -> dict:
         masked_zero=True,  # returns written only on segments (agentic/utils.py:450); advantages * mask (:560)
         **by_pin(returns_pipeline),
     )
+
+    # agg_loss (roll/utils/functionals.py:228-282 at 8eb27cc2dc34, from :227 at 090ac94658ad, same body) with the
+    # strategies' global batch_num_tokens / global_valid_samples (roll_kinds.load_loss). Every mode is left
+    # canonical (rows without a trained token excluded: `valid_samples = torch.any(loss_mask > 0, -1)`, :259),
+    # so what ROLL does differently is reported:
+    # * token-mean sums `loss_mat * weights` without the mask (:253-256): masked per-token losses count;
+    # * seq-mean-token-sum-norm divides by `loss_mask.shape[-1]`, the padded width, and not by the rows (:269-278;
+    #   its comment: "should ideally be constant ... TODO"): constant = 32 is what the Dr.GRPO reference needs
+    #   (the generation limit), no ROLL option sets it.
+    def loss_entry(variant: dict) -> dict:
+        return dict(
+            kind="loss-aggregation",
+            variant=variant,
+            masked_zero=True,  # canonical: dL/dl is 0 under the mask (masked_sum / masked_mean multiply by it)
+            masked_zero_why="",
+            whitening=None,
+            documented_errors=(),
+            domain=Domain(),
+            pipeline=None,  # not researched as a Domain: every finding is reach api (docs/kinds/roll.md: reach)
+            pipeline_by_pin={},
+        )
+
+    out["agg-token-mean"] = loss_entry({"mode": "token-mean"})
+    out["agg-seq-mean-token-sum"] = loss_entry({"mode": "seq-mean-token-sum"})
+    out["agg-seq-mean-token-mean"] = loss_entry({"mode": "seq-mean-token-mean"})
+    out["agg-seq-mean-token-sum-norm"] = loss_entry({"mode": "seq-mean-token-sum-norm", "constant": 32})
     return out
 
 

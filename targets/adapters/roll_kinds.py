@@ -22,6 +22,8 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
   kl_penalty)`, the mask a float32 response mask as the actor workers pass `final_response_mask`.
 * `whiten` (normalization): `masked_whiten(values, mask)` as `compute_advantage` calls it for
   `whiten_advantages` / `whiten_rewards` (float32 mask).
+* `agg-*` (loss-aggregation): `agg_loss(loss_mat, loss_mask, loss_agg_mode, batch_num_tokens,
+  global_valid_samples)` over one optimizer step with the strategy's global normalisers (`load_loss`).
 * `agentic-reinforce` (returns): `agentic_compute_advantage(adv_estimator="agentic_reinforce")`, which calls
   `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
   rewards placed as in the GAE `agentic` entry.
@@ -29,6 +31,7 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -40,7 +43,14 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
-KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce")
+# entry -> ROLL's loss_agg_mode (roll/configs/base_config.py:571-572 at 8eb27cc2dc34 lists the four)
+LOSS_ENTRIES = {
+    "agg-token-mean": "token-mean",
+    "agg-seq-mean-token-sum": "seq-mean-token-sum",
+    "agg-seq-mean-token-mean": "seq-mean-token-mean",
+    "agg-seq-mean-token-sum-norm": "seq-mean-token-sum-norm",
+}
+KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce", *LOSS_ENTRIES)
 _FN = "roll.utils.functionals"
 _AGENTIC = "roll.pipeline.agentic.utils"
 
@@ -249,7 +259,58 @@ def load_agentic_reinforce(root: Path) -> Loaded:
                   "agentic_compute_advantage)", notes)
 
 
+def load_loss(root: Path, entry: str) -> Loaded:
+    """`roll/utils/functionals.py::agg_loss` over one optimizer step, as ROLL's strategies drive it (lines at
+    8eb27cc2dc34; the same at c09bc8bc9f43 and 090ac94658ad).
+
+    Normalisers: `train_step` computes them once on the whole step batch before the micro-batch loop
+    (megatron_strategy.py:1268-1269, fsdp2_strategy.py:1584-1587):
+    `batch_num_tokens` = the loss mask's sum all-reduced over the data-parallel group, 0 replaced by 1
+    (strategy.py:355-389, :383-384); `global_valid_samples` = the rows with a trained token
+    (`torch.any(loss_mask > 0, -1).sum()`), all-reduced, 0 replaced by 1 (strategy.py:391-431, :426-427). The
+    actor's loss_func passes both for its loss mask (`batch_num_tokens['final_response_mask']`,
+    `global_valid_samples['final_response_mask']`, roll/pipeline/rlvr/actor_worker.py:20-25, :92-101), the mask as
+    int64 (`.long()`, :17, :47-48), `weights` None as in `original_pg_loss` (:97-101; `compute_sample_weights`
+    starts from ones, :174), cp_size 1.
+    Scaling: megatron multiplies each micro-batch loss by `loss_scale = num_microbatches * dp_size`
+    (megatron_strategy.py:1295, :648-657 with apply_loss_scale, default True), Megatron-core divides it by
+    num_microbatches (asserted equal to gradient_accumulation_steps, :1289-1291) and DDP averages over dp;
+    FSDP2 the same: `loss_scale = mini_steps * dp_size` (fsdp2_strategy.py:1581, :1588), `loss *= loss_scale;
+    loss = loss / gradient_accumulation_steps` (:1648-1650) with mini_steps = the rank's micro-batches = one
+    accumulation window. Net: each micro-batch loss times dp_size, then averaged."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    _modules(root)
+    mode = LOSS_ENTRIES[entry]
+    fn, where = function_from(root, [(_FN, "agg_loss")])
+    params = inspect.signature(fn).parameters
+    if not {"batch_num_tokens", "global_valid_samples"} <= set(params):
+        raise NotPresent(f"{where} takes no batch_num_tokens / global_valid_samples at this pin")
+
+    def micro(rows, loss, mask, step):
+        dev = loss.device
+        tokens = torch.tensor(max(step.tokens, 1), dtype=torch.int64, device=dev)  # strategy.py:383-384
+        samples = torch.tensor(max(step.nonempty_rows, 1), dtype=torch.int64, device=dev)  # :426-427
+        out = fn(loss_mat=loss, loss_mask=mask.to(torch.int64), loss_agg_mode=mode, batch_num_tokens=tokens,
+                 global_valid_samples=samples)
+        k = step.rank_micro_batches  # mini_steps == gradient_accumulation_steps (one optimizer step)
+        return out * (k * step.ranks) / k
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    notes = [
+        f"loss_agg_mode={mode!r}; loss_mask int64; weights None",
+        "batch_num_tokens = the step's trained tokens, global_valid_samples = the step's rows with a trained token "
+        "(each 0 -> 1), as strategy._get_batch_num_tokens / _get_global_valid_samples compute them",
+        "micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps, ranks averaged",
+    ]
+    return Loaded(run, where, notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
+    if entry in LOSS_ENTRIES:
+        return load_loss(root, entry)
     if entry == "grpo":
         return load_grpo(root)
     if entry == "agentic-grpo":
