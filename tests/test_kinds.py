@@ -75,6 +75,10 @@ def test_group_advantage_by_hand():
         round(3 / (1 + 1e-6), 6),
         round(3 / (math.sqrt(7) + 1e-6), 6),
     ]
+    # OPO: group 7's baseline weighted by trained tokens, (2 * 1 + 1 * 0) / 3; the singleton keeps its score
+    assert _rows({"estimator": "opo"}) == [round(1 / 3, 6), round(-2 / 3, 6), 3.0, 0.0]
+    # GPG: alpha = 3 counted rows / 2 with a non-zero score, times r - mean_g (the singleton's mean is 0)
+    assert _rows({"estimator": "gpg", "std": None}) == [0.75, -0.75, 4.5, 0.0]
     adv = group_advantage.reference(GROUPS)["advantages"]
     assert adv[0, 2] == 0 and adv[3].abs().sum() == 0 and adv[0, 0] == adv[0, 1]
     with pytest.raises(ValueError, match="unknown group-advantage option"):
@@ -203,6 +207,8 @@ VARIANTS = {
         {"eps_place": "floor", "eps": 1e-3},
         {"std_level": "batch", "eps": 1e-4, "singleton": "zero"},
         {"std": None, "whiten_tokens": True},
+        {"estimator": "opo"},
+        {"estimator": "gpg", "std": None},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
     "loss-aggregation": [
@@ -270,7 +276,9 @@ def test_each_reference_passes_every_property_of_its_kind(kind, variant):
     assert result.findings == [], [(f.property, f.verdict.message, f.case) for f in result.findings]
     assert result.generated >= SOAK
     batch_level = kind == "normalization" and normalization.options(variant)["level"] == "batch"
-    batch_std = kind == "group-advantage" and (variant.get("std_level") == "batch" or variant.get("whiten_tokens"))
+    batch_std = kind == "group-advantage" and (
+        variant.get("std_level") == "batch" or variant.get("whiten_tokens") or variant.get("estimator") == "gpg"
+    )
     never = {"group-isolation"} if batch_level or batch_std else set()  # n/a: no group-level statistic
     never.add("twin")  # the reference alone has no second implementation
     assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked

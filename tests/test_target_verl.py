@@ -361,6 +361,8 @@ _S = 0.5 / (0.5**0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6) in a group of
         ("drgrpo", [0.5, -0.5, 2.0]),  # norm_adv_by_std_in_grpo=False: r - mean
         ("rloo", [1.0, -1.0, 2.0]),  # n / (n - 1) (r - mean); a singleton keeps its score
         ("rloo-vectorized", [1.0, -1.0, 0.0]),  # ... but the vectorised twin zeroes it (core_algos.py:864)
+        ("opo", [1 / 3, -2 / 3, 2.0]),  # baseline (2 * 1 + 1 * 0) / 3 tokens; a singleton's is 0
+        ("gpg", [0.75, -0.75, 3.0]),  # alpha = 3 rows / 2 non-zero scores, times r - mean (0 for a singleton)
     ],
 )
 def test_group_advantages_by_hand(kinds_at_new, entry, rows):

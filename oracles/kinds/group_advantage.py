@@ -7,7 +7,7 @@ advantage at its trainable positions, 0 elsewhere.
 
 Variants (`Declared.variant`, every key optional):
 
-    estimator  "grpo" (default) | "rloo"
+    estimator  "grpo" (default) | "rloo" | "opo" | "gpg"
     std        "unbiased" (default) | "biased" | None      grpo: None = Dr.GRPO, r - mean_g
     eps        1e-6                                         added as eps_place says
     eps_place  "std" (default): (r - mean) / (std + eps) | "var": (r - mean) / sqrt(var + eps)
@@ -25,6 +25,10 @@ For a group of n >= 2 counted rows (two-pass float64 statistics):
 
     grpo  A_i = (r_i - mean_g) / (std_g + eps)           std_g with 1/(n-1) or 1/n
     rloo  A_i = r_i - (sum_g - r_i) / (n - 1)  = n / (n - 1) * (r_i - mean_g)
+    opo   A_i = r_i - sum_g(len_j r_j) / sum_g(len_j)   len = the row's trainable tokens (OPO's
+          length-weighted baseline, arXiv 2505.23585)
+    gpg   A_i = alpha (r_i - mean_g),  alpha = (counted rows) / (counted rows with r != 0)   (GPG;
+          alpha is a batch statistic)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import torch
 from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("advantages",)
+ESTIMATORS = ("grpo", "rloo", "opo", "gpg")
 DEFAULTS = {
     "estimator": "grpo",
     "std": "unbiased",
@@ -55,7 +60,7 @@ def options(variant: dict | None) -> dict:
         if key not in DEFAULTS:
             raise ValueError(f"unknown group-advantage option {key!r}; known: {sorted(DEFAULTS)}")
         out[key] = value
-    if out["estimator"] not in ("grpo", "rloo") or out["std"] not in ("unbiased", "biased", None):
+    if out["estimator"] not in ESTIMATORS or out["std"] not in ("unbiased", "biased", None):
         raise ValueError(f"unknown group-advantage variant {out}")
     if out["eps_place"] not in ("std", "var", "floor") or out["singleton"] not in ("raw", "zero"):
         raise ValueError(f"unknown group-advantage variant {out}")
@@ -106,13 +111,25 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
             if v["singleton"] == "zero":
                 continue
             denom = _singleton_denominator(v)
-            out[rows[0]] = r[0] / denom
+            scale = _gpg_alpha_loop(case, use) if v["estimator"] == "gpg" else 1.0  # GPG: mean 0, then alpha
+            out[rows[0]] = scale * r[0] / denom
             continue
         mean = sum(r) / n
         if v["estimator"] == "rloo":
             total = sum(r)
             for b, x in zip(rows, r):
                 out[b] = x - (total - x) / (n - 1)
+            continue
+        if v["estimator"] == "opo":
+            lens = [int(case.trainable[b].sum()) for b in rows]
+            weight = sum(lens)
+            base = sum(n_b * x for n_b, x in zip(lens, r)) / weight if weight else 0.0
+            for b, x in zip(rows, r):
+                out[b] = x - base
+            continue
+        if v["estimator"] == "gpg":
+            for b, x in zip(rows, r):
+                out[b] = _gpg_alpha_loop(case, use) * (x - mean)
             continue
         if v["std"] is None:
             for b, x in zip(rows, r):
@@ -123,6 +140,13 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
         for b, x in zip(rows, r):
             out[b] = (x - mean) / denom
     return torch.tensor(out, dtype=torch.float64)
+
+
+def _gpg_alpha_loop(case: Case, use: torch.Tensor) -> float:
+    """GPG's alpha: counted rows over counted rows with a non-zero score (at least 1)."""
+    rows = [b for b in range(case.shape[0]) if bool(use[b])]
+    nonzero = sum(1 for b in rows if float(case.score[b]) != 0.0)
+    return len(rows) / max(nonzero, 1)
 
 
 def _batch_std_loop(case: Case, v: dict, groups: torch.Tensor, use: torch.Tensor) -> torch.Tensor:
@@ -162,6 +186,16 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
     if v["estimator"] == "rloo":
         adv = case.score - (total_row - case.score) / (n_row - 1).clamp(min=1)
         single = case.score.clone()
+    elif v["estimator"] == "opo":
+        lens = case.trainable.sum(dim=1).to(torch.float64) * use
+        w = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, lens)[gid]
+        wr = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, lens * case.score)[gid]
+        adv = case.score - torch.where(w > 0, wr / w.clamp(min=1), torch.zeros_like(w))
+        single = case.score.clone()
+    elif v["estimator"] == "gpg":
+        alpha = use.sum() / ((case.score != 0).to(torch.float64) * use).sum().clamp(min=1)
+        adv = alpha * (case.score - mean)
+        single = alpha * case.score
     elif v["std"] is None:
         adv, single = case.score - mean, case.score.clone()
     elif v["std_level"] == "batch":

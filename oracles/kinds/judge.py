@@ -294,8 +294,8 @@ def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
     level = v.get("level", "group")
     if case.group is None or level == "batch":
         return _na("group-isolation", "no group-level statistic")
-    if v.get("std_level") == "batch" or v.get("whiten_tokens"):
-        return _na("group-isolation", "a batch statistic (std_level='batch', whiten_tokens): shared by design")
+    if v.get("std_level") == "batch" or v.get("whiten_tokens") or v.get("estimator") == "gpg":
+        return _na("group-isolation", "a batch statistic (std_level='batch', whiten_tokens, GPG's alpha): by design")
     keys = case.group.unique()
     if len(keys) < 2:
         return _na("group-isolation", "one group")

@@ -429,6 +429,17 @@ KIND_OVERRIDES: dict[str, dict] = {
         # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
         pipeline_by_pin=_per_pin("masked_values"),
     ),
+    # compute_opo_outcome_advantage: r - sum_g(len r) / sum_g(len), len = response_mask.sum(-1) (core_algos.py:664,
+    # 683 at 0.9.1); a singleton's baseline is 0 (:679); every row of the index enters (empty ones with len 0)
+    "opo": _group(
+        {"estimator": "opo"}, "core_algos.py:688 (0.9.1) multiplies the broadcast advantage by response_mask"
+    ),
+    # compute_gpg_outcome_advantage: alpha = bsz / count_nonzero(scores) over the batch (:810-811), then
+    # alpha * (r - mean_g) / f_norm, f_norm = 1 (:826-827); a singleton's mean is 0; no std in the advantage
+    "gpg": _group(
+        {"estimator": "gpg", "std": None},
+        "core_algos.py:828 (0.9.1) multiplies the broadcast advantage by response_mask",
+    ),
     # agg_loss (core_algos.py:1140-1206 at 0.9.1) over a step, with verl's global normalisers (verl_kinds.load_loss)
     "agg-token-mean": _loss({"mode": "token-mean"}),
     "agg-token-sum": _loss({"mode": "token-sum"}),

@@ -39,6 +39,8 @@ GROUP = {
     "rloo": ("compute_rloo_outcome_advantage", {}),
     "rloo-vectorized": ("compute_rloo_vectorized_outcome_advantage", {}),
     "reinforce++-baseline": ("compute_reinforce_plus_plus_baseline_outcome_advantage", {}),
+    "opo": ("compute_opo_outcome_advantage", {}),
+    "gpg": ("compute_gpg_outcome_advantage", {}),
 }
 # entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
