@@ -271,7 +271,8 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
     assert kinds == {
         "grpo": "group-advantage", "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl",
-        "whiten": "normalization", "reinforce++": "returns",
+        "whiten": "normalization", "reinforce++": "returns", "agg-seq-mean-token-mean": "loss-aggregation",
+        "agg-token-mean": "loss-aggregation", "agg-rollout-mean": "loss-aggregation",
     }
     for entry in kinds:
         for pin in (HEAD, "166441911"):
@@ -349,3 +350,91 @@ def test_kind_short_fuzz(kinds_open, entry):
     print(f"\n[slime:{entry}] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
     assert must <= found <= must | may, found
+
+
+# ---------------------------------------------------------------------------------------------
+# loss-aggregation: loss_function with get_sum_of_sample_mean's reducer, Megatron's scaling, one step.
+# Verdicts derived by reading slime (624b824a8): the per-sample mean divides by step_global_batch_size,
+# the step's rollout count, so a removed (all-masked) sample still counts (loss.py:1353-1359,
+# dp_schedule.py:137-141); --calculate-per-token-loss counts an all-masked sample as one token
+# (num_tokens = sum(clamp_min(mask.sum(), 1)), loss.py:1317); NaN under the mask leaks through x * mask
+# (cp_utils.py:76, :86). Everything is split-invariant: the denominators are per step.
+# ---------------------------------------------------------------------------------------------
+TWO_BY_THREE = dict(trainable=[[1, 1, 0], [1, 0, 0]], extra={"loss": [[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]]})
+REMOVED = dict(trainable=[[1, 1], [0, 0]], extra={"loss": [[1.0, 3.0], [5.0, 5.0]]}, split=[0, 1])
+
+
+def _loss_run(h, **kw):
+    loss, grad = h.run(Case.build(**kw))
+    return float(loss[0, 0]), grad
+
+
+def test_loss_entries_declare_canonical_modes():
+    spec = slime.SPEC
+    modes = {e: spec.for_entry(e).variant for e in slime.LOSS_ENTRIES}
+    assert modes == {
+        "agg-seq-mean-token-mean": {"mode": "seq-mean-token-mean"},
+        "agg-token-mean": {"mode": "token-mean"},
+        "agg-rollout-mean": {"mode": "prompt-mean"},
+    }
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_per_sample_mean_over_two_micro_batches(kinds_open, ranks):
+    h = kinds_open("agg-seq-mean-token-mean")
+    assert h.info["where"] == "slime/backends/megatron_utils/loss.py::loss_function"
+    loss, grad = _loss_run(h, **TWO_BY_THREE, split=[0, 1], ranks=ranks)
+    assert loss == pytest.approx((1.5 + 4.0) / 2)  # mean over samples of each sample's token mean
+    assert grad.flatten().tolist() == pytest.approx([0.25, 0.25, 0.0, 0.5, 0.0, 0.0])
+    # a removed sample: step_global_batch_size still counts it, (2 + 0) / 2 instead of 2
+    loss, grad = _loss_run(h, **REMOVED)
+    assert loss == pytest.approx(1.0) and grad[0].tolist() == pytest.approx([0.25, 0.25])
+    assert kind_failed(h, Case.build(**REMOVED)) >= {"reference"}
+
+
+@pytest.mark.needs_mirror
+def test_per_token_loss_counts_a_removed_sample_as_one_token(kinds_open):
+    h = kinds_open("agg-token-mean")
+    loss, grad = _loss_run(h, **TWO_BY_THREE, split=[0, 1], ranks=2)
+    assert loss == pytest.approx(7.0 / 3.0) and grad[0, 0].item() == pytest.approx(1.0 / 3.0)
+    loss, grad = _loss_run(h, **REMOVED)
+    assert loss == pytest.approx(4.0 / 3.0) and grad[0].tolist() == pytest.approx([1 / 3, 1 / 3])
+
+
+@pytest.mark.needs_mirror
+def test_rollout_mean_pools_the_samples_of_one_rollout(kinds_open):
+    h = kinds_open("agg-rollout-mean")
+    assert "rollout_mask_sums" in " ".join(h.info["notes"])
+    loss, grad = _loss_run(h, **TWO_BY_THREE, group=[7, 7], split=[0, 1])  # one rollout: its token mean
+    assert loss == pytest.approx(7.0 / 3.0) and grad[1, 0].item() == pytest.approx(1.0 / 3.0)
+    loss, _ = _loss_run(h, **TWO_BY_THREE, group=[0, 1], split=[0, 1])  # two rollouts: the per-sample mean
+    assert loss == pytest.approx(2.75)
+
+
+@pytest.mark.needs_mirror
+def test_rollout_mean_is_not_present_at_the_older_pin(repos):
+    with pytest.raises(Exception, match="no per-rollout denominators"):
+        with open_target(f"slime:agg-rollout-mean@{OLDER}", repos=repos):
+            pass
+
+
+SLIME_LOSS_FUZZ = {  # entry -> (must fail, may fail)
+    "agg-seq-mean-token-mean": ({"pad-invariance", "reference"}, {"poison-nonfinite"}),
+    "agg-token-mean": ({"pad-invariance", "reference"}, {"poison-nonfinite"}),
+    "agg-rollout-mean": (set(), {"poison-nonfinite", "pad-invariance", "reference"}),
+}
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(SLIME_LOSS_FUZZ))
+def test_loss_short_fuzz(kinds_open, entry):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open(entry)
+    must, may = SLIME_LOSS_FUZZ[entry]
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target=f"slime:{entry}", pin=HEAD, max_examples=20, seed=0)
+    print(f"\n[slime:{entry}] fuzz 20: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    assert must <= found <= must | may, found  # split-invariance, permutation, empty-step hold

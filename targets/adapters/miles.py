@@ -50,7 +50,7 @@ from typing import Callable
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES
+from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES
 from maskfuzz.targets.adapters.slime import (
     FLOAT64_WHY,
     Samples,
@@ -221,6 +221,43 @@ KIND_OVERRIDES: dict = {
 }
 
 
+# loss-aggregation (loaders: miles_kinds.load_loss): loss_function (W miles/backends/training_utils/loss.py:972,
+# G :96) with its own reducer get_sum_of_sample_mean (cp_utils.py:92 at every pin), Megatron path.
+_LOSS_PIPE_WHY = {
+    "left_padding": PIPELINE_GIT.why["left_padding"],
+    "empty_rows": PIPELINE_GIT.why["empty_rows"],
+}
+
+
+def _loss(mode: str, why: str) -> dict:
+    pipe = Domain(left_padding=False, empty_rows=False, why=dict(_LOSS_PIPE_WHY))
+    return dict(
+        kind="loss-aggregation",
+        # the documented modes (G docs/user-guide/training-script-walkthrough.md:218: per sample
+        # "mean(sum(sample_i) / len(sample_i))" by default, per token with --calculate-per-token-loss); empty
+        # rows excluded: a removed sample "will not participate in loss calculation" (W miles/utils/arguments.py:1542,
+        # G :2067), so the canonical variant, and the denominators that count it are reported
+        variant={"mode": mode},
+        masked_zero=True,
+        masked_zero_why=why,
+        documented_errors=(),
+        whitening=None,
+        domain=Domain(),
+        pipeline=pipe,
+        pipeline_by_pin={
+            "0.0.2": Domain(
+                left_padding=False,
+                empty_rows=False,
+                why={k: PIPELINE_0_0_2.why[k] for k in ("left_padding", "empty_rows")},
+            )
+        },
+    )
+
+
+_REDUCER_MASK = "(x_i * loss_mask_i).sum() (miles/backends/training_utils/cp_utils.py:110, :118 at every pin)"
+KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean", _REDUCER_MASK)
+KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean", _REDUCER_MASK)
+
 SPEC = TargetSpec(
     id="miles",
     adapter="maskfuzz.targets.adapters.miles",
@@ -233,7 +270,7 @@ SPEC = TargetSpec(
         Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(

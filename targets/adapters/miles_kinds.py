@@ -36,6 +36,7 @@ Every entry calls miles' own code at the pin; the layout moved between the relea
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import os
 import tempfile
@@ -46,12 +47,14 @@ from typing import Callable
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters import extract
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.loss_step import Step
 from maskfuzz.targets.adapters.slime import Samples
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
-KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")
+KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)
 
 MATH_HOMES = ("miles.backends.training_utils.loss_hub.math_utils", "miles.utils.ppo_utils")
 # where `_post_process_rewards` is: (file, class or None)
@@ -218,6 +221,8 @@ def reinforce_runner(fn: Callable, kl_fn: Callable, **fixed) -> Callable:
 def load(root: Path, entry: str) -> Loaded:
     from maskfuzz.targets.adapters.miles import provide_parallel_state
 
+    if entry in LOSS_ENTRIES:
+        return load_loss(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -253,3 +258,154 @@ def load(root: Path, entry: str) -> Loaded:
     fn, where = math_function(root, "get_reinforce_plus_plus_returns")
     notes.append("token rewards enter as KL: compute_approx_kl(0, token_rewards, 'k1'), kl_coef = 1")
     return Loaded(reinforce_runner(fn, kl_eager, parallel_state=state), where, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# loss-aggregation: the trainer's loss_function with slime's / miles' own reducer, one optimizer step.
+# ---------------------------------------------------------------------------------------------
+# entry -> calculate_per_token_loss (the reducer get_sum_of_sample_mean hands back: sum_of_sample_mean for
+# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.LOSS_ENTRIES)
+LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
+CUSTOM_LOSS = "maskfuzz.targets.adapters.miles_kinds.reducer_loss"
+PROMPT_LEN = 1  # total_lengths = prompt + response; only read for CP slicing, which is off (CP size 1)
+
+
+def reducer_loss(args, batch, logits, sum_of_sample_mean):
+    """A `--loss-type custom_loss` function (`--custom-loss-function-path`, loaded by the framework's
+    `load_function`): the reducer the framework built for this micro-batch, applied to the per-token
+    losses, which the adapter passes in place of the logits. Nothing else."""
+    return sum_of_sample_mean(logits), {}
+
+
+class LossArgs(Namespace):
+    """The arguments `loss_function` reads; any other answers None (off) and is recorded."""
+
+    unknown: set[str] = set()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        LossArgs.unknown.add(name)
+        return None
+
+
+def loss_args(per_token: bool, global_batch_size: int) -> LossArgs:
+    return LossArgs(
+        loss_type="custom_loss",
+        custom_loss_function_path=CUSTOM_LOSS,
+        calculate_per_token_loss=per_token,
+        recompute_loss_function=False,
+        allgather_cp=False,
+        qkv_format="thd",
+        use_dynamic_global_batch_size=False,
+        global_batch_size=global_batch_size,
+        true_on_policy_mode=False,
+        multi_lora=False,
+    )
+
+
+def micro_batch(case: Case, rows: torch.Tensor, loss: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """One micro-batch as the trainer's batch: per-sample lists without padding (a row's real run is
+    its response), loss_masks torch.int (slime/miles actor.py move them `.to(dtype=torch.int)`), and
+    the per-token losses concatenated in sample order (the packed THD layout the reducer splits)."""
+    att = case.attention[rows.cpu()]
+    xs, masks, lengths = [], [], []
+    for i in range(len(rows)):
+        real = att[i].nonzero().flatten()
+        lo, hi = (int(real[0]), int(real[-1]) + 1) if real.numel() else (0, 0)
+        xs.append(loss[i, lo:hi])
+        masks.append(mask[i, lo:hi].to(torch.int))
+        lengths.append(hi - lo)
+    batch = {"total_lengths": [n + PROMPT_LEN for n in lengths], "response_lengths": lengths, "loss_masks": masks}
+    return torch.cat(xs), batch
+
+
+def megatron_step(call: Callable, per_token: bool) -> Callable:
+    """`loss_step.run_step`'s micro_loss for a Megatron trainer. `call(x, batch, rows, num_microbatches,
+    step)` runs the framework's `loss_function` and returns its `(loss, normalizer, log)`; then what
+    Megatron-core does with it (megatron/core/pipeline_parallel/schedules.py::forward_step_calc_loss,
+    distributed/distributed_data_parallel.py, distributed/finalize_model_grads.py):
+
+    * not per-token: `loss / clamp(normalizer, min=1) / num_microbatches` before backward, and the
+      DDP gradient averaged over data-parallel ranks (`gradient_scaling_factor = 1 / dp_size`): the
+      driver's mean over ranks.
+    * per-token (`calculate_per_token_loss`): the loss is backpropagated as it is, DDP sums the
+      gradients over ranks (`gradient_scaling_factor = 1.0`) and `finalize_model_grads` scales them by
+      1 / (the normalisers summed over every micro-batch and all-reduced over data-parallel ranks):
+      `loss * dp_size / total` against the driver's mean. The total comes from the framework's own
+      normalisers, one `loss_function` call per micro-batch of the step."""
+    cache: dict = {}
+
+    def total_normaliser(step: Step, device) -> torch.Tensor:
+        if cache.get("case") is not step.case:
+            total = 0
+            for _, rows in microbatches(step.case):
+                idx = rows.to(device)
+                zeros = torch.zeros(step.mask[idx].shape, dtype=step.mask.dtype, device=device)
+                x, batch = micro_batch(step.case, rows, zeros, step.mask[idx])
+                _, normaliser, _ = call(x, batch, rows, 1, step)
+                total = total + normaliser
+            cache.update(case=step.case, total=total)
+        return cache["total"]
+
+    def micro(rows, loss, mask, step):
+        x, batch = micro_batch(step.case, rows, loss, mask)
+        out, normaliser, _ = call(x, batch, rows, step.rank_micro_batches, step)
+        if not per_token:
+            return out / torch.clamp(normaliser, min=1) / step.rank_micro_batches
+        return out * step.ranks / total_normaliser(step, loss.device)
+
+    return micro
+
+
+def with_dp(state, ranks: int):
+    """`state` (a miles ParallelState of one rank) with the data-parallel groups of `ranks` ranks."""
+    group = type(state.intra_dp)
+    dp = group(rank=0, size=ranks, group=None)
+    return dataclasses.replace(state, intra_dp=dp, intra_dp_cp=dp)
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """`miles/backends/training_utils/loss.py::loss_function` over one optimizer step, as the Megatron
+    trainer drives it (miles/backends/megatron_utils/model.py:522 at 3d2e0e411 binds
+    `partial(loss_function, args, batch, num_microbatches, apply_megatron_loss_scaling=True)`).
+
+    The loss is `--loss-type custom_loss` with `reducer_loss`: the reducer loss_function builds,
+    `get_sum_of_sample_mean(total_lengths, response_lengths, loss_masks, calculate_per_token_loss,
+    qkv_format, max_seq_lens)` (cp_utils.py:92 at every pin), applied to the per-token losses. The
+    step's normalisers are the trainer's: `global_batch_size` = `args.global_batch_size`, the samples of
+    one step over all ranks (miles/backends/training_utils/data.py:365-367 at 0.0.2, :439-441 at
+    3d2e0e411: each rank takes global_batch_size // dp_size samples a step), `num_microbatches` the
+    rank's micro-batches (data.py:382 / :462), the data-parallel size from miles' ParallelState
+    (`intra_dp_cp.size`, loss.py:1049-1056 at 0.0.2, :164-172 at 3d2e0e411), CP size 1. Megatron's
+    scaling after it: `megatron_step`."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+    from maskfuzz.targets.adapters.miles import provide_parallel_state
+
+    per_token = LOSS_ENTRIES[entry]
+    fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
+    if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
+        raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")
+    parallel = import_from(root, "miles.backends.training_utils.parallel")
+    state, notes = provide_parallel_state(root)
+    if state is None or not hasattr(parallel, "set_parallel_state"):
+        raise NotPresent("no settable ParallelState at this pin")
+
+    def call(x, batch, rows, num_microbatches, step):
+        parallel.set_parallel_state(with_dp(state, step.ranks))
+        args = loss_args(per_token, step.rows)
+        return fn(args, batch, num_microbatches, x, apply_megatron_loss_scaling=True)
+
+    micro = megatron_step(call, per_token)
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    notes += [
+        f"--loss-type custom_loss ({CUSTOM_LOSS}): get_sum_of_sample_mean's reducer on the per-token losses, "
+        f"calculate_per_token_loss={per_token}",
+        "global_batch_size = the step's samples (all ranks); num_microbatches = the rank's; ParallelState "
+        "intra_dp / intra_dp_cp of the case's ranks, CP 1; Megatron's forward_step / DDP / finalize_model_grads "
+        "scaling after it",
+    ]
+    return Loaded(run, where, notes)

@@ -230,6 +230,56 @@ KIND_OVERRIDES: dict = {
 }
 
 
+# loss-aggregation (loaders: slime_kinds.load_loss): loss_function (slime/backends/megatron_utils/loss.py:1283 at
+# 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
+LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.LOSS_ENTRIES
+
+
+def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
+    """The loss entries' pipeline at `pin`: per-sample lists (no padding), a response of one token at least,
+    float32 per-token losses, nothing non-finite under the mask."""
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        empty_rows=False,
+        nonfinite_poison=False,
+        why={
+            "left_padding": base.why["left_padding"],
+            "empty_rows": base.why["empty_rows"],
+            "dtypes": f"slime {pin}: the per-token losses (pg, KL, entropy) come from log-probs of logits asserted "
+            f"float32 (slime/backends/megatron_utils/loss.py:{fp32}, get_log_probs_and_entropy)",
+            "nonfinite_poison": f"slime {pin}: the per-token losses are computed at every response token from the "
+            f"actor's float32 log-probs (slime/backends/megatron_utils/loss.py:{fp32}) and old log-probs the actor "
+            "recomputes; masked tool tokens carry ordinary log-probs, nothing non-finite by construction",
+        },
+    )
+
+
+def _loss(mode: str) -> dict:
+    return dict(
+        kind="loss-aggregation",
+        # the documented modes (docs/en/get_started/usage.md:206 at 624b824a8): "mean(sum(sample_i) /
+        # len(sample_i))" per sample by default, "sum(sum(sample_i)) / sum(len(sample_i))" with
+        # --calculate-per-token-loss; the per-rollout mean over samples sharing Sample.rollout_id
+        # (slime/utils/types.py:99-106, slime/ray/rollout.py:688-700). Empty rows excluded: a removed sample
+        # "will not participate in loss calculation" (slime/utils/arguments.py:1434), so the canonical
+        # variant, and denominators that count it are reported.
+        variant={"mode": mode},
+        masked_zero=True,
+        masked_zero_why="(x_i * loss_mask_i).sum() (slime/backends/megatron_utils/cp_utils.py:76, :86 at 624b824a8; "
+        ":70, :78 at 166441911)",
+        documented_errors=(),
+        whitening=None,
+        domain=Domain(),
+        pipeline=_loss_pipeline(PIPELINE_HEAD, "624b824a8", "535"),
+        pipeline_by_pin={"166441911": _loss_pipeline(PIPELINE_166441911, "166441911", "134")},
+    )
+
+
+KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean")
+KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean")
+KIND_OVERRIDES["agg-rollout-mean"] = _loss("prompt-mean")  # groups = rollouts (Sample.rollout_id)
+
 SPEC = TargetSpec(
     id="slime",
     adapter="maskfuzz.targets.adapters.slime",
@@ -240,7 +290,7 @@ SPEC = TargetSpec(
         Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(

@@ -16,7 +16,10 @@ HEAD 624b824a8), so the runners are miles' (`targets.adapters.miles_kinds`):
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+
+import torch
 
 from maskfuzz.targets.adapters import miles_kinds as mk
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
@@ -29,6 +32,8 @@ REWARD_HOMES = (("slime/ray/rollout.py", "RolloutManager"),)
 def load(root: Path, entry: str) -> Loaded:
     from maskfuzz.targets.adapters.slime import install_mpu_state
 
+    if entry in LOSS_ENTRIES:
+        return load_loss(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -61,3 +66,127 @@ def load(root: Path, entry: str) -> Loaded:
     fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", MATH_HOMES)
     notes.append("token rewards enter as KL: compute_approx_kl(0, token_rewards, 'k1'), kl_coef = 1")
     return Loaded(mk.reinforce_runner(fn, kl_eager), where, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# loss-aggregation
+# ---------------------------------------------------------------------------------------------
+# entry -> calculate_per_token_loss; "agg-rollout-mean": the per-rollout mean of Sample.rollout_id (the case's
+# group ids), the sum_of_sample_mean reducer with the precomputed rollout_mask_sums denominators
+LOSS_ENTRIES = {**mk.LOSS_ENTRIES, "agg-rollout-mean": False}
+
+
+def train_data_converter(root: Path):
+    """`RolloutManager._convert_samples_to_train_data` (slime/ray/rollout.py:635 at 624b824a8) compiled from
+    the source text, a method with a stand-in self: args (rollout_top_p 1.0, the rest None), no custom
+    converter, and `_post_process_rewards` returning the rewards as they are (they reach no loss here)."""
+    from maskfuzz.targets.adapters import extract
+
+    rel = "slime/ray/rollout.py"
+    tree = extract.SourceTree(Path(root), ("slime",))
+    cls = extract.find_class(tree.file(Path(root, rel)).tree, "RolloutManager")
+    node = extract.find_method(cls, "_convert_samples_to_train_data") if cls is not None else None
+    if node is None:
+        raise NotPresent(f"{rel} has no RolloutManager._convert_samples_to_train_data")
+    fn = tree.function(Path(root, rel), node)
+    types_mod = import_from(root, "slime.utils.types")
+
+    def convert(case, rollout_ids) -> dict:
+        samples = []
+        for b in range(case.shape[0]):
+            real = case.attention[b].nonzero().flatten()
+            lo, hi = (int(real[0]), int(real[-1]) + 1) if real.numel() else (0, 0)
+            samples.append(
+                types_mod.Sample(
+                    tokens=[0] * (mk.PROMPT_LEN + hi - lo),
+                    response_length=hi - lo,
+                    loss_mask=[int(x) for x in case.trainable[b, lo:hi].tolist()],
+                    rollout_id=None if rollout_ids is None else int(rollout_ids[b]),
+                    reward=0.0,
+                    metadata=None,
+                )
+            )
+        rewards = [0.0] * len(samples)
+        this = mk.Namespace(
+            args=mk.RewardArgs(rollout_top_p=1.0),
+            custom_convert_samples_to_train_data_func=None,
+            _post_process_rewards=lambda s: (rewards, rewards),
+        )
+        return fn(this, samples)
+
+    return convert, f"{rel}:{node.lineno}::RolloutManager._convert_samples_to_train_data"
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """`slime/backends/megatron_utils/loss.py::loss_function` over one optimizer step, as slime's Megatron
+    trainer drives it (model.py:644 at 624b824a8 binds `partial(loss_function, args, batch,
+    num_microbatches, step_global_batch_size)`; model.py:413 at 166441911 without the last).
+
+    The loss is `--loss-type custom_loss` with `miles_kinds.reducer_loss`: the reducer loss_function
+    builds with `get_sum_of_sample_mean` (cp_utils.py:47 at 624b824a8, :53 at 166441911), applied to the
+    per-token losses. The step's normalisers, as the trainer computes them:
+
+    * 624b824a8: `rollout_mask_sums` from slime's own `_convert_samples_to_train_data` (rollout.py:646-655
+      give a sample without `rollout_id` a fresh id, :688-700 sum the loss masks per rollout), moved to
+      float32 as actor.py:264-268 does and sliced per micro-batch; `step_global_batch_size` = the step's
+      rollout count (dp_schedule.py:137-141: a step takes `global_batch_size` rollouts and reports that
+      constant; one rollout = one sample unless samples share a `rollout_id`, types.py:99-106).
+    * 166441911: `global_batch_size` = `args.global_batch_size`, the step's samples over all ranks
+      (data.py:290-292: each rank takes global_batch_size // dp_size samples a step).
+    * `num_microbatches` the rank's micro-batches (the same on every rank, dp_schedule.py:24-26), the
+      data-parallel size from `mpu.get_data_parallel_world_size(with_context_parallel=True)` = the case's
+      ranks, CP size 1; then Megatron's scaling (`miles_kinds.megatron_step`)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+    from maskfuzz.targets.adapters.slime import install_mpu_state
+
+    per_token = LOSS_ENTRIES[entry]
+    mpu = install_mpu_state()
+    dp = {"size": 1}
+    mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
+    fn, where = function_from(root, [("slime.backends.megatron_utils.loss", "loss_function")])
+    loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
+    if getattr(loss_mod, "mpu", mpu) is not mpu:
+        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
+    step_gbs = "step_global_batch_size" in inspect.signature(fn).parameters
+    if entry == "agg-rollout-mean" and not step_gbs:
+        raise NotPresent(
+            f"{where} has no per-rollout denominators at this pin (no step_global_batch_size / rollout_mask_sums): "
+            "the reducer divides each sample by its own loss-mask sum"
+        )
+    notes = [
+        "state: megatron.core.mpu answers CP size 1, CP rank 0, DP size = the case's ranks",
+        f"--loss-type custom_loss ({mk.CUSTOM_LOSS}): get_sum_of_sample_mean's reducer on the per-token losses, "
+        f"calculate_per_token_loss={per_token}",
+    ]
+    convert = None
+    if step_gbs:
+        convert, convert_where = train_data_converter(root)
+        notes.append(f"rollout_mask_sums and the rollout count from {convert_where} (compiled from the source text)")
+        notes.append(
+            "rollout_id = the case's group ids" if entry == "agg-rollout-mean" else "rollout_id None (one per sample)"
+        )
+    cache: dict = {}
+
+    def denominators(case) -> tuple[torch.Tensor, int]:
+        if cache.get("case") is not case:
+            ids = case.group.tolist() if entry == "agg-rollout-mean" and case.group is not None else None
+            data = convert(case, ids)
+            sums = torch.tensor(data["rollout_mask_sums"], dtype=torch.float32)  # actor.py:267-268
+            cache.update(case=case, sums=sums, rollouts=len(set(data["rollout_ids"])))
+        return cache["sums"], cache["rollouts"]
+
+    def call(x, batch, rows, num_microbatches, step):
+        dp["size"] = step.ranks
+        args = mk.loss_args(per_token, step.rows)
+        if not step_gbs:
+            return fn(args, batch, num_microbatches, x)
+        sums, rollouts = denominators(step.case)
+        batch["rollout_mask_sums"] = sums[rows.cpu()].to(x.device)
+        return fn(args, batch, num_microbatches, rollouts, x)
+
+    micro = mk.megatron_step(call, per_token)
+
+    def run(case, device: str):
+        return run_step(case, device, micro)
+
+    return Loaded(run, where, notes)
