@@ -79,6 +79,9 @@ def test_group_advantage_by_hand():
     assert _rows({"estimator": "opo"}) == [round(1 / 3, 6), round(-2 / 3, 6), 3.0, 0.0]
     # GPG: alpha = 3 counted rows / 2 with a non-zero score, times r - mean_g (the singleton's mean is 0)
     assert _rows({"estimator": "gpg", "std": None}) == [0.75, -0.75, 4.5, 0.0]
+    # Pass@k: only group 7's best row gets (r_max - r_second) / (std + eps); a singleton has no second ("zero")
+    assert _rows({"estimator": "passk", "singleton": "zero"}) == [round(1 / (s + 1e-6), 6), 0.0, 0.0, 0.0]
+    assert _rows({"estimator": "passk", "std": None, "singleton": "zero"}) == [1.0, 0.0, 0.0, 0.0]
     adv = group_advantage.reference(GROUPS)["advantages"]
     assert adv[0, 2] == 0 and adv[3].abs().sum() == 0 and adv[0, 0] == adv[0, 1]
     with pytest.raises(ValueError, match="unknown group-advantage option"):
@@ -209,6 +212,8 @@ VARIANTS = {
         {"std": None, "whiten_tokens": True},
         {"estimator": "opo"},
         {"estimator": "gpg", "std": None},
+        {"estimator": "passk", "singleton": "zero"},
+        {"estimator": "passk", "std": None, "singleton": "zero"},
     ],
     "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
     "loss-aggregation": [

@@ -547,3 +547,17 @@ def test_value_loss_by_hand_and_its_nan_gradient_under_the_mask(kinds_at_new):
     finite = case.replace(extra={**case.extra, "v": torch.tensor([[1.0, 3.0, 0.0, 7.0]], dtype=torch.float64)})
     v = verdicts(h.run, finite, h.declared)
     assert all(v[p].status == "pass" for p in ("clip-bound", "reference", "poison", "masked-zero")), v
+
+
+@pytest.mark.network
+def test_grpo_passk_by_hand_and_its_documented_singleton_error(kinds_at_new):
+    h = kinds_at_new("grpo-passk")
+    case = Case.build(trainable=[[1, 1], [1, 0], [1, 1]], score=[1.0, 0.0, 3.0], group=[0, 0, 0])
+    (adv,) = h.run(case)
+    # the best row (score 3) gets (3 - 1) / (unbiased std of {1, 0, 3} + 1e-6); the others 0
+    assert adv[2].tolist() == pytest.approx([2 / ((7 / 3) ** 0.5 + 1e-6)] * 2, rel=1e-5)
+    assert adv[:2].abs().sum().item() == 0
+    v = verdicts(h.run, case, h.declared)
+    assert v["reference"].status == "pass" and v["permutation"].status == "pass"
+    single = Case.build(trainable=[[1]], score=[1.0], group=[0])
+    assert verdicts(h.run, single, h.declared)["no-crash"].status == "pass"  # the documented ValueError

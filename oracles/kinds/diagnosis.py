@@ -39,7 +39,7 @@ NEIGHBOURS = {
         "std": ["unbiased", "biased", None],
         "eps_place": ["std", "var", "floor"],
         "singleton": ["raw", "zero"],
-        "estimator": ["grpo", "rloo", "opo", "gpg"],
+        "estimator": ["grpo", "rloo", "opo", "gpg", "passk"],
     },
     "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
     "kl": {"estimator": ["k1", "abs", "k2", "k3"]},

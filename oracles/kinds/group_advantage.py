@@ -29,6 +29,8 @@ For a group of n >= 2 counted rows (two-pass float64 statistics):
           length-weighted baseline, arXiv 2505.23585)
     gpg   A_i = alpha (r_i - mean_g),  alpha = (counted rows) / (counted rows with r != 0)   (GPG;
           alpha is a batch statistic)
+    passk the best row of the group (the first of equal maxima) gets (r_max - r_second) / (std_g + eps)
+          (std None: the raw difference), every other row 0 (Pass@k training, arXiv 2503.19595)
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch
 from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("advantages",)
-ESTIMATORS = ("grpo", "rloo", "opo", "gpg")
+ESTIMATORS = ("grpo", "rloo", "opo", "gpg", "passk")
 DEFAULTS = {
     "estimator": "grpo",
     "std": "unbiased",
@@ -131,6 +133,14 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
             for b, x in zip(rows, r):
                 out[b] = _gpg_alpha_loop(case, use) * (x - mean)
             continue
+        if v["estimator"] == "passk":
+            ranked = sorted(range(n), key=lambda i: -r[i])  # stable: the first of equal maxima
+            gap = r[ranked[0]] - r[ranked[1]]
+            if v["std"] is not None:
+                var = sum((x - mean) ** 2 for x in r) / (n - 1 if v["std"] == "unbiased" else n)
+                gap = gap / _denominator(math.sqrt(var), var, v)
+            out[rows[ranked[0]]] = gap
+            continue
         if v["std"] is None:
             for b, x in zip(rows, r):
                 out[b] = x - mean
@@ -196,6 +206,9 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
         alpha = use.sum() / ((case.score != 0).to(torch.float64) * use).sum().clamp(min=1)
         adv = alpha * (case.score - mean)
         single = alpha * case.score
+    elif v["estimator"] == "passk":
+        adv = _passk_vectorised(case, v, gid, use.bool(), ss, n_row)
+        single = case.score.clone()
     elif v["std"] is None:
         adv, single = case.score - mean, case.score.clone()
     elif v["std_level"] == "batch":
@@ -214,6 +227,31 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
         single = torch.zeros_like(single)
     adv = torch.where(n_row == 1, single, adv)
     return torch.where(use.bool(), adv, torch.zeros_like(adv))
+
+
+def _passk_vectorised(case: Case, v: dict, gid: torch.Tensor, use: torch.Tensor, ss, n_row) -> torch.Tensor:
+    """Pass@k by a stable descending sort of (group, score): the first row of each group is its best."""
+    b_rows = case.shape[0]
+    order = torch.arange(b_rows)
+    key = torch.where(use, case.score, torch.full_like(case.score, -math.inf))
+    by_score = order[torch.sort(-key, stable=True).indices]
+    by_group = by_score[torch.sort(gid[by_score], stable=True).indices]  # groups, best first within each
+    out = torch.zeros(b_rows, dtype=torch.float64)
+    g_sorted = gid[by_group]
+    first = torch.ones(b_rows, dtype=torch.bool)
+    first[1:] = g_sorted[1:] != g_sorted[:-1]
+    for pos in first.nonzero().flatten().tolist():
+        best = int(by_group[pos])
+        if not bool(use[best]) or pos + 1 >= b_rows or g_sorted[pos + 1] != g_sorted[pos] or not bool(
+            use[by_group[pos + 1]]
+        ):
+            continue  # fewer than two counted rows
+        gap = case.score[best] - case.score[by_group[pos + 1]]
+        if v["std"] is not None:
+            var = ss[best] / ((n_row[best] - 1) if v["std"] == "unbiased" else n_row[best])
+            gap = gap / _denominator(var.sqrt(), var, v)
+        out[best] = gap
+    return out
 
 
 def reference(case: Case, variant: dict | None = None, vectorised: bool = False) -> dict[str, torch.Tensor] | None:

@@ -440,6 +440,16 @@ KIND_OVERRIDES: dict[str, dict] = {
         {"estimator": "gpg", "std": None},
         "core_algos.py:828 (0.9.1) multiplies the broadcast advantage by response_mask",
     ),
+    # compute_grpo_passk_outcome_advantage: the group's best row gets (r_max - r_second) / (torch.std + epsilon)
+    # (core_algos.py:519-528 at 0.9.1), every other row 0; a group of one raises (:516-519), documented in the
+    # docstring ("Pass@k requires at least 2 samples per group")
+    "grpo-passk": {
+        **_group(
+            {"estimator": "passk", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "zero"},
+            "core_algos.py:529 (0.9.1) multiplies the broadcast advantage by response_mask",
+        ),
+        "documented_errors": (r"ValueError: Pass@k requires at least 2 samples per group",),
+    },
     # agg_loss (core_algos.py:1140-1206 at 0.9.1) over a step, with verl's global normalisers (verl_kinds.load_loss)
     "agg-token-mean": _loss({"mode": "token-mean"}),
     "agg-token-sum": _loss({"mode": "token-sum"}),

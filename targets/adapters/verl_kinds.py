@@ -41,6 +41,8 @@ GROUP = {
     "reinforce++-baseline": ("compute_reinforce_plus_plus_baseline_outcome_advantage", {}),
     "opo": ("compute_opo_outcome_advantage", {}),
     "gpg": ("compute_gpg_outcome_advantage", {}),
+    # the trainer passes its AlgoConfig; the function reads config.get("norm_adv_by_std_in_grpo", True) (:500)
+    "grpo-passk": ("compute_grpo_passk_outcome_advantage", {"config": {"norm_adv_by_std_in_grpo": True}}),
 }
 # entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
