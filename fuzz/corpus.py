@@ -47,7 +47,13 @@ VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); ve
 REACHES = ("pipeline", "api")
 SEVERITY_LEVELS = ("high", "medium", "low")
 LEDGER_NAME = "ledger.json"
-OUTPUTS = ("advantages", "returns", "", "kl", "out")  # GAE / returns, then the other kinds
+def _all_outputs() -> tuple[str, ...]:
+    from maskfuzz.oracles.kinds import ALL_KINDS, outputs
+
+    return tuple(dict.fromkeys(["advantages", "returns", "", *(o for k in ALL_KINDS for o in outputs(k))]))
+
+
+OUTPUTS = _all_outputs()  # every output name of every kind (GAE / returns first), "" for a crash
 STATUSES = ("fail", "pass", "n/a")
 
 _U64 = (1 << 64) - 1

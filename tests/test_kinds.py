@@ -118,6 +118,16 @@ def test_loss_aggregation_by_hand(variant, loss, weight):
         assert bool((ref["grad"][~LOSSES.trainable] == 0).all()) and bool((ref["grad"][3] == 0).all())
 
 
+def test_loss_aggregation_of_a_k3_term_by_hand():
+    """transform="k3": the aggregated value is expm1(l) - l, the gradient w expm1(l)."""
+    case = Case.build(trainable=[[1, 1, 0]], extra={"loss": [[0.5, -1.0, 9.0]]}, dtype="float64")
+    for vectorised in (False, True):
+        ref = loss_aggregation.reference(case, {"transform": "k3"}, vectorised=vectorised)
+        want = ((math.expm1(0.5) - 0.5) + (math.expm1(-1.0) + 1.0)) / 2
+        assert ref["loss"][0, 0].item() == pytest.approx(want)
+        assert ref["grad"][0].tolist() == pytest.approx([math.expm1(0.5) / 2, math.expm1(-1.0) / 2, 0.0])
+
+
 def test_loss_aggregation_empty_step_and_microbatches():
     empty = LOSSES.replace(trainable=torch.zeros(4, 3, dtype=torch.bool))
     for mode in ("token-mean", "seq-mean-token-mean", "prompt-mean"):
@@ -224,6 +234,7 @@ VARIANTS = {
         {"mode": "seq-mean-token-sum-norm", "constant": 16},
         {"mode": "prompt-mean"},
         {"mode": "seq-mean-token-mean", "empty_rows": "counted"},
+        {"transform": "k3"},
     ],
     "value-loss": [{}, {"half": False, "clip": 0.2}, {"mode": "seq-mean-token-mean"}],
     "normalization": [
@@ -416,3 +427,21 @@ def test_the_twin_property_compares_two_implementations_of_one_computation():
     assert diagnose(zoo.grpo_correct, case, paired, "twin").mechanism == "implementations-disagree"
     same = dataclasses.replace(base, twin=zoo.grpo_correct, twin_label="zoo:same")
     assert {v.property: v for v in judge(zoo.grpo_correct, case, same)}["twin"].status == "pass"
+
+
+@pytest.mark.parametrize("fn", [zoo.agg_per_microbatch_normaliser, zoo.value_min_not_max], ids=lambda f: f.__name__)
+def test_loss_kind_findings_round_trip_through_the_corpus(fn, tmp_path):
+    """A loss-aggregation / value-loss finding (outputs loss, grad; a split on ranks) is saved, read back
+    bit for bit, and fails again when replayed."""
+    from maskfuzz.fuzz import corpus
+
+    kind, variant, want = zoo.CATCHES[fn]
+    declared = Declared(kind=kind, variant=variant, masked_zero=True)
+    result = fuzz_target(fn, declared, target="zoo", pin="local", max_examples=200, sizes=Sizes(6, 16))
+    finding = next(f for f in result.findings if f.property == want[0])
+    path = corpus.record(finding, tmp_path).path
+    entry = corpus.load(path)
+    assert entry.case.split is None or torch.equal(entry.case.split, finding.case.split)
+    assert entry.case.ranks == finding.case.ranks and entry.verdict.output in ("loss", "grad")
+    verdict = next(v for v in judge(fn, entry.case, declared) if v.property == want[0])
+    assert verdict.failed, verdict

@@ -336,7 +336,9 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
     assert res.checked["reference"] > 0 and res.checked["poison"] > 0
 
 
-@pytest.mark.parametrize("name", [e for e in torchrl.SPEC.entries[2:] if not e.startswith("agg-")])
+@pytest.mark.parametrize(
+    "name", [e for e in torchrl.SPEC.entries[2:] if torchrl.SPEC.for_entry(e).kind != "loss-aggregation"]
+)
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = torchrl.SPEC.for_entry(name)
     assert spec.kind in ("group-advantage", "kl")
@@ -378,6 +380,21 @@ def test_agg_prompt_mean_is_a_row_mean_counting_empty_rows(entry):
     whole = AGG_STEP.replace(split=None)
     v = kind_verdicts(h, whole)  # one micro-batch: (2 + 2 + 0) / 3 against the canonical (2 + 2) / 2
     assert v["reference"].failed and v["pad-invariance"].failed
+
+
+@pytest.mark.network
+def test_kl_to_ref_averages_over_every_position(entry):
+    """GRPOLoss._kl_to_ref: k3 of the masked log-ratio, then .mean() over all B x T positions (grpo.py:920 at
+    0.14.1): padding and masked tokens dilute the term (the hand finding of the previous audit, now a property)."""
+    import math
+
+    h = entry("kl-to-ref")
+    case = Case.build(trainable=[[1, 0]], attention=[[1, 0]], extra={"loss": [[1.0, 0.0]]})
+    loss, grad = h.run(case)
+    assert loss[0, 0].item() == pytest.approx((math.expm1(1.0) - 1.0) / 2, rel=1e-6)  # over 2 positions
+    assert grad[0].tolist() == pytest.approx([math.expm1(1.0) / 2, 0.0], rel=1e-6)
+    v = kind_verdicts(h, case)
+    assert v["reference"].failed and v["poison"].status == "pass"
 
 
 @pytest.mark.network

@@ -299,7 +299,12 @@ def run_job(job: Job) -> dict:
         item = finding.to_dict()
         item["corpus_file"] = None
         if job.corpus:
-            item["corpus_file"] = _save(finding, Path(job.corpus))
+            try:
+                item["corpus_file"] = _save(finding, Path(job.corpus))
+            except Exception as exc:  # noqa: BLE001 - a finding that cannot be stored is still reported
+                item["corpus_error"] = f"{type(exc).__name__}: {exc}"
+                out["notes"].append(f"{finding.property}: not saved to the corpus: {item['corpus_error']}")
+                _say(f"[{job.label}] ERROR: the {finding.property} finding could not be saved: {item['corpus_error']}")
         out["findings"].append(item)
         _say(
             f"[{job.label}] FINDING {finding.property} ({finding.mechanism}, reach {finding.reach}, "

@@ -169,6 +169,12 @@ def _probe(run, case, declared: Declared, prop: str):
         return Diagnosis("unexplained", "no single-mechanism probe isolates it")
     out = call(run, case, k)
     base = k.module.options(declared.variant)
+    if declared.kind == "loss-aggregation" and prop == "reference":
+        every = _every_position(case)  # the normaliser counts padding and masked tokens as zeros
+        ref = k.module.reference(every, base)
+        bound = kind_bound(case.dtype, ref["loss"], condition_of(k, every, base, "loss"))
+        if not mismatches(out["loss"], ref["loss"], bound, case.trainable).any():
+            return Diagnosis("masked-statistics", "the loss equals the mode's over every position, masked ones as 0")
     space = NEIGHBOURS.get(declared.kind, {})
     for n_changes in (1, 2):
         for keys in itertools.combinations(space, n_changes):
@@ -204,3 +210,10 @@ def _without_tails(case):
     if bool((keep == case.attention).all()):
         return None
     return case.replace(attention=keep)
+
+
+def _every_position(case):
+    """`case` with every position trainable and the per-token losses that were masked set to 0."""
+    loss = torch.where(case.trainable, case.extra["loss"], torch.zeros_like(case.extra["loss"]))
+    full = torch.ones_like(case.trainable)
+    return case.replace(attention=full, trainable=full, extra={**case.extra, "loss": loss})

@@ -17,7 +17,9 @@ With m the mask, n_b = sum_t m[b, t] the row's token count, R the rows with n_b 
 
 An empty step (no trainable token) is L = 0. Outputs ([B, T] each, `OUTPUTS`): `loss`, the scalar
 broadcast to every position (so an empty step still shows it), and `grad` = dL/dl (0 at masked
-positions). Variants: `mode`, `constant`, `empty_rows` ("excluded" | "counted").
+positions). Variants: `mode`, `constant`, `empty_rows` ("excluded" | "counted"), `transform`:
+None, or "k3" where the aggregated per-token value is the k3 KL estimate of the log-ratio l,
+expm1(l) - l (a KL-to-reference loss term: torchrl's GRPOLoss._kl_to_ref), dL/dl = w expm1(l).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ MODES = (
     "seq-mean-token-sum-norm",
     "prompt-mean",
 )
-DEFAULTS = {"mode": "token-mean", "constant": None, "empty_rows": "excluded"}
+DEFAULTS = {"mode": "token-mean", "constant": None, "empty_rows": "excluded", "transform": None}
+TRANSFORMS = (None, "k3")
 
 
 def microbatches(case: Case) -> list[tuple[int, torch.Tensor]]:
@@ -60,6 +63,8 @@ def options(variant: dict | None) -> dict:
         raise ValueError(f"unknown aggregation mode {out['mode']!r}; known: {', '.join(MODES)}")
     if out["empty_rows"] not in ("excluded", "counted"):
         raise ValueError(f"empty_rows must be 'excluded' or 'counted', got {out['empty_rows']!r}")
+    if out["transform"] not in TRANSFORMS:
+        raise ValueError(f"unknown transform {out['transform']!r}; known: {TRANSFORMS}")
     if out["mode"] == "seq-mean-token-sum-norm" and not out["constant"]:
         raise ValueError("seq-mean-token-sum-norm needs its constant (e.g. the maximum response length)")
     return out
@@ -105,18 +110,25 @@ def reference(case: Case, variant: dict | None = None, vectorised: bool = False)
     v = options(variant)
     loss = case.extra["loss"]
     live = case.trainable
+    k3 = v["transform"] == "k3"
     if vectorised:
         w = _weights_vectorised(case, v)
         lm = torch.where(live, loss, torch.zeros_like(loss))
-        total = (lm * w).sum()
+        value = torch.expm1(lm) - lm if k3 else lm
+        total = (value * w).sum()
+        grad = w * torch.expm1(lm) if k3 else w
     else:
         wl = weights(case, v)
         w = torch.tensor(wl, dtype=torch.float64).reshape(case.shape)
+        grad = w.clone()
         total = 0.0
         for b, t in live.nonzero().tolist():
-            total += wl[b][t] * float(loss[b, t])
+            x = float(loss[b, t])
+            total += wl[b][t] * ((math.expm1(x) - x if x < 709.0 else math.inf) if k3 else x)
+            if k3:
+                grad[b, t] = wl[b][t] * (math.expm1(x) if x < 709.0 else math.inf)
         total = torch.tensor(total, dtype=torch.float64)
-    return {"loss": torch.full(case.shape, float(total), dtype=torch.float64), "grad": w}
+    return {"loss": torch.full(case.shape, float(total), dtype=torch.float64), "grad": grad}
 
 
 def _weights_vectorised(case: Case, v: dict) -> torch.Tensor:
@@ -147,13 +159,22 @@ def condition(case: Case, variant: dict | None = None) -> dict[str, torch.Tensor
     v = options(variant)
     w = _weights_vectorised(case, v)
     live = case.trainable
-    mag = float((torch.where(live, case.extra["loss"].abs(), torch.zeros_like(w)) * w).sum())
+    x = torch.where(live, case.extra["loss"], torch.zeros_like(w))
+    if v["transform"] == "k3":  # expm1(l) - l: each term rounds at |expm1(l)| + |l|, its slope is expm1(l)
+        mag = float(((torch.expm1(x).abs() + x.abs() + x.abs() * torch.exp(x)) * w).sum())
+        depth = math.log2(max(int(live.sum()), 1)) + 4.0
+        slope = (torch.exp(x) * (x.abs() + 1.0)) * w
+        return {"loss": torch.full(case.shape, (mag + 1e-30) * depth * 4.0, dtype=torch.float64), "grad": slope * 8.0}
+    mag = float((x.abs() * w).sum())
     depth = math.log2(max(int(live.sum()), 1)) + 4.0
     shape = case.shape
-    return {"loss": torch.full(shape, (mag + 1e-30) * depth * 4.0), "grad": w.abs() * 8.0 + 0.0}
+    return {"loss": torch.full(shape, (mag + 1e-30) * depth * 4.0, dtype=torch.float64), "grad": w.abs() * 8.0 + 0.0}
 
 
 def peak(case: Case, variant: dict | None = None) -> float:
     """The largest intermediate a correct implementation forms: the unnormalised sum of |l m|."""
     live = case.trainable
-    return float(torch.where(live, case.extra["loss"].abs(), torch.zeros(case.shape, dtype=torch.float64)).sum())
+    x = torch.where(live, case.extra["loss"], torch.zeros(case.shape, dtype=torch.float64))
+    if options(variant)["transform"] == "k3":
+        return float((torch.expm1(x).abs() + x.abs()).sum())
+    return float(x.abs().sum())

@@ -143,6 +143,12 @@ ENTRY_OVERRIDES = {
     "agg-prompt-mean": _agg_entry(
         "seq-mean-token-mean", "GRPOLoss(aggregation='prompt_mean')._aggregate_loss_value per micro-batch"
     ),
+    # GRPOLoss._kl_to_ref (grpo.py:868-922 at 0.14.1): the k3 KL of the masked log-ratio, then .mean() (:920);
+    # its aggregation is the same call's token mean (the KL term joins the token_mean loss keys, :738-763)
+    "kl-to-ref": {
+        **_agg_entry("token-mean", "GRPOLoss._kl_to_ref per micro-batch: expm1(d) - d of the masked log-ratio"),
+        "variant": {"mode": "token-mean", "transform": "k3"},
+    },
 }
 
 

@@ -188,10 +188,52 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::GRPOLoss._aggregate_loss_value", notes)
 
 
+def load_kl_to_ref(root: Path) -> Loaded:
+    """`GRPOLoss._kl_to_ref(tensordict, ref_log_prob=..., coeff=1.0, mask=...)`, the KL-to-reference loss term
+    (grpo.py:868-922 at 0.14.1): masked log-probs set to 0 by torch.where, diff = ref - cur,
+    `kl_penalty = (diff.expm1() - diff).mean()`. The case's per-token loss is the log-ratio: ref_log_prob = l,
+    cur_log_prob = 0 (through `_cur_log_prob`, differentiable in l), so the term is the k3 estimate of l
+    aggregated by the call (the `transform="k3"` reference); per micro-batch, / gradient_accumulation_steps as
+    the GRPO training loop divides every loss key (see `load_aggregation`)."""
+    from tensordict import TensorDict
+
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _GRPO)
+    cls = getattr(mod, "GRPOLoss", None)
+    if cls is None or not hasattr(cls, "_kl_to_ref"):
+        raise NotPresent(f"{_GRPO}.GRPOLoss._kl_to_ref is not present at this pin")
+    params = inspect.signature(cls._kl_to_ref).parameters
+    if not all(p in params for p in ("ref_log_prob", "coeff", "mask")):
+        raise NotPresent(f"{_GRPO}.GRPOLoss._kl_to_ref has parameters {list(params)} at this pin")
+    try:
+        loss_module = cls(actor_network=None, kl_to_ref_coeff=1.0)
+    except TypeError as exc:
+        raise NotPresent(f"{_GRPO}.GRPOLoss takes no kl_to_ref_coeff at this pin: {exc}") from None
+
+    def micro(rows, loss, mask, step):
+        cur = torch.zeros_like(loss) * loss  # 0, differentiable: diff = ref - cur carries the gradient of l
+        td = TensorDict({"_cur_log_prob": cur}, batch_size=[loss.shape[0]])
+        term, _ = loss_module._kl_to_ref(td, ref_log_prob=loss, coeff=1.0, mask=mask.bool())
+        return term / step.rank_micro_batches
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro)
+
+    notes = [
+        "GRPOLoss(actor_network=None, kl_to_ref_coeff=1.0)._kl_to_ref(td(_cur_log_prob=0), ref_log_prob=l, "
+        "coeff=1.0, mask) per micro-batch: the k3 estimate of the log-ratio l, then .mean() of the call",
+        "no global normaliser: each micro-batch term / gradient_accumulation_steps",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::GRPOLoss._kl_to_ref", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in AGGREGATION:
         return load_aggregation(root, entry)
+    if entry == "kl-to-ref":
+        return load_kl_to_ref(root)
     if entry in ("mc-advantage", "mc-advantage-sum"):
         return load_mc_advantage(root, None if entry == "mc-advantage" else "sum")
     if entry == "kl":
