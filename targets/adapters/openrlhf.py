@@ -302,6 +302,15 @@ ENTRY_OVERRIDES.update(
             "seq-mean-token-mean",
             "aggregate_loss(token_level_loss=False): mean over the step's non-empty rows of each row's token mean",
         ),
+        # ValueLoss(clip_eps=--critic.value_clip 0.5, cli/train_ppo_ray.py:409; ppo_critic.py:60): 0.5 *
+        # aggregate_loss(max((clip - R)^2, (v - R)^2), token level) (loss.py:262-298), the critic's own step normalisers
+        # (ppo_critic.py:99-104 iter_grad_accum_global_norm, as the actor)
+        "value-loss": {
+            **_agg_entry("token-mean", "ValueLoss(0.5) with the step's global normalisers, / gas"),
+            "kind": "value-loss",
+            "variant": {"clip": 0.5, "mode": "token-mean"},
+            "pipeline": None,  # the critic's inputs are not researched: every finding is reach: api
+        },
     }
 )
 

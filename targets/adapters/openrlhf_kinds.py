@@ -240,6 +240,40 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::aggregate_loss", notes)
 
 
+def load_value(root: Path) -> Loaded:
+    """`ValueLoss(clip_eps=0.5).forward(values, old_values, returns, action_mask, dp_size, batch_num_tokens,
+    global_batch_size)` (models/loss.py:262-298 at 0.11.2) over one optimizer step as `PPOCritic` runs it: the
+    same `iter_grad_accum_global_norm` window normalisers as the actor (trainer/ray/ppo_critic.py:99-104, passed
+    as `**loss_batch_info` at :152-158), DeepSpeed's 1 / gas on every micro-batch (`strategy.backward`, :168);
+    the gradient is taken with respect to the critic's values."""
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _LOSS)
+    cls = getattr(mod, "ValueLoss", None)
+    if cls is None or "dp_size" not in inspect.signature(cls.forward).parameters:
+        raise NotPresent(f"{_LOSS}.ValueLoss takes no global normalisers at this pin")
+    utils = import_from(root, _LOSS_UTILS)
+    step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
+    if step_norm is None:
+        raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
+    value_loss = cls(0.5)
+
+    def micro(rows, v, mask, step):
+        masks = [step.case.trainable[r] for _, r in microbatches(step.case)]
+        info = {k: x.to(v.device) if torch.is_tensor(x) else x for k, x in step_norm(masks, None, step.ranks,
+                                                                                      step.per_rank).items()}
+        old = step.case.extra["v_old"][rows].to(device=v.device, dtype=v.dtype)
+        ret = step.case.extra["ret"][rows].to(device=v.device, dtype=v.dtype)
+        return value_loss(v, old, ret, action_mask=mask.bool(), **info) / step.per_rank
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro, leaf_name="v")
+
+    notes = ["ValueLoss(clip_eps=0.5), token level, the step's _optimizer_step_loss_norm, / gas per micro-batch"]
+    return Loaded(run, f"{_rel(root, mod)}::ValueLoss", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
@@ -250,4 +284,6 @@ def load(root: Path, entry: str) -> Loaded:
         return load_masked_mean(root)
     if entry in AGGREGATE:
         return load_aggregate(root, entry)
+    if entry == "value-loss":
+        return load_value(root)
     raise ValueError(f"openrlhf_kinds has no entry {entry!r}")
