@@ -128,6 +128,18 @@ def test_loss_aggregation_of_a_k3_term_by_hand():
         assert ref["grad"][0].tolist() == pytest.approx([math.expm1(0.5) / 2, math.expm1(-1.0) / 2, 0.0])
 
 
+def test_loss_aggregation_scoped_to_micro_batches_by_hand():
+    """scope="micro-batch": micro-batch {0, 2} (rank 0) and {1} (rank 1), one each: token means 2 and 2 (rows 0
+    and 2: losses 1, 3, 4, 5, 6 over 5 tokens = 19/5; row 1: 2), each over 1 micro-batch, averaged over 2 ranks."""
+    split = LOSSES.replace(split=[0, 1, 0, 1], ranks=2)
+    for vectorised in (False, True):
+        ref = loss_aggregation.reference(split, {"scope": "micro-batch"}, vectorised=vectorised)
+        assert ref["loss"][0, 0].item() == pytest.approx((19 / 5 + 2.0) / 2)
+        assert ref["grad"][0, 0].item() == pytest.approx(1 / 10) and ref["grad"][1, 0].item() == pytest.approx(1 / 2)
+    whole = loss_aggregation.reference(LOSSES, {"scope": "micro-batch"})  # no split: the step itself
+    assert whole["loss"][0, 0].item() == pytest.approx(21 / 6)
+
+
 def test_loss_aggregation_empty_step_and_microbatches():
     empty = LOSSES.replace(trainable=torch.zeros(4, 3, dtype=torch.bool))
     for mode in ("token-mean", "seq-mean-token-mean", "prompt-mean"):
@@ -235,6 +247,8 @@ VARIANTS = {
         {"mode": "prompt-mean"},
         {"mode": "seq-mean-token-mean", "empty_rows": "counted"},
         {"transform": "k3"},
+        {"scope": "micro-batch"},
+        {"mode": "seq-mean-token-mean", "scope": "micro-batch"},
     ],
     "value-loss": [{}, {"half": False, "clip": 0.2}, {"mode": "seq-mean-token-mean"}],
     "normalization": [
@@ -297,6 +311,8 @@ def test_each_reference_passes_every_property_of_its_kind(kind, variant):
     )
     never = {"group-isolation"} if batch_level or batch_std else set()  # n/a: no group-level statistic
     never.add("twin")  # the reference alone has no second implementation
+    if variant.get("scope") == "micro-batch":
+        never.add("split-invariance")  # n/a: a documented per-micro-batch normaliser
     assert all(result.checked[p] > 0 for p in KINDS[kind].properties if p not in never), result.checked
 
 

@@ -479,8 +479,10 @@ def test_aggregation_blocks_by_hand_over_two_micro_batches(group_entry):
         v = kind_verdicts(h[name], TWO_MB)
         for prop in ("poison", "permutation", "masked-zero", "deterministic"):
             assert v[prop].status == "pass", (name, prop, v[prop])
-        want = "fail" if name == "agg-bnpo" else "pass"
-        assert v["split-invariance"].status == want and v["reference"].status == want, (name, v["reference"])
+        # bnpo declares its documented per-micro-batch normaliser (scope="micro-batch"): its reference is that,
+        # and split-invariance does not apply to it
+        want = "n/a" if name == "agg-bnpo" else "pass"
+        assert v["split-invariance"].status == want and v["reference"].status == "pass", (name, v["reference"])
 
 
 @pytest.mark.network
@@ -499,7 +501,8 @@ def test_grpo_counts_all_masked_rows_and_bnpo_normalises_per_micro_batch(group_e
                        [7.0, 1.0]]}, split=[0, 1, 0, 1])  # 3 and 2 tokens: bnpo's local token means differ
     for name in ("agg-grpo", "agg-dr_grpo", "agg-dapo"):
         assert kind_verdicts(group_entry(name, NEWEST), equal)["split-invariance"].status == "pass", name
-    assert kind_verdicts(group_entry("agg-bnpo", NEWEST), equal)["split-invariance"].failed
+    bnpo = kind_verdicts(group_entry("agg-bnpo", NEWEST), equal)
+    assert bnpo["split-invariance"].status == "n/a" and bnpo["reference"].status == "pass"
     # an all-masked step: the clamps give 0 in every mode
     empty = Case.build(trainable=[[0, 0]], extra={"loss": [[1.0, 2.0]]})
     for name in AGG:
@@ -542,7 +545,7 @@ def test_short_fuzz_of_the_aggregation_entries(group_entry, name, failing):
     res = fuzz_target(h.run, h.declared, target="trl", pin=NEWEST, max_examples=30, seed=0, sizes=Sizes(4, 6))
     found = {f.property for f in res.findings}
     assert found <= failing, found
-    assert res.checked["split-invariance"] > 0 and res.checked["reference"] > 0
+    assert res.checked["reference"] > 0 and (res.checked["split-invariance"] > 0 or name == "agg-bnpo")
 
 
 @pytest.mark.parametrize("name", AGG)

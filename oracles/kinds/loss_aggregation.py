@@ -17,7 +17,11 @@ With m the mask, n_b = sum_t m[b, t] the row's token count, R the rows with n_b 
 
 An empty step (no trainable token) is L = 0. Outputs ([B, T] each, `OUTPUTS`): `loss`, the scalar
 broadcast to every position (so an empty step still shows it), and `grad` = dL/dl (0 at masked
-positions). Variants: `mode`, `constant`, `empty_rows` ("excluded" | "counted"), `transform`:
+positions). Variants: `mode`, `constant`, `empty_rows` ("excluded" | "counted"), `scope`: "step"
+(the whole step, whatever its split) or "micro-batch" (a framework that documents normalising each
+micro-batch on its own: L = (1/ranks) sum_rank (1/m) sum_mb L_mode(mb), m the accumulation steps
+(the busiest rank's micro-batches, a trainer's configured value); split-invariance then does not
+apply), `transform`:
 None, or "k3" where the aggregated per-token value is the k3 KL estimate of the log-ratio l,
 expm1(l) - l (a KL-to-reference loss term: torchrl's GRPOLoss._kl_to_ref), dL/dl = w expm1(l).
 """
@@ -40,7 +44,7 @@ MODES = (
     "seq-mean-token-sum-norm",
     "prompt-mean",
 )
-DEFAULTS = {"mode": "token-mean", "constant": None, "empty_rows": "excluded", "transform": None}
+DEFAULTS = {"mode": "token-mean", "constant": None, "empty_rows": "excluded", "transform": None, "scope": "step"}
 TRANSFORMS = (None, "k3")
 
 
@@ -63,6 +67,8 @@ def options(variant: dict | None) -> dict:
         raise ValueError(f"unknown aggregation mode {out['mode']!r}; known: {', '.join(MODES)}")
     if out["empty_rows"] not in ("excluded", "counted"):
         raise ValueError(f"empty_rows must be 'excluded' or 'counted', got {out['empty_rows']!r}")
+    if out["scope"] not in ("step", "micro-batch"):
+        raise ValueError(f"scope must be 'step' or 'micro-batch', got {out['scope']!r}")
     if out["transform"] not in TRANSFORMS:
         raise ValueError(f"unknown transform {out['transform']!r}; known: {TRANSFORMS}")
     if out["mode"] == "seq-mean-token-sum-norm" and not out["constant"]:
@@ -70,9 +76,30 @@ def options(variant: dict | None) -> dict:
     return out
 
 
+def _per_microbatch(case: Case, v: dict, one) -> torch.Tensor:
+    """scope="micro-batch": each micro-batch's own weights (`one(sub-case, variant)`, a [b, T] tensor) over
+    its rank's micro-batch count and the ranks."""
+    w = torch.zeros(case.shape, dtype=torch.float64)
+    mbs = microbatches(case)
+    accumulation = max(sum(1 for k, _ in mbs if k == r) for r, _ in mbs)  # the configured steps: the busiest rank's
+    step_v = dict(v, scope="step")
+    for rank, rows in mbs:
+        sub = case.replace(
+            attention=case.attention[rows], trainable=case.trainable[rows], token_rewards=case.token_rewards[rows],
+            values=case.values[rows], score=case.score[rows],
+            group=None if case.group is None else case.group[rows],
+            extra={n: x[rows] for n, x in case.extra.items()}, split=None, ranks=1,
+        )  # fmt: skip
+        w[rows] = one(sub, step_v) / (accumulation * case.ranks)
+    return w
+
+
 def weights(case: Case, variant: dict | None = None) -> list[list[float]]:
     """dL/dl[b][t] by plain loops: the weight of each trainable token in the step's loss."""
     v = options(variant)
+    if v["scope"] == "micro-batch" and case.split is not None:
+        one = lambda sub, sv: torch.tensor(weights(sub, sv), dtype=torch.float64).reshape(sub.shape)  # noqa: E731
+        return _per_microbatch(case, v, one).tolist()
     mask = case.trainable.tolist()
     b_rows, t_len = case.shape
     counts = [sum(1 for x in row if x) for row in mask]
@@ -132,6 +159,8 @@ def reference(case: Case, variant: dict | None = None, vectorised: bool = False)
 
 
 def _weights_vectorised(case: Case, v: dict) -> torch.Tensor:
+    if v["scope"] == "micro-batch" and case.split is not None:
+        return _per_microbatch(case, v, _weights_vectorised)
     m = case.trainable.to(torch.float64)
     n_b = m.sum(dim=1, keepdim=True)
     rows = float(case.shape[0]) if v["empty_rows"] == "counted" else float((n_b > 0).sum())

@@ -328,10 +328,10 @@ ENTRY_OVERRIDES.update(
             "loss_type='grpo': per-micro-batch mean of row token means over all rows of the micro-batch, / GA",
         ),
         # bnpo: sum(l m) / sum(m).clamp(1) / GA (grpo_trainer.py:3158-3162); documented as the local (micro-)batch
-        # token count, grpo_config.py:249-252 ("results may slightly vary depending on the local batch size"); no
-        # variant expresses a per-micro-batch normaliser, so the split-invariance finding is that documented design
+        # token count, grpo_config.py:249-252 ("results may slightly vary depending on the local batch size"):
+        # scope="micro-batch", the declared design
         "agg-bnpo": _agg_override(
-            {"mode": "token-mean"},
+            {"mode": "token-mean", "scope": "micro-batch"},
             "loss_type='bnpo': per-micro-batch token mean / GA, documented as local (grpo_config.py:249-252)",
         ),
         # dr_grpo: sum(l m) / (per_token_loss.size(0) * max_completion_length) / GA (grpo_trainer.py:3163-3167):
