@@ -249,3 +249,32 @@ def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
     assert code == 0, text
     assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.9.1", d
     assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD
+
+
+@pytest.mark.network
+def test_a_loss_aggregation_entry_bisects_to_the_global_normaliser_release(tmp_path, capsys, monkeypatch):
+    """verl's agg_loss normalised each micro-batch on its own up to 0.6.x (dp_actor.py scales by the row
+    share) and takes the step's global normalisers from 0.7.0: a two-micro-batch step of unequal token
+    counts is split-dependent at 0.5.0 and 0.6.1 and invariant from 0.7.0 (measured over the seven
+    releases 0.5.0 .. 0.9.1: 5 evaluations)."""
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
+    from maskfuzz.oracles.case import Case
+
+    monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
+    step = Case.build(trainable=[[1, 1], [1, 0]], extra={"loss": [[1.0, 3.0], [5.0, 0.0]]}, split=[0, 1])
+    entry = corpus.Entry(
+        "verl", "0.5.0", "split-invariance", step, Verdict("split-invariance", "fail", "differs"),
+        entry_point="agg-token-mean",
+    )  # fmt: skip
+    case_file = corpus.save(entry, tmp_path / "corpus")
+    out = tmp_path / "bisect.json"
+    args = ["bisect", str(case_file), "--old", "0.5.0", "--new", "0.9.1", "--versions", "0.5.0,0.6.1,0.7.0,0.9.1"]
+    code = main([*args, "--json", str(out)])
+    text = capsys.readouterr().out
+    if code == 2 and "index" in text:
+        pytest.skip(f"the package index is not reachable: {text[-200:]}")
+    d = json.loads(out.read_text())
+    assert code == 0, text
+    assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.7.0", d
+    assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD
