@@ -163,6 +163,24 @@ class Case:
         changes.setdefault("meta", {})
         return replace(self, **changes)
 
+    def rows(self, idx: torch.Tensor | Sequence[int]) -> "Case":
+        """The case of rows `idx` (in that order), every per-row field taken along; a split whose
+        micro-batches no longer cover its ranks falls back to one rank."""
+        idx = torch.as_tensor(idx, dtype=torch.int64)
+        split = None if self.split is None else self.split[idx]
+        ranks = self.ranks if split is not None and len(set(split.tolist())) >= self.ranks else 1
+        return self.replace(
+            attention=self.attention[idx],
+            trainable=self.trainable[idx],
+            token_rewards=self.token_rewards[idx],
+            values=self.values[idx],
+            score=self.score[idx],
+            group=None if self.group is None else self.group[idx],
+            extra={n: x[idx] for n, x in self.extra.items()},
+            split=split,
+            ranks=ranks,
+        )
+
     def inputs(self, device: str | torch.device = "cpu") -> dict:
         """The canonical keyword inputs a target receives, in the case's dtype on `device`.
 

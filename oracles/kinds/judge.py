@@ -266,24 +266,11 @@ def _pad(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
     )
 
 
-def _rows(case: Case, idx: torch.Tensor) -> Case:
-    return case.replace(
-        attention=case.attention[idx],
-        trainable=case.trainable[idx],
-        token_rewards=case.token_rewards[idx],
-        values=case.values[idx],
-        score=case.score[idx],
-        group=None if case.group is None else case.group[idx],
-        extra={n: x[idx] for n, x in case.extra.items()},
-        split=None if case.split is None else case.split[idx],
-    )
-
-
 def _permutation(run, k, v, case: Case, out: Outputs) -> Verdict:
     if case.shape[0] < 2:
         return _na("permutation", "one row")
     perm = torch.arange(case.shape[0] - 1, -1, -1)
-    got = _twin(run, _rows(case, perm), k)
+    got = _twin(run, case.rows(perm), k)
     back = {n: x[perm] for n, x in got.items()}  # perm is its own inverse
     return _twin_compare(
         "permutation", k, v, case, out, back, case.trainable, "reversing the rows changed a row's output"
@@ -300,7 +287,7 @@ def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
     if len(keys) < 2:
         return _na("group-isolation", "one group")
     rows = (case.group == case.group[0]).nonzero().flatten()
-    alone = _rows(case, rows)
+    alone = case.rows(rows)
     if k.module.reference(alone, v) is None:
         return _na("group-isolation", "the group alone has an undefined statistic")
     got = _twin(run, alone, k)

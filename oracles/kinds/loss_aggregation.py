@@ -83,14 +83,8 @@ def _per_microbatch(case: Case, v: dict, one) -> torch.Tensor:
     mbs = microbatches(case)
     accumulation = max(sum(1 for k, _ in mbs if k == r) for r, _ in mbs)  # the configured steps: the busiest rank's
     step_v = dict(v, scope="step")
-    for rank, rows in mbs:
-        sub = case.replace(
-            attention=case.attention[rows], trainable=case.trainable[rows], token_rewards=case.token_rewards[rows],
-            values=case.values[rows], score=case.score[rows],
-            group=None if case.group is None else case.group[rows],
-            extra={n: x[rows] for n, x in case.extra.items()}, split=None, ranks=1,
-        )  # fmt: skip
-        w[rows] = one(sub, step_v) / (accumulation * case.ranks)
+    for _, rows in mbs:
+        w[rows] = one(case.rows(rows).replace(split=None, ranks=1), step_v) / (accumulation * case.ranks)
     return w
 
 

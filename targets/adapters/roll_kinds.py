@@ -76,18 +76,6 @@ def contiguous_groups(group: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.tensor(order, dtype=torch.int64), next(iter(sizes.values()))
 
 
-def _rows(case: Case, idx: torch.Tensor) -> Case:
-    return case.replace(
-        attention=case.attention[idx],
-        trainable=case.trainable[idx],
-        token_rewards=case.token_rewards[idx],
-        values=case.values[idx],
-        score=case.score[idx],
-        group=None if case.group is None else case.group[idx],
-        extra={n: x[idx] for n, x in case.extra.items()},
-    )
-
-
 def _modules(root: Path):
     os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
     functionals = import_from(root, _FN)
@@ -127,7 +115,7 @@ def load_grpo(root: Path) -> Loaded:
     def run(case: Case, device: str):
         group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
         order, n = contiguous_groups(group)
-        sub = _rows(case, order)
+        sub = case.rows(order)
         data = _data_proto(sub, device, protocol.DataProto, "default")
         cfg = _config("grpo", n)
         data, _ = post(data, cfg, {})
