@@ -226,7 +226,8 @@ def _kind_verdicts(handle, case: Case) -> dict:
 
 def test_kind_entries_are_declared():
     spec = nemo_rl.SPEC
-    assert spec.entries == ("default", "grpo", "rloo", "agg-token-level", "agg-sequence-level")
+    assert spec.entries == ("default", "grpo", "rloo", "agg-token-level", "agg-sequence-level", "value-loss")
+    assert spec.declared("value-loss").variant == {"clip": 0.2, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-level").variant == {"mode": "token-mean"}
     assert spec.declared("agg-sequence-level").variant == {"mode": "seq-mean-token-mean"}
     assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("rloo").variant["estimator"] == "rloo"
@@ -307,3 +308,42 @@ def test_agg_short_fuzz(entry):
         failed = {p for p, n in res.failed.items() if n}
         assert failed == AGG_FUZZ[entry], failed
         assert res.checked["split-invariance"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Value loss: MseValueLossFn.__call__ compiled from the pin, cliprange 0.2, scale 1, with the value worker's
+# global_valid_toks and `loss * dp_size` (nemo_rl_kinds.load_value). Micro-batches {0}, {1}, both over 2 tokens.
+# row 0: v 1.1, v_old 1, R 0: inside the clip range, l = 0.5 * 1.21, dl/dv = 1.1;
+# row 1: v 2, v_old 1, R 3: clipped to 1.2, (1.2 - 3)^2 = 3.24 > (2 - 3)^2 = 1, l = 1.62, dl/dv = 0; 50 under the mask
+# ---------------------------------------------------------------------------------------------
+VALUE_STEP = Case.build(
+    trainable=[[1, 0], [1, 0]],
+    extra={"v": [[1.1, 50.0], [2.0, 50.0]], "v_old": [[1.0, 0.0], [1.0, 0.0]], "ret": [[0.0, 9.0], [3.0, 9.0]]},
+    split=[0, 1],
+)
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_hand_computed_global_token_mean():
+    with _kind_handle("value-loss") as h:
+        assert h.info["where"] == "nemo_rl/algorithms/loss/loss_functions.py::MseValueLossFn.__call__"
+        loss, grad = h.run(VALUE_STEP)
+        assert loss[0, 0].item() == pytest.approx((0.605 + 1.62) / 2, rel=1e-5)
+        assert grad.flatten().tolist() == pytest.approx([0.55, 0.0, 0.0, 0.0], rel=1e-5)
+        assert {p for p, v in _kind_verdicts(h, VALUE_STEP).items() if v.failed} == set()
+        res = fuzz_target(h.run, h.declared, target="nemo-rl:value-loss", pin="7ea279abfbeb", max_examples=40,
+                          seed=0, derandomize=True, shrink=False)
+        failed = {p for p, n in res.failed.items() if n}
+        # sum(loss * mask) keeps NaN under the mask: the loss (poison-nonfinite) and its gradient (masked-zero)
+        assert failed == {"poison-nonfinite", "masked-zero"}, failed
+        assert res.checked["split-invariance"] > 0
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_not_present_before_ppo():
+    repos = parse_repos(None)
+    if "nemo-rl" not in repos:
+        pytest.skip("git-only: set MASKFUZZ_REPOS=nemo-rl=/path/to/NeMo-RL-clone-or-mirror")
+    with pytest.raises(Skip, match="MseValueLossFn is not present"):
+        with open_target(f"nemo-rl:value-loss@{BEFORE_PIN}", repos=repos):
+            pass

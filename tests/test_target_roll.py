@@ -287,9 +287,10 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "kl-k3": "kl", "whiten": "normalization", "agentic-reinforce": "returns",
         "agg-token-mean": "loss-aggregation", "agg-seq-mean-token-sum": "loss-aggregation",
         "agg-seq-mean-token-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
+        "value-loss": "value-loss",
     }
     for entry in kinds:
-        if entry.startswith("agg-"):  # loss aggregation: no pipeline domain researched (reach api)
+        if entry.startswith("agg-") or entry == "value-loss":  # losses: no pipeline domain researched (reach api)
             assert spec.for_entry(entry).pipeline is None
             continue
         for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
@@ -523,3 +524,50 @@ def test_agg_short_fuzz(kinds_open, entry):
     failed = {p for p, n in res.failed.items() if n}
     assert failed == ROLL_AGG_FUZZ[entry], failed
     assert res.checked["split-invariance"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Value loss: CriticWorker.loss_func (roll/pipeline/base_worker.py:652-688 at 8eb27cc2dc34) compiled from the pin,
+# value_clip 0.5, 0.5 * masked_mean(max(surr1, surr2), response_mask, dim=-1).mean() per micro-batch, each
+# micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps (roll_kinds.load_value).
+# row 0: v 1.25, v_old 1, R 0: inside the clip range, l = 0.5 * 1.5625, dl/dv = 1.25;
+# row 1: v 2, v_old 1, R 3: clipped to 1.5, (1.5 - 3)^2 = 2.25 > (2 - 3)^2 = 1, l = 1.125, dl/dv = 0; 50 under the mask
+# ---------------------------------------------------------------------------------------------
+VALUE_STEP = Case.build(
+    trainable=[[1, 0], [1, 0]],
+    extra={"v": [[1.25, 50.0], [2.0, 50.0]], "v_old": [[1.0, 0.0], [1.0, 0.0]], "ret": [[0.0, 9.0], [3.0, 9.0]]},
+)
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_hand_computed(kinds_open):
+    h = kinds_open("value-loss")
+    assert h.info["where"] == "roll/pipeline/base_worker.py::CriticWorker.loss_func"
+    assert roll.SPEC.for_entry("value-loss").variant == {"clip": 0.5, "half": True, "mode": "seq-mean-token-mean"}
+    loss, grad = h.run(VALUE_STEP)
+    assert loss[0, 0].item() == pytest.approx((0.78125 + 1.125) / 2)
+    assert grad.flatten().tolist() == pytest.approx([0.625, 0.0, 0.0, 0.0])
+    assert kind_failed(h, VALUE_STEP) == {"pad-invariance"}  # the property's added all-masked row counts
+    # two micro-batches: each is its own row mean, and loss_scale makes the step their sum (not their mean)
+    split = VALUE_STEP.replace(split=torch.tensor([0, 1]))
+    assert h.run(split)[0][0, 0].item() == pytest.approx(0.78125 + 1.125)
+    assert "split-invariance" in kind_failed(h, split)
+    # an all-masked row counts in the row mean: masked_mean(dim=-1) gives it 0, `.mean()` divides by 3 rows
+    empty = Case.build(trainable=[[1, 0], [1, 0], [0, 0]], extra={k: v + [[7.0, 7.0]] for k, v in {
+        "v": [[1.25, 50.0], [2.0, 50.0]], "v_old": [[1.0, 0.0], [1.0, 0.0]], "ret": [[0.0, 9.0], [3.0, 9.0]]}.items()})
+    assert h.run(empty)[0][0, 0].item() == pytest.approx((0.78125 + 1.125) / 3)
+    assert "reference" in kind_failed(h, empty)
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_short_fuzz(kinds_open):
+    h = kinds_open("value-loss")
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target="roll:value-loss", pin=h.pin, max_examples=40, seed=0,
+                      derandomize=True, shrink=False)
+    print(f"\n[roll:value-loss] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    failed = {p for p, n in res.failed.items() if n}
+    # per-micro-batch row means summed (split-invariance), empty rows counted (reference, pad-invariance),
+    # NaN * 0 in masked_mean (poison-nonfinite, and a NaN gradient under the mask: masked-zero)
+    must = {"reference", "pad-invariance", "poison-nonfinite"}
+    assert must <= failed <= must | {"masked-zero", "split-invariance"}, failed

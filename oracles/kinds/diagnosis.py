@@ -48,6 +48,7 @@ NEIGHBOURS = {
         "mode": ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "prompt-mean"],
     },
 }
+NEIGHBOURS["value-loss"] = {**NEIGHBOURS["loss-aggregation"], "half": [True, False]}
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):

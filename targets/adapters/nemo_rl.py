@@ -171,6 +171,16 @@ def _loss(variant: dict) -> dict:
 # 409): not documented, so the variant stays canonical (empty rows excluded) and the judge reports it.
 _KIND_OVERRIDES["agg-token-level"] = _loss({"mode": "token-mean"})
 _KIND_OVERRIDES["agg-sequence-level"] = _loss({"mode": "seq-mean-token-mean"})
+# MseValueLossFn (7ea: nemo_rl/algorithms/loss/loss_functions.py:1218-1341; 857b: :1091-1213; absent at f6e9): 0.5 *
+# scale * masked_mean(max((v - R)^2, (clamp(v, v_old - c, v_old + c) - R)^2), token_mask * sample_mask,
+# global_normalization_factor=global_valid_toks) (:1254-1271), the value worker's global normalisers
+# (nemo_rl_kinds.load_value). cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88; the class default None turns
+# clipping off), half: the literal 0.5; token-mean over the step.
+_KIND_OVERRIDES["value-loss"] = dict(
+    _loss({"clip": 0.2, "half": True, "mode": "token-mean"}),
+    kind="value-loss",
+    masked_zero=True,  # masked_mean multiplies the per-token loss by the mask (utils.py:219-224 at 7ea)
+)
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 
 

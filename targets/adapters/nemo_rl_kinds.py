@@ -12,6 +12,10 @@ The config is a namespace with the two attributes `__init__` reads.
 (`mask = token_mask * sample_mask.unsqueeze(-1)` and the `if self.loss_type == LossType.TOKEN_LEVEL:` block that
 assigns `actor_loss` through `masked_mean(..., global_normalization_factor=...)`), driven over one optimizer step
 by `load_loss`.
+
+`value-loss`: `MseValueLossFn.__call__` (nemo_rl/algorithms/loss/loss_functions.py), the method compiled from the
+pin as a plain function (its `self` a namespace of the three attributes `__init__` sets), driven over one
+optimizer step by `load_value`.
 """
 
 from __future__ import annotations
@@ -118,7 +122,75 @@ def load_loss(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__ (actor_loss aggregation)", notes)
 
 
+_VALUE_CLASS = "MseValueLossFn"
+# examples/configs/ppo_math_1B.yaml:86-88 (7ea; ppo_math_1B_megatron.yaml:72-74 at 857b): cliprange 0.2; the class
+# default is None (no clipping, MseValueLossConfig); scale is left at the class default 1.0 (the recipes' value;
+# the base config's 0.4 only multiplies the loss)
+VALUE_CLIPRANGE = 0.2
+
+
+def load_value(root: Path, entry: str) -> Loaded:
+    """`MseValueLossFn.__call__(values, data, global_valid_seqs, global_valid_toks)` over one optimizer step, as
+    NeMo-RL's value workers drive it, the gradient taken with respect to its `values` (lines at 7ea279abfbeb; the
+    class is at loss_functions.py:1218-1341 there, :1091-1213 at 857b11522612, absent at f6e91870a807).
+
+    Normalisers: the value worker's train loop calls `process_global_batch` once per global batch, before the
+    micro-batch loop (nemo_rl/models/value/workers/dtensor_value_worker_v2.py:344-353; megatron_value_worker.py
+    :480-489, 857b :527-536): `global_valid_toks = sum(token_mask[:, 1:] * sample_mask)`, `global_valid_seqs =
+    sum(sample_mask)`, all-reduced over data-parallel ranks, no clamp (nemo_rl/models/automodel/data.py:408-420);
+    every micro-batch gets both (dtensor_value_worker_v2.py:368-379 -> automodel/train.py:513-514). The loss
+    reads `data["token_mask"]` unshifted over the full flat sequence (ppo.py:1502-1503, "token_mask":
+    flat_messages["token_loss_mask"], "sample_mask": loss_multiplier), while the normaliser skips column 0: the
+    case's columns are sequence tokens 1..T behind one masked prompt token (a flat sequence starts with the
+    prompt), so the normaliser is the case's trained tokens. sample_mask is 1.0 (float32) for every row.
+    Scaling (the DTensor worker): `loss = result * dp_size * cp_size; loss.backward()` per micro-batch
+    (automodel/train.py:545-548), cp_size 1; FSDP averages over ranks. The Megatron worker instead multiplies by
+    num_microbatches to undo Megatron-core's averaging (nemo_rl/models/megatron/train.py:584-594): the same sum
+    over micro-batches; its data-parallel reduction was not re-read here.
+    Config: scale 1.0 (MseValueLossConfig default), cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("nemo_rl",))
+    path = tree.module_file(_LOSS_MODULE)
+    cls = None if path is None else find_class(tree.file(path).tree, _VALUE_CLASS)
+    if cls is None:
+        raise NotPresent(f"{_LOSS_MODULE}.{_VALUE_CLASS} is not present at this pin (the PPO value model arrived "
+                         "with 857b11522612, 'PPO with MCore')")
+    call = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__call__"), None)
+    if call is None:
+        raise NotPresent(f"{_VALUE_CLASS} has no __call__ at this pin")
+    fn = tree.function(path, call)
+    this = SimpleNamespace(scale=1.0, cliprange=VALUE_CLIPRANGE, loss_type=None)
+
+    def micro(rows, v, mask, step):
+        dev, dt = v.device, v.dtype
+        old = step.case.extra["v_old"][rows].to(device=dev, dtype=dt)
+        ret = step.case.extra["ret"][rows].to(device=dev, dtype=dt)
+        pad = torch.zeros(v.shape[0], 1, dtype=dt, device=dev)  # sequence token 0: a prompt token, never trained
+        token_mask = torch.cat([pad.to(torch.int64), mask.to(torch.int64)], dim=1)
+        sample_mask = torch.ones(v.shape[0], dtype=torch.float32, device=dev)  # loss_multiplier, float32
+        # data.py:412-420: sum(sample_mask), sum(token_mask[:, 1:] * sample_mask) all-reduced = the step's rows, tokens
+        to_reduce = torch.tensor([float(step.rows), float(step.tokens)], device=dev)
+        data = {"token_mask": token_mask, "sample_mask": sample_mask, "returns": torch.cat([pad, ret], dim=1),
+                "values": torch.cat([pad, old], dim=1)}
+        loss, _ = fn(this, torch.cat([pad, v], dim=1), data, to_reduce[0], to_reduce[1])
+        return loss * step.ranks  # automodel/train.py:547, cp_size 1
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro, leaf_name="v")
+
+    rel = tree.rel(path)
+    notes = [
+        f"{rel}:{call.lineno}-{call.end_lineno} compiled from the pin; scale 1.0, cliprange {VALUE_CLIPRANGE}",
+        "global_valid_toks = the step's trained tokens (columns behind one masked prompt token), sample_mask ones",
+        "micro-batch loss * dp_size, ranks averaged (FSDP) = summed",
+    ]
+    return Loaded(run, f"{rel}::{_VALUE_CLASS}.__call__", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry == "value-loss":
+        return load_value(root, entry)
     if entry in LOSS:
         return load_loss(root, entry)
     if entry not in CONFIGS:

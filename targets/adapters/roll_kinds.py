@@ -24,6 +24,9 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
   `whiten_advantages` / `whiten_rewards` (float32 mask).
 * `agg-*` (loss-aggregation): `agg_loss(loss_mat, loss_mask, loss_agg_mode, batch_num_tokens,
   global_valid_samples)` over one optimizer step with the strategy's global normalisers (`load_loss`).
+* `value-loss` (value-loss): `CriticWorker.loss_func` (roll/pipeline/base_worker.py), the critic's inline clipped
+  value loss, compiled from the pin's source text (`targets.adapters.extract.SourceTree`; base_worker.py imports
+  ray and the whole worker stack) with its `forward_func_values`, over one optimizer step (`load_value`).
 * `agentic-reinforce` (returns): `agentic_compute_advantage(adv_estimator="agentic_reinforce")`, which calls
   `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
   rewards placed as in the GAE `agentic` entry.
@@ -35,6 +38,7 @@ import inspect
 import os
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -50,7 +54,10 @@ LOSS_ENTRIES = {
     "agg-seq-mean-token-mean": "seq-mean-token-mean",
     "agg-seq-mean-token-sum-norm": "seq-mean-token-sum-norm",
 }
-KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce", *LOSS_ENTRIES)
+KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce", *LOSS_ENTRIES, "value-loss")
+# value_clip: None in PPOConfig (roll/configs/base_config.py:524-526 at 8eb27cc2dc34), 0.5 in the shipped PPO
+# configs (examples/docs_examples/example_ppo.yaml and 50 other examples/*.yaml; two set `~`)
+VALUE_CLIP = 0.5
 _FN = "roll.utils.functionals"
 _AGENTIC = "roll.pipeline.agentic.utils"
 
@@ -296,7 +303,66 @@ def load_loss(root: Path, entry: str) -> Loaded:
     return Loaded(run, where, notes)
 
 
+def load_value(root: Path) -> Loaded:
+    """`CriticWorker.loss_func(data, output_tensor)` (roll/pipeline/base_worker.py:652-688 at 8eb27cc2dc34,
+    :637-673 at c09bc8bc9f43 and 090ac94658ad) over one optimizer step, the gradient taken with respect to the
+    critic's values. The method is compiled from the source text with `forward_func_values` (:690-693:
+    `output_tensor[:, :-1].squeeze(dim=-1)`), `self` a namespace holding `pipeline_config.value_clip` and that
+    method; `data.batch` holds `response_mask` [B, T+1] (int64, `cat(0, mask)`, read as `[:, 1:]`), `values` (the
+    old values) and `returns`; `output_tensor` is the values behind nothing and before one extra column, [B, T+1, 1].
+
+    The loss is `0.5 * masked_mean(max(surr1, surr2), response_mask, dim=-1).mean()` (8eb: :664-678): the micro-
+    batch's own mean over its rows of each row's token mean; it takes none of the global normalisers
+    `train_step` computes (megatron_strategy.py:1268-1269, fsdp2_strategy.py:1584-1587 at 8eb).
+    Scaling: as for the actor (roll_kinds.load_loss): megatron multiplies every micro-batch loss by
+    `loss_scale = num_microbatches * dp_size` (megatron_strategy.py:1295, :655-657, apply_loss_scale default True,
+    worker_config.py:230-238) and Megatron-core divides by num_microbatches; FSDP2 `loss *= mini_steps * dp_size;
+    loss / gradient_accumulation_steps` (fsdp2_strategy.py:1588, :1647-1650); DeepSpeed (c09: deepspeed_strategy.py
+    :446, :488-491) the same through `model.backward`. Net: each micro-batch loss times dp_size, ranks averaged,
+    i.e. the sum of the micro-batch losses. value_clip 0.5 (the shipped PPO configs)."""
+    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("roll",))
+    path = tree.module_file("roll.pipeline.base_worker")
+    cls = None if path is None else find_class(tree.file(path).tree, "CriticWorker")
+    if cls is None:
+        raise NotPresent("roll.pipeline.base_worker.CriticWorker is not present at this pin")
+    nodes = {name: find_method(cls, name) for name in ("loss_func", "forward_func_values")}
+    if any(n is None for n in nodes.values()):
+        raise NotPresent(f"CriticWorker lacks {[k for k, n in nodes.items() if n is None]} at this pin")
+    loss_func, forward = (tree.function(path, nodes[k]) for k in ("loss_func", "forward_func_values"))
+    this = SimpleNamespace(pipeline_config=SimpleNamespace(value_clip=VALUE_CLIP))
+    this.forward_func_values = lambda data, output_tensor: forward(this, data=data, output_tensor=output_tensor)
+
+    def micro(rows, v, mask, step):
+        dev, dt = v.device, v.dtype
+        old = step.case.extra["v_old"][rows].to(device=dev, dtype=dt)
+        ret = step.case.extra["ret"][rows].to(device=dev, dtype=dt)
+        col = torch.zeros(v.shape[0], 1, dtype=dt, device=dev)
+        response_mask = torch.cat([col.to(torch.int64), mask.to(torch.int64)], dim=1)
+        data = SimpleNamespace(batch={"response_mask": response_mask, "values": old, "returns": ret})
+        loss, _ = loss_func(this, data, torch.cat([v, col], dim=1).unsqueeze(-1))
+        k = step.rank_micro_batches
+        return loss * (k * step.ranks) / k  # loss_scale, then / gradient_accumulation_steps; DDP averages ranks
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro, leaf_name="v")
+
+    rel = tree.rel(path)
+    lf, fv = nodes["loss_func"], nodes["forward_func_values"]
+    notes = [
+        f"{rel}:{lf.lineno}-{lf.end_lineno} (loss_func) and :{fv.lineno}-{fv.end_lineno} (forward_func_values) "
+        f"compiled from the pin; value_clip={VALUE_CLIP}",
+        "no global normaliser: each micro-batch's own row mean; micro-batch loss * (mini_steps * dp_size) / "
+        "gradient_accumulation_steps, ranks averaged",
+    ]
+    return Loaded(run, f"{rel}::CriticWorker.loss_func", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
+    if entry == "value-loss":
+        return load_value(root)
     if entry in LOSS_ENTRIES:
         return load_loss(root, entry)
     if entry == "grpo":
