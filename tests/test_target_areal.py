@@ -205,10 +205,11 @@ def kind_fuzz(handle, entry: str) -> set:
 
 def test_kind_entries_are_declared():
     spec = areal.SPEC
-    assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean")
+    assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean", "value-loss")
     assert [spec.kind_of(e) for e in spec.entries[1:]] == [
-        "group-advantage", "normalization", "kl", "kl", "kl", "loss-aggregation",
+        "group-advantage", "normalization", "kl", "kl", "kl", "loss-aggregation", "value-loss",
     ]
+    assert spec.declared("value-loss").variant == {"clip": 0.5, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-mean").variant == {"mode": "token-mean"}
     assert spec.declared("grpo").variant["singleton"] == "zero" and spec.declared("grpo").variant["eps"] == 1e-5
     assert spec.for_entry("adv-norm").pipeline.cited() == []
@@ -337,3 +338,44 @@ def test_agg_token_mean_at_git_pins(rev):
         pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
     with open_target(f"areal:agg-token-mean@{rev}", repos=repos) as h:
         _agg_by_hand(h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Critic loss (areal_kinds.load_value): ppo_critic_loss_fn's micro-batch token mean, engine weights.
+# ---------------------------------------------------------------------------------------------
+# row 0: v - v_old = 0.1 inside the clip range 0.5: 0.5 (1 - 0)^2, dl/dv = 1; row 1: v_old = 2, clipped to 1.5:
+# 0.5 * 1.5^2 = 1.125 beats 0.5 * 1^2, dl/dv = 0 (clamp saturated); 100 under the mask; micro-batches {0}, {1}
+VALUE_STEP = Case.build(
+    trainable=[[1, 0], [1, 0]],
+    extra={"v": [[1.0, 100.0], [1.0, 100.0]], "v_old": [[0.9, 100.0], [2.0, 100.0]], "ret": [[0.0, 0.0], [0.0, 0.0]]},
+    split=[0, 1],
+    dtype="float32",
+)
+
+
+def _value_by_hand(h):
+    loss, grad = h.run(VALUE_STEP)  # the step's token mean: (0.5 + 1.125) / 2 tokens
+    assert loss[0, 0].item() == pytest.approx((0.5 + 1.125) / 2)
+    assert grad.flatten().tolist() == pytest.approx([0.5, 0.0, 0.0, 0.0])
+    v = kind_verdicts(h, VALUE_STEP)
+    assert v["reference"].status == "pass" and v["split-invariance"].status == "pass"
+    with pytest.raises(Exception, match="AssertionError"):  # the engine's total weight check
+        h.run(VALUE_STEP.replace(trainable=torch.zeros(2, 2, dtype=torch.bool)))
+
+
+@pytest.mark.network
+def test_critic_loss_by_hand_and_short_fuzz():
+    with open_target(f"areal:value-loss@{RELEASE}") as h:
+        assert h.info["where"] == "areal/utils/functional/functional.py::ppo_critic_loss_fn"
+        _value_by_hand(h)
+        bad = kind_fuzz(h, "value-loss")
+        # NaN under the mask: where()'s backward gives 0 * NaN to the masked branch; logits.mean() * 0.0
+        assert bad <= {"masked-zero", "poison-nonfinite"}, bad
+
+
+def test_critic_loss_at_git_main():
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
+    with open_target("areal:value-loss@4aef98d8d818af55b43621aaadba047ae10f4e77", repos=repos) as h:
+        _value_by_hand(h)

@@ -318,9 +318,9 @@ def test_kind_entries_are_declared_with_cited_pipelines():
                      "rloo": "group-advantage", "reinforce++": "returns", "kl-k3": "kl", "kl-k1": "kl", "kl-k2": "kl",
                      "kl-abs": "kl", "batch-norm": "normalization", "agg-token-mean": "loss-aggregation",
                      "agg-sequence-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
-                     "agg-prompt-mean": "loss-aggregation"}
+                     "agg-prompt-mean": "loss-aggregation", "value-loss": "value-loss"}
     for e in spec.entries:
-        if e.startswith("agg-"):  # loss aggregation: pipeline not researched (reach: api)
+        if e.startswith("agg-") or e == "value-loss":  # loss aggregation / critic loss: pipeline not researched
             continue
         for pin in (PIN, "a9564572eb8e"):
             dom = spec.for_entry(e).pipeline_at(pin)
@@ -507,3 +507,46 @@ def test_git_main_prescaled_advantages_by_hand():
         assert v["reference"].failed and v["split-invariance"].status == "pass"
         interleaved = AGG_STEP.replace(group=torch.tensor([0, 1, 0]))  # compute_prompt_boundaries asserts
         assert kind_verdicts(h, interleaved)["no-crash"].status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Critic loss (skyrl_kinds.load_value): ppo_critic_loss per micro-batch, / accumulation steps.
+# ---------------------------------------------------------------------------------------------
+# row 0: v - v_old = 0.1 inside the clip range 0.2: 0.5 (1 - 0)^2, dl/dv = 1; row 1: v_old = 2, clipped to 1.8:
+# 0.5 * 1.8^2 = 1.62 beats 0.5 * 1^2, dl/dv = 0 (clamp saturated); 100 under the mask
+VALUE_STEP = Case.build(
+    trainable=[[1, 0], [1, 0]],
+    extra={"v": [[1.0, 100.0], [1.0, 100.0]], "v_old": [[0.9, 100.0], [2.0, 100.0]], "ret": [[0.0, 0.0], [0.0, 0.0]]},
+    dtype="float32",
+)
+
+
+def _value_by_hand(h):
+    loss, grad = h.run(VALUE_STEP)  # the mean over the 2 rows of their token means
+    assert loss[0, 0].item() == pytest.approx((0.5 + 1.62) / 2)
+    assert grad.flatten().tolist() == pytest.approx([0.5, 0.0, 0.0, 0.0])
+    v = kind_verdicts(h, VALUE_STEP)
+    assert v["reference"].status == "pass" and v["clip-bound"].status == "pass"
+    padded = VALUE_STEP.replace(trainable=torch.tensor([[1, 0], [0, 0]], dtype=torch.bool))
+    loss, _ = h.run(padded)  # the empty row counts in the row mean (clamp(min=1), ppo_utils.py:88)
+    assert loss[0, 0].item() == pytest.approx(0.25)
+
+
+@pytest.mark.network
+def test_critic_loss_by_hand_and_short_fuzz():
+    with open_target(f"skyrl:value-loss@{PIN}") as h:
+        assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::ppo_critic_loss"
+        _value_by_hand(h)
+        bad = kind_fuzz(h, "value-loss")
+        # empty rows counted, a mean of micro-batch means, NaN * loss_mask (not documented: stays canonical)
+        assert {"pad-invariance", "reference", "poison-nonfinite"} <= bad, bad
+        assert bad <= {"pad-invariance", "split-invariance", "reference", "poison-nonfinite", "masked-zero"}, bad
+
+
+def test_critic_loss_at_git_main():
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
+    with open_target("skyrl:value-loss@a9564572eb8e", repos=repos) as h:
+        assert h.info["where"] == "skyrl/backends/skyrl_train/utils/ppo_utils.py::ppo_critic_loss"
+        _value_by_hand(h)

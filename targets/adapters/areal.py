@@ -250,6 +250,29 @@ _KIND_OVERRIDES = {
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
     ),
+    # ppo_critic_loss_fn (1.0.4 areal/utils/functional/functional.py:714-777): 0.5 * max((v - R)^2, (v_c - R)^2)
+    # (_mse_loss :710-711, :754-762), the micro-batch token mean (:771-774) scaled by the engine's count_nonzero
+    # weights (areal_kinds.load_value): the global token mean, as for the actor. eps_clip 0.5 (PPOCriticConfig,
+    # 1.0.4 areal/api/cli_args.py:1659-1661). An all-masked step fails the engine's total-weight assertion
+    # (train_engine.py:62-64; v0.3.4 fsdp_engine.py:397), declared as for agg-token-mean.
+    "value-loss": dict(
+        kind="value-loss",
+        variant={"clip": 0.5, "half": True, "mode": "token-mean"},
+        masked_zero=True,  # torch.where(loss_mask, value_loss, 0) (functional.py:773 at 1.0.4)
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(r"AssertionError",),
+        domain=Domain(
+            dtypes=("float32", "bfloat16", "float16"),
+            why={
+                "dtypes": "ppo_critic_loss_fn asserts float32 inputs (1.0.4 areal/utils/functional/functional.py:"
+                "740-742) and the critic's ppo_loss_fn casts them with .float() (1.0.4 areal/trainer/ppo/critic.py:"
+                "112-114): the loss runs in float32 whatever the critic's dtype",
+            },
+        ),
+        pipeline=None,  # not researched as a Domain: every finding is reach api
+        pipeline_by_pin={},
+    ),
 }
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 

@@ -15,6 +15,8 @@ reads. Each entry feeds the class what `PPOActor._compute_advantages` feeds it:
   batch / batch (NormConfig defaults).
 * `agg-token-mean` (loss-aggregation): `ppo_actor_loss_fn` (the PPO actor's per-micro-batch token mean) with
   the engine's micro-batch weights from `compute_total_loss_weight`, over one optimizer step (`load_loss`).
+* `value-loss`: `ppo_critic_loss_fn` (the critic's per-micro-batch token mean) with the same engine weights,
+  over one optimizer step, the gradient taken with respect to the critic's values (`load_value`).
 * `kl-k1`, `kl-k2`, `kl-k3`: `KLEstimator(name)(old_logp, ref_logp)` after the actor's
   `ref_logp *= loss_mask; old_logp *= loss_mask` (1.0.4 actor.py:194-195; git main :245-246).
 """
@@ -38,7 +40,8 @@ NORM = {
 }
 KL = {"kl-k1": "k1", "kl-k2": "k2", "kl-k3": "k3"}
 LOSS = ("agg-token-mean",)
-ENTRIES = (*NORM, *KL, *LOSS)
+VALUE = ("value-loss",)
+ENTRIES = (*NORM, *KL, *LOSS, *VALUE)
 # where ppo_actor_loss_fn lives: 1.0.4 and git main, then v0.3.4
 FUNCTIONAL = ("areal/utils/functional/functional.py", "areal/utils/functional.py")
 TRAIN_ENGINE = "areal/engine/core/train_engine.py"
@@ -156,7 +159,89 @@ def load_loss(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{tree.rel(fpath)}::ppo_actor_loss_fn", notes)
 
 
+CRITIC_EPS_CLIP = 0.5  # PPOCriticConfig.eps_clip default "Clipping factor for value loss" (1.0.4 cli_args.py:1659-1661)
+FSDP_ENGINE = "areal/engine/fsdp_engine.py"
+
+
+def load_value(root: Path, entry: str) -> Loaded:
+    """AReaL's PPO critic loss over one optimizer step, compiled from the pin.
+
+    The loss: `ppo_critic_loss_fn(value, old_value, target_value, value_eps_clip, loss_mask)` (1.0.4
+    areal/utils/functional/functional.py:714-777, git main 4aef98d8 the same lines; v0.3.4 areal/utils/functional.py:
+    217-280): `0.5 * (x - R)^2` (`_mse_loss`, :710-711, the default loss_fn_type "mse"), `max(original, clipped)`
+    with `old_value + clamp(value - old_value, -c, c)` (:754-762), then
+    `where(loss_mask, value_loss, 0).sum() / loss_mask.count_nonzero()` (:771-774), the micro-batch's own token
+    mean. The function asserts float32 inputs (:740-742); the critic's `ppo_loss_fn` casts value, values and returns
+    with `.float()` and the mask with `.bool()` (1.0.4 areal/trainer/ppo/critic.py:112-115; v0.3.4
+    areal/engine/ppo/critic.py:88-91), and `value_eps_clip = config.eps_clip` = 0.5 (PPOCriticConfig, 1.0.4
+    areal/api/cli_args.py:1659-1661; v0.3.4 :437-438), passed at critic.py:66-73.
+    The weights are the actor's (`load_loss`): `loss_weight_fn = lambda x: x["loss_mask"].count_nonzero()`
+    (1.0.4 critic.py:72), `compute_total_loss_weight` over every rank's micro-batches (train_engine.py:30-64, its
+    all-reduce a no-op here), each micro-batch loss scaled by `local_weight / total_loss_weight * dp_size`
+    (fsdp_engine.py:2120, :790) and a weight-0 micro-batch returning `logits.mean() * 0.0` (:2063-2064; git main
+    :1988). v0.3.4 sums the weights inline (`assert total_loss_weight != 0`, fsdp_engine.py:390-398), scales by
+    `loss_weight_fn(mb) / total * dp_size` (:451-457) and has no weight-0 shortcut: such a micro-batch's loss is
+    0 / 0 = NaN times 0 there, reproduced as is."""
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("areal",))
+    fpath = next((Path(root) / f for f in FUNCTIONAL if (Path(root) / f).is_file()), None)
+    if fpath is None:
+        raise NotPresent(f"none of {', '.join(FUNCTIONAL)} is present at this pin")
+    ns = tree.resolve(fpath, ["ppo_critic_loss_fn"])
+    if "ppo_critic_loss_fn" not in ns:
+        raise NotPresent(f"{tree.rel(fpath)} has no ppo_critic_loss_fn at this pin ({tree.unresolved})")
+    loss_fn = ns["ppo_critic_loss_fn"]
+    epath = Path(root) / TRAIN_ENGINE
+    total_fn = None
+    if epath.is_file():
+        ens = tree.resolve(epath, ["compute_total_loss_weight"])
+        if "compute_total_loss_weight" in ens:
+            f = ens["compute_total_loss_weight"]
+            stub = types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
+            total_fn = types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
+    fsdp = Path(root) / FSDP_ENGINE
+    shortcut = fsdp.is_file() and "local_weight == 0" in fsdp.read_text(encoding="utf-8", errors="replace")
+
+    def weight(mb: dict) -> torch.Tensor:  # critic.py:72
+        return mb["loss_mask"].count_nonzero()
+
+    def micro(rows, v, mask, step):
+        dev = v.device
+        bool_mask = mask.bool()
+        mbs = [{"loss_mask": step.mask[r.to(dev)].bool()} for _, r in microbatches(step.case)]
+        if total_fn is not None:
+            total = total_fn(types.SimpleNamespace(mbs=mbs), weight, None)
+        else:  # v0.3.4 fsdp_engine.py:390-398
+            total = torch.stack([weight(mb) for mb in mbs]).sum().to(torch.float32)
+            assert total != 0
+        local = weight({"loss_mask": bool_mask})
+        if shortcut and local == 0:  # fsdp_engine.py:2063-2064
+            return v.float().mean() * 0.0
+        old = step.case.extra["v_old"][rows].to(device=dev, dtype=v.dtype)
+        ret = step.case.extra["ret"][rows].to(device=dev, dtype=v.dtype)
+        out, _ = loss_fn(value=v.float(), old_value=old.float(), target_value=ret.float(),
+                         value_eps_clip=CRITIC_EPS_CLIP, loss_mask=bool_mask)  # fmt: skip
+        return out * (local / total * step.ranks)
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro, leaf_name="v")
+
+    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
+           if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")
+    notes = [
+        f"ppo_critic_loss_fn compiled from the pin, eps_clip={CRITIC_EPS_CLIP}, mse; .float() inputs, .bool() mask",
+        f"loss_weight_fn = loss_mask.count_nonzero(); {how}",
+        "micro-batch loss * local_weight / total_weight * dp_size; ranks averaged; weight-0 micro-batch "
+        + ("-> 0 (engine shortcut)" if shortcut else "not short-circuited (no shortcut at this pin)"),
+    ]
+    return Loaded(run, f"{tree.rel(fpath)}::ppo_critic_loss_fn", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry in VALUE:
+        return load_value(root, entry)
     if entry in LOSS:
         return load_loss(root, entry)
     if entry not in ENTRIES:

@@ -239,6 +239,22 @@ _KIND_OVERRIDES = {
     "agg-prompt-mean": _agg(
         "prompt-mean", errors=(r"AssertionError: uid .* appears in non-contiguous positions",)
     ),
+    # ppo_critic_loss (0.3.1 skyrl_train/utils/ppo_utils.py:178-196; git main skyrl/backends/skyrl_train/utils/
+    # ppo_utils.py:156-174): 0.5 * masked_mean(max((v_c - R)^2, (v - R)^2), loss_mask, dim=-1).mean() per micro-batch,
+    # / accumulation steps (skyrl_kinds.load_value). value_clip 0.2 (0.3.1 ppo_base_config.yaml:137; git main
+    # skyrl/train/config/config.py:921). The row mean counts empty rows (clamp(min=1), :85-88) and is taken per
+    # micro-batch: neither documented, so the reference stays the step's sequence mean over non-empty rows.
+    "value-loss": dict(
+        kind="value-loss",
+        variant={"clip": 0.2, "half": True, "mode": "seq-mean-token-mean"},
+        masked_zero=True,  # (loss * loss_mask) in masked_mean (0.3.1 ppo_utils.py:88); NaN: poison-nonfinite
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(why={}),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+    ),
 }
 _KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 

@@ -14,6 +14,8 @@ feeds it what SkyRL's trainer feeds it:
   `trainable` (0.3.1 skyrl_train/trainer.py:1011-1016, skyrl_train/workers/worker.py:680-685);
 * loss aggregation (`agg-*`): `reduce_loss` per micro-batch at the releases, the advantage pre-scaling of
   git main then its summing `reduce_loss` (see `load_aggregation`);
+* `value-loss`: `ppo_critic_loss(values, old_values, returns, config, loss_mask)` per micro-batch, divided by
+  the accumulation steps, as the critic worker drives it (see `load_value`);
 * `normalize_advantages_dict` gets a dict with `advantages` = canonical `x` and `response_mask` =
   canonical `attention` (it reads nothing else; 0.3.1 skyrl_train/trainer.py:264-265).
 """
@@ -49,7 +51,10 @@ AGGREGATION = {
     "agg-seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
     "agg-prompt-mean": "prompt_mean",
 }
-ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION)
+VALUE = ("value-loss",)
+VALUE_CLIP = 0.2  # algorithm.value_clip default (0.3.1 skyrl_train/config/ppo_base_config.yaml:137; git main
+# skyrl/train/config/config.py:921)
+ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION, *VALUE)
 
 
 def _function(root: Path, name: str):
@@ -216,8 +221,51 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
+def load_value(root: Path, entry: str) -> Loaded:
+    """SkyRL's critic loss over one optimizer step, as its critic worker drives it.
+
+    `ppo_critic_loss(values, old_values, returns, config, loss_mask)` (0.3.1 skyrl_train/utils/ppo_utils.py:178-196;
+    skyrl_train-v0.4.0 skyrl-train/skyrl_train/utils/ppo_utils.py:175-193; git main
+    skyrl/backends/skyrl_train/utils/ppo_utils.py:156-174): with `config.value_clip` set, `max((v_c - R)^2,
+    (v - R)^2)`, v_c = old + clamp(v - old, -clip, clip), then `masked_mean(loss, loss_mask, dim=-1).mean()` times
+    0.5 -- each row's token mean (`(x * mask).sum(-1) / mask.sum(-1).clamp(min=1)`, 0.3.1 :85-88), then the mean
+    over every row of the micro-batch, empty rows included. `config` is a namespace with `value_clip` = 0.2, the
+    default (0.3.1 ppo_base_config.yaml:137; git main skyrl/train/config/config.py:921); loss_mask is float in the
+    case's dtype (0.3.1 skyrl_train/dataset/preprocess.py:113-115).
+    The critic worker: releases call it per micro-batch and backpropagate `loss / accumulation_steps`,
+    accumulation_steps = critic_mini_batch_size_per_gpu // micro_train_batch_size_per_gpu (0.3.1
+    skyrl_train/workers/worker.py:925-933, :993-996, optimizer step every accumulation_steps micro-batches :1009;
+    0.1.0 :952-959); git main backpropagates each micro-batch loss as is and scales the gradients by
+    1 / micro-batches accumulated at optim_step (skyrl/backends/skyrl_train/workers/worker.py:1490-1502,
+    :1440-1441, :1522-1529; the default max_tokens_per_microbatch = 0 path), no dp_size factor for the critic.
+    Both are `/ Step.rank_micro_batches`; FSDP averages gradients over data-parallel ranks (the driver's rank
+    mean). No global normaliser: the per-micro-batch row mean is a mean of means, and the empty rows it
+    counts are not documented, so the reference stays the canonical step sequence mean."""
+    from types import SimpleNamespace
+
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    fn, where = _function(root, "ppo_critic_loss")
+    config = SimpleNamespace(value_clip=VALUE_CLIP)
+
+    def micro(rows, v, mask, step):
+        old = step.case.extra["v_old"][rows].to(device=v.device, dtype=v.dtype)
+        ret = step.case.extra["ret"][rows].to(device=v.device, dtype=v.dtype)
+        loss, _ = fn(v, old, ret, config=config, loss_mask=mask)
+        return loss / step.rank_micro_batches
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro, leaf_name="v")
+
+    notes = [f"ppo_critic_loss(values, old_values, returns, config.value_clip={VALUE_CLIP}, loss_mask float)",
+             "per micro-batch: row token means, mean over the micro-batch's rows; / accumulation steps"]
+    return Loaded(run=run, where=where, notes=notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry in VALUE:
+        return load_value(root, entry)
     if entry in AGGREGATION:
         return load_aggregation(root, entry)
     return load_kind(root, entry)
