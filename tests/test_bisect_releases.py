@@ -224,13 +224,29 @@ def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
     print(f"\n[verl releases] {d['evaluations']} evaluations, {d['seconds']:.1f} s, {each:.2f} s each", file=sys.stderr)
 
 
+def _bisect_releases(entry, tmp_path, capsys, versions: str) -> dict:
+    """`maskfuzz bisect` of a saved corpus entry over verl's releases `versions` (0.5.0 .. 0.9.1): the JSON
+    result; a skip when the package index cannot be reached."""
+    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz.cli import main
+
+    case_file = corpus.save(entry, tmp_path / "corpus")
+    out = tmp_path / "bisect.json"
+    args = ["bisect", str(case_file), "--old", "0.5.0", "--new", "0.9.1", "--versions", versions]
+    code = main([*args, "--json", str(out)])
+    text = capsys.readouterr().out
+    if code == 2 and "index" in text:
+        pytest.skip(f"the package index is not reachable: {text[-200:]}")
+    assert code == 0, text
+    return json.loads(out.read_text())
+
+
 @pytest.mark.network
 def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
     """verl's REINFORCE++ (the returns kind) reset the return at a masked token up to 0.8.0; a gap
     case recorded on the entry `verl:reinforce++` at 0.5.0 passes at 0.9.1. The kind travels with
     the entry: nothing changes on the user's side (`--versions` keeps it to the two cached wheels)."""
     from maskfuzz.fuzz import corpus
-    from maskfuzz.fuzz.cli import main
     from maskfuzz.oracles.case import Case
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
@@ -238,15 +254,7 @@ def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
     entry = corpus.Entry(
         "verl", "0.5.0", "gap-invariance", gap, Verdict("gap-invariance", "fail", "differs"), entry_point="reinforce++"
     )
-    case_file = corpus.save(entry, tmp_path / "corpus")
-    out = tmp_path / "bisect.json"
-    args = ["bisect", str(case_file), "--old", "0.5.0", "--new", "0.9.1", "--versions", "0.5.0,0.9.1"]
-    code = main([*args, "--json", str(out)])
-    text = capsys.readouterr().out
-    if code == 2 and "index" in text:
-        pytest.skip(f"the package index is not reachable: {text[-200:]}")
-    d = json.loads(out.read_text())
-    assert code == 0, text
+    d = _bisect_releases(entry, tmp_path, capsys, "0.5.0,0.9.1")
     assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.9.1", d
     assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD
 
@@ -258,7 +266,6 @@ def test_a_loss_aggregation_entry_bisects_to_the_global_normaliser_release(tmp_p
     counts is split-dependent at 0.5.0 and 0.6.1 and invariant from 0.7.0 (measured over the seven
     releases 0.5.0 .. 0.9.1: 5 evaluations)."""
     from maskfuzz.fuzz import corpus
-    from maskfuzz.fuzz.cli import main
     from maskfuzz.oracles.case import Case
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
@@ -267,14 +274,6 @@ def test_a_loss_aggregation_entry_bisects_to_the_global_normaliser_release(tmp_p
         "verl", "0.5.0", "split-invariance", step, Verdict("split-invariance", "fail", "differs"),
         entry_point="agg-token-mean",
     )  # fmt: skip
-    case_file = corpus.save(entry, tmp_path / "corpus")
-    out = tmp_path / "bisect.json"
-    args = ["bisect", str(case_file), "--old", "0.5.0", "--new", "0.9.1", "--versions", "0.5.0,0.6.1,0.7.0,0.9.1"]
-    code = main([*args, "--json", str(out)])
-    text = capsys.readouterr().out
-    if code == 2 and "index" in text:
-        pytest.skip(f"the package index is not reachable: {text[-200:]}")
-    d = json.loads(out.read_text())
-    assert code == 0, text
+    d = _bisect_releases(entry, tmp_path, capsys, "0.5.0,0.6.1,0.7.0,0.9.1")
     assert d["result"] == "found" and d["kind"] == "fix" and d["version"]["id"] == "0.7.0", d
     assert d["old"]["verdict"] == BAD and d["new"]["verdict"] == GOOD

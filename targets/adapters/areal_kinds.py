@@ -85,6 +85,51 @@ def _no_all_reduce(tensor, group=None, **kw):
     return None
 
 
+def _weight(mb: dict) -> torch.Tensor:
+    """The actor's and the critic's `loss_weight_fn` (1.0.4 areal/trainer/ppo/actor.py:363, critic.py:72)."""
+    return mb["loss_mask"].count_nonzero()
+
+
+def _compiled_loss(root: Path, name: str):
+    """(source tree, file, function) of the loss `name` compiled from the pin's functional module."""
+    tree = SourceTree(Path(root), ("areal",))
+    fpath = next((Path(root) / f for f in FUNCTIONAL if (Path(root) / f).is_file()), None)
+    if fpath is None:
+        raise NotPresent(f"none of {', '.join(FUNCTIONAL)} is present at this pin")
+    ns = tree.resolve(fpath, [name])
+    if name not in ns:
+        raise NotPresent(f"{tree.rel(fpath)} has no {name} at this pin ({tree.unresolved})")
+    return tree, fpath, ns[name]
+
+
+def _total_weight(root: Path, tree: SourceTree):
+    """(total(step, device), how): the step's total loss weight over every rank's micro-batches, by the pin's
+    `compute_total_loss_weight` with its all-reduce a no-op (1.0.4 areal/engine/core/train_engine.py:30-64), or
+    summed and asserted non-zero inline where the engine has none (v0.3.4 fsdp_engine.py:390-398)."""
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+
+    total_fn = None
+    epath = Path(root) / TRAIN_ENGINE
+    if epath.is_file():
+        ens = tree.resolve(epath, ["compute_total_loss_weight"])
+        if "compute_total_loss_weight" in ens:
+            f = ens["compute_total_loss_weight"]
+            stub = types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
+            total_fn = types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
+
+    def total(step, device) -> torch.Tensor:
+        mbs = [{"loss_mask": step.mask[r.to(device)].bool()} for _, r in microbatches(step.case)]
+        if total_fn is not None:
+            return total_fn(types.SimpleNamespace(mbs=mbs), _weight, None)
+        out = torch.stack([_weight(mb) for mb in mbs]).sum().to(torch.float32)
+        assert out != 0  # v0.3.4 fsdp_engine.py:390-398
+        return out
+
+    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
+           if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")  # fmt: skip
+    return total, how
+
+
 def load_loss(root: Path, entry: str) -> Loaded:
     """AReaL's PPO actor aggregation over one optimizer step, both halves compiled from the pin.
 
@@ -104,43 +149,17 @@ def load_loss(root: Path, entry: str) -> Loaded:
     0 here). v0.3.4 has no compute_total_loss_weight: the engine sums the weights inline, asserts `!= 0` and
     all-reduces (v0.3.4 areal/engine/fsdp_engine.py:390-398) and scales by `loss_weight_fn(mb) / total *
     dp_size` (:451-457); the adapter does that sum itself at that pin."""
-    import types as _types
-
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
     from maskfuzz.targets.adapters.loss_step import run_step
 
-    tree = SourceTree(Path(root), ("areal",))
-    fpath = next((Path(root) / f for f in FUNCTIONAL if (Path(root) / f).is_file()), None)
-    if fpath is None:
-        raise NotPresent(f"none of {', '.join(FUNCTIONAL)} is present at this pin")
-    ns = tree.resolve(fpath, ["ppo_actor_loss_fn"])
-    if "ppo_actor_loss_fn" not in ns:
-        raise NotPresent(f"{tree.rel(fpath)} has no ppo_actor_loss_fn at this pin ({tree.unresolved})")
-    loss_fn = ns["ppo_actor_loss_fn"]
-    epath = Path(root) / TRAIN_ENGINE
-    total_fn = None
-    if epath.is_file():
-        ens = tree.resolve(epath, ["compute_total_loss_weight"])
-        if "compute_total_loss_weight" in ens:
-            f = ens["compute_total_loss_weight"]
-            stub = _types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
-            total_fn = _types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
-
-    def weight(mb: dict) -> torch.Tensor:  # actor.py:363
-        return mb["loss_mask"].count_nonzero()
+    tree, fpath, loss_fn = _compiled_loss(root, "ppo_actor_loss_fn")
+    total_weight, how = _total_weight(root, tree)
 
     def micro(rows, loss, mask, step):
-        dev = loss.device
         bool_mask = mask.bool()
-        mbs = [{"loss_mask": step.mask[r.to(dev)].bool()} for _, r in microbatches(step.case)]
-        if total_fn is not None:
-            total = total_fn(_types.SimpleNamespace(mbs=mbs), weight, None)
-        else:  # v0.3.4 fsdp_engine.py:390-398
-            total = torch.stack([weight(mb) for mb in mbs]).sum().to(torch.float32)
-            assert total != 0
-        local = weight({"loss_mask": bool_mask})
+        total = total_weight(step, loss.device)
+        local = _weight({"loss_mask": bool_mask})
         if local == 0:  # fsdp_engine.py:2063-2064
-            return torch.zeros((), dtype=loss.dtype, device=dev)
+            return torch.zeros((), dtype=loss.dtype, device=loss.device)
         zeros = torch.zeros_like(loss)
         out, _ = loss_fn(logprobs=zeros, proximal_logprobs=zeros, old_logprobs=zeros, advantages=-loss,
                          eps_clip=0.2, loss_mask=bool_mask)
@@ -149,8 +168,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     def run(case: Case, device: str):
         return run_step(case, device, micro)
 
-    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
-           if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")
     notes = [
         "ppo_actor_loss_fn compiled from the pin; advantages = -loss, log-probs 0 (ratio 1), bool loss_mask",
         f"loss_weight_fn = loss_mask.count_nonzero(); {how}",
@@ -182,41 +199,18 @@ def load_value(root: Path, entry: str) -> Loaded:
     :1988). v0.3.4 sums the weights inline (`assert total_loss_weight != 0`, fsdp_engine.py:390-398), scales by
     `loss_weight_fn(mb) / total * dp_size` (:451-457) and has no weight-0 shortcut: such a micro-batch's loss is
     0 / 0 = NaN times 0 there, reproduced as is."""
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
     from maskfuzz.targets.adapters.loss_step import run_step
 
-    tree = SourceTree(Path(root), ("areal",))
-    fpath = next((Path(root) / f for f in FUNCTIONAL if (Path(root) / f).is_file()), None)
-    if fpath is None:
-        raise NotPresent(f"none of {', '.join(FUNCTIONAL)} is present at this pin")
-    ns = tree.resolve(fpath, ["ppo_critic_loss_fn"])
-    if "ppo_critic_loss_fn" not in ns:
-        raise NotPresent(f"{tree.rel(fpath)} has no ppo_critic_loss_fn at this pin ({tree.unresolved})")
-    loss_fn = ns["ppo_critic_loss_fn"]
-    epath = Path(root) / TRAIN_ENGINE
-    total_fn = None
-    if epath.is_file():
-        ens = tree.resolve(epath, ["compute_total_loss_weight"])
-        if "compute_total_loss_weight" in ens:
-            f = ens["compute_total_loss_weight"]
-            stub = types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
-            total_fn = types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
+    tree, fpath, loss_fn = _compiled_loss(root, "ppo_critic_loss_fn")
+    total_weight, how = _total_weight(root, tree)
     fsdp = Path(root) / FSDP_ENGINE
     shortcut = fsdp.is_file() and "local_weight == 0" in fsdp.read_text(encoding="utf-8", errors="replace")
-
-    def weight(mb: dict) -> torch.Tensor:  # critic.py:72
-        return mb["loss_mask"].count_nonzero()
 
     def micro(rows, v, mask, step):
         dev = v.device
         bool_mask = mask.bool()
-        mbs = [{"loss_mask": step.mask[r.to(dev)].bool()} for _, r in microbatches(step.case)]
-        if total_fn is not None:
-            total = total_fn(types.SimpleNamespace(mbs=mbs), weight, None)
-        else:  # v0.3.4 fsdp_engine.py:390-398
-            total = torch.stack([weight(mb) for mb in mbs]).sum().to(torch.float32)
-            assert total != 0
-        local = weight({"loss_mask": bool_mask})
+        total = total_weight(step, dev)
+        local = _weight({"loss_mask": bool_mask})  # critic.py:72
         if shortcut and local == 0:  # fsdp_engine.py:2063-2064
             return v.float().mean() * 0.0
         old = step.case.extra["v_old"][rows].to(device=dev, dtype=v.dtype)
@@ -228,8 +222,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     def run(case: Case, device: str):
         return run_step(case, device, micro, leaf_name="v")
 
-    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
-           if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")
     notes = [
         f"ppo_critic_loss_fn compiled from the pin, eps_clip={CRITIC_EPS_CLIP}, mse; .float() inputs, .bool() mask",
         f"loss_weight_fn = loss_mask.count_nonzero(); {how}",
