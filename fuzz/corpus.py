@@ -47,6 +47,8 @@ VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); ve
 REACHES = ("pipeline", "api")
 SEVERITY_LEVELS = ("high", "medium", "low")
 LEDGER_NAME = "ledger.json"
+
+
 def _all_outputs() -> tuple[str, ...]:
     from maskfuzz.oracles.kinds import ALL_KINDS, outputs
 
@@ -216,6 +218,12 @@ def case_to_json(case: Case) -> dict:
         **({"extra": {k: _tensor_rows(v) for k, v in case.extra.items()}} if case.extra else {}),
         **({"split": case.split.tolist()} if case.split is not None else {}),
         **({"ranks": case.ranks} if case.ranks != 1 else {}),
+        **(
+            {"truncated": case.truncated.tolist(), "bootstrap": _tensor_rows(case.bootstrap_values())}
+            if case.truncated is not None and bool(case.truncated.any())
+            else {}
+        ),
+        **({"options": dict(sorted(case.options.items()))} if case.options else {}),
     }
 
 
@@ -270,10 +278,34 @@ def case_from_json(d: Any, where: str = "case") -> Case:
             raise CorpusError(f"expected {b} micro-batch ids >= 0, got {split!r}", field=f"{where}.split")
         split = torch.tensor(split, dtype=torch.int64)
     ranks = _get(d, "ranks", int, where, optional=True) or 1
+    truncated = _get(d, "truncated", list, where, optional=True)
+    bootstrap = None
+    if truncated is not None:
+        truncated = _list(truncated, f"{where}.truncated", b)
+        if not all(isinstance(x, bool) for x in truncated):
+            raise CorpusError(
+                f"expected {b} booleans (true: the row was cut by the length limit)", field=f"{where}.truncated"
+            )
+        truncated = torch.tensor(truncated, dtype=torch.bool)
+        raw = _get(d, "bootstrap", list, where, optional=True)
+        bootstrap = torch.zeros(b, dtype=torch.float64) if raw is None else _floats(raw, f"{where}.bootstrap", (b,))
+        if not (quantize(bootstrap, dtype) == bootstrap).all():
+            raise CorpusError(f"a bootstrap value is not a {dtype} number", field=f"{where}.bootstrap")
+    options = _get(d, "options", dict, where, optional=True) or {}
     tensors = {k: fields_.pop(k) for k in list(extra)}
     try:
         return Case(
-            **fields_, gamma=gamma, lam=lam, dtype=dtype, group=group, extra=tensors, split=split, ranks=ranks
+            **fields_,
+            gamma=gamma,
+            lam=lam,
+            dtype=dtype,
+            group=group,
+            extra=tensors,
+            split=split,
+            ranks=ranks,
+            truncated=truncated,
+            bootstrap=bootstrap,
+            options=options,
         )
     except CaseError as exc:
         raise CorpusError(f"not a valid case: {exc}", field=where) from None
@@ -342,6 +374,11 @@ def signature(prop: str, verdict: Verdict, case: Case) -> str:
     kind = failure_kind(verdict.message)
     if kind:
         parts.append(kind)
+    # a finding that needs an option or a cut row is its own claim, never merged with the default's
+    if case.options:
+        parts.append("options:" + ",".join(f"{k}={v}" for k, v in sorted(case.options.items())))
+    if case.truncated is not None and bool(case.truncated.any()):
+        parts.append("truncated")
     return "|".join(parts)
 
 
@@ -441,6 +478,7 @@ class Entry:
             "property": self.property,
             "also": list(self.also),
             "signature": self.signature,
+            "options": dict(sorted(self.case.options.items())),  # the configuration (also in the case)
             "case": case_to_json(self.case),
             "verdict": {
                 "status": v.status,

@@ -12,6 +12,7 @@ property already found is no longer raised, so later batches look for the others
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from hypothesis import seed as hyp_seed
 from hypothesis.errors import Flaky
 
 from maskfuzz.fuzz.kind_strategies import kind_cases
+from maskfuzz.fuzz.option_strategies import configured
 from maskfuzz.fuzz.strategies import Sizes, cases
 
 try:
@@ -76,6 +78,7 @@ class Finding:
             "expected": self.verdict.expected,
             "observed": self.verdict.observed,
             "also": self.also,
+            "options": dict(sorted(self.case.options.items())),
             "case": case_to_json(self.case),
         }
 
@@ -94,6 +97,11 @@ class FuzzResult:
     checked: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     failed: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     notes: list[str] = field(default_factory=list)
+    # per option, per value (JSON text): examples judged under it; "truncated": examples with a cut row
+    options_checked: dict[str, dict[str, int]] = field(default_factory=dict)
+    truncated_checked: int = 0
+    # pairs of non-default settings judged together ("name=value & name=value", "... & truncated")
+    interactions_checked: dict[str, int] = field(default_factory=dict)
 
     def finding(self, prop: str) -> Finding | None:
         return next((f for f in self.findings if f.property == prop), None)
@@ -146,6 +154,7 @@ def fuzz_target(
     shrink: bool = True,
     properties: tuple[str, ...] | None = None,
     stop_when: Callable[[FuzzResult], bool] | None = None,
+    options: dict | None = None,
 ) -> FuzzResult:
     """Fuzz `run` against `declared` and return the shrunk findings, one per violated property.
 
@@ -154,7 +163,8 @@ def fuzz_target(
     `max_examples` examples were generated (shrinking not counted) or, with `budget` (seconds,
     checked between batches of at most `batch` examples), until the budget is spent.
     `properties` restricts the checks (and the search ends when all of them are found);
-    `stop_when(result)`, asked after every example, ends the search at once (benchmarks)."""
+    `stop_when(result)`, asked after every example, ends the search at once (benchmarks);
+    `options` fixes the framework options of every case (otherwise they are drawn)."""
     props = kind_properties(declared.kind)
     result = FuzzResult(target, pin, checked={p: 0 for p in props}, failed={p: 0 for p in props})
     search = _Search(
@@ -172,6 +182,10 @@ def fuzz_target(
             strategy = cases(declared.domain, sizes, nonfinite)
         else:
             strategy = kind_cases(declared.kind, declared.domain, sizes, nonfinite)
+        if declared.options or declared.truncation is not None:
+            strategy = configured(strategy, declared, fixed=options)
+        for opt in declared.options:
+            result.options_checked[opt.name] = {json.dumps(v): 0 for v in opt.values}
         search.loop(strategy, max_examples, seed, budget, batch, derandomize, shrink)
     result = search.result
     for prop in props:
@@ -241,6 +255,8 @@ class _Search:
             if not state["failing"]:
                 result.generated += 1
             failing = [v for v in verdicts if v.failed]
+            if any(v.status != "n/a" for v in verdicts):
+                _count_configuration(result, self.declared, case)
             for v in verdicts:
                 if v.status != "n/a":
                     result.checked[v.property] += 1
@@ -275,6 +291,21 @@ class _Search:
             old = self.found.get(prop)
             if old is None or _size(rec[0]) < _size(old[0]):
                 self.found[prop] = rec
+
+
+def _count_configuration(result: FuzzResult, declared: Declared, case: Case) -> None:
+    for opt in declared.options:
+        value = json.dumps(case.options.get(opt.name, opt.default))
+        per = result.options_checked.setdefault(opt.name, {})
+        per[value] = per.get(value, 0) + 1
+    cut = case.truncated is not None and bool(case.truncated.any())
+    if cut:
+        result.truncated_checked += 1
+    settings_ = [f"{k}={json.dumps(v)}" for k, v in sorted(case.options.items())] + (["truncated"] if cut else [])
+    for i, a in enumerate(settings_):
+        for b in settings_[i + 1 :]:
+            key = f"{a} & {b}"
+            result.interactions_checked[key] = result.interactions_checked.get(key, 0) + 1
 
 
 def _size(case: Case) -> tuple[int, int]:

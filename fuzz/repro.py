@@ -29,7 +29,8 @@ The script is assembled from two kinds of source:
   framework's packages, `targets.adapters.base` (`NotPresent`, `Loaded`, `import_from`,
   `function_from`: the script has its own), `oracles.case.Case` (likewise), module-level
   definitions of other adapters under the same rules, and module-level definitions of maskfuzz's
-  plain helper modules (`PLAIN`: `targets.adapters.extract`, which compiles code blocks from the
+  plain helper modules (`PLAIN`: `oracles.options`, whose `Option` an adapter may read its
+  defaults from; `targets.adapters.extract`, which compiles code blocks from the
   framework's source text; standard library + torch only, which is checked). Those are copied
   verbatim, each under a banner naming its file, before the code that uses them. Only what the
   call reaches is copied: the registry entry `SPEC` and what only it uses (`Domain`, `TargetSpec`,
@@ -97,7 +98,7 @@ NOT_FOLLOWED = ("maskfuzz.targets.adapters.base",)
 FOLLOWED = ("maskfuzz.targets.standins",)
 # maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
 # anything else from them is refused (the adapter's own module may import the framework's packages)
-PLAIN = ("maskfuzz.targets.standins", "maskfuzz.targets.adapters.extract")
+PLAIN = ("maskfuzz.targets.standins", "maskfuzz.targets.adapters.extract", "maskfuzz.oracles.options")
 # The finding section of the template, in the order the script lists it.
 DATA_NAMES = (
     "TARGET",
@@ -142,6 +143,7 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     when the property does not apply to this case (the judge would say n/a)."""
     if prop not in INVARIANT:
         raise Unsupported(f"unknown property {prop!r}")
+    declared = declared.configured(case)
     why = declared.domain.rejects(case)
     if why:
         raise Unsupported(f"the target cannot express this case: {why}")
@@ -897,6 +899,12 @@ def case_dict(case: Case) -> dict:
         "token_rewards": _rows(case.token_rewards),
         "values": _rows(case.values),
         "score": [float(x) for x in case.score.tolist()],
+        **(
+            {"truncated": case.truncated.tolist(), "bootstrap": [float(x) for x in case.bootstrap_values().tolist()]}
+            if case.truncated is not None and bool(case.truncated.any())
+            else {}
+        ),
+        **({"options": dict(sorted(case.options.items()))} if case.options else {}),
     }
 
 

@@ -128,6 +128,7 @@ def reach(
         sizes=sizes,
         nonfinite=pipe.nonfinite_poison,
         properties=(prop,),
+        options=dict(case.options),  # the witness runs the finding's configuration
     ).finding(prop)
     if found is None or outside(found.case) is not None:
         return Reach("api", None, f"outside the pipeline domain ({why}); no witness in {examples} examples inside it")

@@ -63,6 +63,11 @@ class Case:
                         `loss-aggregation`): micro-batches run in increasing id order, the i-th of
                         them on simulated rank i % ranks; None is one micro-batch
     ranks               the number of simulated data-parallel ranks (1 without a split)
+    truncated[b]        bool, the row was cut by the length limit (no EOS); None: no row was
+    bootstrap[b]        float64, the critic value of the state after a truncated row's last token,
+                        read by a framework that bootstraps (`oracles.options.Truncation`); finite
+    options             the framework options the case runs with, name -> JSON scalar, only those
+                        that differ from the target's defaults (`oracles.options.Option`)
 
     GAE and `returns` use the first seven fields; the other kinds (`oracles/kinds`) add `group`
     and `extra` (and `split`, `ranks`) and ignore what they do not read.
@@ -80,6 +85,9 @@ class Case:
     extra: dict = field(default_factory=dict)
     split: torch.Tensor | None = None
     ranks: int = 1
+    truncated: torch.Tensor | None = None
+    bootstrap: torch.Tensor | None = None
+    options: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +114,9 @@ class Case:
         extra: dict | None = None,
         split: Sequence[int] | torch.Tensor | None = None,
         ranks: int = 1,
+        truncated: Sequence[bool] | torch.Tensor | None = None,
+        bootstrap: Sequence[float] | torch.Tensor | None = None,
+        options: dict | None = None,
     ) -> "Case":
         """Build a case from nested lists or tensors, rounding the floats to `dtype`.
 
@@ -134,6 +145,9 @@ class Case:
             extra={k: quantize(_as_f64(v, k), name) for k, v in (extra or {}).items()},
             split=None if split is None else _as_group(split, "split ids"),
             ranks=ranks,
+            truncated=None if truncated is None else _as_flags(truncated),
+            bootstrap=None if bootstrap is None else quantize(_as_f64(bootstrap, "bootstrap"), name),
+            options=dict(options or {}),
         )
 
     # -- views ----------------------------------------------------------------------------------
@@ -160,6 +174,12 @@ class Case:
             changes["group"] = _as_group(changes["group"])
         if changes.get("split") is not None:
             changes["split"] = _as_group(changes["split"], "split ids")
+        if changes.get("truncated") is not None:
+            changes["truncated"] = _as_flags(changes["truncated"])
+        if changes.get("bootstrap") is not None:
+            changes["bootstrap"] = quantize(_as_f64(changes["bootstrap"], "bootstrap"), name)
+        elif name != self.dtype and self.bootstrap is not None and "bootstrap" not in changes:
+            changes["bootstrap"] = quantize(self.bootstrap, name)
         changes.setdefault("meta", {})
         return replace(self, **changes)
 
@@ -179,7 +199,51 @@ class Case:
             extra={n: x[idx] for n, x in self.extra.items()},
             split=split,
             ranks=ranks,
+            truncated=None if self.truncated is None else self.truncated[idx],
+            bootstrap=None if self.bootstrap is None else self.bootstrap[idx],
         )
+
+    def with_rows(self, rows: "Case", at: int | None = None) -> "Case":
+        """This case with the rows of `rows` (same width and dtype) inserted before row `at` (the
+        end by default), every per-row field taken along (defaults where one side has none)."""
+        b = self.shape[0]
+        at = b if at is None else at
+
+        def cat(mine, theirs):
+            return torch.cat([mine[:at], theirs, mine[at:]], dim=0)
+
+        def opt(name, fill):
+            mine, theirs = getattr(self, name), getattr(rows, name)
+            if mine is None and theirs is None:
+                return None
+            dt = (mine if mine is not None else theirs).dtype
+            full = lambda c, x: x if x is not None else torch.full((c.shape[0],), fill, dtype=dt)  # noqa: E731
+            return cat(full(self, mine), full(rows, theirs))
+
+        return self.replace(
+            attention=cat(self.attention, rows.attention),
+            trainable=cat(self.trainable, rows.trainable),
+            token_rewards=cat(self.token_rewards, rows.token_rewards),
+            values=cat(self.values, rows.values),
+            score=cat(self.score, rows.score),
+            group=opt("group", 0),
+            extra={n: cat(x, rows.extra[n]) for n, x in self.extra.items()},
+            split=opt("split", 0),
+            truncated=opt("truncated", False),
+            bootstrap=opt("bootstrap", 0.0),
+        )
+
+    def bootstrap_values(self) -> torch.Tensor:
+        """float64 [B]: the bootstrap value of each row (0 where none is recorded)."""
+        if self.bootstrap is None:
+            return torch.zeros(self.shape[0], dtype=torch.float64)
+        return self.bootstrap
+
+    def truncated_rows(self) -> torch.Tensor:
+        """bool [B]: the rows cut by the length limit (none when not recorded)."""
+        if self.truncated is None:
+            return torch.zeros(self.shape[0], dtype=torch.bool)
+        return self.truncated
 
     def inputs(self, device: str | torch.device = "cpu") -> dict:
         """The canonical keyword inputs a target receives, in the case's dtype on `device`.
@@ -220,7 +284,12 @@ class Case:
 
     def summary(self) -> str:
         b, t = self.shape
-        return f"B={b} T={t} gamma={self.gamma:g} lam={self.lam:g} dtype={self.dtype}"
+        out = f"B={b} T={t} gamma={self.gamma:g} lam={self.lam:g} dtype={self.dtype}"
+        if self.truncated is not None and bool(self.truncated.any()):
+            out += f" truncated={self.truncated.nonzero().flatten().tolist()}"
+        if self.options:
+            out += " options=" + ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        return out
 
 
 def _as_bool(x, name: str) -> torch.Tensor:
@@ -246,6 +315,15 @@ def _as_group(x, what: str = "group ids") -> torch.Tensor:
     if t.is_floating_point() or t.dtype == torch.bool:
         raise CaseError(f"{what} must be integers, got {t.dtype}")
     return t.to(torch.int64).clone()
+
+
+def _as_flags(x) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.dtype != torch.bool:
+        if not torch.isin(t, torch.tensor([0, 1], dtype=t.dtype)).all():
+            raise CaseError("truncated must hold only booleans (0 / 1), one per row")
+        t = t != 0
+    return t.clone()
 
 
 def _validate(c: Case) -> None:
@@ -302,6 +380,18 @@ def _validate(c: Case) -> None:
             raise CaseError(f"split must be int64 >= 0 of shape [{b}] (a micro-batch per row), got {c.split.tolist()}")
     if c.ranks < 1 or (c.ranks > 1 and (c.split is None or len(set(c.split.tolist())) < c.ranks)):
         raise CaseError(f"ranks must be 1, or at most the number of micro-batches (every rank has data); got {c.ranks}")
+    if c.truncated is not None and (c.truncated.dtype != torch.bool or list(c.truncated.shape) != [b]):
+        raise CaseError(f"truncated must be bool of shape [{b}] (one flag per row), got {list(c.truncated.shape)}")
+    if c.bootstrap is not None:
+        if c.bootstrap.dtype != torch.float64 or list(c.bootstrap.shape) != [b]:
+            raise CaseError(f"bootstrap must be float64 of shape [{b}] (one value per row)")
+        if not torch.isfinite(c.bootstrap).all():
+            raise CaseError("bootstrap must be finite in every row: it is a critic value the framework trains on")
+    if not isinstance(c.options, dict) or not all(isinstance(k, str) for k in c.options):
+        raise CaseError(f"options must map option names to values, got {c.options!r}")
+    for name, value in c.options.items():
+        if not isinstance(value, (bool, int, float, str)) and value is not None:
+            raise CaseError(f"option {name}={value!r} is not a JSON scalar")
     for name, x in c.extra.items():
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or list(x.shape) != [b, t]:
             raise CaseError(f"extra tensor {name!r} must be float64 of shape [{b}, {t}]")

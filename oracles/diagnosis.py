@@ -32,6 +32,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
@@ -100,6 +101,7 @@ class Diagnosis:
 
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
+    declared = declared.configured(case)
     if declared.kind not in ("gae", "returns"):
         from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
 
@@ -167,7 +169,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
         if rows.failed:
             return Diagnosis("masked-statistics", f"a row's outputs depend on the other rows: {rows.message}")
     if declared.whitening is not None and wrong:
-        raw, _ = reference(clean, declared.contract)
+        raw, _ = reference(reference_case(clean, declared), declared.contract)
         for name, mask in (("real tokens", clean.attention), ("every position", torch.ones_like(clean.attention))):
             try:
                 other = masked_whiten(raw, mask, declared.whitening)

@@ -56,6 +56,8 @@ class Domain:
     nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
     critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
     uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
+    truncated_rows: bool = True  # rows cut by the length limit (where the target declares truncation)
+    truncated_padded: bool = True  # a cut row followed by padding (the window wider than the length limit)
     why: dict = field(default_factory=dict, compare=False, hash=False)
 
     def cited(self) -> list[str]:
@@ -109,6 +111,12 @@ class Domain:
             return "critic values at non-trainable positions are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
             return "the target takes no critic: values must be 0 and lam 1"
+        cut = case.truncated_rows()
+        if bool(cut.any()):
+            if not self.truncated_rows:
+                return "a row is truncated (cut by the length limit)"
+            if not self.truncated_padded and bool((cut & ~case.attention[:, -1]).any()):
+                return f"truncated row {int((cut & ~case.attention[:, -1]).nonzero()[0])} is followed by padding"
         if not self.uneven_splits and case.split is not None and not even_split(case):
             return "the step is cut into micro-batches of different sizes (or ranks with different counts of them)"
         return None
@@ -140,5 +148,7 @@ class Domain:
             changes["token_rewards"] = rewards
         if case.dtype not in self.dtypes:
             changes["dtype"] = max(self.dtypes, key=lambda d: WIDTH[d])
+        if not self.truncated_rows and case.truncated is not None:
+            changes["truncated"], changes["bootstrap"] = None, None
         out = case.replace(**changes) if changes else case
         return None if self.rejects(out) else out

@@ -8,6 +8,7 @@ applies to a case and returns one verdict per property.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,6 +17,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain, poison_cap
+from maskfuzz.oracles.options import Truncation, apply, changes_reference, reference_case
 from maskfuzz.oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
 
@@ -92,6 +94,24 @@ class Declared:
     # the run of a second implementation of the same computation in the framework, and its label
     twin: Callable | None = field(default=None, compare=False, hash=False, repr=False)
     twin_label: str = ""
+    # the framework's options that touch the math (oracles.options.Option) and what the
+    # configuration in force does: truncated rows, the score map (both read by the reference)
+    options: tuple = field(default=(), hash=False)
+    truncation: Truncation | None = None  # None: not declared (no truncated row is drawn; terminal)
+    score_map: tuple = ()
+    applied: tuple | None = None  # the options this promise is configured with (None: not yet)
+
+    def configured(self, case: Case) -> "Declared":
+        """This promise under the options `case` runs with (`oracles.options.apply`); a promise
+        configured once stays as it is for the twins of the case, which keep its options."""
+        key = tuple(sorted(case.options.items()))
+        if self.applied is not None:
+            if self.applied != key:
+                raise ValueError(
+                    f"a promise configured for options {dict(self.applied)} judged a case with {dict(key)}"
+                )
+            return self
+        return dataclasses.replace(apply(self, case.options), applied=key)
 
 
 @dataclass
@@ -202,23 +222,15 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
     extra_val = torch.full((1, t_len), probe, dtype=torch.float64)
     extra_rew = extra_val.clone() if domain.masked_rewards else torch.zeros(1, t_len, dtype=torch.float64)
 
-    def stack(x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        rows = x[perm]
-        return torch.cat([rows[:insert_at], extra, rows[insert_at:]], dim=0)
-
-    twin = case.replace(
-        attention=stack(case.attention, extra_att),
-        trainable=stack(case.trainable, torch.zeros(1, t_len, dtype=torch.bool)),
-        values=stack(case.values, extra_val),
-        token_rewards=stack(case.token_rewards, extra_rew),
-        score=torch.cat(
-            [
-                case.score[perm][:insert_at],
-                torch.full((1,), probe, dtype=torch.float64),
-                case.score[perm][insert_at:],
-            ]
-        ),
+    extra_row = Case.build(
+        trainable=torch.zeros(1, t_len, dtype=torch.bool),
+        attention=extra_att,
+        token_rewards=extra_rew,
+        values=extra_val,
+        score=[probe],
+        dtype=case.dtype,
     )
+    twin = case.rows(perm).with_rows(extra_row, at=insert_at)
     where = torch.empty(b_rows, dtype=torch.long)
     for new_pos, old in enumerate(perm):
         where[old] = new_pos if new_pos < insert_at else new_pos + 1
@@ -267,7 +279,9 @@ class _Base:
 
 def expected_outputs(case: Case, declared: Declared) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The float64 reference of the declared contract, whitened as the target whitens; None when
-    the target's whitening is undefined for this case (too few trainable positions)."""
+    the target's whitening is undefined for this case (too few trainable positions). The options'
+    score map and the truncation semantics apply (`oracles.options.reference_case`)."""
+    case = reference_case(case, declared)
     adv, ret = reference(case, declared.contract)
     if declared.whitening is not None:
         try:
@@ -293,7 +307,9 @@ def judge(
     run: Run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None
 ) -> list[Verdict]:
     """Run `case` (and the perturbed twins it needs) through `run`; one verdict per property, in
-    the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run)."""
+    the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run).
+    The case's options configure `declared` first."""
+    declared = declared.configured(case)
     if declared.kind not in ("gae", "returns"):
         from maskfuzz.oracles.kinds.judge import judge as judge_kind
 
@@ -338,7 +354,7 @@ def judge(
     verdicts["no-crash"] = _ok("no-crash")
 
     ref_adv, ref_ret = expected_outputs(case, declared)
-    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening)
+    bnd = bounds(reference_case(case, declared), declared.contract, ref_adv, ref_ret, declared.whitening)
     base = _Base(case, adv, ret, ref_adv, ref_ret, bnd)
 
     checks = {
@@ -349,9 +365,9 @@ def judge(
         "poison": lambda: _check_poison(run, case, declared, adv, ret, nonfinite=False, known=bnd),
         "row-independence": lambda: _check_rows(run, base, declared),
         "gap-invariance": lambda: _check_gap(run, base, declared),
-        "score-kept": lambda: _check_score_kept(base, declared),
-        "telescoping": lambda: _check_telescoping(base, declared),
-        "all-trainable": lambda: _check_all_trainable(base, declared),
+        "score-kept": lambda: _closed_form(_check_score_kept, "score-kept", base, declared),
+        "telescoping": lambda: _closed_form(_check_telescoping, "telescoping", base, declared),
+        "all-trainable": lambda: _closed_form(_check_all_trainable, "all-trainable", base, declared),
         "deterministic": lambda: _check_deterministic(run, base, device),
     }
     for prop, check in checks.items():
@@ -368,6 +384,14 @@ def judge(
             if not verdicts["no-crash"].failed:
                 verdicts["no-crash"] = Verdict("no-crash", "fail", f"a second run of the case failed: {_describe(exc)}")
     return _ordered(verdicts, "")
+
+
+def _closed_form(check, prop: str, base: "_Base", declared: Declared) -> Verdict:
+    """A closed-form property is stated on the case's own score and masks: n/a when the
+    configuration (a score map, a truncated row's semantics) changes them; `reference` judges it."""
+    if changes_reference(base.case, declared):
+        return _na(prop, "the options or a truncated row change the reference's inputs: judged by reference")
+    return check(base, declared)
 
 
 def _twin_failed(prop: str, exc: TwinFailure, declared: Declared) -> tuple[Verdict, Verdict | None]:

@@ -7,6 +7,7 @@ code is already in the cache or resolvable from a local --repo.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Mapping
 
@@ -49,7 +50,21 @@ def rows(
             "api": spec.domain.restrictions(),
             "pipeline": None if spec.pipeline is None else spec.pipeline.restrictions(),
             "pipeline_by_pin": {rev: d.restrictions() for rev, d in spec.pipeline_by_pin.items()},
+            "configuration": _configuration(spec),
         })  # fmt: skip
+    return out
+
+
+def _configuration(spec: TargetSpec) -> dict:
+    """Per entry: its option space (name, values, default, citation) and its truncation semantics."""
+    out = {}
+    for entry in spec.entries:
+        e = spec.for_entry(entry)
+        if e.options or e.truncation is not None:
+            out[entry] = {
+                "options": [o.to_json() for o in e.options],
+                "truncation": None if e.truncation is None else e.truncation.to_json(),
+            }
     return out
 
 
@@ -81,6 +96,15 @@ def render(data: list[dict], cache: Path | None = None) -> str:
                 lines.append(
                     f"    pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items())
                 )
+        for entry, conf in t.get("configuration", {}).items():
+            for o in conf["options"]:
+                values = "|".join(json.dumps(v) for v in o["values"])
+                lines.append(
+                    f"    option {entry}: {o['name']} = {values} (default {json.dumps(o['default'])}; {o['cite']})"
+                )
+            if conf["truncation"] is not None:
+                tr = conf["truncation"]
+                lines.append(f"    truncation {entry}: {tr['semantics']} ({tr['cite']})")
         if not t["pins"]:
             lines.append(f"    pins: none registered; name one, e.g. {t['id']}@<commit>")
         for p in t["pins"]:

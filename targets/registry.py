@@ -16,6 +16,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import Whitening
 
@@ -62,6 +63,11 @@ class TargetSpec:
     # another entry of the framework computing the same thing (a vectorised twin of a loop): the
     # `twin` property runs both on each case and compares them (set per entry)
     twin_of: str | None = None
+    # the framework's options that touch this entry's math at the pin (`oracles.options.Option`,
+    # each with its citation and effect), and what it does with a row cut by the length limit
+    # (None: not declared, so no truncated row is drawn for the entry); both set per entry
+    options: tuple[Option, ...] = field(default=(), hash=False)
+    truncation: Truncation | None = None
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:
@@ -94,6 +100,8 @@ class TargetSpec:
             pipeline=spec.pipeline_at(pin),
             kind=spec.kind,
             variant=dict(spec.variant),
+            options=tuple(spec.options),
+            truncation=spec.truncation,
         )
 
     def adapter_for(self, entry: str | None) -> str:

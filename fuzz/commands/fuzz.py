@@ -294,6 +294,14 @@ def run_job(job: Job) -> dict:
         failed=result.failed,
         first_failure_s=result.first_failure_s,
     )
+    if handle.declared.options or handle.declared.truncation is not None:
+        out["configuration"] = {
+            "options": [o.to_json() for o in handle.declared.options],
+            "truncation": None if handle.declared.truncation is None else handle.declared.truncation.to_json(),
+            "options_checked": result.options_checked,
+            "truncated_checked": result.truncated_checked,
+            "interactions_checked": dict(sorted(result.interactions_checked.items())),
+        }
     out["notes"] += result.notes
     for finding in result.findings:
         item = finding.to_dict()

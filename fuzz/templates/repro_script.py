@@ -101,6 +101,9 @@ class Case:
     score[b]             float64: the outcome reward of the row
     gamma, lam           discount and GAE lambda
     dtype                the precision the target runs in (the numbers above are exact in it)
+    truncated[b]         bool: the row was cut by the length limit (no EOS); None: no row was
+    bootstrap[b]         float64: the critic value after a cut row's last token
+    options              the framework options the run uses (only those that differ from defaults)
     """
 
     attention: torch.Tensor
@@ -111,6 +114,9 @@ class Case:
     gamma: float
     lam: float
     dtype: str
+    truncated: torch.Tensor | None = None
+    bootstrap: torch.Tensor | None = None
+    options: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
@@ -126,7 +132,18 @@ class Case:
             gamma=float(data["gamma"]),
             lam=float(data["lam"]),
             dtype=data["dtype"],
+            truncated=torch.tensor(data["truncated"], dtype=torch.bool) if "truncated" in data else None,
+            bootstrap=floats(data["bootstrap"]) if "bootstrap" in data else None,
+            options=dict(data.get("options", {})),
         )
+
+    def truncated_rows(self) -> torch.Tensor:
+        """bool [B]: the rows cut by the length limit."""
+        return self.truncated if self.truncated is not None else torch.zeros(self.shape[0], dtype=torch.bool)
+
+    def bootstrap_values(self) -> torch.Tensor:
+        """float64 [B]: the bootstrap value of each row (0 where none)."""
+        return self.bootstrap if self.bootstrap is not None else torch.zeros(self.shape[0], dtype=torch.float64)
 
     @classmethod
     def build(

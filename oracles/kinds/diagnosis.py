@@ -18,6 +18,7 @@ import torch
 
 from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin, condition_of
+from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import Declared, judge
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
@@ -172,7 +173,7 @@ def _probe(run, case, declared: Declared, prop: str):
     base = k.module.options(declared.variant)
     if declared.kind == "loss-aggregation" and prop == "reference":
         every = _every_position(case)  # the normaliser counts padding and masked tokens as zeros
-        ref = k.module.reference(every, base)
+        ref = k.module.reference(reference_case(every, declared), base)
         bound = kind_bound(case.dtype, ref["loss"], condition_of(k, every, base, "loss"))
         if not mismatches(out["loss"], ref["loss"], bound, case.trainable).any():
             return Diagnosis("masked-statistics", "the loss equals the mode's over every position, masked ones as 0")
@@ -184,7 +185,7 @@ def _probe(run, case, declared: Declared, prop: str):
                 if other == base:
                     continue
                 try:
-                    ref = k.module.reference(case, other)
+                    ref = k.module.reference(reference_case(case, declared), other)
                 except ValueError:  # a combination the kind does not define (a mode without its constant)
                     continue
                 if ref is None:

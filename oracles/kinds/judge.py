@@ -15,6 +15,7 @@ import torch
 from maskfuzz.oracles.case import DTYPES, Case
 from maskfuzz.oracles.domain import poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
+from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
@@ -45,7 +46,7 @@ def judge(
         if "empty-step" in want:
             verdicts["empty-step"] = _empty_step(run, k, case, declared)
         return ordered("a step without a trainable token: judged by empty-step")
-    ref = k.module.reference(case, v)
+    ref = k.module.reference(reference_case(case, declared), v)
     if ref is None:
         return ordered("the kind's statistic is undefined for this case (too few trainable positions)")
     if _overflows(case, ref, k, v):
@@ -83,8 +84,8 @@ def judge(
         "poison": lambda: _poison(run, k, v, case, out, False, declared),
         "pad-invariance": lambda: _pad(run, k, v, case, out, declared),
         "permutation": lambda: _permutation(run, k, v, case, out),
-        "group-isolation": lambda: _isolation(run, k, v, case, out),
-        "affine": lambda: _affine(run, k, v, case),
+        "group-isolation": lambda: _isolation(run, k, v, case, out, declared),
+        "affine": lambda: _affine(run, k, v, case, declared),
         "deterministic": lambda: _deterministic(run, k, case, out, device),
         "twin": lambda: _twin_agrees(declared, k, v, case, out),
         "split-invariance": lambda: _split(run, k, v, case, out),
@@ -254,6 +255,9 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
             changes["group"] = torch.cat([case.group, case.group[:1]])
         if case.split is not None:  # the empty row joins row 0's micro-batch
             changes["split"] = torch.cat([case.split, case.split[:1]])
+        if case.truncated is not None:  # an empty row ended (never cut)
+            changes["truncated"] = torch.cat([case.truncated, torch.zeros(1, dtype=torch.bool)])
+            changes["bootstrap"] = torch.cat([case.bootstrap_values(), torch.zeros(1, dtype=torch.float64)])
     return case.replace(**changes)
 
 
@@ -277,7 +281,7 @@ def _permutation(run, k, v, case: Case, out: Outputs) -> Verdict:
     )
 
 
-def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
+def _isolation(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
     level = v.get("level", "group")
     if case.group is None or level == "batch":
         return _na("group-isolation", "no group-level statistic")
@@ -288,7 +292,7 @@ def _isolation(run, k, v, case: Case, out: Outputs) -> Verdict:
         return _na("group-isolation", "one group")
     rows = (case.group == case.group[0]).nonzero().flatten()
     alone = case.rows(rows)
-    if k.module.reference(alone, v) is None:
+    if k.module.reference(reference_case(alone, declared), v) is None:
         return _na("group-isolation", "the group alone has an undefined statistic")
     got = _twin(run, alone, k)
     mine = {n: x[rows] for n, x in out.items()}
@@ -316,11 +320,13 @@ def affine_twin(case: Case, k: KindSpec) -> tuple[Case | None, str]:
     ), f"{field}' = 2 {field} + {offset:g}"
 
 
-def _affine(run, k, v, case: Case) -> Verdict:
+def _affine(run, k, v, case: Case, declared: Declared) -> Verdict:
     twin, how = affine_twin(case, k)
     if twin is None:
         return _na("affine", how)
-    ref = k.module.reference(twin, v)
+    if declared.score_map:
+        return _na("affine", "the options map the score (clip, scale): not affine-invariant by design")
+    ref = k.module.reference(reference_case(twin, declared), v)
     if ref is None or _overflows(twin, ref, k, v):
         return _na("affine", "the reference is undefined at the moved input")
     got = _twin(run, twin, k)
