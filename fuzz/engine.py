@@ -102,6 +102,7 @@ class FuzzResult:
     truncated_checked: int = 0
     # pairs of non-default settings judged together ("name=value & name=value", "... & truncated")
     interactions_checked: dict[str, int] = field(default_factory=dict)
+    info: dict[str, dict[str, float]] = field(default_factory=dict)  # property -> name -> the largest seen
 
     def finding(self, prop: str) -> Finding | None:
         return next((f for f in self.findings if f.property == prop), None)
@@ -258,6 +259,9 @@ class _Search:
             if any(v.status != "n/a" for v in verdicts):
                 _count_configuration(result, self.declared, case)
             for v in verdicts:
+                for name, x in v.info.items():
+                    seen = result.info.setdefault(v.property, {})
+                    seen[name] = max(seen.get(name, x), x)
                 if v.status != "n/a":
                     result.checked[v.property] += 1
                 if v.failed:

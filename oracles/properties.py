@@ -127,6 +127,9 @@ class Verdict:
     observed: list = field(default_factory=list)
     # the case this verdict is about when it is not the judged case: a perturbed twin that crashed
     case: Case | None = field(default=None, compare=False, repr=False)
+    # information beside the verdict, name -> number (e.g. what the split would change without the
+    # framework's global normalisers); the engine keeps the largest per name
+    info: dict = field(default_factory=dict, compare=False)
 
     @property
     def failed(self) -> bool:

@@ -164,6 +164,23 @@ def test_the_step_driver_sums_microbatches_and_averages_ranks():
     assert float(local[0][0, 0]) != pytest.approx(21 / 6)
 
 
+def test_split_invariance_reports_what_the_global_normalisers_are_worth():
+    """token-mean over rows [1, 2] (micro-batch 0) and [4, masked] (micro-batch 1): the whole step is
+    7/3; each micro-batch normalised by itself and accumulated over 2 steps gives (1.5 + 4) / 2 =
+    2.75, a relative change of (2.75 - 7/3) / (7/3) = 5/28, reported beside the passing verdict."""
+    case = Case.build(
+        trainable=[[1, 1], [1, 0]], extra={"loss": [[1.0, 2.0], [4.0, 0.0]]}, split=[0, 1], dtype="float64"
+    )
+    declared = Declared(kind="loss-aggregation", variant={"mode": "token-mean"})
+    (verdict,) = [v for v in judge(zoo.agg_correct, case, declared) if v.property == "split-invariance"]
+    assert verdict.status == "pass"
+    assert verdict.info["relative_loss_change_without_global_normalisers"] == pytest.approx(5 / 28)
+    (failed,) = [
+        v for v in judge(zoo.agg_per_microbatch_normaliser, case, declared) if v.property == "split-invariance"
+    ]
+    assert failed.failed and "would move the loss by a relative 0.179" in failed.message
+
+
 def test_value_loss_by_hand():
     """Three tokens, clip 0.5: inside the range (both squares equal), far from R (the plain square wins),
     moved towards R beyond the range (the clipped square wins: no gradient)."""

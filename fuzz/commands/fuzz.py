@@ -294,6 +294,8 @@ def run_job(job: Job) -> dict:
         failed=result.failed,
         first_failure_s=result.first_failure_s,
     )
+    if result.info:
+        out["information"] = result.info
     if handle.declared.options or handle.declared.truncation is not None:
         out["configuration"] = {
             "options": [o.to_json() for o in handle.declared.options],

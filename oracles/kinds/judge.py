@@ -383,7 +383,27 @@ def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
     got = _twin(run, whole, k)
     n_mb = len(case.split.unique())
     msg = f"the step cut into {n_mb} micro-batch(es) on {case.ranks} rank(s) differs from the whole step"
-    return _twin_compare("split-invariance", k, v, case, got, out, case.trainable, msg)
+    verdict = _twin_compare("split-invariance", k, v, case, got, out, case.trainable, msg)
+    verdict.info = _without_global_normalisers(k, v, case)
+    if verdict.info:
+        verdict.message += (
+            f" (without the global normalisers this split would move the loss by a relative "
+            f"{verdict.info['relative_loss_change_without_global_normalisers']:.3g})"
+        )
+    return verdict
+
+
+def _without_global_normalisers(k: KindSpec, v: dict, case: Case) -> dict:
+    """How far the reference's loss moves when each micro-batch normalises by itself (information
+    for `split-invariance`: what the framework's global normaliser arguments are worth here)."""
+    if "scope" not in v:
+        return {}
+    step = k.module.reference(case, v)
+    local = k.module.reference(case, dict(v, scope="micro-batch"))
+    if step is None or local is None:
+        return {}
+    a, b = float(step["loss"].flatten()[0]), float(local["loss"].flatten()[0])
+    return {"relative_loss_change_without_global_normalisers": abs(b - a) / max(abs(a), 1e-30)}
 
 
 def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
