@@ -180,7 +180,7 @@ def fuzz_target(
     )
     with _single_thread():
         if declared.kind in GAE_KINDS:
-            strategy = cases(declared.domain, sizes, nonfinite)
+            strategy = cases(declared.domain, sizes, nonfinite, baseline=bool(declared.variant.get("baseline")))
         else:
             strategy = kind_cases(declared.kind, declared.domain, sizes, nonfinite)
         if declared.options or declared.truncation is not None:

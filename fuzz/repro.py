@@ -74,6 +74,7 @@ from maskfuzz.oracles.properties import (
     POISON_PROBE,
     SEVERITY,
     Declared,
+    _baseline,
     expected_outputs,
     sanitized,
     with_extra_row,
@@ -160,7 +161,7 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     if exp is None:
         raise Unsupported("the target's whitening is undefined for this case (fewer than two trainable positions)")
     ref_adv, ref_ret = exp
-    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening)
+    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening, baseline=_baseline(case, declared))
     live = case.trainable
     if prop in ("row-independence", "gap-invariance"):
         return _twin_check(case, prop, declared, bnd)
@@ -245,7 +246,7 @@ def _poison_check(case: Case, prop: str, declared: Declared) -> Check:
     exp = expected_outputs(clean, declared)
     if exp is None:
         raise Unsupported("the target's whitening is undefined for this case (fewer than two trainable positions)")
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
     b_rows, t_len = case.shape
     data = {
         "kind": "twin",
@@ -518,9 +519,11 @@ class Closure:
         key = (source.name, node.lineno)
         if key in self.picked:
             return
-        names = [name] if not isinstance(node, (ast.Assign, ast.AnnAssign)) else [
-            n for n, d in source.defs.items() if d is node
-        ]
+        names = (
+            [name]
+            if not isinstance(node, (ast.Assign, ast.AnnAssign))
+            else [n for n, d in source.defs.items() if d is node]
+        )
         for n in names:
             self._claim(n, source.name)
         self.picked[key] = (source, node)
@@ -912,9 +915,9 @@ def data_sources(plan: Plan) -> dict[str, str]:
     """The finding section of the script: source text per name (a comment, then the assignment)."""
     t, check = plan.target, plan.check
     doc = {
-        "ENTRY": "The adapter's entry point (None: the target's default)." if t.target != "callable" else (
-            "The function, as MODULE:FUNC importable from the directory given on the command line."
-        ),
+        "ENTRY": "The adapter's entry point (None: the target's default)."
+        if t.target != "callable"
+        else ("The function, as MODULE:FUNC importable from the directory given on the command line."),
         "STAND_INS": "Heavy packages the computation never uses: inert stand-ins when they are not installed.",
         "DENY": "Packages kept missing even when installed (their presence changes what the target does).",
         "OWN": "The framework's own packages: never stood in for.",

@@ -229,8 +229,12 @@ def _length(draw, sizes: Sizes) -> int:
 
 
 @st.composite
-def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite: bool = True) -> Case:
-    """A canonical case inside `domain`, B <= sizes.max_b, T <= sizes.max_t."""
+def cases(
+    draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite: bool = True, baseline: bool = False
+) -> Case:
+    """A canonical case inside `domain`, B <= sizes.max_b, T <= sizes.max_t; with `baseline`, a
+    per-row baseline reward in `extra["baseline"]` (the row's value in every column: ReMax's greedy
+    rollout reward)."""
     domain = domain or Domain()
     dtype = draw(st.sampled_from(domain.dtypes))
     event(f"dtype: {dtype}")
@@ -274,6 +278,14 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
     gamma, lam = draw(gamma_lam())
     if not domain.critic:  # the returns kind: no critic, a discounted sum (GAE with V = 0, lam = 1)
         values, lam = torch.zeros_like(values), 1.0
+    if not domain.discount:
+        gamma = 1.0
+    extra = {}
+    if baseline:
+        per_row = _fill(draw, (b_rows,), "baseline", allow_zero=True)
+        if dtype == "float16":
+            per_row = per_row.clamp(-6e4, 6e4)
+        extra["baseline"] = per_row[:, None].expand(shape).clone()
     return Case.build(  # rounds the floats to the run dtype
         trainable=trainable,
         attention=attention,
@@ -283,4 +295,5 @@ def cases(draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite:
         gamma=gamma,
         lam=lam,
         dtype=dtype,
+        extra=extra,
     )

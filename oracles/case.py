@@ -227,7 +227,8 @@ class Case:
             values=cat(self.values, rows.values),
             score=cat(self.score, rows.score),
             group=opt("group", 0),
-            extra={n: cat(x, rows.extra[n]) for n, x in self.extra.items()},
+            # an input the added rows lack is 0 there (they are all-masked probes: it never matters)
+            extra={n: cat(x, rows.extra.get(n, torch.zeros(rows.shape, dtype=x.dtype))) for n, x in self.extra.items()},
             split=opt("split", 0),
             truncated=opt("truncated", False),
             bootstrap=opt("bootstrap", 0.0),

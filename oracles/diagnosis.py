@@ -37,6 +37,7 @@ from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
     Run,
+    _baseline,
     _call,
     expected_outputs,
     judge,
@@ -127,7 +128,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     if exp is None:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")
     c_adv, c_ret = _call(run, clean)
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
     live = clean.trainable
     slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
     probe = min(POISON_PROBE, poison_cap(clean.dtype))

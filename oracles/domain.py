@@ -55,6 +55,7 @@ class Domain:
     masked_values: bool = True  # non-zero critic values at non-trainable positions
     nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
     critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
+    discount: bool = True  # takes a discount gamma (False: undiscounted, gamma = 1, e.g. ReMax's returns)
     uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
     truncated_rows: bool = True  # rows cut by the length limit (where the target declares truncation)
     truncated_padded: bool = True  # a cut row followed by padding (the window wider than the length limit)
@@ -111,6 +112,8 @@ class Domain:
             return "critic values at non-trainable positions are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
             return "the target takes no critic: values must be 0 and lam 1"
+        if not self.discount and case.gamma != 1.0:
+            return "the target takes no discount: gamma must be 1"
         cut = case.truncated_rows()
         if bool(cut.any()):
             if not self.truncated_rows:

@@ -263,6 +263,7 @@ def with_inserted_gap(case: Case) -> tuple[Case, int] | None:
         trainable=ins(case.trainable, torch.zeros(b_rows, dtype=torch.bool)),
         values=ins(case.values, clean),
         token_rewards=ins(case.token_rewards, torch.zeros(b_rows, dtype=torch.float64)),
+        extra={n: ins(x, x[:, p - 1]) for n, x in case.extra.items()},  # per-row inputs: the neighbour's
     )
     return twin, p
 
@@ -286,6 +287,10 @@ def expected_outputs(case: Case, declared: Declared) -> tuple[torch.Tensor, torc
     score map and the truncation semantics apply (`oracles.options.reference_case`)."""
     case = reference_case(case, declared)
     adv, ret = reference(case, declared.contract)
+    if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
+        # ReMax: A = return - b, b the row's baseline reward (extra["baseline"], constant along the row)
+        base = case.extra["baseline"][:, :1]
+        adv = torch.where(case.trainable, adv - base, torch.zeros_like(adv))
     if declared.whitening is not None:
         try:
             adv = masked_whiten(adv, case.trainable, declared.whitening)
@@ -357,7 +362,14 @@ def judge(
     verdicts["no-crash"] = _ok("no-crash")
 
     ref_adv, ref_ret = expected_outputs(case, declared)
-    bnd = bounds(reference_case(case, declared), declared.contract, ref_adv, ref_ret, declared.whitening)
+    bnd = bounds(
+        reference_case(case, declared),
+        declared.contract,
+        ref_adv,
+        ref_ret,
+        declared.whitening,
+        baseline=_baseline(case, declared),
+    )
     base = _Base(case, adv, ret, ref_adv, ref_ret, bnd)
 
     checks = {
@@ -389,11 +401,20 @@ def judge(
     return _ordered(verdicts, "")
 
 
+def _baseline(case: Case, declared: Declared) -> torch.Tensor | None:
+    """The per-row baseline [B] a `returns` variant subtracts (ReMax), else None."""
+    if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
+        return case.extra["baseline"][:, 0]
+    return None
+
+
 def _closed_form(check, prop: str, base: "_Base", declared: Declared) -> Verdict:
     """A closed-form property is stated on the case's own score and masks: n/a when the
     configuration (a score map, a truncated row's semantics) changes them; `reference` judges it."""
     if changes_reference(base.case, declared):
         return _na(prop, "the options or a truncated row change the reference's inputs: judged by reference")
+    if declared.variant.get("baseline"):
+        return _na(prop, "a baseline is subtracted from the returns: judged by reference")
     return check(base, declared)
 
 
@@ -506,7 +527,7 @@ def _check_poison(
         exp = expected_outputs(clean, declared)
         if exp is None:
             return _na(prop, "whitening undefined for this case")
-        bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening)
+        bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
     what = "non-finite" if nonfinite else "finite"
     slack = self_slack(case.dtype, c_adv[where], c_ret[where])
     return _compare(

@@ -59,10 +59,13 @@ def bounds(
     ref_ret: torch.Tensor,
     whitening: Whitening | None = None,
     dtype: str | None = None,
+    baseline: torch.Tensor | None = None,
 ) -> Bounds:
     """Per-position tolerances for comparing a target run in `dtype` (default: the case's) with
     the float64 reference `ref_adv`/`ref_ret` of `contract`. With `whitening`, `ref_adv` must be the
-    whitened reference and the bound covers the whitening's error amplification too."""
+    whitened reference and the bound covers the whitening's error amplification too. With a
+    per-row `baseline` [B] (ReMax: A = return - b), the advantage carries the return's error and the
+    subtraction's rounding."""
     name = dtype or case.dtype
     u = UNIT_ROUNDOFF[name]
     rtol, atol = FLOOR[name]
@@ -78,6 +81,8 @@ def bounds(
     err_ret_p = err_adv_p + u * (2 * adv_p.abs() + 2 * rec.values.abs())
     err_adv = rec.scatter(err_adv_p)
     err_ret = rec.scatter(err_ret_p)
+    if baseline is not None:
+        err_adv = err_ret + u * (ref_ret.abs() + baseline.abs()[:, None]) * case.trainable
     if whitening is not None:
         err_adv = _whitened_error(case.trainable, rec.scatter(adv_p), err_adv, ref_adv, whitening, u)
     adv = atol + rtol * ref_adv.abs() + SAFETY * err_adv

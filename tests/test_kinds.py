@@ -16,6 +16,7 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import (
     ALL_PROPERTIES,
     KINDS,
@@ -25,7 +26,7 @@ from maskfuzz.oracles.kinds import (
     normalization,
     value_loss,
 )
-from maskfuzz.oracles.properties import Declared, judge
+from maskfuzz.oracles.properties import Declared, expected_outputs, judge
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -478,3 +479,55 @@ def test_loss_kind_findings_round_trip_through_the_corpus(fn, tmp_path):
     assert entry.case.ranks == finding.case.ranks and entry.verdict.output in ("loss", "grad")
     verdict = next(v for v in judge(fn, entry.case, declared) if v.property == want[0])
     assert verdict.failed, verdict
+
+
+REMAX = Declared(
+    kind="returns",
+    variant={"baseline": "per-row"},
+    domain=Domain(critic=False, discount=False, why={"critic": "ReMax", "discount": "ReMax"}),
+)
+
+
+def test_remax_returns_minus_the_row_baseline_by_hand():
+    """Rewards [1, 2] plus score 3 at the last trainable token, gamma 1: returns [6, 5]; the greedy
+    rollout's reward 4 is subtracted: advantages [2, 1]; 0 under the mask."""
+    case = Case.build(
+        trainable=[[1, 1, 0]],
+        token_rewards=[[1.0, 2.0, 0.0]],
+        score=[3.0],
+        extra={"baseline": [[4.0, 4.0, 4.0]]},
+        dtype="float64",
+    )
+    adv, ret = expected_outputs(case, REMAX)
+    assert adv.tolist() == [[2.0, 1.0, 0.0]] and ret.tolist() == [[6.0, 5.0, 0.0]]
+    assert "discount" in REMAX.domain.rejects(case.replace(gamma=0.5))
+
+
+def _remax_correct(case: Case):
+    adv, ret = expected_outputs(case, REMAX)
+    return adv.to(case.torch_dtype), ret.to(case.torch_dtype)
+
+
+def _remax_baseline_forgotten(case: Case):
+    """Mutant: the returns, no baseline subtracted."""
+    adv, ret = expected_outputs(case, Declared(kind="returns", domain=REMAX.domain))
+    return adv.to(case.torch_dtype), ret.to(case.torch_dtype)
+
+
+def _remax_baseline_everywhere(case: Case):
+    """Mutant: the baseline subtracted at every position, masked ones included."""
+    adv, ret = _remax_correct(case)
+    return adv - case.extra["baseline"].to(adv.dtype) * (~case.trainable), ret
+
+
+@pytest.mark.parametrize(
+    "run, prop",
+    [(_remax_correct, None), (_remax_baseline_forgotten, "reference"), (_remax_baseline_everywhere, "masked-zero")],
+)
+def test_remax_mutants_are_caught_and_the_correct_one_passes(run, prop):
+    result = fuzz_target(run, REMAX, target="remax-zoo", max_examples=150, seed=0)
+    if prop is None:
+        assert not result.findings, [(f.property, f.verdict.message) for f in result.findings]
+        assert result.checked["reference"] > 0 and result.checked["gap-invariance"] > 0
+    else:
+        assert result.finding(prop) is not None, {p: n for p, n in result.failed.items() if n}
