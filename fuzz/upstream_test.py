@@ -150,6 +150,11 @@ def render(
     if target not in RECIPES:
         raise ValueError(f"no upstream-test recipe for {target}; known: {', '.join(RECIPES)}")
     recipe = RECIPES[target]
+    if case.options or bool(case.truncated_rows().any()):
+        raise ValueError(
+            "the finding needs a non-default option or a truncated row, which the upstream-test recipes do not set up; "
+            "use the standalone reproducer"
+        )
     if prop == "poison":
         case = poison_input(case, declared)
     path, _, attr = where.partition("::")

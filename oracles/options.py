@@ -128,10 +128,9 @@ def resolve(space: tuple[Option, ...], chosen: dict) -> dict:
 
 
 def apply(declared, chosen: dict):
-    """`declared` (an `oracles.properties.Declared`) as it is under the options `chosen`: each
-    option's effect for its value, in the order of the space."""
-    if not chosen:
-        return declared
+    """`declared` (an `oracles.properties.Declared`) as it is under the options `chosen` (the
+    defaults for the rest): each option's effect for its value, in the order of the space, so the
+    effect of a default value (a clip that is on by default) is in force too."""
     values = resolve(declared.options, chosen)
     changes: dict = {}
     variant = dict(declared.variant)
@@ -183,6 +182,8 @@ def reference_case(case: Case, declared) -> Case:
             score = torch.where(cut, score + case.gamma * case.bootstrap_values(), score)
         if trunc.row == "masked":
             trainable = trainable & ~cut[:, None]
+    if torch.equal(score, case.score) and torch.equal(trainable, case.trainable):
+        return case  # e.g. a clip that clips nothing: the closed-form properties still apply
     return dataclasses.replace(case, score=score, trainable=trainable, meta={})
 
 

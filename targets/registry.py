@@ -68,6 +68,7 @@ class TargetSpec:
     # (None: not declared, so no truncated row is drawn for the entry); both set per entry
     options: tuple[Option, ...] = field(default=(), hash=False)
     truncation: Truncation | None = None
+    score_map: tuple = ()  # a transform of the score the framework applies with no option to turn it off
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:
@@ -102,6 +103,7 @@ class TargetSpec:
             variant=dict(spec.variant),
             options=tuple(spec.options),
             truncation=spec.truncation,
+            score_map=tuple(spec.score_map),
         )
 
     def adapter_for(self, entry: str | None) -> str:

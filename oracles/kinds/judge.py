@@ -36,7 +36,9 @@ Outputs = dict[str, torch.Tensor]
 def judge(
     run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None
 ) -> list[Verdict]:
-    """One verdict per property of the declared kind, in its priority order."""
+    """One verdict per property of the declared kind, in its priority order (the case's options
+    configure `declared` first)."""
+    declared = declared.configured(case)
     k = spec(declared.kind)
     v = k.module.options(declared.variant)
     want = set(only or k.properties)
