@@ -35,6 +35,9 @@ GIT_PINS = [p.rev for p in areal.SPEC.pins if p.kind == "git"]
 EX1 = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
 EX2 = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
 EX3 = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+# one row, V = [1, 2], gamma 0.5, lam 1; the score sits on the last token (index 1)
+CUT = Case.build(trainable=[[1, 1]], values=[[1.0, 2.0]], score=[1.0], gamma=0.5, lam=1.0, truncated=[True],
+                 bootstrap=[4.0])  # fmt: skip
 
 
 def verdicts(run, case: Case) -> dict:
@@ -98,11 +101,21 @@ def test_large_token_rewards_pass_the_kl_clamp_unchanged(release):
 
 @pytest.mark.network
 def test_short_fuzz_finds_the_lost_score_and_nothing_else_of_the_mask(release):
-    result = fuzz_target(release.run, release.declared, target="areal", pin=release.pin, max_examples=80, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        release.run,
+        release.declared,
+        target="areal",
+        pin=release.pin,
+        max_examples=80,
+        seed=0,
+        derandomize=True,
+        shrink=False,
+    )
     failed = {p for p, n in result.failed.items() if n}
     assert "reference" in failed and failed & {"score-kept", "telescoping"}, failed
-    clean = {"no-crash", "poison", "gap-invariance", "row-independence", "all-trainable", "deterministic"}
+    # all-trainable is not in the clean set: with mask_no_eos_with_zero an ended row as wide as the batch loses its
+    # score (test_no_eos_is_the_batch_width_not_the_cut)
+    clean = {"no-crash", "poison", "gap-invariance", "row-independence", "deterministic"}
     assert not failed & clean, failed
 
 
@@ -116,6 +129,8 @@ def test_git_pins(rev):
         v = verdicts(h.run, EX1)
         assert v["poison"].status == "pass" and v["reference"].status == "pass"
         assert verdicts(h.run, EX3)["score-kept"].failed
+        # a full-width cut row bootstraps from the slot after its last token: [0.5, 1] (test below)
+        assert h.run(CUT)[0][0].tolist() == pytest.approx([0.5, 1.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,12 +209,20 @@ HEAD = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"  # git main, Aug 2026: Normali
 def kind_verdicts(handle, case: Case) -> dict:
     from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
-    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared.configured(case))}
 
 
 def kind_fuzz(handle, entry: str) -> set:
-    result = fuzz_target(handle.run, handle.declared, target=f"areal:{entry}", pin=RELEASE, max_examples=40, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        handle.run,
+        handle.declared,
+        target=f"areal:{entry}",
+        pin=RELEASE,
+        max_examples=40,
+        seed=0,
+        derandomize=True,
+        shrink=False,
+    )
     return {p for p, n in result.failed.items() if n}
 
 
@@ -207,7 +230,13 @@ def test_kind_entries_are_declared():
     spec = areal.SPEC
     assert spec.entries == ("default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean", "value-loss")
     assert [spec.kind_of(e) for e in spec.entries[1:]] == [
-        "group-advantage", "normalization", "kl", "kl", "kl", "loss-aggregation", "value-loss",
+        "group-advantage",
+        "normalization",
+        "kl",
+        "kl",
+        "kl",
+        "loss-aggregation",
+        "value-loss",
     ]
     assert spec.declared("value-loss").variant == {"clip": 0.5, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-mean").variant == {"mode": "token-mean"}
@@ -257,8 +286,9 @@ def test_adv_norm_and_kl_estimators():
         assert kind_verdicts(h, nan)["poison-nonfinite"].failed  # x * mask inside the masked sums
         assert kind_fuzz(h, "adv-norm") == {"poison-nonfinite", "masked-zero"}  # x * mask keeps NaN at masked positions
     with open_target(f"areal:kl-k3@{RELEASE}") as h:
-        case = Case.build(trainable=[[1, 1, 0]],
-                          extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]})
+        case = Case.build(
+            trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]}
+        )
         (kl,) = h.run(case)
         assert kl[0].tolist() == pytest.approx([math.exp(-1.0), 10.0, 0.0], rel=1e-6)  # exp(29) - 30 clamped to 10
         assert kind_fuzz(h, "kl-k3") == {"masked-zero"}  # logp * mask first: NaN * 0 stays NaN at masked positions
@@ -379,3 +409,115 @@ def test_critic_loss_at_git_main():
         pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
     with open_target("areal:value-loss@4aef98d8d818af55b43621aaadba047ae10f4e77", repos=repos) as h:
         _value_by_hand(h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows (areal.OPTIONS, areal.TRUNCATION, areal.GRPO_OPTIONS / ADV_NORM_OPTIONS /
+# VALUE_OPTIONS): the framework's own attributes and NormConfig fields set from case.options.
+#
+# AReaL has no EOS flag: a row "has no EOS" when it is as wide as the batch (seqlens == attn_mask.shape[1], 1.0.4
+# actor.py:200-201) and then bootstraps from values[:, max_seqlen - 1] (:223), the slot after its last token.
+# ---------------------------------------------------------------------------------------------
+def _configured(h, case: Case):
+    from maskfuzz.oracles.properties import expected_outputs
+
+    return expected_outputs(case, h.declared.configured(case))[0][0].tolist()
+
+
+@pytest.mark.network
+def test_reward_bias_then_scaling(release):
+    # (3 - 0.5) * 2 = 5: delta_1 = 5 - 2 = 3, delta_0 = 0 + 0.5 * 2 - 1 = 0; A = [0.5 * 3, 3] = [1.5, 3]
+    # (scaling first would give 3 * 2 - 0.5 = 5.5: A = [1.75, 3.5])
+    case = Case.build(trainable=[[1, 1]], values=[[1.0, 2.0]], score=[3.0], gamma=0.5, lam=1.0,
+                      options={"actor.reward_bias": -0.5, "actor.reward_scaling": 2.0})  # fmt: skip
+    adv, _ = release.run(case)
+    assert adv[0].tolist() == pytest.approx([1.5, 3.0])
+    assert _configured(release, case) == pytest.approx([1.5, 3.0])
+    assert verdicts(release.run, case)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_a_full_width_cut_row_bootstraps_from_the_slot_after_its_last_token(release):
+    # delta_1 = 1 + 0.5 * 4 - 2 = 1, delta_0 = 0 + 0.5 * 2 - 1 = 0: A = [0.5, 1]
+    adv, _ = release.run(CUT)
+    assert adv[0].tolist() == pytest.approx([0.5, 1.0])
+    v = verdicts(release.run, CUT)
+    assert v["reference"].status == "pass" and v["poison"].status in ("pass", "n/a")
+    # mask_no_eos_with_zero: the score dropped, delta_1 = 0 + 2 - 2 = 0, delta_0 = 0: A = [0, 0]
+    masked = CUT.replace(options={"actor.mask_no_eos_with_zero": True})
+    assert release.run(masked)[0][0].tolist() == pytest.approx([0.0, 0.0])
+    assert verdicts(release.run, masked)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_no_eos_is_the_batch_width_not_the_cut(release):
+    """Findings (1.0.4 actor.py:200-201): a cut row shorter than the batch is taken for an ended one (no
+    bootstrap), and an ended row as wide as the batch for a cut one (its score dropped by mask_no_eos_with_zero)."""
+    padded = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], values=[[1.0, 2.0, 7.0]], score=[1.0],
+                        gamma=0.5, lam=1.0, truncated=[True], bootstrap=[4.0])  # fmt: skip
+    # expected as CUT: [0.5, 1]; AReaL: terminal, delta_1 = 1 - 2 = -1, A = [-0.5, -1]
+    assert release.run(padded)[0][0, :2].tolist() == pytest.approx([-0.5, -1.0])
+    assert verdicts(release.run, padded)["reference"].failed
+    ended = CUT.replace(truncated=None, bootstrap=None, options={"actor.mask_no_eos_with_zero": True})
+    # expected (ended, score kept): delta_1 = 1 - 2 = -1, A = [-0.5, -1]; AReaL drops the score: [-1, -2]
+    assert release.run(ended)[0][0].tolist() == pytest.approx([-1.0, -2.0])
+    assert _configured(release, ended) == pytest.approx([-0.5, -1.0])
+    assert verdicts(release.run, ended)["reference"].failed
+
+
+@pytest.mark.network
+def test_short_fuzz_checks_every_option_value(release):
+    result = fuzz_target(release.run, release.declared, target="areal", pin=release.pin, max_examples=60, seed=1,
+                         derandomize=True, shrink=False)  # fmt: skip
+    for name, per in result.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    assert set(result.options_checked) == {o.name for o in areal.OPTIONS}
+    assert result.truncated_checked > 0
+    assert not result.failed.get("no-crash"), "a tool error: the adapter or an effect is wrong"
+
+
+@pytest.mark.network
+def test_grpo_options_by_hand():
+    with open_target(f"areal:grpo@{RELEASE}") as h:
+        base = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 4], group=[7, 7, 3, 3], dtype="float32")
+        # biased std: group 7 std 1/2, group 3 std 1 (+ eps 1e-5)
+        biased = base.replace(options={"actor.reward_norm.std_unbiased": False})
+        s7, s3 = 0.5 + 1e-5, 1 + 1e-5
+        assert h.run(biased)[0][:, 0].tolist() == pytest.approx([0.5 / s7, -0.5 / s7, -1 / s3, 1 / s3], rel=1e-6)
+        # std_level None: r - mean_g (Dr.GRPO), no eps
+        drgrpo = base.replace(options={"actor.reward_norm.std_level": "none"})
+        assert h.run(drgrpo)[0][:, 0].tolist() == pytest.approx([0.5, -0.5, -1.0, 1.0])
+        # eps 0.1 on the std: group 7 sqrt(1/2) + 0.1
+        eps = base.replace(options={"actor.reward_norm.eps": 0.1})
+        assert h.run(eps)[0][0, 0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 0.1), rel=1e-6)
+        for case in (biased, drgrpo, eps):
+            assert kind_verdicts(h, case)["reference"].status == "pass", case.options
+
+
+@pytest.mark.network
+def test_adv_norm_and_critic_options_by_hand():
+    with open_target(f"areal:adv-norm@{RELEASE}") as h:
+        # x over the mask: 1, 2, 3 (mean 2); biased std sqrt(2/3); eps 1e-5 on the std
+        case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"x": [[1.0, 2.0, 50.0], [3.0, -7.0, 0.0]]},
+                          options={"actor.adv_norm.std_unbiased": False})  # fmt: skip
+        s = math.sqrt(2 / 3) + 1e-5
+        assert h.run(case)[0].flatten().tolist() == pytest.approx([-1 / s, 0.0, 0.0, 1 / s, 0.0, 0.0], rel=1e-6)
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+    with open_target(f"areal:value-loss@{RELEASE}") as h:
+        # eps_clip 0.2: row 0 v - v_old = 0.1 inside, 0.5 (1 - 0)^2 = 0.5; row 1 v_old = 2 clipped to 1.8:
+        # 0.5 * 1.8^2 = 1.62 beats 0.5; the step's token mean (0.5 + 1.62) / 2 = 1.06
+        case = VALUE_STEP.replace(options={"critic.eps_clip": 0.2})
+        assert h.run(case)[0][0, 0].item() == pytest.approx(1.06, rel=1e-6)
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+
+
+def test_option_spaces_are_declared_per_entry():
+    spec = areal.SPEC
+    # the call reads a plain dict of defaults (a repro script copies no Option): it must match the declared space
+    assert {o.name: o.default for o in areal.OPTIONS} == areal.OPTION_DEFAULTS
+    assert spec.declared().truncation == areal.TRUNCATION and spec.declared().truncation.bootstrap == "value"
+    names = {e: [o.name for o in spec.declared(e).options] for e in spec.entries}
+    assert names["default"] == list(areal.OPTION_DEFAULTS)
+    assert names["grpo"][0] == "actor.reward_norm.std_unbiased" and names["value-loss"] == ["critic.eps_clip"]
+    assert names["kl-k1"] == names["agg-token-mean"] == []
+    assert all(spec.declared(e).truncation is None for e in spec.entries[1:])

@@ -13,27 +13,34 @@ from `areal/utils/data.py` at the pin.
 `self` (the attributes `__init__` derives from `PPOActorConfig`, with its defaults unless said):
   config.overlong_reward_penalty = False, config.use_decoupled_loss = False,
   config.recompute_logprob = False (old log-probs come rolled from `data["logprobs"]`),
-  reward_bias = 0.0, reward_scaling = 1.0, reward_norm = None, adv_norm = None (the defaults),
-  reward_clip = inf (default 20.0: clipping the score is a reward transform, not masking),
+  reward_bias, reward_scaling, reward_clip, mask_no_eos_with_zero from `case.options` (`OPTIONS`, defaults
+  0.0, 1.0, 20.0, False), reward_norm = None, adv_norm = None (the defaults),
   kl_estimator = KLEstimator("k1") (default), kl_ctl = a power of two (see below; default 0.1),
-  mask_no_eos_with_zero = False (default), discount = gamma, gae_lambda = lam.
+  discount = gamma, gae_lambda = lam.
 
 `data` is laid out as AReaL's rollout batches are: per row, P = 2 prompt tokens, then the
-response, then right padding, in one [B, L] tensor with L = P + T + 1:
+response, then right padding, in one [B, L] tensor with L = P + T (the batch is as wide as its
+longest row):
   input_ids      1 on prompt and real response tokens, 0 on padding
   attention_mask prompt + the real window tokens (bool)
   loss_mask      1 on trainable window tokens (token coordinates)
   logprobs       0 (token coordinates; the method rolls them by -1)
   ref_logp       token_rewards / kl_ctl at rolled index P - 1 + k (log-prob coordinates: index t
                  scores token t + 1, as AReaL's engines return them), float32 like AReaL's logprobs
-  values         the window values at rolled index P - 1 + k, 0 elsewhere
+  values         the window values at rolled index P - 1 + k; at the index of a row's last real
+                 token (the critic value of the state after it) the case's bootstrap value for a row
+                 as wide as the batch (column L - 1) or a truncated row; 0 elsewhere
   rewards        the score [B]
-Window position k is rolled index P - 1 + k (the action that produces response token k). The
-extra trailing pad column keeps every row shorter than L, so no row takes AReaL's "no EOS"
-(truncated) path, which bootstraps from the value after the window: the canonical case has no such
-value. With old log-probs 0 the KL reward is `-kl_ctl * clamp(0 - ref_logp, -10, 10)`, which is
-exactly `token_rewards` while |token_rewards| / kl_ctl <= 10; kl_ctl is the smallest power of two
-(>= 1) that keeps it there, so the division is exact.
+Window position k is rolled index P - 1 + k (the action that produces response token k). AReaL has
+no EOS / truncation flag: a row "has no EOS" when it is as wide as the batch (`seqlens ==
+attn_mask.shape[1]`), and then bootstraps from `values[:, max_seqlen - 1]`. The adapter hands it
+nothing else: a truncated row that fills the window is such a row; a truncated row followed by
+padding is not (AReaL treats it as ended), and an ended row that fills the window is taken for a
+cut one (its bootstrap slot holds `case.bootstrap_values()`, 0 for an ended row, so only the
+`mask_no_eos_with_zero` score drop shows it). With old log-probs 0 the KL reward is
+`-kl_ctl * clamp(0 - ref_logp, -10, 10)`, which is exactly `token_rewards` while |token_rewards| /
+kl_ctl <= 10; kl_ctl is the smallest power of two (>= 1) that keeps it there, so the division is
+exact.
 
 Pipeline domain (`SPEC.pipeline` for 1.0.4 and git main, whose cited files are identical;
 `SPEC.pipeline_by_pin` for v0.3.4, the same facts at other lines). Every workflow builds one row as
@@ -48,16 +55,15 @@ token. Values are the critic's at every real position (not zeroed at the prompt)
 default bfloat16; float16/float32 by config), ref log-probs are non-zero at the prompt, and `kl_ctl` (default 0.1)
 makes token rewards: dtypes, masked values and rewards stay permissive. Narrowed: left padding (right-padded
 rows) and non-finite poison (critic outputs and ref log-probs are finite; padding is filled with 0.0; rollout
-log-probs are 0.0 on the prompt). Not exercised by the adapter (its trailing pad column avoids it): in a real batch
-the longest row always has `seqlens == max_seqlen`, takes the "no EOS" path and bootstraps from `values[:, -1]`, a
-position the critic is never trained on.
+log-probs are 0.0 on the prompt). Truncated rows: both kinds are reachable. A cut row fills the batch when its
+prompt + max_new_tokens is the longest; one with a shorter prompt than another row is followed by padding (prompts
+differ in length, `areal/workflow/rlvr.py:165-175`), so `truncated_padded` stays allowed.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 import types
 from pathlib import Path
 
@@ -65,6 +71,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
@@ -109,6 +116,60 @@ CONFIG_SET = (
     "recompute_logprob",
 )
 
+# The actor's options that touch this entry's math (1.0.4 lines; git main cbff54d64 in brackets). Each effect is
+# what the option means (PPOActorConfig help, 1.0.4 areal/api/cli_args.py:1484-1510), stated on the reference.
+# the defaults the call reads (a plain dict, so a standalone repro script copies no Option)
+OPTION_DEFAULTS = {
+    "actor.reward_bias": 0.0,
+    "actor.reward_scaling": 1.0,
+    "actor.reward_clip": 20.0,
+    "actor.mask_no_eos_with_zero": False,
+}
+OPTIONS = (
+    Option(
+        "actor.reward_bias",
+        (0.0, -0.5),
+        OPTION_DEFAULTS["actor.reward_bias"],
+        "areal/trainer/ppo/actor.py:168 (git main :202)",
+        "Reward bias (cli_args.py:1487): added to the outcome score before the scaling",
+        effect={-0.5: {"score_map": (("add", -0.5),)}},
+    ),
+    Option(
+        "actor.reward_scaling",
+        (1.0, 2.0),
+        OPTION_DEFAULTS["actor.reward_scaling"],
+        "areal/trainer/ppo/actor.py:168 (git main :202)",
+        "Reward scaling factor (cli_args.py:1484-1486): multiplies the biased score",
+        effect={2.0: {"score_map": (("mul", 2.0),)}},
+    ),
+    Option(
+        "actor.reward_clip",
+        (20.0, 1.0),
+        OPTION_DEFAULTS["actor.reward_clip"],
+        "areal/trainer/ppo/actor.py:169-171 (git main :203-205)",
+        "Reward clipping threshold (cli_args.py): the biased, scaled score clipped to [-clip, clip]; on by default",
+        effect={20.0: {"score_map": (("clip", 20.0),)}, 1.0: {"score_map": (("clip", 1.0),)}},
+    ),
+    Option(
+        "actor.mask_no_eos_with_zero",
+        (False, True),
+        OPTION_DEFAULTS["actor.mask_no_eos_with_zero"],
+        "areal/trainer/ppo/actor.py:207-212 (git main :260-265)",
+        "Mask truncated generations (no EOS token) (cli_args.py:1503-1508): the outcome reward of a row cut by the "
+        "length limit is replaced by 0",
+        effect={True: {"truncation": {"score": "zero"}}},
+    ),
+)
+# A row without EOS bootstraps from the critic value after its last token: `nextvalues = values[:, max_seqlen - 1] *
+# seq_no_eos_mask` (1.0.4 areal/trainer/ppo/actor.py:223; git main areal/trainer/ppo/gae.py:22), its score kept.
+TRUNCATION = Truncation(
+    score="kept",
+    bootstrap="value",
+    row="kept",
+    cite="areal/trainer/ppo/actor.py:200-201, 223 (git main actor.py:251-252, gae.py:22): seq_no_eos_mask = seqlens "
+    "== attn_mask.shape[1]; nextvalues = values[:, max_seqlen - 1] * seq_no_eos_mask",
+)
+
 SPEC = TargetSpec(
     id="areal",
     adapter="maskfuzz.targets.adapters.areal",
@@ -128,6 +189,8 @@ SPEC = TargetSpec(
         ),
     ),
     whitening=None,  # adv_norm defaults to None (PPOActorConfig); the adapter keeps it off
+    options=OPTIONS,
+    truncation=TRUNCATION,
     masked_zero=False,
     masked_zero_why=(
         "the loop keeps lastgaelam where loss_mask is 0, so a masked position holds the advantage of the next "
@@ -191,6 +254,65 @@ _F32 = Domain(
     dtypes=("float32", "bfloat16", "float16"),
     why={"dtypes": "Normalization returns (x_centered / (std + eps)).float() and KLEstimator computes in float32"},
 )
+# NormConfig options of reward_norm / adv_norm (1.0.4 areal/api/cli_args.py:43-79; read in Normalization.__init__,
+# areal/utils/data.py:1386-1394, git main :1390-1398). Values are JSON scalars: "none" stands for YAML null.
+_NORM_UNBIASED = "Whether to use unbiased standard deviation computation (cli_args.py:64-69)"
+_NORM_EPS = "The eps when dividing by standard deviation (cli_args.py:70-75): (x - mean) / (std + eps)"
+GRPO_OPTIONS = (
+    Option(
+        "actor.reward_norm.std_unbiased",
+        (True, False),
+        True,
+        "areal/utils/data.py:1392, 1485 (git main :1396, 1527)",
+        _NORM_UNBIASED,
+        effect={False: {"variant": {"std": "biased"}}},
+    ),
+    Option(
+        "actor.reward_norm.std_level",
+        ("group", "none"),
+        "group",  # NormConfig's own default is "batch"; the entry is the GRPO configuration (group / group)
+        "areal/utils/data.py:1470-1493 (git main :1512-1535)",
+        "Standard deviation level; None for no std normalization (cli_args.py:57-63): r - mean_g (Dr.GRPO)",
+        effect={"none": {"variant": {"std": None}}},
+    ),
+    Option(
+        "actor.reward_norm.eps",
+        (1e-5, 0.1),
+        1e-5,
+        "areal/utils/data.py:1394, 1405, 1496 (git main :1398, 1538)",
+        _NORM_EPS,
+        effect={0.1: {"variant": {"eps": 0.1}}},
+    ),
+)
+ADV_NORM_OPTIONS = (
+    Option(
+        "actor.adv_norm.std_unbiased",
+        (True, False),
+        True,
+        "areal/utils/data.py:1392, 1460 (git main :1396, 1502)",
+        _NORM_UNBIASED,
+        effect={False: {"variant": {"unbiased": False}}},
+    ),
+    Option(
+        "actor.adv_norm.eps",
+        (1e-5, 0.1),
+        1e-5,
+        "areal/utils/data.py:1394, 1405, 1496 (git main :1398, 1538)",
+        _NORM_EPS,
+        effect={0.1: {"variant": {"eps": 0.1}}},
+    ),
+)
+VALUE_OPTIONS = (
+    Option(
+        "critic.eps_clip",
+        (0.5, 0.2),
+        0.5,
+        "areal/trainer/ppo/critic.py:70, 121 (PPOCriticConfig.eps_clip, areal/api/cli_args.py:1659-1661; git main "
+        ":1996)",
+        "Clipping factor for value loss: the value is clipped to old_value +- eps_clip",
+        effect={0.2: {"variant": {"clip": 0.2}}},
+    ),
+)
 _KIND_OVERRIDES = {
     # reward_norm on the [B] scores (1.0.4 areal/trainer/ppo/actor.py:172-173; git main :211-212), NormConfig
     # group / group as AReaL's GRPO examples set it; Normalization (1.0.4 areal/utils/data.py:1378-1597):
@@ -208,6 +330,8 @@ _KIND_OVERRIDES = {
         # group_size (1.0.4 areal/utils/data.py:1424, :1468) or, at git main, of the given group_sizes
         documented_errors=(r"ValueError: areal: Normalization\(group\)",),
         domain=_F32,
+        options=GRPO_OPTIONS,
+        truncation=None,  # reward_norm sees the [B] scores only: no notion of a cut row
     ),
     # adv_norm(advantages, loss_mask) (1.0.4 areal/trainer/ppo/actor.py:238-239), NormConfig defaults batch /
     # batch: masked mean, unbiased masked std (areal/utils/data.py:1591), (x - mean) * loss_mask / (std + 1e-5)
@@ -219,6 +343,8 @@ _KIND_OVERRIDES = {
         masked_zero=True,  # x_centered * loss_mask (1.0.4 areal/utils/data.py:1452)
         documented_errors=(),
         domain=_F32,
+        options=ADV_NORM_OPTIONS,
+        truncation=None,
     ),
     **{
         f"kl-{k}": dict(
@@ -230,6 +356,8 @@ _KIND_OVERRIDES = {
             masked_zero=True,  # the actor multiplies both log-probs by loss_mask first (1.0.4 actor.py:194-195)
             documented_errors=(),
             domain=_F32,
+            options=(),  # the estimator is the entry; kl_ctl scales the reward, not the estimate
+            truncation=None,
         )
         for k in ("k1", "k2", "k3")
     },
@@ -249,6 +377,8 @@ _KIND_OVERRIDES = {
         domain=Domain(why={}),
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
+        options=(),
+        truncation=None,
     ),
     # ppo_critic_loss_fn (1.0.4 areal/utils/functional/functional.py:714-777): 0.5 * max((v - R)^2, (v_c - R)^2)
     # (_mse_loss :710-711, :754-762), the micro-batch token mean (:771-774) scaled by the engine's count_nonzero
@@ -272,6 +402,8 @@ _KIND_OVERRIDES = {
         ),
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
+        options=VALUE_OPTIONS,
+        truncation=None,
     ),
 }
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
@@ -325,7 +457,8 @@ def load(root: Path, entry: str | None) -> Loaded:
             if reads_estimator
             else "the KL reward is inline at this pin (-kl_ctl * (old_logp - ref_logp)); no KLEstimator"
         ),
-        f"data: prompt of {PROMPT} tokens + window + 1 pad column; window k = rolled index {PROMPT - 1} + k",
+        f"data: prompt of {PROMPT} tokens + window (L = {PROMPT} + T); window k = rolled index {PROMPT - 1} + k; the "
+        "bootstrap value at the index of the last real token of full-width and truncated rows",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     if tree.unresolved:
@@ -410,6 +543,9 @@ def _check_reads(rel: str, method: ast.FunctionDef) -> None:
 
 
 def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:
+    """The actor's attributes as `PPOActor.__init__` derives them from the config (the case's options over
+    PPOActorConfig's defaults)."""
+    opt = {name: case.options.get(name, default) for name, default in OPTION_DEFAULTS.items()}
     config = types.SimpleNamespace(
         overlong_reward_penalty=False,
         overlong_tokens=None,
@@ -420,13 +556,13 @@ def _self(case: Case, kl_estimator, kl_ctl: float) -> types.SimpleNamespace:
     )
     return types.SimpleNamespace(
         config=config,
-        reward_bias=0.0,
-        reward_scaling=1.0,
-        reward_clip=math.inf,
+        reward_bias=opt["actor.reward_bias"],
+        reward_scaling=opt["actor.reward_scaling"],
+        reward_clip=opt["actor.reward_clip"],
         reward_norm=None,
         kl_ctl=kl_ctl,
         kl_estimator=kl_estimator,
-        mask_no_eos_with_zero=False,
+        mask_no_eos_with_zero=opt["actor.mask_no_eos_with_zero"],
         discount=case.gamma,
         gae_lambda=case.lam,
         adv_norm=None,
@@ -456,9 +592,9 @@ def _data(case: Case, device: str) -> tuple[dict, float]:
         raise ValueError("AReaL cannot express a left-padded response window (outside its domain)")
     x = case.inputs(device)
     b_rows, t_len = case.shape
-    length = PROMPT + t_len + 1
-    win = slice(PROMPT, PROMPT + t_len)  # token coordinates of the window
-    rolled = slice(PROMPT - 1, PROMPT - 1 + t_len)  # log-prob / value coordinates of the window
+    length = PROMPT + t_len  # the batch is as wide as its longest row: prompt + window
+    win = slice(PROMPT, length)  # token coordinates of the window
+    rolled = slice(PROMPT - 1, length - 1)  # log-prob / value coordinates of the window
     att = torch.zeros(b_rows, length, dtype=torch.bool, device=device)
     att[:, :PROMPT] = True
     att[:, win] = case.attention.to(device)
@@ -469,6 +605,16 @@ def _data(case: Case, device: str) -> tuple[dict, float]:
     ref_logp[:, rolled] = x["token_rewards"].float() / scale
     values = torch.zeros(b_rows, length, dtype=case.torch_dtype, device=device)
     values[:, rolled] = x["values"]
+    # the critic value of the state after each row's last real token sits at that token's index: the last column
+    # for a row as wide as the batch, the row's first padding slot otherwise (padding stays 0.0 past it)
+    boot = case.bootstrap_values().to(device=device, dtype=case.torch_dtype)
+    full = case.attention[:, -1].to(device)
+    values[:, length - 1] = torch.where(full, boot, torch.zeros_like(boot))
+    cut = case.truncated_rows().to(device) & ~full
+    if bool(cut.any()):
+        last = PROMPT + case.attention.to(device).sum(dim=1) - 1  # index of the last real token
+        rows = cut.nonzero().flatten()
+        values[rows, last[rows]] = boot[rows]
     data = {
         "input_ids": att.long(),
         "attention_mask": att,

@@ -38,6 +38,9 @@ NORM = {
     "grpo": dict(mean_level="group", mean_leave1out=False, std_level="group", std_unbiased=True, eps=1e-5),
     "adv-norm": dict(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5),
 }
+# entry -> (option name prefix): the NormConfig fields a case's options override (targets/adapters/areal.py
+# GRPO_OPTIONS, ADV_NORM_OPTIONS); "none" is YAML null
+PREFIX = {"grpo": "actor.reward_norm.", "adv-norm": "actor.adv_norm."}
 KL = {"kl-k1": "k1", "kl-k2": "k2", "kl-k3": "k3"}
 LOSS = ("agg-token-mean",)
 VALUE = ("value-loss",)
@@ -62,6 +65,17 @@ def blocks(group: torch.Tensor) -> list[int] | None:
         sizes.append(1)
         prev = g
     return sizes
+
+
+def norm_config(entry: str, case: Case, group_size: int) -> types.SimpleNamespace:
+    """The NormConfig of `entry` under the case's options, as a namespace of the attributes
+    `Normalization.__init__` reads (the trainer builds `Normalization(config.reward_norm)` /
+    `Normalization(config.adv_norm)` from the same fields)."""
+    cfg = dict(NORM[entry], group_size=group_size)
+    for name, value in case.options.items():
+        if name.startswith(PREFIX[entry]):
+            cfg[name[len(PREFIX[entry]) :]] = None if value == "none" else value
+    return types.SimpleNamespace(**cfg)
 
 
 def _classes(root: Path) -> tuple[type, type, bool]:
@@ -161,8 +175,14 @@ def load_loss(root: Path, entry: str) -> Loaded:
         if local == 0:  # fsdp_engine.py:2063-2064
             return torch.zeros((), dtype=loss.dtype, device=loss.device)
         zeros = torch.zeros_like(loss)
-        out, _ = loss_fn(logprobs=zeros, proximal_logprobs=zeros, old_logprobs=zeros, advantages=-loss,
-                         eps_clip=0.2, loss_mask=bool_mask)
+        out, _ = loss_fn(
+            logprobs=zeros,
+            proximal_logprobs=zeros,
+            old_logprobs=zeros,
+            advantages=-loss,
+            eps_clip=0.2,
+            loss_mask=bool_mask,
+        )
         return out * (local / total * step.ranks)
 
     def run(case: Case, device: str):
@@ -215,8 +235,9 @@ def load_value(root: Path, entry: str) -> Loaded:
             return v.float().mean() * 0.0
         old = step.case.extra["v_old"][rows].to(device=dev, dtype=v.dtype)
         ret = step.case.extra["ret"][rows].to(device=dev, dtype=v.dtype)
+        clip = step.case.options.get("critic.eps_clip", CRITIC_EPS_CLIP)  # critic.py:70 passes config.eps_clip
         out, _ = loss_fn(value=v.float(), old_value=old.float(), target_value=ret.float(),
-                         value_eps_clip=CRITIC_EPS_CLIP, loss_mask=bool_mask)  # fmt: skip
+                         value_eps_clip=clip, loss_mask=bool_mask)  # fmt: skip
         return out * (local / total * step.ranks)
 
     def run(case: Case, device: str):
@@ -249,13 +270,15 @@ def load_kind(root: Path, entry: str) -> Loaded:
             ref = case.extra["ref_logp"].to(device=device, dtype=dt) * mask
             return (est(old, ref),)
 
-        return Loaded(run_kl, f"{DATA}::KLEstimator", [f"KLEstimator({KL[entry]!r}) compiled from source",
-                                                       "inputs multiplied by loss_mask as the actor does"])
-    cfg = NORM[entry]
+        return Loaded(
+            run_kl,
+            f"{DATA}::KLEstimator",
+            [f"KLEstimator({KL[entry]!r}) compiled from source", "inputs multiplied by loss_mask as the actor does"],
+        )
     if entry == "adv-norm":
-        norm = norm_cls(types.SimpleNamespace(group_size=1, **cfg))
 
         def run_adv(case: Case, device: str):
+            norm = norm_cls(norm_config(entry, case, 1))
             dt = case.torch_dtype
             x = case.extra["x"].to(device=device, dtype=dt)
             return (norm(x, case.trainable.to(device=device, dtype=dt)),)
@@ -276,13 +299,17 @@ def load_kind(root: Path, entry: str) -> Loaded:
             if len(set(sizes)) != 1:
                 raise ValueError("areal: Normalization(group) at this pin slices groups of one fixed group_size")
             size = sizes[0]
-        norm = norm_cls(types.SimpleNamespace(group_size=size, **cfg))
+        norm = norm_cls(norm_config(entry, case, size))
         score = case.score.to(device=device, dtype=dt)
         out = norm(score, **kw)
         return (out[:, None].expand(case.shape),)
 
     how = "group_sizes = the contiguous block sizes" if takes_sizes else "group_size = the (one) block size"
-    return Loaded(run_grpo, f"{DATA}::Normalization", [f"NormConfig(group, group) as a namespace; {how}",
-                                                       "the [B] output broadcast to every position"])
+    return Loaded(
+        run_grpo,
+        f"{DATA}::Normalization",
+        [f"NormConfig(group, group) as a namespace; {how}", "the [B] output broadcast to every position"],
+    )
+
 
 load = load_kind  # the worker loads the entries of the other kinds from here (targets.registry.adapter_for)
