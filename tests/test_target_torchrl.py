@@ -105,9 +105,13 @@ def test_pipeline_domain_is_cited_and_follows_the_nan_sanitising_of_the_gae_modu
     nan_next = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 1]], values=[[0.5, 0.25, math.nan]])
     assert old.rejects(nan_next) is None
     assert "NaN / inf" in new.rejects(nan_next) and "NaN / inf" in head.rejects(nan_next)  # nonfinite_poison
-    anything = Case.build(trainable=[[0, 1, 1, 0], [0, 0, 0, 0]], attention=[[1, 1, 1, 1], [0, 0, 1, 1]],
-                          token_rewards=[[1.0, 2.0, 3.0, 4.0]] * 2, values=[[9.0, 1.0, 2.0, -9.0]] * 2,
-                          dtype="bfloat16")
+    anything = Case.build(
+        trainable=[[0, 1, 1, 0], [0, 0, 0, 0]],
+        attention=[[1, 1, 1, 1], [0, 0, 1, 1]],
+        token_rewards=[[1.0, 2.0, 3.0, 4.0]] * 2,
+        values=[[9.0, 1.0, 2.0, -9.0]] * 2,
+        dtype="bfloat16",
+    )
     assert old.rejects(anything) is None and new.rejects(anything) is None
 
 
@@ -158,8 +162,13 @@ def test_nan_value_after_done_is_multiplied_in(gae):
 
 @pytest.mark.network
 def test_loop_keeps_the_score_at_gamma_zero_vec_raises(loop, vec):
-    case = Case.build(trainable=[[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], values=[[0.5, 0, 0.25, 9, 9], [0] * 5],
-                      score=[1, 1], gamma=0, lam=0.95)
+    case = Case.build(
+        trainable=[[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]],
+        values=[[0.5, 0, 0.25, 9, 9], [0] * 5],
+        score=[1, 1],
+        gamma=0,
+        lam=0.95,
+    )
     v = verdicts(loop, case)
     assert v["score-kept"].status == "pass" and v["reference"].status == "pass"
     v = verdicts(vec, case)
@@ -168,8 +177,13 @@ def test_loop_keeps_the_score_at_gamma_zero_vec_raises(loop, vec):
 
 @pytest.mark.network
 def test_vec_raises_when_gamma_lambda_is_below_its_threshold(loop, vec):
-    case = Case.build(trainable=[[1, 1, 1, 0], [1, 1, 1, 1]], values=[[0.5, 0.25, 1, 0], [0.5, 0.25, 0.5, 1]],
-                      score=[1, 1], gamma=1e-4, lam=1e-4)  # gamma * lam = 1e-8 < thr = 1e-7
+    case = Case.build(
+        trainable=[[1, 1, 1, 0], [1, 1, 1, 1]],
+        values=[[0.5, 0.25, 1, 0], [0.5, 0.25, 0.5, 1]],
+        score=[1, 1],
+        gamma=1e-4,
+        lam=1e-4,
+    )  # gamma * lam = 1e-8 < thr = 1e-7
     assert failed(verdicts(loop, case)) == set()
     v = verdicts(vec, case)
     assert v["no-crash"].failed and "IndexError: index 0 is out of bounds" in v["no-crash"].message
@@ -191,8 +205,9 @@ def test_vec_truncates_the_series_in_float64(loop, vec):
 @pytest.mark.network
 def test_loop_runs_float64_with_float32_gamma(loop):
     rewards, values, gamma, lam = [1.0, 2, 3, 4], [10.0, 20, 30, 40], 0.9, 0.8
-    case = Case.build(trainable=[[1] * 4], token_rewards=[rewards], values=[values], gamma=gamma, lam=lam,
-                      dtype="float64")
+    case = Case.build(
+        trainable=[[1] * 4], token_rewards=[rewards], values=[values], gamma=gamma, lam=lam, dtype="float64"
+    )
     v = verdicts(loop, case)
     assert v["reference"].failed and v["all-trainable"].failed
     f32 = lambda x: float(torch.tensor(x, dtype=torch.float32))  # noqa: E731
@@ -208,8 +223,9 @@ def test_loop_runs_float64_with_float32_gamma(loop):
 
 @pytest.mark.network
 def test_short_fuzz_of_the_loop(loop):
-    result = fuzz_target(loop.run, loop.declared, target="torchrl", pin=PIN, max_examples=40, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        loop.run, loop.declared, target="torchrl", pin=PIN, max_examples=40, seed=0, derandomize=True, shrink=False
+    )
     bad = {p for p, n in result.failed.items() if n}
     assert "poison-nonfinite" in bad, bad
     assert not bad & {"no-crash", "poison", "score-kept", "telescoping", "row-independence", "deterministic"}, bad
@@ -219,8 +235,9 @@ def test_short_fuzz_of_the_loop(loop):
 
 @pytest.mark.network
 def test_short_fuzz_of_vec(vec):
-    result = fuzz_target(vec.run, vec.declared, target="torchrl", pin=PIN, max_examples=100, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        vec.run, vec.declared, target="torchrl", pin=PIN, max_examples=100, seed=0, derandomize=True, shrink=False
+    )
     bad = {p for p, n in result.failed.items() if n}
     assert {"no-crash", "poison-nonfinite"} <= bad, bad
     assert not bad & {"poison", "row-independence", "deterministic"}, bad
@@ -337,7 +354,7 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
 
 
 @pytest.mark.parametrize(
-    "name", [e for e in torchrl.SPEC.entries[2:] if torchrl.SPEC.for_entry(e).kind != "loss-aggregation"]
+    "name", [e for e in torchrl.SPEC.entries if torchrl.SPEC.for_entry(e).kind not in ("gae", "loss-aggregation")]
 )
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = torchrl.SPEC.for_entry(name)
@@ -401,7 +418,7 @@ def test_kl_to_ref_averages_over_every_position(entry):
 @pytest.mark.parametrize(
     "name, failing",
     [
-        ("agg-token-mean", {"split-invariance", "reference"}),
+        ("agg-token-mean", {"split-invariance", "reference", "pad-invariance", "poison-nonfinite", "empty-step"}),
         ("agg-prompt-mean", {"split-invariance", "reference", "pad-invariance", "poison-nonfinite", "empty-step"}),
     ],
 )
@@ -411,3 +428,156 @@ def test_short_fuzz_of_the_aggregations(entry, name, failing):
     bad = {p for p, n in res.failed.items() if n}
     assert {"split-invariance", "reference"} <= bad <= failing, bad
     assert res.checked["poison"] > 0 and res.checked["permutation"] > 0
+    if name == "agg-token-mean":  # the prompt_mean defects, reached through the `aggregation` option
+        assert all(n > 0 for n in res.options_checked["aggregation"].values()), res.options_checked
+        for f in res.findings:
+            if f.property in ("pad-invariance", "poison-nonfinite", "empty-step"):
+                assert f.case.options == {"aggregation": "prompt_mean"}, (f.property, f.case.options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows at 0.14.1. A truncated row (cut by the length limit) ends its trajectory with
+# `done` but not `terminated` at its last trainable token, and ("next", "state_value") there is the case's
+# bootstrap value (functional.py:164-172: delta = r + gamma * (~terminated) * V' - V, the recursion cut by done).
+# The GAE module (`torchrl:module`) takes the options average_gae and vectorized.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def module():
+    with open_target(f"torchrl:module@{PIN}") as h:
+        yield h
+
+
+@pytest.fixture(params=("default", "vec", "module"))
+def any_gae(request):
+    return request.getfixturevalue({"default": "loop", "vec": "vec", "module": "module"}[request.param])
+
+
+def test_truncation_and_options_are_declared_with_citations():
+    for name in ("default", "vec", "module"):
+        trunc = torchrl.SPEC.for_entry(name).truncation
+        assert trunc.bootstrap == "value" and trunc.score == "kept" and trunc.row == "kept"
+        assert "functional.py:164-172" in trunc.cite
+    opts = {o.name: o for o in torchrl.SPEC.for_entry("module").options}
+    assert set(opts) == {"average_gae", "vectorized"}
+    assert opts["average_gae"].default is False and opts["vectorized"].default is False
+    assert {o.name for o in torchrl.SPEC.for_entry("agg-token-mean").options} == {"aggregation"}
+    assert {o.name for o in torchrl.SPEC.for_entry("mc-advantage-sum").options} == {"trajectory_return"}
+
+
+def test_a_truncated_row_is_done_but_not_terminated_with_the_bootstrap_as_next_value():
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 0]],
+        attention=[[1, 1, 0], [1, 1, 0]],
+        values=[[1.0, 2.0, 99.0], [1.0, 2.0, 99.0]],
+        truncated=[True, False],
+        bootstrap=[4.0, 7.0],
+        dtype="float64",
+    )
+    x = torchrl.framework_inputs(case, "cpu")
+    assert x["done"].squeeze(-1).tolist() == [[False, True, False]] * 2
+    assert x["terminated"].squeeze(-1).tolist() == [[False, False, False], [False, True, False]]
+    # the bootstrap where the critic's V(state after the last token) goes; the ended row keeps its shifted value
+    assert x["next_state_value"].squeeze(-1).tolist() == [[2.0, 4.0, 0.0], [2.0, 99.0, 0.0]]
+
+
+# V = [1, 2], then padding holding 99; gamma 0.5, lambda 1, score 1 at the last token, bootstrap 4:
+# cut:   delta_1 = 1 + 0.5 * 4 - 2 = 1, delta_0 = 0 + 0.5 * 2 - 1 = 0, A_0 = 0 + 0.5 * 1 = 0.5 -> A = [0.5, 1]
+# ended: delta_1 = 1 - 2 = -1,           delta_0 = 0,                 A_0 = 0.5 * -1 = -0.5   -> A = [-0.5, -1]
+TRUNC = Case.build(
+    trainable=[[1, 1, 0], [1, 1, 0]],
+    attention=[[1, 1, 0], [1, 1, 0]],
+    values=[[1.0, 2.0, 99.0], [1.0, 2.0, 99.0]],
+    score=[1.0, 1.0],
+    gamma=0.5,
+    lam=1.0,
+    truncated=[True, False],
+    bootstrap=[4.0, 4.0],
+    dtype="float64",
+)
+
+
+@pytest.mark.network
+def test_truncated_row_bootstraps_from_the_next_state_value_by_hand(any_gae):
+    adv, ret = any_gae.run(TRUNC)
+    assert adv[:, :2].tolist() == [[0.5, 1.0], [-0.5, -1.0]]
+    assert ret[0, :2].tolist() == [1.5, 3.0]  # A + V
+    v = verdicts(any_gae, TRUNC)
+    for prop in ("no-crash", "reference", "poison", "row-independence"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+
+
+@pytest.mark.network
+def test_average_gae_standardises_over_every_position_of_the_batch(module):
+    # two one-token rows, scores 1 and 3, V = 0: A = [1, 3]; mean 2, unbiased std sqrt 2 -> -+1/sqrt 2
+    case = Case.build(trainable=[[1], [1]], score=[1.0, 3.0], dtype="float64", options={"average_gae": True})
+    adv, _ = module.run(case)
+    z = 2**-0.5
+    assert adv.flatten().tolist() == pytest.approx([-z, z], rel=1e-12)
+    assert verdicts(module, case)["reference"].status == "pass"
+    # a padding position after each row is a transition of its own for torchrl (A = 0 - 0 = 0 there) and enters
+    # the statistics (advantages.py:2390-2393): A = [1, 0, 3, 0], mean 1, unbiased std sqrt(6 / 3) = sqrt 2
+    # -> [0, -1/sqrt 2, 2/sqrt 2, -1/sqrt 2], where the masked reference whitens the trainable [1, 3] to -+1/sqrt 2
+    padded = Case.build(
+        trainable=[[1, 0], [1, 0]],
+        attention=[[1, 0], [1, 0]],
+        score=[1.0, 3.0],
+        dtype="float64",
+        options={"average_gae": True},
+    )
+    adv, _ = module.run(padded)
+    assert adv.flatten().tolist() == pytest.approx([0.0, -z, 2 * z, -z], rel=1e-12, abs=1e-15)
+    assert verdicts(module, padded)["reference"].failed
+
+
+@pytest.mark.network
+def test_vectorized_runs_the_vec_functional_with_its_series_threshold(module):
+    # rewards and values 0, score 1 at the end of 24 tokens, gamma 1, lambda 0.5: A_0 = 0.5**23 = 1.19e-7,
+    # a term the vectorised filter drops (thr = 1e-7); the default loop keeps it
+    case = Case.build(trainable=[[1] * 24], score=[1], gamma=1, lam=0.5, dtype="float64")
+    adv, _ = module.run(case)
+    assert adv[0, 0].item() == 0.5**23
+    vec_case = case.replace(options={"vectorized": True})
+    adv, _ = module.run(vec_case)
+    assert adv[0, 0].item() == 0.0 and adv[0, 1].item() == 0.5**22
+    v = verdicts(module, vec_case)
+    assert v["reference"].failed and v["reference"].positions == [[0, 0]]
+
+
+@pytest.mark.network
+def test_aggregation_prompt_mean_option_on_the_token_mean_entry(entry):
+    h = entry("agg-token-mean")
+    case = AGG_STEP.replace(options={"aggregation": "prompt_mean"})
+    loss, _ = h.run(case)
+    # micro-batch 0: row mean 2; micro-batch 1: (2 + 0 for the empty row) / 2 = 1; (2 + 1) / 2 accumulation steps
+    assert loss[0, 0].item() == pytest.approx(1.5)
+    assert h.run(AGG_STEP)[0][0, 0].item() == pytest.approx(2.0)  # the default token mean, as above
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_trajectory_return_option_on_one_step_trajectories(entry, reduce):
+    # one reward per trajectory: its sum, max and mean are the score; the group advantages stay -+1/sqrt 2
+    (adv,) = entry("mc-advantage-sum").run(GROUPS.replace(options={"trajectory_return": reduce}))
+    z = 2**-0.5
+    assert adv.flatten().tolist() == pytest.approx([-z, -z, -z, -z, z, z, z, z], rel=1e-6)
+
+
+_TOOL_ERRORS = ("CaseError", "TypeError", "KeyError", "AttributeError", "not an option")
+
+
+@pytest.mark.network
+def test_short_fuzz_of_the_module_covers_every_option_value_and_truncated_rows(module):
+    res = fuzz_target(module.run, module.declared, target="torchrl", pin=PIN, max_examples=60, seed=0, shrink=False)
+    for name, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    assert set(res.options_checked) == {"average_gae", "vectorized"} and res.truncated_checked > 0
+    for f in res.findings:
+        assert not any(e in f.verdict.message for e in _TOOL_ERRORS), (f.property, f.verdict.message)
+    bad = {p for p, n in res.failed.items() if n}
+    assert "deterministic" not in bad, bad
+    for f in res.findings:
+        if f.property == "no-crash":  # the vec functional at gamma * lambda == 0 or below its threshold
+            assert f.case.options.get("vectorized") is True and "IndexError" in f.verdict.message
+        elif f.property in ("poison", "row-independence", "score-kept"):
+            # average_gae standardises over every position, the masked ones included (design: no token mask)
+            assert f.case.options.get("average_gae") is True, (f.property, f.case.options)

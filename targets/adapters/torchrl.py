@@ -1,8 +1,18 @@
-"""Adapter for torchrl: the functional GAE in `torchrl/objectives/value/functional.py`.
+"""Adapter for torchrl: the functional GAE in `torchrl/objectives/value/functional.py` and the `GAE` module.
 
 Entries: "default" is `generalized_advantage_estimate` (a reverse loop), "vec" is
 `vec_generalized_advantage_estimate` (with scalar gamma and lambda it runs `_fast_vec_gae`: rows are
-split into trajectories at `done`, padded, and filtered with a truncated geometric series).
+split into trajectories at `done`, padded, and filtered with a truncated geometric series), "module" is the
+`GAE` value estimator of `torchrl/objectives/value/advantages.py` (what `ClipPPOLoss.make_value_estimator` and
+the PPO recipes build) with `value_network=None` (the values already in the tensordict) and its options
+`average_gae` (standardise the advantages) and `vectorized` (the vec functional instead of the loop).
+
+Truncated rows (cut by the length limit, no EOS): torchrl separates `terminated` (end of the episode: zero
+bootstrap) from `done` (end of the trajectory: the lambda recursion stops), so a row cut by the length limit
+is `done` but not `terminated` at its last trainable token and the functional reads `next_state_value` there
+(`gamma * (~terminated) * next_state_value`). The adapter puts the case's bootstrap value (the critic value of
+the state after the last token, as a rollout with a critic gives `("next", "state_value")`) there and sets
+`("next", "truncated")` for the module; every other position is as below.
 
 torchrl has no token mask. The episode is described by `done` / `terminated` flags, so an LLM row
 maps onto one trajectory that ends at its last trainable token:
@@ -50,11 +60,47 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
-from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
 _MODULE = "torchrl.objectives.value.functional"
 _ENTRIES = {"default": "generalized_advantage_estimate", "vec": "vec_generalized_advantage_estimate"}
+_ADV_MODULE = "torchrl.objectives.value.advantages"
+
+# Truncation (0.14.1 lines; the same code at every pin and at git main): `terminated` cuts the bootstrap,
+# `done` cuts the lambda recursion; a step that is `done` but not `terminated` (a trajectory truncated by the
+# time limit) still reads `next_state_value` there.
+_FUNCTIONAL = "torchrl/objectives/value/functional.py"
+_TRUNCATION = Truncation(
+    bootstrap="value",
+    cite=f"{_FUNCTIONAL}:164-172 (loop: delta = reward + gamma * (~terminated) * next_state_value - state_value, "
+    "discount = lmbda * gamma * (~done)), :250-251 (vec, _fast_vec_gae); docstring :142-144 (done: end of "
+    "trajectory, terminated: end of episode)",
+)
+_ADV = "torchrl/objectives/value/advantages.py"
+# Options of the GAE module (entry "module"); lines at 0.14.1 (0.6.0 in parentheses, git main in brackets).
+_OPTIONS = (
+    Option(
+        "average_gae",
+        (False, True),
+        False,
+        f"{_ADV}:2338-2341 -> _normalize_advantage :2390-2393 (0.6.0: :1373-1377) [2243, 2287-2288]",
+        "if True, the resulting GAE values will be standardized (advantages.py:1972-1973): (adv - mean) / "
+        "std.clamp_min(1e-4), torch .std() unbiased",
+        # max(std, 1e-4) = sqrt(max(var, 1e-8)): the floor placement; the statistics are the batch's advantages,
+        # which for a masked batch are those of its trainable tokens
+        effect={True: {"whitening": Whitening(unbiased=True, eps=1e-8, floor=True)}},
+    ),
+    Option(
+        "vectorized",
+        (False, True),
+        False,
+        f"{_ADV}:2147, 2315-2336 (0.6.0 default True) [2220]",
+        "whether to use the vectorized version of the lambda return (the default None runs the loop: "
+        "`if self.vectorized:` at :2315); the same GAE either way",
+    ),
+)
 
 # Entries beyond GAE (targets/adapters/torchrl_kinds.py). Lines at 0.14.1 (git main ae9719f17b15 in brackets).
 _GRPO = "torchrl/objectives/llm/grpo.py"
@@ -106,16 +152,34 @@ def _agg_entry(mode: str, why: str) -> dict:
 
 
 ENTRY_OVERRIDES = {
+    "default": {"truncation": _TRUNCATION},
+    "vec": {"truncation": _TRUNCATION},
+    "module": {"truncation": _TRUNCATION, "options": _OPTIONS},
     "mc-advantage": _group_entry(
         _GROUP_ERRORS,
         "MCAdvantage per-step branch (trajectory_return=None, the LLM GRPO default, grpo-sync.py:291): one-step "
         "trajectories, reward = score; one grpo_size for every group (unequal sizes: GroupShapeError)",
     ),
-    "mc-advantage-sum": _group_entry(
-        _SUM_ERRORS,
-        "MCAdvantage trajectory branch (trajectory_return='sum', the VLA GRPO recipe): returns summed per "
-        "trajectory, normalised over the group; grpo_size < 2 refused at construction",
-    ),
+    "mc-advantage-sum": {
+        **_group_entry(
+            _SUM_ERRORS,
+            "MCAdvantage trajectory branch (trajectory_return='sum', the VLA GRPO recipe): returns summed per "
+            "trajectory, normalised over the group; grpo_size < 2 refused at construction",
+        ),
+        # the framework's default is None, the per-step branch: the `mc-advantage` entry; this entry is the
+        # trajectory branch, whose reductions are sum (the VLA recipe), max and mean
+        "options": (
+            Option(
+                "trajectory_return",
+                ("sum", "max", "mean"),
+                "sum",
+                f"{_GRPO}:1153, 1518-1523 [1162, 1527-1532]",
+                "reduces each trajectory's rewards to a scalar return (sum, max or mean), normalizes the returns "
+                "across the group (grpo.py:1089-1092); a one-step trajectory (one dialog turn, the adapter's "
+                "layout) has the same return under all three",
+            ),
+        ),
+    },
     "kl": dict(
         kind="kl",
         # kl.py:1558-1563 [1493-1496] k1: gen_lp - ref_lp; 0.14.1 zeroes positions where either is NaN
@@ -133,9 +197,21 @@ ENTRY_OVERRIDES = {
     ),
     # GRPOLoss._aggregate_loss_value (grpo.py:784-816 at 0.14.1, 506-532 at 0.12.0 [776-808]) on one micro-batch;
     # GRPOLoss docstring grpo.py:400-403 at 0.14.1: "token_mean": global masked token mean (of the call);
-    "agg-token-mean": _agg_entry(
-        "token-mean", "GRPOLoss(aggregation='token_mean')._aggregate_loss_value per micro-batch"
-    ),
+    "agg-token-mean": {
+        **_agg_entry("token-mean", "GRPOLoss(aggregation='token_mean')._aggregate_loss_value per micro-batch"),
+        "options": (
+            Option(
+                "aggregation",
+                ("token_mean", "prompt_mean"),
+                "token_mean",
+                f"{_GRPO}:500, 523, 800-816 (0.12.0: :204, 225, 523) [489, 510, 796]",
+                "token_mean: global masked token mean; prompt_mean: per-sample masked mean over tokens, then "
+                "mean across samples (equal sample weight) (grpo.py:400-402); 'none' (per-token output) is not "
+                "a scalar loss and is not declared",
+                effect={"prompt_mean": {"variant": {"mode": "seq-mean-token-mean"}}},
+            ),
+        ),
+    },
     # "prompt_mean": "per-sample masked mean over tokens, then mean across samples (equal sample weight)": a row
     # (sample) mean, i.e. seq-mean-token-mean, not a mean over prompt groups; rows without a token counted in the
     # mean (token_count.clamp_min(1) then .mean(dim=0), grpo.py:808-810 [800-802]) is not documented, so
@@ -167,7 +243,7 @@ SPEC = TargetSpec(
         Pin("0.6.0", "oldest release that imports with torch 2.13 and tensordict 0.15"),
         Pin("ae9719f17b15", "main at the mirror snapshot (2026-08-22)", kind="git"),
     ),
-    entries=("default", "vec", *ENTRY_OVERRIDES),
+    entries=tuple(ENTRY_OVERRIDES),
     entry_overrides=ENTRY_OVERRIDES,
     masked_zero=False,
     masked_zero_why=(
@@ -223,30 +299,75 @@ SPEC = TargetSpec(
 
 
 def framework_inputs(case: Case, device: str) -> dict:
-    """torchrl's keyword inputs for `case`: float tensors [B, T, 1] in the case's dtype, bool flags [B, T, 1]."""
+    """torchrl's keyword inputs for `case`: float tensors [B, T, 1] in the case's dtype, bool flags [B, T, 1].
+
+    A truncated row (`case.truncated_rows()`, cut by the length limit) ends its trajectory with `done` but not
+    `terminated` at its last trainable token, and the critic value of the state after that token
+    (`case.bootstrap_values()[b]`) is the `next_state_value` there, as a collector with a value network gives it."""
     x = case.inputs(device)
     b_rows, t_len = case.shape
     trainable = case.trainable.to(device)
     pos = torch.arange(t_len, device=device).expand(b_rows, t_len)
     last = torch.where(trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
     end = (pos == last[:, None]) & trainable  # all False in a row without trainable tokens
+    cut = end & case.truncated_rows().to(device)[:, None]
     reward = x["token_rewards"] + torch.where(end, x["score"][:, None], torch.zeros_like(x["token_rewards"]))
     values = x["values"]
     next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    boot = case.bootstrap_values().to(device=device, dtype=values.dtype)[:, None].expand(b_rows, t_len)
+    next_values = torch.where(cut, boot, next_values)
     return {
         "state_value": values.unsqueeze(-1),
         "next_state_value": next_values.unsqueeze(-1),
         "reward": reward.unsqueeze(-1),
         "done": end.unsqueeze(-1),
-        "terminated": end.clone().unsqueeze(-1),
+        "terminated": (end & ~cut).unsqueeze(-1),
     }
 
 
+def _run_module(cls, case: Case, device: str):
+    """`GAE(gamma, lmbda, value_network=None, average_gae, vectorized)` on the tensordict a collector hands it
+    (values already filled: `state_value` and `("next", "state_value")`, advantages.py:2276-2290 at 0.14.1)."""
+    from tensordict import TensorDict
+
+    x = framework_inputs(case, device)
+    b_rows, t_len = case.shape
+    average_gae = case.options.get("average_gae", False)
+    vectorized = case.options.get("vectorized", False)
+    module = cls(gamma=case.gamma, lmbda=case.lam, value_network=None, average_gae=average_gae, vectorized=vectorized)
+    nxt = {
+        "reward": x["reward"],
+        "done": x["done"],
+        "terminated": x["terminated"],
+        "truncated": x["done"] & ~x["terminated"],
+        "state_value": x["next_state_value"],
+    }
+    td = TensorDict({"state_value": x["state_value"], "next": nxt}, batch_size=[b_rows, t_len], device=device)
+    out = module(td)
+    return out.get("advantage").squeeze(-1), out.get("value_target").squeeze(-1)
+
+
 def load(root: Path, entry: str | None) -> Loaded:
-    """torchrl's functional GAE for `entry` ("default": the loop, "vec": the vectorised one) from `root`."""
+    """torchrl's GAE for `entry` from `root`: "default" the functional loop, "vec" the vectorised functional,
+    "module" the `GAE` value-estimator module (the one PPO builds) with its options."""
+    if entry == "module":
+        cls, where = function_from(root, [(_ADV_MODULE, "GAE")])
+
+        def run_module(case: Case, device: str):
+            return _run_module(cls, case, device)
+
+        notes = [
+            "GAE(gamma, lmbda, value_network=None, average_gae=<option>, vectorized=<option>) on "
+            "TensorDict(state_value, next=(reward, done, terminated, truncated, state_value)) [B, T, 1]",
+            "done at the last trainable token; terminated too unless the row is truncated, whose "
+            "('next', 'state_value') there is the case's bootstrap value",
+        ]
+        return Loaded(run=run_module, where=where, notes=notes)
     name = _ENTRIES.get(entry or "default")
     if name is None:
-        raise NotPresent(f"torchrl's GAE adapter has no entry {entry!r}; its GAE entries: {', '.join(_ENTRIES)}")
+        raise NotPresent(
+            f"torchrl's GAE adapter has no entry {entry!r}; its GAE entries: {', '.join([*_ENTRIES, 'module'])}"
+        )
     fn, where = function_from(root, [(_MODULE, name)])
 
     def run(case: Case, device: str):
@@ -255,6 +376,7 @@ def load(root: Path, entry: str | None) -> Loaded:
 
     notes = [
         "done = terminated at the last trainable token of each row; next_state_value = values shifted, 0 after the row",
+        "a truncated row: done but not terminated there, next_state_value there = the case's bootstrap value",
         "gamma and lambda passed as Python floats, as the functional API documents (scalars)",
     ]
     return Loaded(run=run, where=where, notes=notes)

@@ -71,7 +71,8 @@ def load_mc_advantage(root: Path, trajectory_return: str | None) -> Loaded:
     def run(case: Case, device: str):
         b_rows, t_len = case.shape
         n = group_size(case.group)
-        kw = {"trajectory_return": trajectory_return} if trajectory_return is not None else {}
+        chosen = case.options.get("trajectory_return", trajectory_return) if trajectory_return else None
+        kw = {"trajectory_return": chosen} if chosen is not None else {}
         transform = cls(grpo_size=n, prompt_key="query", **kw)
         reward = case.score.to(device=device, dtype=case.torch_dtype).reshape(b_rows, 1, 1, 1)
         td = TensorDict(
@@ -169,16 +170,26 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
             f"{_GRPO}.GRPOLoss has no _aggregate_loss_value (no `aggregation` option) at this pin: it subclasses "
             "ClipPPOLoss and reduces with its plain reduction"
         )
-    aggregation = AGGREGATION[entry]
-    loss_module = cls(actor_network=None, aggregation=aggregation)
+    modules: dict = {}
 
-    def micro(rows, loss, mask, step):
-        value = loss.unsqueeze(-1)  # [b, T, 1], as GRPOLoss.forward's loss_objective
-        out = loss_module._aggregate_loss_value(value, mask.bool())
-        return out / step.rank_micro_batches
+    def module(aggregation: str):
+        if aggregation not in modules:
+            modules[aggregation] = cls(actor_network=None, aggregation=aggregation)
+        return modules[aggregation]
 
     def run(case: Case, device: str):
+        # the `aggregation` option (declared on agg-token-mean) picks the GRPOLoss configuration
+        loss_module = module(case.options.get("aggregation", AGGREGATION[entry]))
+
+        def micro(rows, loss, mask, step):
+            value = loss.unsqueeze(-1)  # [b, T, 1], as GRPOLoss.forward's loss_objective
+            out = loss_module._aggregate_loss_value(value, mask.bool())
+            return out / step.rank_micro_batches
+
         return run_step(case, device, micro)
+
+    aggregation = AGGREGATION[entry]
+    module(aggregation)
 
     notes = [
         f"GRPOLoss(actor_network=None, aggregation={aggregation!r})._aggregate_loss_value(loss[b, T, 1], mask bool) "
