@@ -183,6 +183,10 @@ _OUTSIDE = {  # narrowed field -> (a case outside it, what rejects() says)
     "masked_rewards": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], token_rewards=[[0, 2]]), "non-trainable"),
     "masked_values": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, 3]]), "critic values"),
     "nonfinite_poison": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, _INF]]), "NaN / inf"),
+    "truncated_padded": (
+        Case.build(trainable=[[1, 0], [1, 1]], attention=[[1, 0], [1, 1]], truncated=[True, False]),
+        "followed by padding",
+    ),
 }
 _INSIDE = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]], score=[1.0, -1.0])
 
@@ -408,7 +412,6 @@ def test_aggregation_entries_skip_before_aggregate_loss():
             pass
 
 
-
 @pytest.mark.network
 def test_value_loss_by_hand():
     """ValueLoss(0.5) over a step of two micro-batches with OpenRLHF's own step normalisers: the token mean of
@@ -425,3 +428,103 @@ def test_value_loss_by_hand():
         loss, grad = h.run(case)
         assert loss[0, 0].item() == pytest.approx((0.5 * 1.0 + 0.5 * 9.0 + 0.5 * 1.5**2) / 3, rel=1e-6)
         assert grad[0, :2].tolist() == pytest.approx([1 / 3, 1.0], rel=1e-6) and grad[1, 0].item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows (oracles/options.py) at the newest release: each declared option's
+# non-default value through the real code, by hand, and a fuzz that checks every option value.
+# ---------------------------------------------------------------------------------------------
+CLIP, STOP = openrlhf.CLIP_RANGE, openrlhf.STOP_PROPERLY
+ONE = Case.build(trainable=[[1, 1]], values=[[1.0, 2.0]], score=[3.0], gamma=0.5, lam=1.0, dtype="float64")
+CUT = dict(truncated=torch.tensor([True]), bootstrap=torch.tensor([4.0], dtype=torch.float64))
+
+
+def _passes(h, case, props=("no-crash", "reference")):
+    v = verdicts(h.run, case, h.declared)
+    for prop in props:
+        assert v[prop].status == "pass", (prop, v[prop])
+
+
+@pytest.mark.network
+def test_gae_options_by_hand(newest):
+    # V = [1, 2], gamma 0.5, lam 1, score 3 at the last token:
+    # default:   delta_1 = 3 - 2 = 1;  delta_0 = 0 + 0.5 * 2 - 1 = 0;  A = [0.5, 1]
+    # clip 1:    r = 1, delta_1 = -1;                                   A = [-0.5, -1]
+    # cut row, stop-properly 0: r = 0, delta_1 = -2;                    A = [-1, -2]
+    # cut row, defaults: terminal (no bootstrap, score kept), the 4.0 never read: A = [0.5, 1]
+    assert newest.run(ONE)[0][0].tolist() == pytest.approx([0.5, 1.0])
+    clipped = ONE.replace(options={CLIP: 1.0})
+    assert newest.run(clipped)[0][0].tolist() == pytest.approx([-0.5, -1.0])
+    stopped = ONE.replace(options={STOP: 0.0}, **CUT)
+    assert newest.run(stopped)[0][0].tolist() == pytest.approx([-1.0, -2.0])
+    assert newest.run(ONE.replace(options={STOP: 0.0}))[0][0].tolist() == pytest.approx([0.5, 1.0])  # ended row
+    cut = ONE.replace(**CUT)
+    assert newest.run(cut)[0][0].tolist() == pytest.approx([0.5, 1.0])
+    for case in (clipped, stopped, cut):
+        _passes(newest, case)
+    assert newest.declared.truncation.terminal and "experience_maker.py:377,381" in newest.declared.truncation.cite
+
+
+@pytest.mark.network
+def test_an_option_absent_at_an_old_pin_is_a_documented_error(oldest):
+    v = verdicts(oldest.run, ONE.replace(options={STOP: 0.0}, **CUT), oldest.declared)
+    assert v["no-crash"].status == "pass" and "OptionNotAtPin" in v["no-crash"].message
+
+
+@pytest.mark.network
+def test_outcome_entries_options_by_hand(entry):
+    # group_norm, groups {1, 3} and {0, 2}; row 2 (score 3) cut, stop-properly 0: its score is 0, so group 7 is
+    # {1, 0}: mean 0.5, unbiased std sqrt(0.5); A = +-0.5 / 0.7071 = +-0.7071 (row 0 +, row 2 -); group 4 as before
+    cut = GROUPS.replace(truncated=torch.tensor([False, False, True, False]), options={STOP: 0.0})
+    (adv,) = entry("group_norm").run(cut)
+    z = 0.5 / (0.5**0.5 + 1e-9)
+    w = 1 / (2**0.5 + 1e-9)
+    assert adv[:, 1].tolist() == pytest.approx([z, -w, -z, w], rel=1e-6)
+    (adv,) = entry("group_norm").run(GROUPS.replace(truncated=cut.truncated))  # defaults: the cut row is ended
+    assert adv[:, 1].tolist() == pytest.approx([-w, -w, w, w], rel=1e-6)
+    # reinforce, scores 3 and -0.5 over two one-token rows, clip 1: r = [1, -0.5], biased var 0.5625, rstd 4/3:
+    # A = [(1 - 0.25) * 4/3, (-0.5 - 0.25) * 4/3] = [1, -1]
+    two = Case.build(trainable=[[1], [1]], score=[3.0, -0.5], gamma=1.0, lam=1.0, dtype="float32")
+    adv, ret = entry("reinforce").run(two.replace(options={CLIP: 1.0}))
+    assert ret[:, 0].tolist() == pytest.approx([1.0, -0.5]) and adv[:, 0].tolist() == pytest.approx([1.0, -1.0])
+    for name, case in (("group_norm", cut), ("reinforce", two.replace(options={CLIP: 1.0, STOP: 0.0}))):
+        v = kind_verdicts(entry(name), case)
+        assert v["no-crash"].status == "pass" and v["reference"].status == "pass", (name, v["reference"])
+
+
+@pytest.mark.network
+def test_value_clip_by_hand(entry):
+    # one token, v = 1, v_old = 0, R = 0: clip 0.2 -> v_c = 0.2, max(0.04, 1) / 2 = 0.5;
+    # v = 0.1: v_c = v (inside), 0.005. Two rows, one micro-batch: (0.5 + 0.005) / 2 = 0.2525
+    case = Case.build(
+        trainable=[[1], [1]],
+        extra={"v": [[1.0], [0.1]], "v_old": [[0.0], [0.0]], "ret": [[3.0], [0.0]]},
+        options={openrlhf.VALUE_CLIP: 0.2},
+    )
+    # row 0 with R = 3: v_c = 0.2, max((0.2 - 3)^2, (1 - 3)^2) = 7.84 -> 3.92; row 1: 0.005; mean 1.9625
+    loss, _ = entry("value-loss").run(case)
+    assert loss[0, 0].item() == pytest.approx((3.92 + 0.005) / 2, rel=1e-5)
+    loss, _ = entry("value-loss").run(case.replace(options={}))  # clip 0.5: v_c = 0.5, 6.25 vs 4 -> 3.125
+    assert loss[0, 0].item() == pytest.approx((3.125 + 0.005) / 2, rel=1e-5)
+    assert kind_verdicts(entry("value-loss"), case)["reference"].status == "pass"
+
+
+def _assert_options_covered(res):
+    assert res.options_checked, "no option space"
+    for name, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+
+
+@pytest.mark.network
+def test_fuzzing_with_options_checks_every_value(newest):
+    res = fuzz_target(
+        newest.run, newest.declared, target="openrlhf", pin=NEWEST, max_examples=20, seed=1, sizes=Sizes(3, 5)
+    )
+    assert res.options_checked, "no option space"
+    for name, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    assert res.truncated_checked > 0
+    # no tool error: only the known defects (NaN through the mask, the masked carry), no crash, no reference miss
+    assert {f.property for f in res.findings} <= {"poison-nonfinite", "masked-zero"}, [
+        (f.property, f.verdict.message) for f in res.findings
+    ]

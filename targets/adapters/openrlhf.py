@@ -30,6 +30,13 @@ log-probs are multiplied by the action mask in the models, so values and KL rewa
 are 0. Values come from a linear value head and the KL from float32 log-prob differences (clamped to
 [-10, 10] at 0.11.2): nothing non-finite reaches the masked positions. Every restriction cites its line
 in `pipeline` / `pipeline_by_pin`.
+
+Options and truncated rows (`_OPT_*`, `_TRUNC_*` below; docs/kinds/openrlhf.md "Options and truncation"):
+`reward.clip_range` c reaches the framework as compute_reward(reward_clip_range=(-c, c)), which then places
+the clamped score; `reward.stop_properly_penalty_coef` as OpenRLHF's own apply_length_penalties on the
+score with the case's truncated rows (Experience.truncated). A cut row is otherwise treated as ended (zero
+value after the window). Neither option exists at 0.3.6.post1 (nor the penalty at 0.6.3): a non-default
+value there raises `OptionNotAtPin`, a documented error.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -44,11 +52,70 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 _MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
 _NAME = "get_advantages_and_returns"
 _PLACEMENT = ("openrlhf.models.utils", "compute_reward")
+_PENALTIES = ("openrlhf.trainer.ppo_utils.length_penalty", "apply_length_penalties")
+
+# ---- options and truncated rows (oracles/options.py); lines at 0.11.2 inside the wheel -------------------------
+CLIP_RANGE = "reward.clip_range"
+STOP_PROPERLY = "reward.stop_properly_penalty_coef"
+VALUE_CLIP = "critic.value_clip"
+CLIP_DEFAULT = 10.0  # --reward.clip_range -10 10 (cli/train_ppo_ray.py:474)
+STOP_OFF = 1.0  # stands for the CLI default None (off): scaling a cut row's reward by 1 changes nothing
+
+
+class OptionNotAtPin(RuntimeError):
+    """A non-default option the framework does not have at this pin (the code that reads it is absent)."""
+
+
+_OPTION_ERRORS = (r"OptionNotAtPin",)
+_OPT_CLIP = Option(
+    CLIP_RANGE,
+    (CLIP_DEFAULT, 1.0),
+    CLIP_DEFAULT,
+    "0.11.2: openrlhf/models/utils.py:141-142 (read at openrlhf/trainer/ppo_utils/experience_maker.py:289; "
+    "--reward.clip_range -10 10 at openrlhf/cli/train_ppo_ray.py:474)",
+    "value c is --reward.clip_range -c c: compute_reward clamps the outcome reward r to the range before placing it "
+    "at the last action token. The default (10) is not applied by the adapter (the clip range is opened wide): "
+    "the core cannot declare a score map for the default configuration and fuzzed scores exceed 10.",
+    effect={1.0: {"score_map": (("clip", 1.0),)}},
+)
+_OPT_STOP = Option(
+    STOP_PROPERLY,
+    (STOP_OFF, 0.0),
+    STOP_OFF,
+    "0.11.2: openrlhf/trainer/ppo_utils/length_penalty.py:140-144,97-103 (called from "
+    "openrlhf/trainer/ppo_utils/experience_maker.py:247; flag set from finish_reason == 'length' at "
+    "openrlhf/trainer/ppo_utils/samples_generator.py:278,307)",
+    "ProRL stop-properly penalty: the reward of a truncated sample is scaled by the coefficient (0 drops it); "
+    "1.0 stands for the CLI default None (off). Negative values (a fixed reward) and 0 < c < 1 are not modelled.",
+    effect={0.0: {"truncation": {"score": "zero"}}},
+)
+_OPT_VALUE_CLIP = Option(
+    VALUE_CLIP,
+    (0.5, 0.2, 5.0),
+    0.5,
+    "0.11.2: openrlhf/cli/train_ppo_ray.py:409 (default 0.5), openrlhf/trainer/ray/ppo_critic.py:257,60 "
+    "ValueLoss(value_clip), openrlhf/models/loss.py:282-284",
+    "PPO value clip range: v_clipped = old + clamp(v - old, -c, c), loss max((v_clipped - R)^2, (v - R)^2) / 2",
+    effect={0.2: {"variant": {"clip": 0.2}}, 5.0: {"variant": {"clip": 5.0}}},
+)
+# a cut row (finish_reason == "length") is treated as ended unless the stop-properly penalty is on
+_TRUNC_GAE = Truncation(
+    cite="0.11.2: openrlhf/trainer/ppo_utils/experience_maker.py:377,381 values = action_mask * values and "
+    "nextvalues = 0.0 after the window: V after a cut row's last action token is 0 (no bootstrap); "
+    "openrlhf/models/utils.py:154-155 the reward goes to the last action token, EOS or not; the truncated flag "
+    "is read only by the stop-properly penalty (openrlhf/trainer/ppo_utils/length_penalty.py:140)"
+)
+_TRUNC_OUTCOME = Truncation(
+    cite="0.11.2: openrlhf/trainer/ppo_utils/experience_maker.py:410,418 get_cumulative_returns starts from a "
+    "zero return after the window (no bootstrap); openrlhf/models/utils.py:154-155 the reward goes to the last "
+    "action token; the truncated flag is read only by the stop-properly penalty "
+    "(openrlhf/trainer/ppo_utils/length_penalty.py:140)"
+)
 
 # The pipeline domain at each pin (module docstring, "Pipeline domain"). Paths are inside the release wheel.
 _FINITE_036 = (
@@ -58,6 +125,7 @@ _FINITE_036 = (
 )
 _PIPELINE_036 = Domain(
     leading_mask=False,
+    truncated_padded=False,
     left_padding=False,
     all_masked_rows=False,
     masked_rewards=False,
@@ -72,11 +140,15 @@ _PIPELINE_036 = Domain(
         "masked_rewards": "0.3.6.post1: openrlhf/models/utils.py:25-26 kl = log_ratio * action_mask; "
         "openrlhf/models/utils.py:53-56 the score goes to the last action-mask token",
         "nonfinite_poison": _FINITE_036,
+        "truncated_padded": "0.3.6.post1: openrlhf/trainer/ppo_utils/experience_maker.py:370-383 responses are "
+        "right-padded to the longest output of the batch; a row cut by max_new_tokens is the longest, so no padding "
+        "follows it",
     },
 )
 _PIPELINE_063 = Domain(
     dtypes=("float32",),
     leading_mask=False,
+    truncated_padded=False,
     left_padding=False,
     all_masked_rows=False,
     masked_rewards=False,
@@ -96,6 +168,9 @@ _PIPELINE_063 = Domain(
         "openrlhf/models/utils.py:76-79 the score goes to the last action-mask token",
         "nonfinite_poison": "0.6.3: openrlhf/models/model.py:289-303 values are the critic's linear value head "
         "(finite); openrlhf/models/utils.py:23-47 rewards are a masked float32 log-prob difference",
+        "truncated_padded": "0.6.3: openrlhf/trainer/ppo_utils/experience_maker.py:798-812 responses are "
+        "right-padded to the longest output of the batch; a row cut by max_new_tokens is the longest, so no padding "
+        "follows it",
     },
 )
 _PIPELINE_0112 = Domain(
@@ -177,9 +252,13 @@ def _group_entry(variant: dict) -> dict:
         pipeline_by_pin={},
         masked_zero=False,
         masked_zero_why=_NOT_MASKED,
-        documented_errors=_GROUP_ERRORS,
+        documented_errors=_GROUP_ERRORS + _OPTION_ERRORS,
         whitening=None,
         notes=_GROUP_NOTE,
+        # --reward.clip_range clamps the SHAPED reward (after the group baseline, experience_maker.py:258-289),
+        # which no score map expresses: not declared (the adapter keeps it wide)
+        options=(_OPT_STOP,),
+        truncation=_TRUNC_OUTCOME,
     )
 
 
@@ -201,6 +280,8 @@ def _kl_entry(variant: dict) -> dict:
         masked_zero_why=f"{_UT}:69-75 compute_approx_kl takes no mask; the loss / reward apply it later",
         whitening=None,
         notes="compute_approx_kl computes in float32 (log_probs.float(), utils.py:93) and clamps every estimate.",
+        options=(),  # --algo.kl.estimator is the entry; unbiased_gradient changes the gradient only (utils.py:115)
+        truncation=None,
     )
 
 
@@ -229,6 +310,8 @@ ENTRY_OVERRIDES = {
         masked_zero_why=f"{_UT}:199-202 masked_mean returns one value per row; the adapter broadcasts it to the row",
         whitening=None,
         notes="masked_mean(kl, action_mask, dim=-1) as experience_maker.py:215 calls it.",
+        options=(),
+        truncation=None,
     ),
     "reinforce": dict(
         kind="returns",
@@ -255,6 +338,11 @@ ENTRY_OVERRIDES = {
         masked_zero_why=f"{_EM}:338 the whitened advantages are not multiplied by the mask; " + _NOT_MASKED,
         notes="reinforce: compute_reward places the score at the last action token, get_cumulative_returns "
         "(dense: every position a transition), then the batch whitening of compute_advantages_and_returns.",
+        documented_errors=_OPTION_ERRORS,
+        # --algo.advantage.no_std_norm (experience_maker.py:331-335: rstd = 1, the mean still subtracted) is not
+        # expressible by Whitening: not declared
+        options=(_OPT_CLIP, _OPT_STOP),
+        truncation=_TRUNC_OUTCOME,
     ),
 }
 
@@ -286,6 +374,8 @@ def _agg_entry(mode: str, why: str) -> dict:
         pipeline=_PIPELINE_AGG,
         pipeline_by_pin={},
         notes=why,
+        options=(),  # --actor.loss_agg_mode is the entry
+        truncation=None,
     )
 
 
@@ -309,6 +399,7 @@ ENTRY_OVERRIDES.update(
             **_agg_entry("token-mean", "ValueLoss(0.5) with the step's global normalisers, / gas"),
             "kind": "value-loss",
             "variant": {"clip": 0.5, "mode": "token-mean"},
+            "options": (_OPT_VALUE_CLIP,),
             "pipeline": None,  # the critic's inputs are not researched: every finding is reach: api
         },
     }
@@ -330,6 +421,9 @@ SPEC = TargetSpec(
     whitening=None,
     masked_zero=True,
     masked_zero_why="",
+    documented_errors=_OPTION_ERRORS,
+    options=(_OPT_CLIP, _OPT_STOP),
+    truncation=_TRUNC_GAE,
     # Missing packages imported at module level by OpenRLHF and never used by the GAE loop or by
     # compute_reward: bitsandbytes, loralib (0.3.x models), tqdm, requests (remote reward models),
     # pylatexenc (math grading), aiohttp (agent utils), torchdata (deepspeed utils, 0.11).
@@ -368,7 +462,8 @@ def _find_gae(root: Path):
 
 
 def _score_placer(root: Path):
-    """OpenRLHF's own placement: (action_mask bool [B, T]) -> bool [B, T], True where compute_reward puts r."""
+    """OpenRLHF's own placement: (action_mask bool [B, T]) -> bool [B, T], True where compute_reward puts r;
+    and compute_reward itself when it takes `reward_clip_range` (from 0.5.0), else None."""
     mod = import_from(root, _PLACEMENT[0])
     compute_reward = getattr(mod, _PLACEMENT[1], None)
     if compute_reward is None:
@@ -389,7 +484,31 @@ def _score_placer(root: Path):
         return reward != 0
 
     rel = Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve())
-    return place, f"{rel}::compute_reward"
+    clipping = compute_reward if "reward_clip_range" in params and "kl" in params else None
+    return place, f"{rel}::compute_reward", clipping
+
+
+def _penalties(root: Path):
+    """`apply_length_penalties(experiences, args)` (0.11: the stop-properly penalty), or None at a pin without it."""
+    try:
+        mod = import_from(root, _PENALTIES[0])
+    except NotPresent:
+        return None
+    return getattr(mod, _PENALTIES[1], None)
+
+
+def _stop_properly(penalties, score: torch.Tensor, cut: torch.Tensor, coef: float) -> torch.Tensor:
+    """The outcome rewards after OpenRLHF's own length penalties with --reward.stop_properly_penalty_coef `coef`
+    (an experience holding the rewards and the truncated flags, as samples_generator.py:307 sets them)."""
+    if penalties is None:
+        raise OptionNotAtPin(
+            f"OptionNotAtPin: {STOP_PROPERLY}={coef} needs openrlhf/trainer/ppo_utils/length_penalty.py (0.11)"
+        )
+    exp = SimpleNamespace(rewards=score.clone(), truncated=cut.to(score.device), info={})
+    ns = SimpleNamespace
+    args = ns(reward=ns(overlong_buffer_len=None, stop_properly_penalty_coef=coef), rollout=ns(), data=ns())
+    penalties([exp], args)
+    return exp.rewards
 
 
 def load(root: Path, entry: str | None) -> Loaded:
@@ -401,20 +520,33 @@ def load(root: Path, entry: str | None) -> Loaded:
         # a changed signature must fail loudly, never be called with guessed names
         want = "(self, values, rewards, action_mask, gamma, lambd)"
         raise RuntimeError(f"{where} has parameters {params}; expected {want}")
-    place, place_where = _score_placer(root)
+    place, place_where, clipping = _score_placer(root)
+    penalties = _penalties(root)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         dt = case.torch_dtype
         action_mask = case.trainable.to(device)
-        at_score = place(case.trainable).to(device)
         score = case.score.to(device=device, dtype=dt)
+        coef = case.options.get(STOP_PROPERLY, STOP_OFF)
+        if coef != STOP_OFF:  # experience_maker.py:247 runs the penalties on the outcome rewards first
+            score = _stop_properly(penalties, score, case.truncated_rows(), coef)
         rewards = case.token_rewards.to(device=device, dtype=dt)
-        rewards = rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
+        if CLIP_RANGE in case.options:  # compute_reward clamps r, then puts it at the last action token
+            if clipping is None:
+                raise OptionNotAtPin(f"OptionNotAtPin: {CLIP_RANGE} needs compute_reward(reward_clip_range) (0.5.0)")
+            c = case.options[CLIP_RANGE]
+            zero = torch.zeros(case.shape, dtype=dt, device=device)
+            rewards = rewards + clipping(score, 0.0, zero, action_mask=action_mask, reward_clip_range=(-c, c))
+        else:
+            at_score = place(case.trainable).to(device)
+            rewards = rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
         values = case.values.to(device=device, dtype=dt)
         return gae(None, values=values, rewards=rewards, action_mask=action_mask, gamma=case.gamma, lambd=case.lam)
 
     notes = [
         "called unbound with self=None (the padded-tensor branch never uses self)",
         f"score placed by OpenRLHF's {place_where} (last action-mask token), moved into the case's dtype",
+        f"options: {CLIP_RANGE} c -> compute_reward(reward_clip_range=(-c, c)) places the clamped score; "
+        f"{STOP_PROPERLY} -> the real apply_length_penalties on the score with the case's truncated rows",
     ]
     return Loaded(run, where, notes)

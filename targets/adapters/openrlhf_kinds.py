@@ -49,7 +49,7 @@ _LOSS = "openrlhf.models.loss"
 _LOSS_UTILS = "openrlhf.utils.loss_utils"
 # entry -> token_level_loss (ppo_actor.py:80 at 0.11.2: token_level_loss = loss_agg_mode == "token-mean")
 AGGREGATE = {"agg-token-mean": True, "agg-seq-mean-token-mean": False}
-_WIDE = (-1e30, 1e30)
+_WIDE = (-float("inf"), float("inf"))  # opened wide; +-1e30 overflows a float16 reward (git 3c3be623)
 
 
 class GroupShapeError(ValueError):
@@ -94,12 +94,23 @@ def prompt_order(group: torch.Tensor) -> tuple[list[int], int]:
     return index, n
 
 
-def _args(estimator: str, n: int, gamma: float) -> SimpleNamespace:
+def _args(estimator: str, n: int, gamma: float, options: dict | None = None) -> SimpleNamespace:
+    """strategy.args at the CLI defaults, with the case's options where the adapter declares them
+    (openrlhf.CLIP_RANGE c -> --reward.clip_range -c c; openrlhf.STOP_PROPERLY, 1.0 standing for None)."""
+    from maskfuzz.targets.adapters.openrlhf import CLIP_RANGE, STOP_OFF, STOP_PROPERLY
+
+    options = options or {}
+    c = options.get(CLIP_RANGE)
+    coef = options.get(STOP_PROPERLY, STOP_OFF)
     ns = SimpleNamespace
     return ns(
         rollout=ns(n_samples_per_prompt=n),
         algo=ns(advantage=ns(estimator=estimator, gamma=gamma, lambd=1.0, no_std_norm=False)),
-        reward=ns(clip_range=_WIDE, overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        reward=ns(
+            clip_range=_WIDE if c is None else (-c, c),
+            overlong_buffer_len=None,
+            stop_properly_penalty_coef=None if coef == STOP_OFF else coef,
+        ),
     )
 
 
@@ -111,7 +122,11 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
     experience_cls = getattr(import_from(root, _EXPERIENCE), "Experience", None)
     if experience_cls is None:
         raise NotPresent(f"{_EXPERIENCE} has no Experience")
+    from maskfuzz.targets.adapters.openrlhf import STOP_OFF, STOP_PROPERLY, OptionNotAtPin
+
+    has_truncated = "truncated" in getattr(experience_cls, "__dataclass_fields__", {})
     src = inspect.getsource(method)
+    penalised = has_truncated and "apply_length_penalties" in src
     if f'"{estimator}"' not in src:
         raise NotPresent(f"{where} has no estimator {estimator!r} at this pin")
 
@@ -122,7 +137,9 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
         else:
             index, n = prompt_order(case.group)
             gamma = 1.0
-        args = _args(estimator, n, gamma)
+        if case.options.get(STOP_PROPERLY, STOP_OFF) != STOP_OFF and not penalised:
+            raise OptionNotAtPin(f"OptionNotAtPin: {where} applies no length penalties at this pin")
+        args = _args(estimator, n, gamma, case.options)
         self = SimpleNamespace(
             strategy=SimpleNamespace(args=args),
             args=args,
@@ -130,11 +147,14 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
             advantage_estimator=estimator,
         )
         self.get_cumulative_returns = cumulative.__get__(self)
+        # samples_generator.py:278,307 (0.11.2): every experience carries finish_reason == "length" as `truncated`
+        flags = {"truncated": case.truncated_rows().to(device)} if has_truncated else {}
         exp = experience_cls(
             action_mask=case.trainable.to(device),
             rewards=case.score.to(device=device, dtype=dt),
             kl=-case.token_rewards.to(device=device, dtype=dt),
             index=index,
+            **flags,
         )
         (out,) = method(self, [exp])
         if estimator == "reinforce":
@@ -145,7 +165,9 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
         "called unbound with a namespace self (strategy.args at the CLI defaults, kl_ctl.value = 1, the real "
         "get_cumulative_returns) on one real Experience",
         "experience.index numbers each group's rows in order of appearance (prompt order, n rows per prompt)",
-        "token rewards enter as kl = -token_rewards with kl_coef 1; reward clip range opened wide",
+        "token rewards enter as kl = -token_rewards with kl_coef 1; reward clip range opened wide unless the "
+        "case sets reward.clip_range",
+        "the case's truncated rows as Experience.truncated; reward.stop_properly_penalty_coef in strategy.args",
     ]
     return Loaded(run, where, notes)
 
@@ -257,12 +279,19 @@ def load_value(root: Path) -> Loaded:
     step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
     if step_norm is None:
         raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
-    value_loss = cls(0.5)
+    from maskfuzz.targets.adapters.openrlhf import VALUE_CLIP
+
+    losses: dict = {}
 
     def micro(rows, v, mask, step):
+        # ppo_critic.py:60,257 (0.11.2): ValueLoss(args.critic.value_clip)
+        clip = step.case.options.get(VALUE_CLIP, 0.5)
+        value_loss = losses.setdefault(clip, cls(clip))
         masks = [step.case.trainable[r] for _, r in microbatches(step.case)]
-        info = {k: x.to(v.device) if torch.is_tensor(x) else x for k, x in step_norm(masks, None, step.ranks,
-                                                                                      step.per_rank).items()}
+        info = {
+            k: x.to(v.device) if torch.is_tensor(x) else x
+            for k, x in step_norm(masks, None, step.ranks, step.per_rank).items()
+        }
         old = step.case.extra["v_old"][rows].to(device=v.device, dtype=v.dtype)
         ret = step.case.extra["ret"][rows].to(device=v.device, dtype=v.dtype)
         return value_loss(v, old, ret, action_mask=mask.bool(), **info) / step.per_rank
@@ -270,7 +299,10 @@ def load_value(root: Path) -> Loaded:
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         return run_step(case, device, micro, leaf_name="v")
 
-    notes = ["ValueLoss(clip_eps=0.5), token level, the step's _optimizer_step_loss_norm, / gas per micro-batch"]
+    notes = [
+        "ValueLoss(clip_eps=critic.value_clip, 0.5 by default), token level, the step's _optimizer_step_loss_norm, "
+        "/ gas per micro-batch"
+    ]
     return Loaded(run, f"{_rel(root, mod)}::ValueLoss", notes)
 
 
