@@ -184,8 +184,9 @@ CLEAN = {"no-crash", "row-independence", "masked-zero", "deterministic", "all-tr
 @pytest.mark.parametrize("pin, leaks", [("head", True), ("fixed", False)])
 def test_short_fuzz(pin, leaks, request):
     h = request.getfixturevalue(pin)
-    result = fuzz_target(h.run, h.declared, target="roll", pin=h.pin, max_examples=200, seed=0, derandomize=True,
-                         shrink=False)
+    result = fuzz_target(
+        h.run, h.declared, target="roll", pin=h.pin, max_examples=200, seed=0, derandomize=True, shrink=False
+    )
     failed = {p for p, n in result.failed.items() if n}
     # the lost score shows as score-kept (gamma = 0) and reference; NaN poison at every pin
     assert {"score-kept", "reference", "poison-nonfinite"} <= failed, failed
@@ -283,10 +284,18 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert spec.entries[:2] == ("default", "agentic")
     kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
     assert kinds == {
-        "grpo": "group-advantage", "agentic-grpo": "group-advantage", "kl": "kl", "kl-abs": "kl", "kl-mse": "kl",
-        "kl-k3": "kl", "whiten": "normalization", "agentic-reinforce": "returns",
-        "agg-token-mean": "loss-aggregation", "agg-seq-mean-token-sum": "loss-aggregation",
-        "agg-seq-mean-token-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
+        "grpo": "group-advantage",
+        "agentic-grpo": "group-advantage",
+        "kl": "kl",
+        "kl-abs": "kl",
+        "kl-mse": "kl",
+        "kl-k3": "kl",
+        "whiten": "normalization",
+        "agentic-reinforce": "returns",
+        "agg-token-mean": "loss-aggregation",
+        "agg-seq-mean-token-sum": "loss-aggregation",
+        "agg-seq-mean-token-mean": "loss-aggregation",
+        "agg-seq-mean-token-sum-norm": "loss-aggregation",
         "value-loss": "value-loss",
     }
     for entry in kinds:
@@ -300,7 +309,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert spec.for_entry("kl-k3").variant == {"estimator": "k3", "clamp": (-10.0, 10.0)}
     ret = spec.for_entry("agentic-reinforce")
     assert ret.contract == "compressed" and not ret.domain.critic and not ret.pipeline_at(HEAD_PIN).critic
-    assert spec.for_entry("grpo").documented_errors == (r"GroupShapeError",)
+    assert spec.for_entry("grpo").documented_errors == (r"GroupShapeError", r"TruncationShapeError")
 
 
 def test_groups_are_ordered_into_equal_contiguous_blocks():
@@ -392,8 +401,9 @@ def test_kl_estimators_multiply_by_the_mask(kinds_open, entry, expect):
     (kl,) = h.run(case)
     assert kl[0].tolist() == pytest.approx(expect, rel=1e-5)
     assert kind_failed(h, case) == set()
-    nan = case.replace(extra={"logp": torch.tensor([[-1.0, -21.0, math.nan]], dtype=torch.float64),
-                              "ref_logp": case.extra["ref_logp"]})
+    nan = case.replace(
+        extra={"logp": torch.tensor([[-1.0, -21.0, math.nan]], dtype=torch.float64), "ref_logp": case.extra["ref_logp"]}
+    )
     (kl,) = h.run(nan)
     assert math.isnan(kl[0, 2].item()) and kind_failed(h, nan) == {"masked-zero"}  # NaN * 0
 
@@ -416,7 +426,10 @@ def test_agentic_reinforce_reads_one_reward_per_segment(kinds_open):
     h = kinds_open("agentic-reinforce")
     assert "compute_agentic_reinforce_return" in h.info["where"]
     case = Case.build(
-        trainable=[[1, 1, 0, 1, 1]], attention=[[1] * 5], token_rewards=[[0.5, 0.25, 3, 0.125, 0]], score=[1.0],
+        trainable=[[1, 1, 0, 1, 1]],
+        attention=[[1] * 5],
+        token_rewards=[[0.5, 0.25, 3, 0.125, 0]],
+        score=[1.0],
         gamma=0.5,
     )
     adv, ret = h.run(case)
@@ -449,8 +462,9 @@ def test_kind_short_fuzz(kinds_open, entry):
     h = kinds_open(entry)
     must, may = ROLL_KIND_FUZZ[entry]
     t0 = time.monotonic()
-    res = fuzz_target(h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=40, seed=0,
-                      derandomize=True, shrink=False)
+    res = fuzz_target(
+        h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=40, seed=0, derandomize=True, shrink=False
+    )
     print(f"\n[roll:{entry}] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     failed = {p for p, n in res.failed.items() if n}
     assert must <= failed <= must | may, failed
@@ -518,8 +532,9 @@ ROLL_AGG_FUZZ = {  # entry -> properties that fail on a short fuzz (all others p
 def test_agg_short_fuzz(kinds_open, entry):
     h = kinds_open(entry)
     t0 = time.monotonic()
-    res = fuzz_target(h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=60, seed=0,
-                      derandomize=True, shrink=False)
+    res = fuzz_target(
+        h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=60, seed=0, derandomize=True, shrink=False
+    )
     print(f"\n[roll:{entry}] fuzz 60: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     failed = {p for p, n in res.failed.items() if n}
     assert failed == ROLL_AGG_FUZZ[entry], failed
@@ -553,8 +568,17 @@ def test_value_loss_hand_computed(kinds_open):
     assert h.run(split)[0][0, 0].item() == pytest.approx(0.78125 + 1.125)
     assert "split-invariance" in kind_failed(h, split)
     # an all-masked row counts in the row mean: masked_mean(dim=-1) gives it 0, `.mean()` divides by 3 rows
-    empty = Case.build(trainable=[[1, 0], [1, 0], [0, 0]], extra={k: v + [[7.0, 7.0]] for k, v in {
-        "v": [[1.25, 50.0], [2.0, 50.0]], "v_old": [[1.0, 0.0], [1.0, 0.0]], "ret": [[0.0, 9.0], [3.0, 9.0]]}.items()})
+    empty = Case.build(
+        trainable=[[1, 0], [1, 0], [0, 0]],
+        extra={
+            k: v + [[7.0, 7.0]]
+            for k, v in {
+                "v": [[1.25, 50.0], [2.0, 50.0]],
+                "v_old": [[1.0, 0.0], [1.0, 0.0]],
+                "ret": [[0.0, 9.0], [3.0, 9.0]],
+            }.items()
+        },
+    )
     assert h.run(empty)[0][0, 0].item() == pytest.approx((0.78125 + 1.125) / 3)
     assert "reference" in kind_failed(h, empty)
 
@@ -563,11 +587,152 @@ def test_value_loss_hand_computed(kinds_open):
 def test_value_loss_short_fuzz(kinds_open):
     h = kinds_open("value-loss")
     t0 = time.monotonic()
-    res = fuzz_target(h.run, h.declared, target="roll:value-loss", pin=h.pin, max_examples=40, seed=0,
-                      derandomize=True, shrink=False)
+    res = fuzz_target(
+        h.run, h.declared, target="roll:value-loss", pin=h.pin, max_examples=40, seed=0, derandomize=True, shrink=False
+    )
     print(f"\n[roll:value-loss] fuzz 40: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     failed = {p for p, n in res.failed.items() if n}
     # per-micro-batch row means summed (split-invariance), empty rows counted (reference, pad-invariance),
     # NaN * 0 in masked_mean (poison-nonfinite, and a NaN gradient under the mask: masked-zero)
     must = {"reference", "pad-invariance", "poison-nonfinite"}
     assert must <= failed <= must | {"masked-zero", "split-invariance"}, failed
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows (docs/kinds/roll.md "Options and truncation"), through ROLL's real code at main.
+# Two rows, gamma 1, lam 1, V = 0: row 0 trainable [1, 1] with score 1 gets A = [1, 1], row 1 trainable [1, 0]
+# (attention [1, 0]) with score 0 gets A = [0, .]. whiten_advantages: masked_whiten over {1, 1, 0}: mean 2/3,
+# Bessel variance ((1/3)^2 * 2 + (2/3)^2) / 2 = 1/3, so (1 - 2/3) * sqrt(3) = 1/sqrt(3) = 0.57735 and
+# (0 - 2/3) * sqrt(3) = -2/sqrt(3) = -1.1547 (eps 1e-8 negligible); 0 under the mask.
+# ---------------------------------------------------------------------------------------------
+WHITE = [3**-0.5, 3**-0.5, -2 * 3**-0.5, 0.0]  # flattened
+TWO_ROWS = dict(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 0]], gamma=1.0, lam=1.0)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", ["default", "agentic"])
+def test_whiten_advantages_by_hand(kinds_open, entry):
+    h = kinds_open(entry)
+    assert [o.name for o in h.declared.options][0] == "whiten_advantages"
+    case = Case.build(**TWO_ROWS, score=[1.0, 0.0], options={"whiten_advantages": True})
+    adv, _ = h.run(case)
+    assert adv.flatten().tolist() == pytest.approx(WHITE, rel=1e-5)
+    assert h.run(case.replace(options={}))[0].tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    assert kind_failed(h, case) <= {"poison"}  # only the masked-value leak of the GAE branch (above)
+
+
+# max_len_mask: row 0 (two tokens, the limit) is cut, row 1 (one token) ended; scores 1 and 2. ROLL's
+# get_sample_level_mask zeroes the row whose length equals responses.shape[-1] (= 2): A = [[0, 0], [2, 0]]; without
+# the option the cut row is terminal (zero bootstrap): [[1, 1], [2, 0]].
+CUT = Case.build(**TWO_ROWS, score=[1.0, 2.0], truncated=[True, False], bootstrap=[4.0, 0.0])
+
+
+@pytest.mark.needs_mirror
+def test_max_len_mask_drops_the_cut_row(kinds_open):
+    h = kinds_open("default")
+    assert h.declared.truncation.terminal and "functionals.py:530" in h.declared.truncation.cite
+    masked = CUT.replace(options={"max_len_mask": True})
+    assert h.run(masked)[0].tolist() == [[0.0, 0.0], [2.0, 0.0]]
+    assert h.run(CUT)[0].tolist() == [[1.0, 1.0], [2.0, 0.0]]
+    assert kind_failed(h, masked) <= {"poison"} and kind_failed(h, CUT) <= {"poison"}  # the known value leak
+    # cut rows of two lengths are no ROLL batch (one generation limit): a documented error
+    two = masked.replace(truncated=torch.tensor([True, True]), bootstrap=torch.tensor([0.0, 0.0], dtype=torch.float64))
+    with pytest.raises(Exception, match="TruncationShapeError"):
+        h.run(two)
+    assert kind_failed(h, two) == set()
+
+
+# grpo + max_len_mask: one group, scores [1, 0, 2], row 2 cut (two tokens, the limit). ROLL masks row 2 but
+# reward_norm still takes its score into the group: mean 1, unbiased std 1, A = [0, -1 / (1 + 1e-6), 0]. The
+# reference leaves the masked row out of the statistics: mean 0.5, std sqrt(0.5), A = [0.7071, -0.7071, 0].
+@pytest.mark.needs_mirror
+def test_grpo_max_len_mask_keeps_the_masked_row_in_the_group(kinds_open):
+    h = kinds_open("grpo")
+    case = Case.build(
+        trainable=[[1, 0], [1, 0], [1, 1]],
+        attention=[[1, 0], [1, 0], [1, 1]],
+        score=[1.0, 0.0, 2.0],
+        group=[0, 0, 0],
+        truncated=[False, False, True],
+        bootstrap=[0.0, 0.0, 0.0],
+        options={"max_len_mask": True},
+    )
+    (adv,) = h.run(case)
+    assert adv.flatten().tolist() == pytest.approx([0.0, 0.0, -1 / (1 + 1e-6), 0.0, 0.0, 0.0], abs=1e-6)
+    assert "reference" in kind_failed(h, case)
+
+
+# grpo + whiten_advantages: group [1, 0], rows [1, 1] and [1, 0]: a = 0.5 / (sqrt(0.5) + 1e-6) on row 0's tokens,
+# -a on row 1's; whitening {a, a, -a}: mean a/3, Bessel std 2a/sqrt(3): 1/sqrt(3) and -2/sqrt(3) as above.
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", ["grpo", "agentic-grpo"])
+def test_grpo_whiten_advantages_by_hand(kinds_open, entry):
+    h = kinds_open(entry)
+    case = Case.build(**TWO_ROWS, score=[1.0, 0.0], group=[0, 0], options={"whiten_advantages": True})
+    (adv,) = h.run(case)
+    assert adv.flatten().tolist() == pytest.approx(WHITE, rel=1e-5)
+    assert kind_failed(h, case) <= {"pad-invariance"}  # the property's all-masked row counts in a group (known)
+
+
+# agentic-grpo reward_normalization.norm_std_type, scores [1, 0, 2, 4] in groups [0, 0, 1, 1], one token each:
+# "none": r - mean_g = [0.5, -0.5, -1, 1]; "batch": the same over the unbiased std of all four scores,
+# sqrt(8.75 / 3) = 1.70783 (+ 1e-6): [0.29277, -0.29277, -0.58554, 0.58554].
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize(
+    "std, expected",
+    [("none", [0.5, -0.5, -1.0, 1.0]), ("batch", [x / ((8.75 / 3) ** 0.5 + 1e-6) for x in (0.5, -0.5, -1.0, 1.0)])],
+)
+def test_agentic_grpo_norm_std_type_by_hand(kinds_open, std, expected):
+    h = kinds_open("agentic-grpo")
+    case = Case.build(
+        trainable=[[1]] * 4,
+        score=[1.0, 0.0, 2.0, 4.0],
+        group=[0, 0, 1, 1],
+        options={"reward_normalization.norm_std_type": std},
+    )
+    (adv,) = h.run(case)
+    assert adv.flatten().tolist() == pytest.approx(expected, rel=1e-5)
+    assert kind_failed(h, case) == {"pad-invariance"}  # as at the default: an all-masked row counts in its group
+
+
+# agentic-reinforce + whiten_advantages: one segment per row, every token gets the score: [1, 1] and [0, .], whitened
+# as above; the returns are not whitened.
+@pytest.mark.needs_mirror
+def test_agentic_reinforce_whiten_advantages_by_hand(kinds_open):
+    h = kinds_open("agentic-reinforce")
+    case = Case.build(**TWO_ROWS, score=[1.0, 0.0], options={"whiten_advantages": True})
+    adv, ret = h.run(case)
+    assert adv.flatten().tolist() == pytest.approx(WHITE, rel=1e-5)
+    assert ret.tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    assert kind_failed(h, case) == set()
+
+
+# value_clip on VALUE_STEP (rows: v 1.25 / v_old 1 / R 0 and v 2 / v_old 1 / R 3; row mean of 2 rows):
+# "none" (ROLL's None, the unclipped branch): l = 0.5 * 1.5625 and 0.5 * 1, dl/dv = 1.25 / 2 and -1 / 2;
+# 0.2: row 0 clipped to 1.2, 1.44 < 1.5625 so plain; row 1 clipped to 1.2, (1.2 - 3)^2 = 3.24 > 1: l = 1.62, grad 0.
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize(
+    "clip, loss, grad", [("none", (0.78125 + 0.5) / 2, [0.625, 0.0, -0.5, 0.0]), (0.2, (0.78125 + 1.62) / 2, None)]
+)
+def test_value_clip_by_hand(kinds_open, clip, loss, grad):
+    h = kinds_open("value-loss")
+    case = VALUE_STEP.replace(options={"value_clip": clip})
+    got_loss, got_grad = h.run(case)
+    assert got_loss[0, 0].item() == pytest.approx(loss)
+    assert got_grad.flatten().tolist() == pytest.approx(grad or [0.625, 0.0, 0.0, 0.0])
+    assert kind_failed(h, case) == {"pad-invariance"}  # the property's added all-masked row counts (as above)
+
+
+@pytest.mark.needs_mirror
+def test_default_short_fuzz_covers_every_option_value(kinds_open):
+    h = kinds_open("default")
+    t0 = time.monotonic()
+    res = fuzz_target(
+        h.run, h.declared, target="roll:default", pin=h.pin, max_examples=60, seed=0, derandomize=True, shrink=False
+    )
+    print(f"\n[roll:default] options fuzz 60: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    for name, per in res.options_checked.items():
+        assert set(per) == {"false", "true"} and all(n > 0 for n in per.values()), (name, per)
+    assert res.truncated_checked > 0
+    failed = {p for p, n in res.failed.items() if n}
+    assert not failed & CLEAN, failed  # no crash (no tool error), masked positions 0 under every option

@@ -25,7 +25,10 @@ How a canonical case becomes ROLL's inputs (everything below is ROLL's own code 
                              `compute_token_reward` (`expand_to_token_level`) puts it on the last *attended*
                              token, `argmax(position_ids * attention_mask)`, not on the last trainable one.
 
-Whitening, reward normalisation, clipping and OPD stay off (ROLL's defaults), so the outputs are the raw GAE.
+Reward normalisation, clipping and OPD stay off (ROLL's defaults). Options (roll_kinds "Options and truncation"):
+`whiten_advantages` from `case.options` goes to the call as the pipelines pass it; for `default` the RLVR
+pipeline's `get_sample_level_mask` makes `final_response_mask` with `max_len_mask` from `case.options`, a cut row
+known by its length (`_final_response_mask`).
 
 Pipeline domain (`SPEC.pipeline` at c09bc8bc9f43, `pipeline_by_pin` for the other pins: same facts, other lines;
 the agentic entry overrides both). RLVR (`default`): every response comes from `postprocess_generate`, which
@@ -53,7 +56,19 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.roll_kinds import KIND_ENTRIES
+from maskfuzz.targets.adapters.roll_kinds import (
+    AGENTIC_TRUNCATION,
+    GRPO_TRUNCATION,
+    KIND_ENTRIES,
+    MAX_LEN_MASK,
+    NORM_STD,
+    RLVR_TRUNCATION,
+    VALUE_CLIP_OPTION,
+    WHITEN,
+    WHITEN_AGENTIC_CITE,
+    WHITEN_RLVR_CITE,
+    whiten_option,
+)
 from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 
@@ -129,12 +144,33 @@ RLVR_PIPELINE = {
 AGENTIC_PIPELINE = {
     rev: _agentic_pipeline(rev, dict(fn, kl=_KL[rev], values=_VALUES[rev]))
     for rev, fn in {
-        "c09bc8bc9f43": dict(turns="303-307", pop="289-290", placeholder="444", pad="338-341", padfn="455-465",
-                             call="454-463", mask="469-470"),
-        "090ac94658ad": dict(turns="303-307", pop="289-290", placeholder="444", pad="338-341", padfn="462-472",
-                             call="454-463", mask="469-470"),
-        "8eb27cc2dc34": dict(turns="325-329", pop="311-312", placeholder="443", pad="360-363", padfn="456-466",
-                             call="499-508", mask="469-470"),
+        "c09bc8bc9f43": dict(
+            turns="303-307",
+            pop="289-290",
+            placeholder="444",
+            pad="338-341",
+            padfn="455-465",
+            call="454-463",
+            mask="469-470",
+        ),
+        "090ac94658ad": dict(
+            turns="303-307",
+            pop="289-290",
+            placeholder="444",
+            pad="338-341",
+            padfn="462-472",
+            call="454-463",
+            mask="469-470",
+        ),
+        "8eb27cc2dc34": dict(
+            turns="325-329",
+            pop="311-312",
+            placeholder="443",
+            pad="360-363",
+            padfn="456-466",
+            call="499-508",
+            mask="469-470",
+        ),
     }.items()
 }
 _SEED_REV = "c09bc8bc9f43"
@@ -149,18 +185,81 @@ _LINES = {
     #       k3 lines, mask product, logits.float(), masked_mean eps, Bessel, masked_whiten def, whiten eps,
     #       compute_advantage .float(), whiten call, advantages * response_mask, final_response_mask float;
     #       agentic/utils.py: agentic reinforce call, advantages * response_mask, .float())
-    "c09bc8bc9f43": dict(rn=561, reshape=566, std=583, eps=590, force=653, kl=180, k3="200-201", klmask=208,
-                         logits=214, mean=289, bessel=312, whiten=363, weps=366, flt=813, wcall=839, amask=840,
-                         final=729, agcall="513-514", agmask=528, agflt=497, pg="539,625", prompt="539",
-                         placeholder="434-478"),
-    "8eb27cc2dc34": dict(rn=564, reshape=569, std=586, eps=593, force=656, kl=181, k3="201-202", klmask=209,
-                         logits=215, mean=290, bessel=313, whiten=364, weps=367, flt=1157, wcall=1183, amask=1184,
-                         final=732, agcall="545-546", agmask=560, agflt=529, pg="574,680", prompt="574",
-                         placeholder="433-477"),
-    "090ac94658ad": dict(rn=568, reshape=573, std=590, eps=597, force=660, kl=179, k3="199-200", klmask=207,
-                         logits=213, mean=294, bessel=318, whiten=369, weps=372, flt=822, wcall=849, amask=850,
-                         final=736, agcall="513-514", agmask=528, agflt=497, pg="539,625", prompt="539",
-                         placeholder="434-478"),
+    "c09bc8bc9f43": dict(
+        rn=561,
+        reshape=566,
+        std=583,
+        eps=590,
+        force=653,
+        kl=180,
+        k3="200-201",
+        klmask=208,
+        logits=214,
+        mean=289,
+        bessel=312,
+        whiten=363,
+        weps=366,
+        flt=813,
+        wcall=839,
+        amask=840,
+        final=729,
+        agcall="513-514",
+        agmask=528,
+        agflt=497,
+        pg="539,625",
+        prompt="539",
+        placeholder="434-478",
+    ),
+    "8eb27cc2dc34": dict(
+        rn=564,
+        reshape=569,
+        std=586,
+        eps=593,
+        force=656,
+        kl=181,
+        k3="201-202",
+        klmask=209,
+        logits=215,
+        mean=290,
+        bessel=313,
+        whiten=364,
+        weps=367,
+        flt=1157,
+        wcall=1183,
+        amask=1184,
+        final=732,
+        agcall="545-546",
+        agmask=560,
+        agflt=529,
+        pg="574,680",
+        prompt="574",
+        placeholder="433-477",
+    ),
+    "090ac94658ad": dict(
+        rn=568,
+        reshape=573,
+        std=590,
+        eps=597,
+        force=660,
+        kl=179,
+        k3="199-200",
+        klmask=207,
+        logits=213,
+        mean=294,
+        bessel=318,
+        whiten=369,
+        weps=372,
+        flt=822,
+        wcall=849,
+        amask=850,
+        final=736,
+        agcall="513-514",
+        agmask=528,
+        agflt=497,
+        pg="539,625",
+        prompt="539",
+        placeholder="434-478",
+    ),
 }
 _FN = "roll/utils/functionals.py"
 _AG = "roll/pipeline/agentic/utils.py"
@@ -212,7 +311,9 @@ def _kind_overrides() -> dict:
         variant={},
         domain=api,
         masked_zero=True,  # compute_advantage ends with advantages * response_mask (functionals.py:1184)
-        documented_errors=(r"GroupShapeError",),
+        documented_errors=(r"GroupShapeError", r"TruncationShapeError"),
+        options=(whiten_option(WHITEN_RLVR_CITE, {"variant": {"whiten_tokens": True}}), MAX_LEN_MASK),
+        truncation=GRPO_TRUNCATION,
         **by_pin(lambda rev: _narrow(RLVR_PIPELINE[rev], why={})),
         notes="ROLL has no group ids: reward_norm reshapes to (-1, num_return_sequences); the adapter orders rows "
         "group by group (rlvr_pipeline.py keeps the generation order, prompt_id = arange); unequal group sizes are "
@@ -226,6 +327,7 @@ def _kind_overrides() -> dict:
         variant={"singleton": "zero"},
         domain=api,
         masked_zero=True,  # agentic_compute_advantage ends with advantages * response_mask (agentic/utils.py:560)
+        options=(whiten_option(WHITEN_AGENTIC_CITE, {"variant": {"whiten_tokens": True}}), NORM_STD),
         **by_pin(lambda rev: _narrow(AGENTIC_PIPELINE[rev], why={})),
         notes="agentic_reward_norm groups by traj_group_id (batch.group_by, any order and sizes), the shipped GRPO "
         "configs' grouping; group ids passed as traj_group_id strings",
@@ -266,8 +368,10 @@ def _kind_overrides() -> dict:
         masked_zero=False,
         masked_zero_why="masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position "
         "(roll/utils/functionals.py:367 at 8eb27cc2dc34); compute_advantage multiplies by the mask after (:1184)",
-        documented_errors=(r"ValueError: At least one element in the mask has to be 1",
-                           r"ValueError: The sum of the mask is one"),
+        documented_errors=(
+            r"ValueError: At least one element in the mask has to be 1",
+            r"ValueError: The sum of the mask is one",
+        ),
         **by_pin(whiten_pipeline),
     )
 
@@ -291,6 +395,7 @@ def _kind_overrides() -> dict:
         whitening=None,  # whiten_advantages defaults to False (base_config.py:546)
         domain=dataclasses.replace(api, critic=False),
         masked_zero=True,  # returns written only on segments (agentic/utils.py:450); advantages * mask (:560)
+        options=(whiten_option(WHITEN_AGENTIC_CITE, {"whitening": WHITEN}),),
         **by_pin(returns_pipeline),
     )
 
@@ -330,6 +435,7 @@ def _kind_overrides() -> dict:
     out["value-loss"] = dict(
         loss_entry({"clip": 0.5, "half": True, "mode": "seq-mean-token-mean"}),
         kind="value-loss",
+        options=(VALUE_CLIP_OPTION,),
     )
     return out
 
@@ -374,9 +480,17 @@ SPEC = TargetSpec(
     pipeline=RLVR_PIPELINE[_SEED_REV],
     pipeline_by_pin={rev: dom for rev, dom in RLVR_PIPELINE.items() if rev != _SEED_REV},
     entry_overrides={
+        # options and truncation per entry (roll_kinds "Options and truncation"); the kind entries declare theirs
+        "default": {
+            "options": (whiten_option(WHITEN_RLVR_CITE, {"whitening": WHITEN}), MAX_LEN_MASK),
+            "truncation": RLVR_TRUNCATION,
+            "documented_errors": (r"TruncationShapeError",),
+        },
         "agentic": {
             "pipeline": AGENTIC_PIPELINE[_SEED_REV],
             "pipeline_by_pin": {rev: dom for rev, dom in AGENTIC_PIPELINE.items() if rev != _SEED_REV},
+            "options": (whiten_option(WHITEN_AGENTIC_CITE, {"whitening": WHITEN}),),
+            "truncation": AGENTIC_TRUNCATION,
         },
         **KIND_OVERRIDES,
     },
@@ -400,7 +514,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     protocol = import_from(root, "roll.distributed.scheduler.protocol")
     kl = import_from(root, "roll.utils.kl_controller")
     fn, where = function_from(root, _CANDIDATES[entry])
-    needed = ["compute_token_reward"] + (["reward_postprocess"] if entry == "default" else [])
+    needed = ["compute_token_reward"] + (["reward_postprocess", "get_sample_level_mask"] if entry == "default" else [])
     helpers = {name: getattr(functionals, name, None) for name in needed}
     if entry == "agentic":
         agentic = import_from(root, "roll.pipeline.agentic.utils")
@@ -412,7 +526,8 @@ def load(root: Path, entry: str | None) -> Loaded:
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         data = _data_proto(case, device, protocol.DataProto, entry)
         config = _pipeline_config()
-        if entry == "default":
+        if entry == "default":  # rlvr_pipeline.py:687-721 (8eb27cc2dc34): the sample mask first
+            final = _final_response_mask(case, data, config, helpers["get_sample_level_mask"])
             data, _ = helpers["reward_postprocess"](data, config, {})
         else:
             data, _ = helpers["compute_response_level_rewards"](batch=data, pipeline_config=config)
@@ -423,20 +538,58 @@ def load(root: Path, entry: str | None) -> Loaded:
             lambd=case.lam,
             adv_estimator="gae",
             advantage_clip=None,
-            whiten_advantages=False,
+            whiten_advantages=bool(case.options.get("whiten_advantages", False)),  # rlvr_pipeline.py:719
             whiten_rewards=False,
             pipeline_config=config,
         )
         if entry == "default":  # the RLVR pipeline passes final_response_mask; the agentic one passes nothing
-            kwargs["response_mask"] = case.trainable.to(device=device, dtype=torch.float32)
+            kwargs["response_mask"] = final
         out = fn(**kwargs)
         return out.batch["advantages"], out.batch["returns"]
 
     notes = [
         "score placed by ROLL's compute_token_reward (last attended token); token rewards via its KL term, beta=1",
-        "identity reward normalisation; whitening, clipping and OPD off",
+        "identity reward normalisation; clipping and OPD off; whiten_advantages from the case's options",
     ]
+    if entry == "default":
+        notes.append(
+            "final_response_mask from ROLL's get_sample_level_mask (max_len_mask from the case's options; responses "
+            "as wide as the cut rows, the generation limit)"
+        )
     return Loaded(run, where, notes)
+
+
+class TruncationShapeError(ValueError):
+    """The case's cut rows cannot be expressed as one ROLL batch with max_len_mask."""
+
+
+def _final_response_mask(case: Case, data, config, sample_mask) -> torch.Tensor:
+    """`final_response_mask` as the RLVR pipeline makes it: ROLL's `get_sample_level_mask(data, config)`
+    (functionals.py:682-736 at 8eb27cc2dc34, called at rlvr_pipeline.py:687), `max_len_mask` from the case's
+    options, difficulty and error-length masks off (their defaults).
+
+    ROLL knows a cut row only by its length: `max_len_mask` zeroes a row whose response length equals
+    `responses.shape[-1]`, the generation limit (:689-697). In a ROLL batch every cut row has exactly that length;
+    `responses` here is as wide as the case's cut rows (as wide as the window plus one when none is cut: nothing
+    reached the limit). Cut rows of different lengths are no ROLL batch: TruncationShapeError (documented)."""
+    config.max_len_mask = bool(case.options.get("max_len_mask", False))
+    config.difficulty_mask = False
+    config.error_max_len_clip = False
+    rows, width = case.shape
+    limit = width + 1
+    cut = case.truncated_rows()
+    if config.max_len_mask and bool(cut.any()):
+        lengths = sorted({int(n) for n in case.trainable[cut].sum(dim=1).tolist()})
+        if len(lengths) != 1:
+            raise TruncationShapeError(
+                f"cut rows of response lengths {lengths}: ROLL's max_len_mask knows a cut row "
+                "by its length == responses.shape[-1] (roll/utils/functionals.py get_sample_level_mask), one limit"
+            )
+        limit = lengths[0]
+    device = data.batch["response_mask"].device
+    data.batch["responses"] = torch.zeros(rows, limit, dtype=torch.int64, device=device)
+    data, _ = sample_mask(data, config)
+    return data.batch["final_response_mask"]
 
 
 def _data_proto(case: Case, device: str, data_proto: type, entry: str):

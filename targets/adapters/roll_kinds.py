@@ -44,6 +44,8 @@ import numpy as np
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.options import Option, Truncation
+from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
@@ -60,6 +62,80 @@ KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforc
 VALUE_CLIP = 0.5
 _FN = "roll.utils.functionals"
 _AGENTIC = "roll.pipeline.agentic.utils"
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncation (docs/kinds/roll.md "Options and truncation"; lines at 8eb27cc2dc34, the newest pin).
+# The adapters read each option from `case.options` and hand it to ROLL where its pipelines do; ROLL applies it.
+# ---------------------------------------------------------------------------------------------
+_WHITEN_DOC = (
+    "PPOConfig.whiten_advantages, 'Whiten the advantage.' (roll/configs/base_config.py:546): "
+    "masked_whiten(advantages, response_mask) over the whole batch, masked mean and Bessel-corrected masked "
+    "variance, (x - mean) * rsqrt(var + 1e-8), the mean not added back (shift_mean=True, "
+    "roll/utils/functionals.py:364-370); switched off below two valid tokens (:1099-1106)"
+)
+WHITEN_RLVR_CITE = "roll/pipeline/rlvr/rlvr_pipeline.py:719 -> roll/utils/functionals.py:1181-1183"
+WHITEN_AGENTIC_CITE = "roll/pipeline/agentic/agentic_pipeline.py:505 -> roll/pipeline/agentic/utils.py:557-559"
+WHITEN = Whitening(unbiased=True, eps=1e-8, shift_mean=True)
+
+
+def whiten_option(cite: str, effect: dict) -> Option:
+    return Option("whiten_advantages", (False, True), False, cite, _WHITEN_DOC, effect={True: effect})
+
+
+# max_len_mask (RLVR only): get_sample_level_mask zeroes the sample mask of every response whose length equals the
+# response window, responses.shape[-1] = the generation limit (functionals.py:689-697); the product is
+# final_response_mask, the mask compute_advantage (rlvr_pipeline.py:710, :721) and the actor loss read.
+MAX_LEN_MASK = Option(
+    "max_len_mask",
+    (False, True),
+    False,
+    "roll/utils/functionals.py:695-697 (get_sample_level_mask, called at roll/pipeline/rlvr/rlvr_pipeline.py:687; "
+    "RLVRConfig field roll/pipeline/rlvr/rlvr_config.py:147; c09bc8bc9f43: functionals.py:692, 090ac94658ad: :699)",
+    "'1. max_len_mask: filter out the samples over the maximum length' (functionals.py:694): a response cut by "
+    "the length limit leaves the step (its row of final_response_mask is zeroed)",
+    effect={True: {"truncation": {"row": "masked"}}},
+)
+# Without max_len_mask ROLL has no notion of a cut row: no flag reaches compute_advantage, GAE takes the value after
+# the window's last token as 0 (functionals.py:530) and stores values * response_mask (:1164), meaning V = 0 after a
+# row's last token; reward_norm / compute_reinforce_return read only the score (terminal).
+RLVR_TRUNCATION = Truncation(
+    cite="roll/utils/functionals.py:530 (nextvalues 0.0 after the window), :1164 (values * response_mask): no "
+    "truncation flag reaches compute_advantage; max_len_mask (:695-697) masks the row instead"
+)
+AGENTIC_TRUNCATION = Truncation(
+    cite="roll/utils/functionals.py:530 (nextvalues 0.0 after the window), roll/pipeline/agentic/utils.py:536 "
+    "(values * response_mask): no truncation flag reaches agentic_compute_advantage; the agentic max_len_mask is a "
+    "no-op (agentic/utils.py:248-251, 'TODO')"
+)
+GRPO_TRUNCATION = Truncation(
+    cite="roll/utils/functionals.py:651-678 (reward_postprocess reads the score only) and :682-736 "
+    "(get_sample_level_mask): a cut row's score is kept unless max_len_mask (:695-697) masks the row"
+)
+# agentic reward_normalization.norm_std_type (roll/pipeline/agentic/agentic_config.py:58-63, read at
+# roll/pipeline/agentic/utils.py:104, :130-135): the dataclass default is None; this entry is the shipped GRPO
+# configuration (group / group). "none" is YAML `~` / Python None (a JSON scalar stands for it here).
+NORM_STD = Option(
+    "reward_normalization.norm_std_type",
+    ("group", "batch", "none"),
+    "group",
+    "roll/pipeline/agentic/utils.py:104, :130-142 (field roll/pipeline/agentic/agentic_config.py:58-63, default "
+    "None; the shipped agentic GRPO configs set group)",
+    "'Std type for reward normalization: batch (normalize across batch), group (normalize within groups), None "
+    "(without dividing by std)'; the mean stays the group mean; a group of one row or with |std| <= 1e-6 gets 0 "
+    "(:138-142)",
+    effect={"batch": {"variant": {"std_level": "batch"}}, "none": {"variant": {"std": None}}},
+)
+# value_clip: "none" is ROLL's None (the unclipped branch, base_worker.py:674-676), an infinite clip range
+VALUE_CLIP_OPTION = Option(
+    "value_clip",
+    (0.5, 0.2, "none"),
+    0.5,
+    "roll/pipeline/base_worker.py:664-673 (CriticWorker.loss_func; field roll/configs/base_config.py:524-526, "
+    "default None; 0.5 in 51 shipped PPO configs, this entry's base configuration)",
+    "'Range for clipping values in loss calculation': max((v - R)^2, (clip(v, v_old -+ c) - R)^2); None: (v - R)^2",
+    effect={0.2: {"variant": {"clip": 0.2}}, "none": {"variant": {"clip": float("inf")}}},
+)
 
 
 class GroupShapeError(ValueError):
@@ -112,11 +188,11 @@ def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "
 
 
 def load_grpo(root: Path) -> Loaded:
-    from maskfuzz.targets.adapters.roll import _data_proto
+    from maskfuzz.targets.adapters.roll import _data_proto, _final_response_mask
 
     functionals, protocol, kl = _modules(root)
-    post, token_reward, advantage = _need(
-        functionals, "reward_postprocess", "compute_token_reward", "compute_advantage"
+    post, token_reward, advantage, sample_mask = _need(
+        functionals, "reward_postprocess", "compute_token_reward", "compute_advantage", "get_sample_level_mask"
     )
 
     def run(case: Case, device: str):
@@ -125,6 +201,9 @@ def load_grpo(root: Path) -> Loaded:
         sub = case.rows(order)
         data = _data_proto(sub, device, protocol.DataProto, "default")
         cfg = _config("grpo", n)
+        # rlvr_pipeline.py:687-721: get_sample_level_mask -> reward_postprocess -> compute_token_reward ->
+        # compute_advantage(response_mask=final_response_mask)
+        final = _final_response_mask(sub, data, cfg, sample_mask)
         data, _ = post(data, cfg, {})
         data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
         out = advantage(
@@ -133,9 +212,9 @@ def load_grpo(root: Path) -> Loaded:
             lambd=1.0,
             adv_estimator="grpo",
             advantage_clip=None,
-            whiten_advantages=False,
+            whiten_advantages=bool(sub.options.get("whiten_advantages", False)),
             whiten_rewards=False,
-            response_mask=sub.trainable.to(device=device, dtype=torch.float32),
+            response_mask=final,
             pipeline_config=cfg,
         )
         adv = out.batch["advantages"]
@@ -149,6 +228,8 @@ def load_grpo(root: Path) -> Loaded:
         "rows ordered group by group, num_return_sequences = the group size, order restored after; unequal groups: "
         "GroupShapeError (documented)",
         "token rewards via ROLL's KL term (add_token_level_kl, beta 1, kl_penalty kl)",
+        "options: whiten_advantages -> compute_advantage; max_len_mask -> get_sample_level_mask with responses as "
+        "wide as the cut rows (the generation limit), its final_response_mask -> compute_advantage",
     ]
     return Loaded(run, "roll/utils/functionals.py::reward_norm (via reward_postprocess) + compute_advantage", notes)
 
@@ -171,6 +252,8 @@ def load_agentic_grpo(root: Path) -> Loaded:
 
         data = _data_proto(case, device, proto, "agentic")
         cfg = _config("grpo", grouping="traj_group_id", method="mean_std")
+        std = case.options.get("reward_normalization.norm_std_type", "group")
+        cfg.reward_normalization.norm_std_type = None if std == "none" else std
         data, _ = levels(batch=data, pipeline_config=cfg)
         data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
         out = advantage(
@@ -179,7 +262,7 @@ def load_agentic_grpo(root: Path) -> Loaded:
             lambd=1.0,
             adv_estimator="grpo",
             advantage_clip=None,
-            whiten_advantages=False,
+            whiten_advantages=bool(case.options.get("whiten_advantages", False)),
             whiten_rewards=False,
             pipeline_config=cfg,
         )
@@ -189,6 +272,8 @@ def load_agentic_grpo(root: Path) -> Loaded:
         "compute_response_level_rewards (agentic_reward_norm, grouping traj_group_id, mean/std group) -> "
         "compute_token_reward -> agentic_compute_advantage (grpo: compute_reinforce_return, gamma 1)",
         "group ids as traj_group_id strings; token rewards via ROLL's KL term (beta 1)",
+        "options: reward_normalization.norm_std_type -> the config agentic_reward_norm reads ('none' = None); "
+        "whiten_advantages -> agentic_compute_advantage",
     ]
     where = "roll/pipeline/agentic/utils.py::agentic_reward_norm (via compute_response_level_rewards)"
     return Loaded(run, where, notes)
@@ -239,7 +324,7 @@ def load_agentic_reinforce(root: Path) -> Loaded:
             lambd=case.lam,
             adv_estimator="agentic_reinforce",
             advantage_clip=None,
-            whiten_advantages=False,
+            whiten_advantages=bool(case.options.get("whiten_advantages", False)),
             whiten_rewards=False,
             pipeline_config=cfg,
         )
@@ -250,8 +335,9 @@ def load_agentic_reinforce(root: Path) -> Loaded:
         "score by compute_response_level_rewards (identity) + compute_token_reward (last attended token); token "
         "rewards via ROLL's KL term, beta 1",
     ]
-    return Loaded(run, "roll/pipeline/agentic/utils.py::compute_agentic_reinforce_return (via "
-                  "agentic_compute_advantage)", notes)
+    return Loaded(
+        run, "roll/pipeline/agentic/utils.py::compute_agentic_reinforce_return (via agentic_compute_advantage)", notes
+    )
 
 
 def load_loss(root: Path, entry: str) -> Loaded:
@@ -286,8 +372,13 @@ def load_loss(root: Path, entry: str) -> Loaded:
         dev = loss.device
         tokens = torch.tensor(max(step.tokens, 1), dtype=torch.int64, device=dev)  # strategy.py:383-384
         samples = torch.tensor(max(step.nonempty_rows, 1), dtype=torch.int64, device=dev)  # :426-427
-        out = fn(loss_mat=loss, loss_mask=mask.to(torch.int64), loss_agg_mode=mode, batch_num_tokens=tokens,
-                 global_valid_samples=samples)
+        out = fn(
+            loss_mat=loss,
+            loss_mask=mask.to(torch.int64),
+            loss_agg_mode=mode,
+            batch_num_tokens=tokens,
+            global_valid_samples=samples,
+        )
         k = step.rank_micro_batches  # mini_steps == gradient_accumulation_steps (one optimizer step)
         return out * (k * step.ranks) / k
 
@@ -332,7 +423,8 @@ def load_value(root: Path) -> Loaded:
     if any(n is None for n in nodes.values()):
         raise NotPresent(f"CriticWorker lacks {[k for k, n in nodes.items() if n is None]} at this pin")
     loss_func, forward = (tree.function(path, nodes[k]) for k in ("loss_func", "forward_func_values"))
-    this = SimpleNamespace(pipeline_config=SimpleNamespace(value_clip=VALUE_CLIP))
+    config = SimpleNamespace(value_clip=VALUE_CLIP)
+    this = SimpleNamespace(pipeline_config=config)
     this.forward_func_values = lambda data, output_tensor: forward(this, data=data, output_tensor=output_tensor)
 
     def micro(rows, v, mask, step):
@@ -347,13 +439,15 @@ def load_value(root: Path) -> Loaded:
         return loss * (k * step.ranks) / k  # loss_scale, then / gradient_accumulation_steps; DDP averages ranks
 
     def run(case: Case, device: str):
+        clip = case.options.get("value_clip", VALUE_CLIP)
+        config.value_clip = None if clip == "none" else clip  # what CriticWorker.loss_func reads (:664)
         return run_step(case, device, micro, leaf_name="v")
 
     rel = tree.rel(path)
     lf, fv = nodes["loss_func"], nodes["forward_func_values"]
     notes = [
         f"{rel}:{lf.lineno}-{lf.end_lineno} (loss_func) and :{fv.lineno}-{fv.end_lineno} (forward_func_values) "
-        f"compiled from the pin; value_clip={VALUE_CLIP}",
+        f'compiled from the pin; value_clip from the case\'s options (default {VALUE_CLIP}; "none" = None)',
         "no global normaliser: each micro-batch's own row mean; micro-batch loss * (mini_steps * dp_size) / "
         "gradient_accumulation_steps, ranks averaged",
     ]
