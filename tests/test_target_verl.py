@@ -380,9 +380,10 @@ def test_the_vectorised_rloo_and_its_loop_disagree_on_a_singleton(kinds_at_new):
     assert h.declared.twin is not None and h.declared.twin_label.startswith("verl:rloo@")
     v = verdicts(h.run, GROUPS, h.declared)
     assert v["twin"].failed and v["reference"].status == "pass"  # each matches its own declared rule
-    assert verdicts(kinds_at_new("grpo-vectorized").run, GROUPS, kinds_at_new("grpo-vectorized").declared)[
-        "twin"
-    ].status == "pass"
+    assert (
+        verdicts(kinds_at_new("grpo-vectorized").run, GROUPS, kinds_at_new("grpo-vectorized").declared)["twin"].status
+        == "pass"
+    )
 
 
 @pytest.mark.network
@@ -561,3 +562,116 @@ def test_grpo_passk_by_hand_and_its_documented_singleton_error(kinds_at_new):
     assert v["reference"].status == "pass" and v["permutation"].status == "pass"
     single = Case.build(trainable=[[1]], score=[1.0], group=[0])
     assert verdicts(h.run, single, h.declared)["no-crash"].status == "pass"  # the documented ValueError
+
+
+# ---------------------------------------------------------------------------------------------
+# Options (oracles/options.py) and truncated rows at the newest release, through verl's own code.
+# ---------------------------------------------------------------------------------------------
+NORM_STD = "algorithm.norm_adv_by_std_in_grpo"
+
+
+def _entry_options(h) -> set:
+    return {o.name for o in h.declared.options}
+
+
+@pytest.mark.network
+def test_norm_adv_by_std_in_grpo_false_is_dr_grpo_by_hand(kinds_at_new):
+    h = kinds_at_new("grpo")
+    assert _entry_options(h) == {NORM_STD} and "keyword" in h.info["notes"][0]
+    # GROUPS: prompt 0 scores {1, 0} -> r - mean = +-0.5 (no std); the singleton keeps its 2 (mean 0)
+    case = GROUPS.replace(options={NORM_STD: False})
+    (adv,) = h.run(case)
+    assert adv[:, 0].tolist() == pytest.approx([0.5, -0.5, 2.0])
+    assert verdicts(h.run, case, h.declared)["reference"].status == "pass"
+    # grpo_passk reads the key from the AlgoConfig (core_algos.py:500): scores {1, 0, 3} in one group; the best row
+    # gets r_max - r_second = 3 - 1 = 2, not divided by std({1, 0, 3}) + 1e-6 = sqrt(7/3) + 1e-6
+    h = kinds_at_new("grpo-passk")
+    case = Case.build(trainable=[[1, 1], [1, 0], [1, 1]], score=[1.0, 0.0, 3.0], group=[0, 0, 0])
+    (adv,) = h.run(case.replace(options={NORM_STD: False}))
+    assert adv[2].tolist() == pytest.approx([2.0, 2.0]) and adv[:2].abs().sum().item() == 0
+    assert verdicts(h.run, case.replace(options={NORM_STD: False}), h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_from_the_trainer(kinds_at_new):
+    """compute_advantage hands grpo_vectorized the AlgoConfig as `config` and no keyword (ray_trainer.py:250-279 at
+    0.9.1); the function reads norm_adv_by_std_in_grpo only as its keyword (core_algos.py:340, 353): False is lost."""
+    h = kinds_at_new("grpo-vectorized")
+    case = GROUPS.replace(options={NORM_STD: False})
+    (adv,) = h.run(case)
+    # still (r - mean) / (std + 1e-6) = +-0.5 / (sqrt(0.5) + 1e-6) = +-0.70711, not the Dr.GRPO +-0.5
+    assert adv[:2, 0].tolist() == pytest.approx([_S, -_S], rel=1e-6)
+    v = verdicts(h.run, case, h.declared)
+    assert v["reference"].failed and v["twin"].failed  # its loop twin, given the keyword, returns +-0.5
+    assert verdicts(h.run, GROUPS, h.declared)["reference"].status == "pass"  # the default is right
+
+
+VLOSS = Case.build(
+    trainable=[[1, 1, 1, 0]],
+    extra={"v": [[1.0, 3.0, 0.0, 7.0]], "v_old": [[0.75, 0.0, 2.0, 0.0]], "ret": [[0.0, 0.0, 0.0, 0.0]]},
+)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("options", "loss", "grad"),
+    [
+        # clip 0.2: v_c = 0.95, 0.2, 1.8; max of squares 1, 9, 3.24; 0.5 * 13.24 / 3 tokens
+        ({"critic.cliprange_value": 0.2}, 0.5 * 13.24 / 3, [1 / 3, 1.0, 0.0]),
+        # clip 10: v_c = v everywhere; squares 1, 9, 0; 0.5 * 10 / 3
+        ({"critic.cliprange_value": 10.0}, 0.5 * 10.0 / 3, [1 / 3, 1.0, 0.0]),
+        # clip 0.5 (v_c = 1, 0.5, 1.5: squares 1, 9, 2.25), token-sum: 0.5 * 12.25, gradient (v - R) where unclipped
+        ({"critic.loss_agg_mode": "token-sum"}, 0.5 * 12.25, [1.0, 3.0, 0.0]),
+        # one row: seq-mean-token-mean = token-mean = 0.5 * 12.25 / 3
+        ({"critic.loss_agg_mode": "seq-mean-token-mean"}, 0.5 * 12.25 / 3, [1 / 3, 1.0, 0.0]),
+    ],
+)
+def test_value_loss_options_by_hand(kinds_at_new, options, loss, grad):
+    h = kinds_at_new("value-loss")
+    assert _entry_options(h) == {"critic.cliprange_value", "critic.loss_agg_mode"}
+    case = VLOSS.replace(options=options)
+    got, g = h.run(case)
+    assert got[0, 0].item() == pytest.approx(loss, rel=1e-6)
+    assert g[0, :3].tolist() == pytest.approx(grad, rel=1e-6, abs=1e-7)
+    assert verdicts(h.run, case, h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_a_truncated_row_is_terminal_for_gae_and_reinforce_plus_plus(new, kinds_at_new):
+    assert new.declared.truncation is not None and new.declared.truncation.terminal
+    # row 0 cut by the length limit (bootstrap 4 offered), row 1 ended. gamma 0.5, lam 1, V = [1, 2], score 1:
+    # zero bootstrap (nextvalues = 0, core_algos.py:245): delta_1 = 1 - 2 = -1, delta_0 = 0.5 * 2 - 1 = 0,
+    # A = [-0.5, -1], returns A + V = [0.5, 1.0] (with bootstrap 4 they would be [1.5, 3.0])
+    case = Case.build(
+        trainable=[[1, 1], [1, 1]],
+        values=[[1.0, 2.0], [0.5, 0.5]],
+        score=[1.0, 0.0],
+        gamma=0.5,
+        lam=1.0,
+        truncated=[True, False],
+        bootstrap=[4.0, 0.0],
+    )
+    _, ret = new.run(case)
+    assert ret[0].tolist() == pytest.approx([0.5, 1.0])
+    assert verdicts(new.run, case)["reference"].status == "pass"
+    # REINFORCE++: running_return = 0 (core_algos.py:718): returns [0.5 * 1, 1] = [0.5, 1.0], no 0.5 * 4 added
+    h = kinds_at_new("reinforce++")
+    assert h.declared.truncation is not None and h.declared.truncation.terminal
+    rpp = case.replace(values=torch.zeros(2, 2))
+    _, ret = h.run(rpp)
+    assert ret[0].tolist() == pytest.approx([0.5, 1.0])
+    assert verdicts(h.run, rpp, h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_short_fuzz_with_options_checks_every_value(kinds_at_new):
+    h = kinds_at_new("value-loss")
+    # no shrinking and no non-finite poison (the NaN-gradient leak is known, test above): the option space is the point
+    kw = dict(max_examples=40, seed=0, sizes=Sizes(3, 5), shrink=False, nonfinite=False)
+    res = fuzz_target(h.run, h.declared, target="verl:value-loss", pin=NEW, **kw)
+    assert set(res.options_checked) == {"critic.cliprange_value", "critic.loss_agg_mode"}
+    for name, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    for f in res.findings:  # verdicts on verl's math, never the adapter refusing an option
+        text = f.verdict.message
+        assert not any(w in text for w in ("option", "adapter", "CaseError", "NotImplementedError")), text

@@ -49,7 +49,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 _GAE = ("verl.trainer.ppo.core_algos", "compute_gae_advantage_return")
 # First commit whose GAE skips masked positions, and its parent (the last plain-loop commit).
@@ -287,6 +287,8 @@ def _group(variant: dict, masked_zero_line: str) -> dict:
         # critic values do not enter
         pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
         pipeline_by_pin=_per_pin("masked_values"),
+        # an outcome score: no bootstrap, no truncation input (the GAE entry's semantics are not inherited)
+        truncation=None,
     )
 
 
@@ -305,6 +307,7 @@ def _kl(variant: dict) -> dict:
         domain=Domain(),
         pipeline=None,  # not researched: every finding is reach: api
         pipeline_by_pin={},
+        truncation=None,
     )
 
 
@@ -312,6 +315,8 @@ _WHITEN_MASKED_ZERO = (
     "masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position (verl/utils/torch_functional.py:343 "
     "at 0.9.1), masked positions included; its callers multiply by the mask (core_algos.py:466, 582, 729)"
 )
+
+
 def _loss(variant: dict) -> dict:
     return dict(
         kind="loss-aggregation",
@@ -323,7 +328,87 @@ def _loss(variant: dict) -> dict:
         domain=Domain(),
         pipeline=None,  # not researched: every finding is reach: api
         pipeline_by_pin={},
+        truncation=None,
     )
+
+
+# --- options (oracles/options.py): the real config keys that change an entry's masked math, read at 0.9.1 (the
+# same lines at HEAD 1dda039b9). `algorithm.norm_adv_by_std_in_grpo` (AlgoConfig, verl/trainer/config/
+# algorithm.py:658, default True) reaches the three GRPO estimators by three different routes:
+_NORM_STD_DOC = (
+    "whether to normalize advantages by std (specific to GRPO): True divides r - mean_g by std_g + epsilon (GRPO), "
+    "False keeps r - mean_g (Dr.GRPO, the docstring at core_algos.py:294-297)"
+)
+_NORM_STD_FALSE = {False: {"variant": {"std": None}}}
+# GRPO: the trainer reads the key (ray_trainer.py:1663-1664; v1/trainer_base.py:1782) and compute_advantage passes
+# it as the keyword of compute_grpo_outcome_advantage (ray_trainer.py:240-245), which reads it at core_algos.py:325
+NORM_STD_GRPO = Option(
+    "algorithm.norm_adv_by_std_in_grpo",
+    (True, False),
+    True,
+    "verl/trainer/ppo/ray_trainer.py:244 (0.9.1; read at :1663, v1/trainer_base.py:1782; used at core_algos.py:325)",
+    _NORM_STD_DOC,
+    effect=_NORM_STD_FALSE,
+)
+# grpo_vectorized is dispatched through the registry branch of compute_advantage, which passes the algorithm config
+# (config=AlgoConfig, ray_trainer.py:250-279) and no keyword; the function reads the key only as its keyword
+# (core_algos.py:340, 353), never from config: the documented meaning is still Dr.GRPO for False
+NORM_STD_GRPO_VECTORIZED = Option(
+    "algorithm.norm_adv_by_std_in_grpo",
+    (True, False),
+    True,
+    "verl/trainer/ppo/ray_trainer.py:254 (0.9.1: config=AlgoConfig is all the registry branch passes; "
+    "core_algos.py:340, 353 read only the keyword norm_adv_by_std_in_grpo)",
+    _NORM_STD_DOC,
+    effect=_NORM_STD_FALSE,
+)
+# grpo_passk reads it from the config the registry branch passes (core_algos.py:500); False: the raw r_max - r_second
+NORM_STD_PASSK = Option(
+    "algorithm.norm_adv_by_std_in_grpo",
+    (True, False),
+    True,
+    "verl/trainer/ppo/core_algos.py:500 (0.9.1: config.get('norm_adv_by_std_in_grpo', True); used at :524)",
+    _NORM_STD_DOC,
+    effect=_NORM_STD_FALSE,
+)
+# the critic's loss: value_loss(config: CriticConfig) passes config.cliprange_value and config.loss_agg_mode to
+# compute_value_loss (verl/workers/utils/losses.py:191-192 at 0.9.1); defaults 0.5 and "token-mean"
+# (verl/workers/config/critic.py:93-94; the trainer yaml sets the critic's loss_agg_mode from the actor's)
+CLIPRANGE_VALUE = Option(
+    "critic.cliprange_value",
+    (0.5, 0.2, 10.0),
+    0.5,
+    "verl/workers/utils/losses.py:191 (0.9.1; default verl/workers/config/critic.py:93)",
+    "PPO value function clipping range: v_old + clamp(v - v_old, -c, c) enters max((v - R)^2, (v_c - R)^2)",
+    effect={0.2: {"variant": {"clip": 0.2}}, 10.0: {"variant": {"clip": 10.0}}},
+)
+_CRITIC_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean")
+CRITIC_LOSS_AGG_MODE = Option(
+    "critic.loss_agg_mode",
+    _CRITIC_MODES,
+    "token-mean",
+    "verl/workers/utils/losses.py:192 (0.9.1; default verl/workers/config/critic.py:94; agg_loss "
+    "core_algos.py:1170-1204)",
+    "how the per-token value losses of the step are aggregated (agg_loss); seq-mean-token-sum-norm is not declared: "
+    "its default loss_scale_factor=None divides by the padded width (core_algos.py:1190-1192)",
+    effect={m: {"variant": {"mode": m}} for m in _CRITIC_MODES[1:]},
+)
+# No truncation notion anywhere in verl's advantage code: a row cut by the response length (no EOS) is handed on like
+# an ended one. compute_gae_advantage_return starts its reverse loop with nextvalues = 0 and lastgaelam = 0
+# (core_algos.py:245-246 at 0.9.1, the same at HEAD; :223-224 in 0.5.0) and carries nextvalues through masked
+# positions (:255), so the value after a row's last trained token is 0: terminal. 0.1 / 0.4.1 use 0.0 after the
+# window's last position only (nextvalues = values[:, t + 1] ... else 0.0, core_algos.py:97 in 0.1, :187 in 0.4.1): a
+# cut row that fills the window is terminal there too, one followed by padding reads the padding's value (the plain
+# loop's known leak, judged by the poison property, not a truncation semantics).
+GAE_TRUNCATION = Truncation(
+    cite="verl/trainer/ppo/core_algos.py:245 (0.9.1): nextvalues = 0 before the reverse loop, carried through masked "
+    "positions (:255); no EOS / truncation input (the signature at :216-222), so a cut row gets a zero bootstrap"
+)
+# compute_reinforce_plus_plus_outcome_advantage: running_return = 0 before its reverse loop (core_algos.py:718)
+REINFORCE_PP_TRUNCATION = Truncation(
+    cite="verl/trainer/ppo/core_algos.py:718 (0.9.1): running_return = 0 before the reverse loop, carried through "
+    "masked positions (:726); no truncation input, so a cut row's return has no bootstrap"
+)
 
 
 KIND_OVERRIDES: dict[str, dict] = {
@@ -331,7 +416,10 @@ KIND_OVERRIDES: dict[str, dict] = {
     # outside the std (:326), epsilon=1e-6 by default and never passed by ray_trainer.py:240-245; a singleton gets
     # mean 0 and std 1 (:316-317): s / (1 + eps), the "raw" rule. Empty rows enter the statistics (the scores are
     # an unmasked sum over every row, :304-312): not documented, so the variant stays canonical ("excluded").
-    "grpo": _group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std"}, _GROUP_MASKED_ZERO),
+    "grpo": {
+        **_group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std"}, _GROUP_MASKED_ZERO),
+        "options": (NORM_STD_GRPO,),
+    },
     # norm_adv_by_std_in_grpo=False: s - mean (:328), documented as Dr.GRPO in the docstring (:296-297);
     # a singleton keeps its raw score (mean 0, :316)
     "drgrpo": _group({"estimator": "grpo", "std": None}, _GROUP_MASKED_ZERO),
@@ -353,6 +441,7 @@ KIND_OVERRIDES: dict[str, dict] = {
                 "documents float32 statistics",
             },
         ),
+        "options": (NORM_STD_GRPO_VECTORIZED,),
         "twin_of": "grpo",  # the loop it vectorises: the `twin` property compares them on every case
     },
     # n / (n - 1) (s - mean) (:630-633); a singleton keeps its raw score (:623, the loop skips n == 1)
@@ -390,6 +479,7 @@ KIND_OVERRIDES: dict[str, dict] = {
         domain=Domain(),
         pipeline=None,  # not researched: every finding is reach: api
         pipeline_by_pin={},
+        truncation=None,
     ),
     # masked_mean(values, mask) with axis=None: masked_sum / (mask.sum() + 1e-8) (torch_functional.py:294-308)
     "masked-mean": dict(
@@ -403,6 +493,7 @@ KIND_OVERRIDES: dict[str, dict] = {
         domain=Domain(),
         pipeline=None,
         pipeline_by_pin={},
+        truncation=None,
     ),
     # compute_reinforce_plus_plus_outcome_advantage: a discounted return carried through masked positions
     # (core_algos.py:718-726 at 0.9.1, #7300 "carry running_return through observation spans"): the compressed
@@ -428,6 +519,7 @@ KIND_OVERRIDES: dict[str, dict] = {
         pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
         # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
         pipeline_by_pin=_per_pin("masked_values"),
+        truncation=REINFORCE_PP_TRUNCATION,
     ),
     # compute_opo_outcome_advantage: r - sum_g(len r) / sum_g(len), len = response_mask.sum(-1) (core_algos.py:664,
     # 683 at 0.9.1); a singleton's baseline is 0 (:679); every row of the index enters (empty ones with len 0)
@@ -449,6 +541,7 @@ KIND_OVERRIDES: dict[str, dict] = {
             "core_algos.py:529 (0.9.1) multiplies the broadcast advantage by response_mask",
         ),
         "documented_errors": (r"ValueError: Pass@k requires at least 2 samples per group",),
+        "options": (NORM_STD_PASSK,),
     },
     # agg_loss (core_algos.py:1140-1206 at 0.9.1) over a step, with verl's global normalisers (verl_kinds.load_loss)
     "agg-token-mean": _loss({"mode": "token-mean"}),
@@ -458,7 +551,12 @@ KIND_OVERRIDES: dict[str, dict] = {
     # loss_scale_factor set to a constant, as actor.yaml:90 asks (its default null divides by the padded width)
     "agg-seq-mean-token-sum-norm": _loss({"mode": "seq-mean-token-sum-norm", "constant": 32}),
     # compute_value_loss: 0.5 * agg_loss(max((v - R)^2, (clip(v, v_old +- 0.5) - R)^2)) (core_algos.py:2171-2183)
-    "value-loss": {**_loss({"clip": 0.5, "mode": "token-mean"}), "kind": "value-loss"},
+    # critic.cliprange_value and critic.loss_agg_mode change the clip range and the aggregation (the options above)
+    "value-loss": {
+        **_loss({"clip": 0.5, "mode": "token-mean"}),
+        "kind": "value-loss",
+        "options": (CLIPRANGE_VALUE, CRITIC_LOSS_AGG_MODE),
+    },
 }
 
 
@@ -472,6 +570,9 @@ SPEC = TargetSpec(
     # "default" is GAE (compute_gae_advantage_return); the others are the kinds beyond GAE (verl_kinds.py)
     entries=("default", *KIND_OVERRIDES),
     entry_overrides=KIND_OVERRIDES,
+    # GAE: no option of verl's changes compute_gae_advantage_return's math (whitening is unconditional,
+    # core_algos.py:262 at 0.9.1); a cut row is terminal (GAE_TRUNCATION); the other entries set their own
+    truncation=GAE_TRUNCATION,
     pins=(
         Pin("0.1", "first release; mask argument named eos_mask; plain GAE loop"),
         Pin("0.4.1", "last release before #2337: plain GAE loop, mask used only for whitening", default=True),

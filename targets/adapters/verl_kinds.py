@@ -4,7 +4,8 @@
   `norm_adv_by_std_in_grpo=False`), `compute_grpo_vectorized_outcome_advantage` ("grpo-vectorized"),
   `compute_rloo_outcome_advantage` ("rloo"), `compute_rloo_vectorized_outcome_advantage` ("rloo-vectorized") and
   `compute_reinforce_plus_plus_baseline_outcome_advantage` ("reinforce++-baseline": group baseline, then a token
-  whitening over the batch).
+  whitening over the batch). `algorithm.norm_adv_by_std_in_grpo` (the case's options) reaches "grpo" as the keyword
+  and "grpo-vectorized" / "grpo-passk" inside the `config` (AlgoConfig) the trainer's registry branch passes.
   Inputs as verl's `ray_trainer.compute_advantage` passes them: `token_level_rewards` [B, T] with the score placed
   by verl's own reward manager (the GAE adapter's `_score_placer`: the last attended response token) on top of the
   case's token rewards, `response_mask` int64, `index` an object array of str uids (ray_trainer.py builds
@@ -26,24 +27,28 @@ import numpy as np
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 _CORE = "verl.trainer.ppo.core_algos"
 _TF = "verl.utils.torch_functional"
 
 # entry -> (function in core_algos, fixed keyword arguments)
 GROUP = {
-    "grpo": ("compute_grpo_outcome_advantage", {"norm_adv_by_std_in_grpo": True}),
+    "grpo": ("compute_grpo_outcome_advantage", {}),
     "drgrpo": ("compute_grpo_outcome_advantage", {"norm_adv_by_std_in_grpo": False}),
-    "grpo-vectorized": ("compute_grpo_vectorized_outcome_advantage", {"norm_adv_by_std_in_grpo": True}),
+    "grpo-vectorized": ("compute_grpo_vectorized_outcome_advantage", {}),
     "rloo": ("compute_rloo_outcome_advantage", {}),
     "rloo-vectorized": ("compute_rloo_vectorized_outcome_advantage", {}),
     "reinforce++-baseline": ("compute_reinforce_plus_plus_baseline_outcome_advantage", {}),
     "opo": ("compute_opo_outcome_advantage", {}),
     "gpg": ("compute_gpg_outcome_advantage", {}),
-    # the trainer passes its AlgoConfig; the function reads config.get("norm_adv_by_std_in_grpo", True) (:500)
-    "grpo-passk": ("compute_grpo_passk_outcome_advantage", {"config": {"norm_adv_by_std_in_grpo": True}}),
+    "grpo-passk": ("compute_grpo_passk_outcome_advantage", {}),
 }
+NORM_STD = "algorithm.norm_adv_by_std_in_grpo"
+# entry -> how verl's compute_advantage (verl/trainer/ppo/ray_trainer.py:187-281 at 0.9.1) hands the function
+# algorithm.norm_adv_by_std_in_grpo: "keyword" (the GRPO branch, :240-245), "config" (the registry branch passes
+# config=<the algorithm config> and no keyword, :250-279: grpo_vectorized, grpo_passk)
+NORM_STD_ROUTE = {"grpo": "keyword", "grpo-vectorized": "config", "grpo-passk": "config"}
 # entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
 NORMALIZATION = {"whiten": "masked_whiten", "masked-mean": "masked_mean"}
@@ -59,6 +64,7 @@ LOSS = {
 LOSS_SCALE_FACTOR = 32  # what a user sets (actor.yaml:90 at 0.9.1 asks for a constant); the default null is T
 VALUE = {"value-loss": "compute_value_loss"}
 CLIPRANGE_VALUE = 0.5  # critic.cliprange_value's default (verl/workers/config/critic.py:93 at 0.9.1)
+CRITIC_LOSS_AGG_MODE = "token-mean"  # critic.loss_agg_mode's default (critic.py:94)
 ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS, *VALUE)
 
 
@@ -76,13 +82,26 @@ def _scored_rewards(case: Case, place, device: str) -> torch.Tensor:
     return rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
 
 
+def algo_config(root: Path, **fields):
+    """The algorithm config verl's trainer passes as `config`: the pin's own `AlgoConfig` (a dict-like dataclass,
+    verl/trainer/config/algorithm.py:620-658 at 0.9.1) where it has one, else a dict (the OmegaConf DictConfig of
+    older trainers answers `.get` the same way)."""
+    try:
+        algorithm = import_from(root, "verl.trainer.config.algorithm")
+    except NotPresent:
+        return dict(fields)
+    return algorithm.AlgoConfig(**fields) if hasattr(algorithm, "AlgoConfig") else dict(fields)
+
+
 def load_group(root: Path, entry: str) -> Loaded:
     from maskfuzz.targets.adapters.verl import _score_placer
 
     name, kwargs = GROUP[entry]
+    route = NORM_STD_ROUTE.get(entry)
     fn, where = function_from(root, [(_CORE, name)])
     params = inspect.signature(fn).parameters
-    missing = [p for p in ("token_level_rewards", "response_mask", "index", *kwargs) if p not in params]
+    needed = {"keyword": ("norm_adv_by_std_in_grpo",), "config": ("config",)}.get(route, ())
+    missing = [p for p in ("token_level_rewards", "response_mask", "index", *kwargs, *needed) if p not in params]
     if "norm_adv_by_std_in_grpo" in missing:
         raise NotPresent(f"{where} has no norm_adv_by_std_in_grpo at this pin")
     if missing:
@@ -92,11 +111,21 @@ def load_group(root: Path, entry: str) -> Loaded:
     def run(case: Case, device: str) -> tuple[torch.Tensor]:
         rewards = _scored_rewards(case, place, device)
         mask = case.trainable.to(device=device, dtype=torch.long)
-        adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uids(case.group), **kwargs)
+        call = dict(kwargs)
+        norm = case.options.get(NORM_STD, True)
+        if route == "keyword":
+            call["norm_adv_by_std_in_grpo"] = norm
+        elif route == "config":
+            call["config"] = algo_config(root, norm_adv_by_std_in_grpo=norm)
+        adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uids(case.group), **call)
         return (adv,)
 
+    how = {
+        "keyword": f"{NORM_STD} passed as the keyword norm_adv_by_std_in_grpo (ray_trainer.py:244)",
+        "config": f"{NORM_STD} set in the AlgoConfig passed as config, no keyword (ray_trainer.py:250-279)",
+    }.get(route, f"called with {kwargs or 'its defaults'}")
     notes = [
-        f"called with {kwargs or 'its defaults'}, epsilon at its default (ray_trainer.compute_advantage passes none)",
+        f"{how}; epsilon at its default (ray_trainer.compute_advantage passes none)",
         "index: object array of str uids, response_mask int64 (as verl's trainer passes them)",
         f"score placed by verl's {place_where} (last attended response token), moved into the case's dtype",
     ]
@@ -182,7 +211,8 @@ def load_value(root: Path, entry: str) -> Loaded:
     0.9.1 passes the step's normalisers as for the policy loss (verl/workers/utils/losses.py:147-205,
     the values of transformer_impl.py:729-735 and ray_trainer.py:1380-1389); 0.5.0's critic scales
     each micro-batch by its row share (verl/workers/critic/dp_critic.py:236, :238 by the accumulation
-    steps). Clip range 0.5, the default; token-mean, the critic's default loss_agg_mode."""
+    steps). The clip range and the aggregation come from the case's options `critic.cliprange_value` (default 0.5)
+    and `critic.loss_agg_mode` (default token-mean), the CriticConfig fields value_loss passes (losses.py:191-192)."""
     from maskfuzz.targets.adapters.loss_step import run_step
 
     fn, where = function_from(root, [(_CORE, VALUE[entry])])
@@ -195,18 +225,30 @@ def load_value(root: Path, entry: str) -> Loaded:
         dt = v.dtype
         old = step.case.extra["v_old"][rows].to(device=v.device, dtype=dt)
         ret = step.case.extra["ret"][rows].to(device=v.device, dtype=dt)
-        kwargs = dict(loss_agg_mode="token-mean") if "loss_agg_mode" in params else {}
+        # the critic config's fields, as value_loss(config) passes them (verl/workers/utils/losses.py:191-192)
+        clip = step.case.options.get("critic.cliprange_value", CLIPRANGE_VALUE)
+        mode = step.case.options.get("critic.loss_agg_mode", CRITIC_LOSS_AGG_MODE)
+        if "loss_agg_mode" in params:
+            kwargs = dict(loss_agg_mode=mode)
+        elif mode != CRITIC_LOSS_AGG_MODE:
+            raise NotImplementedError(f"{where} has no loss_agg_mode at this pin (critic.loss_agg_mode={mode!r})")
+        else:
+            kwargs = {}
         if global_info:
             kwargs.update(dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows)
-        vf_loss, _ = fn(vpreds=v, returns=ret, values=old, response_mask=mask, cliprange_value=CLIPRANGE_VALUE,
-                        **kwargs)  # fmt: skip
+        vf_loss, _ = fn(vpreds=v, returns=ret, values=old, response_mask=mask, cliprange_value=clip, **kwargs)
         return vf_loss if global_info else vf_loss * (len(rows) / step.rank_rows)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         return run_step(case, device, micro, leaf_name="v")
 
     how = "global normalisers" if global_info else "per micro-batch, scaled by its row share"
-    return Loaded(run, where, [f"cliprange_value={CLIPRANGE_VALUE}, token-mean, {how}"])
+    return Loaded(
+        run,
+        where,
+        [f"critic.cliprange_value (default {CLIPRANGE_VALUE}) and critic.loss_agg_mode (default token-mean) from the "
+         f"case's options, {how}"],
+    )  # fmt: skip
 
 
 def load_loss(root: Path, entry: str) -> Loaded:
