@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.repos import parse_repos
@@ -34,9 +35,14 @@ from maskfuzz.targets.session import Skip, open_target
 
 HEAD_PIN, FIRST_PIN, BEFORE_PIN = (p.rev for p in nemo_rl.SPEC.pins)
 
-SEED = Case.build(trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95)
-GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8)
-TAIL = Case.build(trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9)
+RAW = {nemo_rl.NORMALIZE: False}  # the worked examples below are unwhitened (the PPO default whitens)
+SEED = Case.build(
+    trainable=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1.0, lam=0.95, options=RAW
+)
+GAP = Case.build(trainable=[[1, 0, 0, 1]], values=[[0.5, 9, 9, 0.25]], score=[1.0], gamma=0.9, lam=0.8, options=RAW)
+TAIL = Case.build(
+    trainable=[[1, 1, 1, 0, 0]], attention=[[1, 1, 1, 1, 1]], score=[1.0], gamma=0.0, lam=0.9, options=RAW
+)
 
 
 def verdicts(run, case: Case) -> dict:
@@ -105,6 +111,7 @@ def test_large_token_rewards_pass_the_kl_clamp_unchanged(head):
         score=[2.0],
         gamma=0.9,
         lam=0.8,
+        options=RAW,
     )
     v = verdicts(head.run, case)
     assert v["reference"].status == "pass" and v["poison"].status == "pass"
@@ -113,13 +120,17 @@ def test_large_token_rewards_pass_the_kl_clamp_unchanged(head):
 @pytest.mark.needs_mirror
 @pytest.mark.parametrize(
     "field, poison, leaks",
-    [("values", math.nan, True), ("values", math.inf, True), ("token_rewards", math.nan, True),
-     ("token_rewards", math.inf, False)],  # an infinite log-prob ratio is clamped by calculate_kl
+    [
+        ("values", math.nan, True),
+        ("values", math.inf, True),
+        ("token_rewards", math.nan, True),
+        ("token_rewards", math.inf, False),
+    ],  # an infinite log-prob ratio is clamped by calculate_kl
 )
 def test_nonfinite_poison(head, field, poison, leaks):
     fields = {"values": [[0.5, 0.25, 0.0]], "token_rewards": [[0.0, 0.0, 0.0]]}
     fields[field][0][2] = poison
-    case = Case.build(trainable=[[1, 1, 0]], score=[1.0], gamma=1.0, lam=0.9, **fields)
+    case = Case.build(trainable=[[1, 1, 0]], score=[1.0], gamma=1.0, lam=0.9, options=RAW, **fields)
     adv, _ = head.run(case)
     assert math.isnan(adv[0, 0].item()) == leaks
     assert adv[0, 2].item() == 0.0  # masked_fill selects, whatever the carry holds
@@ -135,11 +146,26 @@ def test_before_the_estimator_existed_is_not_present():
 
 @pytest.mark.needs_mirror
 def test_short_fuzz_finds_only_nan_poison(pinned):
-    result = fuzz_target(pinned.run, pinned.declared, target="nemo-rl", pin=pinned.pin, max_examples=80, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        pinned.run,
+        pinned.declared,
+        target="nemo-rl",
+        pin=pinned.pin,
+        max_examples=80,
+        seed=0,
+        derandomize=True,
+        shrink=False,
+    )
     failed = {p for p, n in result.failed.items() if n}
-    assert failed == {"poison-nonfinite"}, failed
+    # no-crash: the default whitening of an all-equal float16 batch: rsqrt(0 + 1e-8) with 1e-8 flushed to 0 in
+    # float16 is inf, times 0 is NaN (half precision only; the PPO loop's values are float32)
+    assert "poison-nonfinite" in failed and failed <= {"poison-nonfinite", "no-crash"}, failed
     assert result.checked["gap-invariance"] and result.checked["poison"] and result.checked["score-kept"]
+    # every value of both options was judged, and cut rows were drawn
+    for name, per in result.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    assert set(result.options_checked) == {nemo_rl.NORMALIZE, nemo_rl.OVERLONG} and result.truncated_checked > 0
+    assert not any("is not an option" in f.verdict.message for f in result.findings)  # no tool error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +173,8 @@ def test_short_fuzz_finds_only_nan_poison(pinned):
 # ---------------------------------------------------------------------------------------------
 def test_registry_entry():
     spec = registry.get("nemo-rl")
-    assert spec is nemo_rl.SPEC and spec.contract == "compressed" and spec.whitening is None and spec.masked_zero
+    assert spec is nemo_rl.SPEC and spec.contract == "compressed" and spec.whitening == nemo_rl.WHITEN
+    assert spec.masked_zero and spec.declared().truncation.terminal
     assert spec.stand_ins == () and spec.domain.restrictions() == {}
 
 
@@ -158,8 +185,12 @@ def test_pipeline_domain_is_cited_and_rejects_what_the_ppo_loop_never_builds():
     assert spec.pipeline_at(HEAD_PIN) is pipe and spec.pipeline_at(FIRST_PIN) is pipe
     # what the multi-turn PPO loop does build: a leading prompt, a tool gap, an observation tail, an all-masked
     # row (sample_mask 0), critic values and KL rewards under the mask, float32 and float64
-    multi = Case.build(trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]], token_rewards=[[0.5, -0.1, 0.2, 0.0, 3.0]] * 2,
-                       values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2, score=[1.0, 0.0])
+    multi = Case.build(
+        trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]],
+        token_rewards=[[0.5, -0.1, 0.2, 0.0, 3.0]] * 2,
+        values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2,
+        score=[1.0, 0.0],
+    )
     assert pipe.rejects(multi) is None and pipe.rejects(multi.replace(dtype="float64")) is None
     assert "dtype bfloat16" in pipe.rejects(Case.build(trainable=[[1, 1]], dtype="bfloat16"))  # dtypes
     assert "left-padded" in pipe.rejects(Case.build(trainable=[[0, 1, 1]], attention=[[0, 1, 1]]))  # left_padding
@@ -221,7 +252,7 @@ def _kind_handle(entry: str):
 def _kind_verdicts(handle, case: Case) -> dict:
     from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
-    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared.configured(case))}
 
 
 def test_kind_entries_are_declared():
@@ -246,8 +277,16 @@ def test_grpo_and_rloo_hand_computed():
         assert _kind_verdicts(h, masked)["reference"].failed  # the loss-masked row counts in the group
         with pytest.raises(Exception, match="same dtype"):
             h.run(case.replace(dtype="bfloat16"))
-        result = fuzz_target(h.run, h.declared, target="nemo-rl:grpo", pin="7ea279abfbeb", max_examples=40, seed=0,
-                             derandomize=True, shrink=False)
+        result = fuzz_target(
+            h.run,
+            h.declared,
+            target="nemo-rl:grpo",
+            pin="7ea279abfbeb",
+            max_examples=40,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
         bad = {p for p, n in result.failed.items() if n}
         # permutation may fail through rounding alone: the one-pass variance cancels at large offsets (precision)
         assert "no-crash" in bad and not bad & {"poison", "group-isolation", "deterministic"}, bad
@@ -303,11 +342,27 @@ def test_agg_sequence_level_counts_the_empty_row():
 @pytest.mark.parametrize("entry", list(AGG_FUZZ))
 def test_agg_short_fuzz(entry):
     with _kind_handle(entry) as h:
-        res = fuzz_target(h.run, h.declared, target=f"nemo-rl:{entry}", pin="7ea279abfbeb", max_examples=60, seed=0,
-                          derandomize=True, shrink=False)
+        res = fuzz_target(
+            h.run,
+            h.declared,
+            target=f"nemo-rl:{entry}",
+            pin="7ea279abfbeb",
+            max_examples=60,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
         failed = {p for p, n in res.failed.items() if n}
-        assert failed == AGG_FUZZ[entry], failed
+        if entry == "agg-token-level":
+            # token_level_loss=False is the sequence-level aggregation: its findings, and only under that option
+            assert AGG_FUZZ[entry] <= failed <= AGG_FUZZ["agg-sequence-level"], failed
+            for f in res.findings:
+                assert f.property == "poison-nonfinite" or f.case.options.get(nemo_rl.TOKEN_LEVEL) is False, f
+        else:
+            assert failed == AGG_FUZZ[entry], failed
         assert res.checked["split-invariance"] > 0
+        for name, per in res.options_checked.items():
+            assert all(n > 0 for n in per.values()), (name, per)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,8 +386,16 @@ def test_value_loss_hand_computed_global_token_mean():
         assert loss[0, 0].item() == pytest.approx((0.605 + 1.62) / 2, rel=1e-5)
         assert grad.flatten().tolist() == pytest.approx([0.55, 0.0, 0.0, 0.0], rel=1e-5)
         assert {p for p, v in _kind_verdicts(h, VALUE_STEP).items() if v.failed} == set()
-        res = fuzz_target(h.run, h.declared, target="nemo-rl:value-loss", pin="7ea279abfbeb", max_examples=40,
-                          seed=0, derandomize=True, shrink=False)
+        res = fuzz_target(
+            h.run,
+            h.declared,
+            target="nemo-rl:value-loss",
+            pin="7ea279abfbeb",
+            max_examples=40,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
         failed = {p for p, n in res.failed.items() if n}
         # sum(loss * mask) keeps NaN under the mask: the loss (poison-nonfinite) and its gradient (masked-zero)
         assert failed == {"poison-nonfinite", "masked-zero"}, failed
@@ -347,3 +410,96 @@ def test_value_loss_not_present_before_ppo():
     with pytest.raises(Skip, match="MseValueLossFn is not present"):
         with open_target(f"nemo-rl:value-loss@{BEFORE_PIN}", repos=repos):
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncation, by hand. Two rows, V = 0, gamma = lam = 1, scores 1 and 3; row 1 cut by the length limit.
+# unwhitened: A = [[1, 1], [3, -]]. whitened (default): trained values 1, 1, 3: mean 5/3, unbiased var
+# ((2/3)^2 * 2 + (4/3)^2) / 2 = 4/3: A = (1 - 5/3) / sqrt(4/3) = -0.57735, (3 - 5/3) / sqrt(4/3) = 1.1547.
+# ppo.overlong_filtering: the cut row's loss_multiplier is 0; 7ea multiplies it into the estimator's mask, so the
+# row is all-masked: A = [[1, 1], [0, 0]] (unwhitened). 857b hands the estimator token_mask alone: the cut row keeps
+# its advantage and enters the whitening statistics (the reference, row masked, disagrees).
+# ---------------------------------------------------------------------------------------------
+CUT = Case.build(
+    trainable=[[1, 1], [1, 0]],
+    score=[1.0, 3.0],
+    gamma=1.0,
+    lam=1.0,
+    dtype="float64",
+    truncated=[False, True],
+    bootstrap=[0.0, 5.0],
+)
+
+
+@pytest.mark.needs_mirror
+def test_gae_options_and_overlong_filtering_by_hand(pinned):
+    raw, _ = pinned.run(CUT.replace(options=RAW))
+    assert raw.flatten().tolist() == pytest.approx([1.0, 1.0, 3.0, 0.0])  # terminal: the bootstrap 5 is never read
+    white, _ = pinned.run(CUT)
+    assert white.flatten().tolist() == pytest.approx([-0.57735, -0.57735, 1.1547, 0.0], abs=1e-4)
+    filtered, _ = pinned.run(CUT.replace(options={**RAW, nemo_rl.OVERLONG: True}))
+    v = {
+        x.property: x for x in judge(pinned.run, CUT.replace(options={**RAW, nemo_rl.OVERLONG: True}), pinned.declared)
+    }
+    if pinned.pin.startswith("7ea"):
+        assert filtered.tolist() == [[1.0, 1.0], [0.0, 0.0]] and v["reference"].status == "pass"
+    else:
+        assert filtered.tolist() == [[1.0, 1.0], [3.0, 0.0]] and v["reference"].failed
+
+
+@pytest.mark.needs_mirror
+def test_grpo_normalize_rewards_off_by_hand():
+    with _kind_handle("grpo") as h:
+        # group 4: 1, 0, 5: mean 2, no std division: -1, -2, 3; the singleton group 1: 0
+        case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 5], group=[4, 4, 1, 4])
+        off = case.replace(options={nemo_rl.NORMALIZE_REWARDS: False})
+        (adv,) = h.run(off)
+        assert adv[:, 0].tolist() == [-1.0, -2.0, 0.0, 3.0]
+        assert _kind_verdicts(h, off)["reference"].status == "pass"
+
+
+@pytest.mark.needs_mirror
+def test_agg_options_and_overlong_filtering_by_hand():
+    cut = AGG_STEP.replace(truncated=torch.tensor([True, False, False]))
+    with _kind_handle("agg-token-level") as h:
+        # token_level_loss=False: row means 2 and 2 over global_valid_seqs = 3 (the empty row counted): 4/3
+        loss, _ = h.run(AGG_STEP.replace(options={nemo_rl.TOKEN_LEVEL: False}))
+        assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
+        # overlong filtering: row 0 (cut) leaves: loss 2 over 1 token = 2, all the gradient on row 1
+        on = cut.replace(options={nemo_rl.GRPO_OVERLONG: True})
+        loss, grad = h.run(on)
+        assert loss[0, 0].item() == pytest.approx(2.0) and grad.flatten().tolist() == [0, 0, 0, 1, 0, 0, 0, 0, 0]
+        assert _kind_verdicts(h, on)["reference"].status == "pass"
+        loss, _ = h.run(cut)  # filtering off: the cut row is trained like any other (4 / 3 + 2 / 3)
+        assert loss[0, 0].item() == pytest.approx(2.0)
+    with _kind_handle("agg-sequence-level") as h:
+        # row 1's mean 2 over global_valid_seqs = sum(sample_mask) = 2 (rows 1 and the empty row 2): 1
+        loss, grad = h.run(cut.replace(options={nemo_rl.GRPO_OVERLONG: True}))
+        assert loss[0, 0].item() == pytest.approx(1.0) and grad[0].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_overlong_filtering_by_hand():
+    with _kind_handle("value-loss") as h:
+        # row 1 cut and filtered: row 0 alone, l = 0.605 over 1 token, dl/dv = 2 * 0.5 * 1.1 = 1.1
+        on = VALUE_STEP.replace(truncated=torch.tensor([False, True]), options={nemo_rl.OVERLONG: True})
+        loss, grad = h.run(on)
+        assert loss[0, 0].item() == pytest.approx(0.605, rel=1e-5)
+        assert grad.flatten().tolist() == pytest.approx([1.1, 0.0, 0.0, 0.0], rel=1e-5)
+        assert _kind_verdicts(h, on)["reference"].status == "pass"
+
+
+@pytest.mark.needs_mirror
+def test_grpo_at_the_first_pin_reads_a_dict_config():
+    """857b's GRPOAdvantageEstimator reads estimator_config["normalize_rewards"] (a TypedDict), 7ea reads attributes:
+    the adapter's config answers both. Same case as above, normalize_rewards off: -1, -2, 0, 3."""
+    repos = parse_repos(None)
+    if "nemo-rl" not in repos:
+        pytest.skip("git-only: set MASKFUZZ_REPOS=nemo-rl=/path/to/NeMo-RL-clone-or-mirror")
+    with open_target(f"nemo-rl:grpo@{FIRST_PIN}", repos=repos) as h:
+        case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 5], group=[4, 4, 1, 4])
+        (adv,) = h.run(case.replace(options={nemo_rl.NORMALIZE_REWARDS: False}))
+        assert adv[:, 0].tolist() == [-1.0, -2.0, 0.0, 3.0]
+        (adv,) = h.run(case)
+        s = math.sqrt(7) + 1e-6
+        assert adv[:, 0].tolist() == pytest.approx([-1 / s, -2 / s, 0.0, 3 / s], rel=1e-5)

@@ -87,8 +87,12 @@ def test_pipeline_domain_is_cited_and_rejects_what_skyrl_never_builds():
     assert set(head.restrictions()) == {"dtypes", "nonfinite_poison"}
     # what the multi-turn generator and trainer do build: a leading template token, an observation gap, a masked
     # tail (appended EOS), a row whose loss mask was zeroed, critic values and turn rewards under the mask
-    multi = Case.build(trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]], token_rewards=[[0.0, -0.1, 0.0, 0.0, 1.0]] * 2,
-                       values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2, score=[1.0, 0.0])
+    multi = Case.build(
+        trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]],
+        token_rewards=[[0.0, -0.1, 0.0, 0.0, 1.0]] * 2,
+        values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2,
+        score=[1.0, 0.0],
+    )
     assert release.rejects(multi) is None and head.rejects(multi) is None
     assert "dtype bfloat16" in release.rejects(multi.replace(dtype="bfloat16"))  # dtypes
     assert "dtype float64" in head.rejects(multi.replace(dtype="float64"))
@@ -182,10 +186,17 @@ def test_observation_tail_takes_the_score_at_gamma_zero(h):
 
 @pytest.mark.network
 def test_rows_with_a_zeroed_loss_mask_enter_the_whitening(h):
-    two = Case.build(trainable=[[1, 1], [1, 1]], values=[[0.5, 0.25], [1, 0]], score=[1, 0], gamma=1, lam=1,
-                     dtype="float64")
-    three = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], values=[[0.5, 0.25], [1, 0], [0, 0]], score=[1, 0, 0],
-                       gamma=1, lam=1, dtype="float64")  # row 2: real tokens, loss mask zeroed
+    two = Case.build(
+        trainable=[[1, 1], [1, 1]], values=[[0.5, 0.25], [1, 0]], score=[1, 0], gamma=1, lam=1, dtype="float64"
+    )
+    three = Case.build(
+        trainable=[[1, 1], [1, 1], [0, 0]],
+        values=[[0.5, 0.25], [1, 0], [0, 0]],
+        score=[1, 0, 0],
+        gamma=1,
+        lam=1,
+        dtype="float64",
+    )  # row 2: real tokens, loss mask zeroed
     a2, _ = h.run(two)
     a3, _ = h.run(three)
     assert (a2 - a3[:2]).abs().max().item() > 0.1
@@ -220,8 +231,9 @@ def test_nan_at_padding_reaches_every_row(h):
 
 @pytest.mark.network
 def test_short_fuzz(h):
-    result = fuzz_target(h.run, h.declared, target="skyrl", pin=PIN, max_examples=40, seed=0, derandomize=True,
-                         shrink=False)
+    result = fuzz_target(
+        h.run, h.declared, target="skyrl", pin=PIN, max_examples=40, seed=0, derandomize=True, shrink=False
+    )
     bad = {p for p, n in result.failed.items() if n}
     assert {"poison", "row-independence", "reference"} <= bad, bad
     assert "deterministic" not in bad, bad
@@ -229,8 +241,14 @@ def test_short_fuzz(h):
 
 @pytest.mark.network
 def test_first_release_leaks_the_same_way():
-    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]],
-                      values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]], score=[1, 1], gamma=1, lam=0.5)
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        attention=[[1, 1, 0], [1, 1, 1]],
+        values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]],
+        score=[1, 1],
+        gamma=1,
+        lam=0.5,
+    )
     with open_target(f"skyrl@{FIRST}") as first:
         assert first.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_gae_advantage_return"
         assert verdicts(first, case)["poison"].failed
@@ -250,8 +268,14 @@ def test_git_layouts(pin, where):
     repos = parse_repos(None)
     if "skyrl" not in repos:
         pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
-    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], attention=[[1, 1, 0], [1, 1, 1]],
-                      values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]], score=[1, 1], gamma=1, lam=0.5)
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        attention=[[1, 1, 0], [1, 1, 1]],
+        values=[[0.5, 0.25, 100], [0.5, 0.25, 0.5]],
+        score=[1, 1],
+        gamma=1,
+        lam=0.5,
+    )
     with open_target(f"skyrl@{pin}", repos=repos) as handle:
         assert handle.info["where"] == f"{where}::compute_gae_advantage_return"
         v = verdicts(handle, case)
@@ -301,12 +325,20 @@ def test_a_tree_without_the_function_is_a_skip(tmp_path):
 def kind_verdicts(handle, case: Case) -> dict:
     from maskfuzz.oracles.kinds.judge import judge as kind_judge
 
-    return {v.property: v for v in kind_judge(handle.run, case, handle.declared)}
+    return {v.property: v for v in kind_judge(handle.run, case, handle.declared.configured(case))}
 
 
 def kind_fuzz(handle, entry: str) -> set:
-    result = fuzz_target(handle.run, handle.declared, target=f"skyrl:{entry}", pin=PIN, max_examples=40, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        handle.run,
+        handle.declared,
+        target=f"skyrl:{entry}",
+        pin=PIN,
+        max_examples=40,
+        seed=0,
+        derandomize=True,
+        shrink=False,
+    )
     return {p for p, n in result.failed.items() if n}
 
 
@@ -314,11 +346,23 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     spec = skyrl.SPEC
     assert spec.entries[0] == "default"
     kinds = {e: spec.kind_of(e) for e in spec.entries}
-    assert kinds == {"default": "gae", "grpo": "group-advantage", "dr-grpo": "group-advantage",
-                     "rloo": "group-advantage", "reinforce++": "returns", "kl-k3": "kl", "kl-k1": "kl", "kl-k2": "kl",
-                     "kl-abs": "kl", "batch-norm": "normalization", "agg-token-mean": "loss-aggregation",
-                     "agg-sequence-mean": "loss-aggregation", "agg-seq-mean-token-sum-norm": "loss-aggregation",
-                     "agg-prompt-mean": "loss-aggregation", "value-loss": "value-loss"}
+    assert kinds == {
+        "default": "gae",
+        "grpo": "group-advantage",
+        "dr-grpo": "group-advantage",
+        "rloo": "group-advantage",
+        "reinforce++": "returns",
+        "kl-k3": "kl",
+        "kl-k1": "kl",
+        "kl-k2": "kl",
+        "kl-abs": "kl",
+        "batch-norm": "normalization",
+        "agg-token-mean": "loss-aggregation",
+        "agg-sequence-mean": "loss-aggregation",
+        "agg-seq-mean-token-sum-norm": "loss-aggregation",
+        "agg-prompt-mean": "loss-aggregation",
+        "value-loss": "value-loss",
+    }
     for e in spec.entries:
         if e.startswith("agg-") or e == "value-loss":  # loss aggregation / critic loss: pipeline not researched
             continue
@@ -335,24 +379,36 @@ def test_grpo_hand_computed_and_loss_masked_rows_enter_the_group():
     with open_target(f"skyrl:grpo@{PIN}") as h:
         assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_grpo_outcome_advantage"
         # group 3: scores 1, 0, 1: mean 2/3, unbiased std 1/sqrt(3); group 9 a singleton: raw score / (1 + 1e-6)
-        case = Case.build(trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 1, 5], group=[3, 3, 3, 9],
-                          dtype="float64")
+        case = Case.build(
+            trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 1, 5], group=[3, 3, 3, 9], dtype="float64"
+        )
         (adv,) = h.run(case)
         s = 1 / math.sqrt(3) + 1e-6
         assert adv[:, 0].tolist() == pytest.approx([(1 / 3) / s, (-2 / 3) / s, (1 / 3) / s, 5 / (1 + 1e-6)])
         v = kind_verdicts(h, case)
         assert all(v[p].status == "pass" for p in ("reference", "permutation", "group-isolation", "affine")), v
         # a row with real tokens but a zeroed loss mask (overlong filtering) still counts: 1, 0 | 0 -> mean 1/3
-        masked = Case.build(trainable=[[1, 1], [1, 1], [0, 0]], attention=[[1, 1]] * 3, score=[1, 0, 0],
-                            group=[0, 0, 0], dtype="float64")
+        masked = Case.build(
+            trainable=[[1, 1], [1, 1], [0, 0]],
+            attention=[[1, 1]] * 3,
+            score=[1, 0, 0],
+            group=[0, 0, 0],
+            dtype="float64",
+        )
         (adv,) = h.run(masked)
         assert adv[0, 0].item() == pytest.approx((2 / 3) / (1 / math.sqrt(3) + 1e-6))
         assert adv[2, 0].item() != 0.0  # broadcast by response_mask, not the loss mask (masked_zero=False)
         v = kind_verdicts(h, masked)
         assert v["reference"].failed and v["pad-invariance"].failed
         # a reward on an observation token (attention 1, loss mask 0) is summed into the score
-        obs = Case.build(trainable=[[1, 0], [1, 1]], attention=[[1, 1], [1, 1]], token_rewards=[[0, 2], [0, 0]],
-                         score=[1, 0], group=[0, 0], dtype="float64")
+        obs = Case.build(
+            trainable=[[1, 0], [1, 1]],
+            attention=[[1, 1], [1, 1]],
+            token_rewards=[[0, 2], [0, 0]],
+            score=[1, 0],
+            group=[0, 0],
+            dtype="float64",
+        )
         assert kind_verdicts(h, obs)["poison"].failed
         bad = kind_fuzz(h, "grpo")
         assert {"poison", "pad-invariance", "reference"} <= bad, bad
@@ -362,8 +418,9 @@ def test_grpo_hand_computed_and_loss_masked_rows_enter_the_group():
 @pytest.mark.network
 def test_rloo_hand_computed_singleton_zero():
     with open_target(f"skyrl:rloo@{PIN}") as h:
-        case = Case.build(trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 2, 5], group=[0, 0, 0, 1],
-                          dtype="float64")
+        case = Case.build(
+            trainable=[[1, 1], [1, 1], [1, 1], [1, 1]], score=[1, 0, 2, 5], group=[0, 0, 0, 1], dtype="float64"
+        )
         (adv,) = h.run(case)
         assert adv[:, 0].tolist() == pytest.approx([0.0, -1.5, 1.5, 0.0])  # r - mean of the others; singleton 0
         v = kind_verdicts(h, case)
@@ -376,8 +433,9 @@ def test_rloo_hand_computed_singleton_zero():
 @pytest.mark.network
 def test_reinforce_pp_returns_and_whitening():
     with open_target(f"skyrl:reinforce++@{PIN}") as h:
-        case = Case.build(trainable=[[1, 1, 1], [1, 1, 0]], attention=[[1, 1, 1], [1, 1, 0]], score=[1, 2],
-                          gamma=0.5, dtype="float64")
+        case = Case.build(
+            trainable=[[1, 1, 1], [1, 1, 0]], attention=[[1, 1, 1], [1, 1, 0]], score=[1, 2], gamma=0.5, dtype="float64"
+        )
         adv, ret = h.run(case)
         assert ret.flatten().tolist() == pytest.approx([0.25, 0.5, 1.0, 1.0, 2.0, 0.0])
         live = torch.tensor([0.25, 0.5, 1.0, 1.0, 2.0], dtype=torch.float64)
@@ -386,8 +444,16 @@ def test_reinforce_pp_returns_and_whitening():
         # fewer than two response tokens: masked_var's own ValueError (documented)
         with pytest.raises(Exception, match="The sum of the mask is one"):
             h.run(Case.build(trainable=[[1]], score=[1]))
-        result = fuzz_target(h.run, h.declared, target="skyrl:reinforce++", pin=PIN, max_examples=40, seed=0,
-                             derandomize=True, shrink=False)
+        result = fuzz_target(
+            h.run,
+            h.declared,
+            target="skyrl:reinforce++",
+            pin=PIN,
+            max_examples=40,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
         bad = {p for p, n in result.failed.items() if n}
         assert {"poison", "reference"} <= bad, bad
         assert "deterministic" not in bad, bad
@@ -397,8 +463,11 @@ def test_reinforce_pp_returns_and_whitening():
 def test_kl_k3_clamps_and_masks():
     with open_target(f"skyrl:kl-k3@{PIN}") as h:
         assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::compute_approx_kl"
-        case = Case.build(trainable=[[1, 1, 0]], dtype="float64",
-                          extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]})
+        case = Case.build(
+            trainable=[[1, 1, 0]],
+            dtype="float64",
+            extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]},
+        )
         (kl,) = h.run(case)
         # d = 1: exp(-1) - 1 + 1; d = -29 clamped to -20, exp(20) - 21 clamped to 10; masked: 0
         assert kl[0].tolist() == pytest.approx([math.exp(-1.0), 10.0, 0.0])
@@ -415,8 +484,12 @@ def test_kl_k3_clamps_and_masks():
 @pytest.mark.network
 def test_batch_norm_mean_counts_padding():
     with open_target(f"skyrl:batch-norm@{PIN}") as h:
-        case = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], attention=[[1, 1, 0], [1, 0, 0]], dtype="float64",
-                          extra={"x": [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]})
+        case = Case.build(
+            trainable=[[1, 1, 0], [1, 0, 0]],
+            attention=[[1, 1, 0], [1, 0, 0]],
+            dtype="float64",
+            extra={"x": [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]},
+        )
         (out,) = h.run(case)
         # mean over all 6 positions = 1; var over the 3 response positions (biased) = 5/3
         r = 1 / math.sqrt(5 / 3)
@@ -550,3 +623,91 @@ def test_critic_loss_at_git_main():
     with open_target("skyrl:value-loss@a9564572eb8e", repos=repos) as h:
         assert h.info["where"] == "skyrl/backends/skyrl_train/utils/ppo_utils.py::ppo_critic_loss"
         _value_by_hand(h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options (trainer.algorithm.*), through the real functions at the release pin.
+# ---------------------------------------------------------------------------------------------
+def test_grpo_norm_by_std_off_by_hand():
+    """group 3: scores 1, 0, 1: mean 2/3; grpo_norm_by_std=False: 1/3, -2/3, 1/3 (no std division);
+    group 9 a singleton: mean 0 and std 1 in SkyRL, so the raw score 5."""
+    with open_target(f"skyrl:grpo@{PIN}") as h:
+        case = Case.build(
+            trainable=[[1, 1]] * 4,
+            score=[1, 0, 1, 5],
+            group=[3, 3, 3, 9],
+            dtype="float64",
+            options={skyrl.NORM_BY_STD: False},
+        )
+        (adv,) = h.run(case)
+        assert adv[:, 0].tolist() == pytest.approx([1 / 3, -2 / 3, 1 / 3, 5.0])
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+        result = fuzz_target(
+            h.run, h.declared, target="skyrl:grpo", pin=PIN, max_examples=40, seed=0, derandomize=True, shrink=False
+        )
+        assert all(n > 0 for n in result.options_checked[skyrl.NORM_BY_STD].values()), result.options_checked
+        assert not any("is not an option" in f.verdict.message for f in result.findings)
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [("k1", [1.0, -29.0]), ("k2", [0.5, 420.5]), ("abs", [1.0, 29.0])],  # d = logp - ref: 1, -29 (unclamped)
+)
+def test_kl_estimator_type_by_hand(kind, expected):
+    with open_target(f"skyrl:kl-k3@{PIN}") as h:
+        case = Case.build(
+            trainable=[[1, 1, 0]],
+            dtype="float64",
+            extra={"logp": [[-1.0, -30.0, -5.0]], "ref_logp": [[-2.0, -1.0, -1.0]]},
+            options={skyrl.KL_TYPE: kind},
+        )
+        (kl,) = h.run(case)
+        assert kl[0, :2].tolist() == pytest.approx(expected) and kl[0, 2].item() == 0.0
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+
+
+# generator.apply_overlong_filtering: the generator zeroes the loss mask of a response cut by the length limit
+# (SkyRL's own apply_overlong_filtering, compiled from the pin). One micro-batch; row 0 (losses 1, 3) is cut.
+OVERLONG_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [5.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    truncated=[True, False, False],
+    dtype="float64",
+)
+
+
+def test_overlong_filtering_token_mean_by_hand():
+    with open_target(f"skyrl:agg-token-mean@{PIN}") as h:
+        (loss, grad) = h.run(OVERLONG_STEP)  # filter off: (1 + 3 + 5) / 3 = 3
+        assert loss[0, 0].item() == pytest.approx(3.0)
+        on = OVERLONG_STEP.replace(options={skyrl.OVERLONG: True})
+        loss, grad = h.run(on)  # filter on: row 0 leaves: 5 / 1, all the gradient on row 1
+        assert loss[0, 0].item() == pytest.approx(5.0) and grad.flatten().tolist() == [0, 0, 0, 1, 0, 0, 0, 0, 0]
+        assert kind_verdicts(h, on)["reference"].status == "pass"
+
+
+def test_overlong_filtering_sequence_mean_counts_the_filtered_row():
+    """sequence_mean: row means over the micro-batch's rows with clamp(min=1) on each row's token count, so the
+    filtered row (now empty) and the empty row 2 stay in the batch mean: 5 / 3, not the reference's 5 / 1."""
+    with open_target(f"skyrl:agg-sequence-mean@{PIN}") as h:
+        on = OVERLONG_STEP.replace(options={skyrl.OVERLONG: True})
+        loss, _ = h.run(on)
+        assert loss[0, 0].item() == pytest.approx(5.0 / 3.0)
+        assert kind_verdicts(h, on)["reference"].failed
+
+
+def test_overlong_filtering_short_fuzz_checks_both_values():
+    with open_target(f"skyrl:agg-token-mean@{PIN}") as h:
+        result = fuzz_target(
+            h.run,
+            h.declared,
+            target="skyrl:agg-token-mean",
+            pin=PIN,
+            max_examples=40,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
+        assert all(n > 0 for n in result.options_checked[skyrl.OVERLONG].values()), result.options_checked
+        assert result.truncated_checked > 0
+        assert not any("is not an option" in f.verdict.message for f in result.findings)

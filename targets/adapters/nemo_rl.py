@@ -51,11 +51,43 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
-from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, function_free_names
-from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.adapters.extract import (
+    BlockNotFound,
+    SourceTree,
+    find_class,
+    function_free_names,
+    statement_lists,
+)
+from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
 PACKAGES = ("nemo_rl",)  # the framework's own packages: followed in its source, never imported
+
+# Options (lines at 7ea279abfbeb; 857b11522612 where it differs). The PPO loop reads both from its config.
+NORMALIZE = "ppo.adv_estimator.normalize_advantages"
+OVERLONG = "ppo.overlong_filtering"
+# _reward_whiten: masked_mean, masked_var(unbiased=True) over the mask, (x - mean) * rsqrt(var + 1e-8)
+# (nemo_rl/algorithms/advantage_estimator.py:345-358; nemo_rl/algorithms/utils.py:260-274)
+WHITEN = Whitening(unbiased=True, eps=1e-8)
+GAE_OPTIONS = (
+    Option(
+        NORMALIZE,
+        (True, False),
+        True,
+        "nemo_rl/algorithms/advantage_estimator.py:332 (applied :493-494; default True nemo_rl/algorithms/ppo.py:202)",
+        "normalize advantages globally across the batch (the whitening over the mask), then zero the masked positions",
+        effect={False: {"whitening": None}},
+    ),
+    Option(
+        OVERLONG,
+        (False, True),
+        False,
+        "nemo_rl/algorithms/ppo.py:1464-1471 (857b: :1127-1134)",
+        "a truncated sample's loss_multiplier (sample_mask) is set to 0: the row is dropped from training",
+        effect={True: {"truncation": {"row": "masked"}}},
+    ),
+)
 
 SPEC = TargetSpec(
     id="nemo-rl",
@@ -70,7 +102,16 @@ SPEC = TargetSpec(
         Pin("857b11522612", "PR #2530 'PPO with MCore' (2026-06-11): GeneralizedAdvantageEstimator added", kind="git"),
         Pin("f6e91870a807", "parent of 857b11522612: no GeneralizedAdvantageEstimator yet (not present)", kind="git"),
     ),
-    whitening=None,  # normalize_advantages=False as in NeMo-RL's unit tests (examples/configs/ppo_math_1B.yaml whitens)
+    # normalize_advantages=True: PPOConfig's default (ppo.py:202) and examples/configs/ppo_math_1B.yaml:47; the option
+    # NORMALIZE=False (NeMo-RL's unit tests) turns it off
+    whitening=WHITEN,
+    options=GAE_OPTIONS,
+    # a cut row is an ended row: _compute_gae starts next_values at 0 (no bootstrap after the last mask=1 token) and
+    # nothing but overlong_filtering reads `truncated`
+    truncation=Truncation(
+        cite="nemo_rl/algorithms/advantage_estimator.py:526-529 (next_values = zeros: no bootstrap); "
+        "nemo_rl/algorithms/ppo.py:1464-1471 (truncated read only under overlong_filtering)"
+    ),
     masked_zero=True,  # compute_advantage ends with masked_fill(advantages, ~mask, 0)
     stand_ins=(),  # nothing of nemo_rl is imported (see the module docstring), so nothing is stood in for
     domain=Domain(),  # mask, values, score and token rewards are independent inputs in any dtype; no narrowing
@@ -119,6 +160,30 @@ _GROUP_MASKED = (
     "advantages.expand(mask.shape): the row's advantage at every position, the mask used only for its shape "
     "(7ea: nemo_rl/algorithms/advantage_estimator.py:98; docstring :75-76); the loss multiplies by the token mask"
 )
+NORMALIZE_REWARDS = "grpo.normalize_rewards"
+TOKEN_LEVEL = "loss_fn.token_level_loss"
+GRPO_OVERLONG = "grpo.overlong_filtering"
+_GRPO_OPTIONS = (
+    Option(
+        NORMALIZE_REWARDS,
+        (True, False),
+        True,
+        "nemo_rl/algorithms/advantage_estimator.py:67 (applied :90-96; default True nemo_rl/algorithms/grpo.py:247)",
+        "divide the group-centred reward by the group's std (+1e-6) where the std is non-zero; off: r - mean_g",
+        effect={False: {"variant": {"std": None}}},
+    ),
+)
+_GRPO_OVERLONG = Option(
+    GRPO_OVERLONG,
+    (False, True),
+    False,
+    "nemo_rl/algorithms/grpo.py:3136-3145 (default False :280)",
+    "a truncated sample's loss_multiplier (sample_mask) is set to 0: the row leaves the loss and its normalisers",
+    effect={True: {"truncation": {"row": "masked"}}},
+)
+# without overlong filtering a cut row is trained like any other: nothing else reads `truncated`
+_KEPT = Truncation(cite="nemo_rl/algorithms/grpo.py:3136-3145 (truncated read only under overlong_filtering)")
+_PPO_KEPT = Truncation(cite="nemo_rl/algorithms/ppo.py:1464-1471 (truncated read only under overlong_filtering)")
 _KIND_OVERRIDES = {
     # use_leave_one_out_baseline=False: baseline = group mean (utils.py:150-153, :163-168); std = sqrt((E[r^2] -
     # mean^2) * n / (n - 1)), unbiased (:186-192); divided by (std + 1e-6) only where std > 0 (:90-95);
@@ -126,6 +191,8 @@ _KIND_OVERRIDES = {
     "grpo": dict(
         kind="group-advantage",
         variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "zero"},
+        options=_GRPO_OPTIONS,
+        truncation=None,
         whitening=None,
         masked_zero=False,
         masked_zero_why=_GROUP_MASKED,
@@ -138,6 +205,9 @@ _KIND_OVERRIDES = {
     "rloo": dict(
         kind="group-advantage",
         variant={"estimator": "rloo", "singleton": "zero"},
+        # normalize_rewards=True with the leave-one-out baseline divides by the others' std: no variant, not an option
+        options=(),
+        truncation=None,
         whitening=None,
         masked_zero=False,
         masked_zero_why=_GROUP_MASKED,
@@ -148,10 +218,12 @@ _KIND_OVERRIDES = {
 }
 
 
-def _loss(variant: dict) -> dict:
+def _loss(variant: dict, options: tuple = (_GRPO_OVERLONG,), truncation: Truncation = _KEPT) -> dict:
     return dict(
         kind="loss-aggregation",
         variant=variant,
+        options=options,
+        truncation=truncation,
         masked_zero=True,  # masked_mean is sum(values * mask) / factor (nemo_rl/algorithms/utils.py:219-224 at 7ea)
         masked_zero_why="",
         whitening=None,
@@ -169,7 +241,15 @@ def _loss(variant: dict) -> dict:
 # masked_mean over token_mask, then masked_mean over sample_mask with global_valid_seqs = seq-mean-token-mean.
 # global_valid_seqs = sum(sample_mask) counts rows whose token_mask is empty (7ea: nemo_rl/models/automodel/data.py:
 # 409): not documented, so the variant stays canonical (empty rows excluded) and the judge reports it.
-_KIND_OVERRIDES["agg-token-level"] = _loss({"mode": "token-mean"})
+_TOKEN_LEVEL = Option(
+    TOKEN_LEVEL,
+    (True, False),
+    True,
+    "nemo_rl/algorithms/loss/loss_functions.py:262-264 (default True :114)",
+    "token-level loss: the global token mean; off: each sequence's token mean, averaged over the valid sequences",
+    effect={False: {"variant": {"mode": "seq-mean-token-mean"}}},
+)
+_KIND_OVERRIDES["agg-token-level"] = _loss({"mode": "token-mean"}, (_TOKEN_LEVEL, _GRPO_OVERLONG))
 _KIND_OVERRIDES["agg-sequence-level"] = _loss({"mode": "seq-mean-token-mean"})
 # MseValueLossFn (7ea: nemo_rl/algorithms/loss/loss_functions.py:1218-1341; 857b: :1091-1213; absent at f6e9): 0.5 *
 # scale * masked_mean(max((v - R)^2, (clamp(v, v_old - c, v_old + c) - R)^2), token_mask * sample_mask,
@@ -177,7 +257,7 @@ _KIND_OVERRIDES["agg-sequence-level"] = _loss({"mode": "seq-mean-token-mean"})
 # (nemo_rl_kinds.load_value). cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88; the class default None turns
 # clipping off), half: the literal 0.5; token-mean over the step.
 _KIND_OVERRIDES["value-loss"] = dict(
-    _loss({"clip": 0.2, "half": True, "mode": "token-mean"}),
+    _loss({"clip": 0.2, "half": True, "mode": "token-mean"}, (GAE_OPTIONS[1],), _PPO_KEPT),
     kind="value-loss",
     masked_zero=True,  # masked_mean multiplies the per-token loss by the mask (utils.py:219-224 at 7ea)
 )
@@ -204,15 +284,28 @@ def load(root: Path, entry: str | None) -> Loaded:
         raise BlockNotFound(f"nemo-rl: {rel}::{_CLASS} reads names that cannot be resolved from the source: {why}")
     estimator_cls = ns[_CLASS]
     where = f"{rel}::{_CLASS}.compute_advantage"
+    ppo = tree.module_file("nemo_rl.algorithms.ppo")
+    if ppo is None:
+        raise BlockNotFound(
+            "nemo-rl: nemo_rl/algorithms/ppo.py (the PPO loop: overlong filtering, the mask) is missing"
+        )
+    overlong = overlong_block(tree, ppo)
+    with_sample_mask = _loop_masks_with_sample_mask(tree, ppo)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = case.inputs(device)
         scale = _kl_scale(case)
+        # the PPO loop: overlong filtering zeroes a truncated row's loss_multiplier (ppo.py:1464-1471), which 7ea
+        # multiplies into the estimator's mask (ppo.py:266, :1590); 857b passes token_mask alone (ppo.py:1244)
+        sample_mask = run_overlong(overlong, "ppo", case.options.get(OVERLONG, False), case.truncated_rows())
+        mask = inputs["trainable"]
+        if with_sample_mask:
+            mask = mask * sample_mask.to(device=device, dtype=mask.dtype)[:, None]
         estimator = estimator_cls(
             {
                 "gae_lambda": case.lam,
                 "gae_gamma": case.gamma,
-                "normalize_advantages": False,
+                "normalize_advantages": case.options.get(NORMALIZE, True),
                 "length_adaptive_alpha": 0.0,
                 "gae_lambda_value": None,
                 "gae_lambda_policy": None,
@@ -224,7 +317,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         return estimator.compute_advantage(
             prompt_ids=torch.zeros(case.shape[0], 1, dtype=torch.long, device=device),
             rewards=inputs["score"],
-            mask=inputs["trainable"],
+            mask=mask,
             values=inputs["values"],
             reference_logprobs=torch.zeros_like(logprobs),
             logprobs=logprobs,
@@ -235,8 +328,62 @@ def load(root: Path, entry: str | None) -> Loaded:
         "compiled from the pinned source (its module needs real transformers/tensorboard/pydantic to import)",
         "definitions used: " + ", ".join(helpers),
         "token rewards as -c * k1 KL with c a power of two; score placed by NeMo-RL on the last mask=1 token",
+        f"{tree.rel(ppo)}:{overlong.first_line}-{overlong.last_line} (overlong filtering) compiled from the pin; "
+        + ("mask = token_mask * sample_mask" if with_sample_mask else "mask = token_mask (sample_mask not applied)"),
     ]
     return Loaded(run, where, notes)
+
+
+class _Config(dict):
+    """A config section read as `cfg.key` (pydantic models at 7ea) or `cfg["key"]` (TypedDicts at 857b)."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+def overlong_block(tree: SourceTree, path: Path):
+    """`use_overlong_filtering = master_config.<section>.overlong_filtering` and the `if use_overlong_filtering:`
+    statement after it (the first such pair in the training loop of `path`), compiled from the pin."""
+    funcs = [n for n in ast.walk(tree.file(path).tree) if isinstance(n, ast.FunctionDef)]
+    for stmts in (lists for fn in funcs for lists in statement_lists(fn)):
+        for first, second in zip(stmts, stmts[1:]):
+            if (
+                isinstance(first, ast.Assign)
+                and [ast.unparse(t) for t in first.targets] == ["use_overlong_filtering"]
+                and isinstance(second, ast.If)
+                and ast.unparse(second.test) == "use_overlong_filtering"
+            ):
+                return tree.block(path, [first, second], ("master_config", "repeated_batch"))
+    raise BlockNotFound(f"nemo-rl: {tree.rel(path)} has no `use_overlong_filtering = ...` / `if` block at this pin")
+
+
+def run_overlong(block, section: str, on: bool, truncated: torch.Tensor) -> torch.Tensor:
+    """The loss_multiplier (float32 [B], ones from the rollout) after the framework's overlong-filtering block,
+    given the rollout's per-sample `truncated` flags (a list, as the rollout stores them)."""
+    batch = {"loss_multiplier": torch.ones(truncated.shape[0], dtype=torch.float32), "truncated": truncated.tolist()}
+    block.run(master_config=_Config({section: _Config(overlong_filtering=bool(on))}), repeated_batch=batch)
+    return batch["loss_multiplier"]
+
+
+def _loop_masks_with_sample_mask(tree: SourceTree, path: Path) -> bool:
+    """Whether the PPO loop hands the estimator `token_mask * sample_mask` (7ea: `mask=advantage_mask`, built by
+    `_apply_ppo_seq_logprob_error_masking`, ppo.py:266) or `token_mask` alone (857b: ppo.py:1244)."""
+    text = tree.file(path).tree
+    for node in ast.walk(text):
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["adv_kwargs"]:
+            mask = next((k.value for k in getattr(node.value, "keywords", []) if k.arg == "mask"), None)
+            src = ast.unparse(mask) if mask is not None else ""
+            if src == "train_data['token_mask']":
+                return False
+            if src == "advantage_mask":
+                built = "advantage_mask = train_data['token_mask'] * train_data['sample_mask'].unsqueeze(-1)"
+                if any(isinstance(n, ast.Assign) and ast.unparse(n) == built for n in ast.walk(text)):
+                    return True
+            raise BlockNotFound(f"nemo-rl: {tree.rel(path)}:{node.lineno} passes mask={src!r}: not a known form")
+    raise BlockNotFound(f"nemo-rl: {tree.rel(path)} builds no `adv_kwargs` for the estimator at this pin")
 
 
 def _kl_scale(case: Case) -> float:

@@ -5,7 +5,8 @@
 calls NeMo-RL's own `calculate_baseline_and_std_per_prompt` (nemo_rl/algorithms/utils.py), compiled the same way.
 Inputs as grpo.py hands them: `prompt_ids` a [B, S] tensor whose equal rows are one prompt (the adapter gives
 [B, 1] group ids), `rewards` the [B] scores, `mask` the response token mask (used only for the output shape).
-The config is a namespace with the two attributes `__init__` reads.
+The config is a dict also read as attributes (`nemo_rl._Config`): `__init__` reads `estimator_config.key` at 7ea
+(a pydantic model) and `estimator_config["key"]` at 857b (a TypedDict).
 
 `agg-token-level` / `agg-sequence-level` (loss-aggregation): the actor-loss aggregation of
 `ClippedPGLossFn.__call__` (nemo_rl/algorithms/loss/loss_functions.py), its own statements compiled from the pin
@@ -28,6 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import SourceTree, find_class
 
@@ -54,21 +56,39 @@ def _aggregation_block(tree: SourceTree, path: Path, cls: ast.ClassDef):
     if call is None:
         raise NotPresent(f"{_LOSS_CLASS} has no __call__ at this pin")
     mask_stmt = next(
-        (n for n in call.body if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["mask"]
-         and ast.unparse(n.value) == "token_mask * sample_mask.unsqueeze(-1)"),
+        (
+            n
+            for n in call.body
+            if isinstance(n, ast.Assign)
+            and [ast.unparse(t) for t in n.targets] == ["mask"]
+            and ast.unparse(n.value) == "token_mask * sample_mask.unsqueeze(-1)"
+        ),
         None,
     )
     agg = next(
-        (n for n in call.body if isinstance(n, ast.If)
-         and ast.unparse(n.test) == "self.loss_type == LossType.TOKEN_LEVEL"
-         and any(isinstance(b, ast.Assign) and ast.unparse(b.targets[0]) == "actor_loss" for b in n.body)),
+        (
+            n
+            for n in call.body
+            if isinstance(n, ast.If)
+            and ast.unparse(n.test) == "self.loss_type == LossType.TOKEN_LEVEL"
+            and any(isinstance(b, ast.Assign) and ast.unparse(b.targets[0]) == "actor_loss" for b in n.body)
+        ),
         None,
     )
     if mask_stmt is None or agg is None:
-        raise NotPresent(f"{_LOSS_CLASS}.__call__ has no `mask = token_mask * sample_mask...` / actor_loss "
-                         "aggregation block at this pin")
-    bound = ("self", "clip_loss", "importance_weights_to_use", "token_mask", "sample_mask", "global_valid_seqs",
-             "global_valid_toks")
+        raise NotPresent(
+            f"{_LOSS_CLASS}.__call__ has no `mask = token_mask * sample_mask...` / actor_loss "
+            "aggregation block at this pin"
+        )
+    bound = (
+        "self",
+        "clip_loss",
+        "importance_weights_to_use",
+        "token_mask",
+        "sample_mask",
+        "global_valid_seqs",
+        "global_valid_toks",
+    )
     return tree.block(path, [mask_stmt, agg], bound), mask_stmt.lineno, agg.lineno, agg.end_lineno
 
 
@@ -97,26 +117,40 @@ def load_loss(root: Path, entry: str) -> Loaded:
     if "LossType" not in ns:
         raise NotPresent(f"LossType could not be compiled: {tree.unresolved}")
     this = SimpleNamespace(loss_type=getattr(ns["LossType"], LOSS[entry]))
+    overlong = _overlong(tree, "nemo_rl.algorithms.grpo")
+    state: dict = {}  # the step's sample_mask, set per case by `run`
     # `self` is the block's only attribute holder; Block.run takes bound names as keywords, so it goes in globals
-    block = dataclasses.replace(block, globals={**block.globals, "self": this},
-                                bound=tuple(b for b in block.bound if b != "self"))
+    block = dataclasses.replace(
+        block, globals={**block.globals, "self": this}, bound=tuple(b for b in block.bound if b != "self")
+    )
 
     def micro(rows, loss, mask, step):
         dev = loss.device
-        sample_mask = torch.ones(mask.shape[0], dtype=torch.float32, device=dev)  # loss_multiplier, float32
-        to_reduce = torch.tensor([float(step.rows), float(step.tokens)], device=dev)  # data.py:418-420
-        out = block.run(clip_loss=loss, importance_weights_to_use=torch.ones_like(loss),
-                        token_mask=mask.to(torch.int64), sample_mask=sample_mask, global_valid_seqs=to_reduce[0],
-                        global_valid_toks=to_reduce[1])
+        sample_mask, to_reduce = _sample_mask(step, state["sample_mask"], rows, dev)
+        out = block.run(
+            clip_loss=loss,
+            importance_weights_to_use=torch.ones_like(loss),
+            token_mask=mask.to(torch.int64),
+            sample_mask=sample_mask,
+            global_valid_seqs=to_reduce[0],
+            global_valid_toks=to_reduce[1],
+        )
         return out["actor_loss"] * step.ranks  # train.py:547, cp_size 1
 
     def run(case: Case, device: str):
+        if entry == "agg-token-level":  # loss_functions.py:262-264: the LossType from token_level_loss
+            level = case.options.get(nemo_rl.TOKEN_LEVEL, True)
+            this.loss_type = getattr(ns["LossType"], "TOKEN_LEVEL" if level else "SEQUENCE_LEVEL")
+        # grpo.py:3136-3145: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
+        on = case.options.get(nemo_rl.GRPO_OVERLONG, False)
+        state["sample_mask"] = nemo_rl.run_overlong(overlong, "grpo", on, case.truncated_rows())
         return run_step(case, device, micro)
 
     rel = tree.rel(path)
     notes = [
         f"{rel}:{mask_line} and :{first}-{last} compiled from the pin; self.loss_type = LossType.{LOSS[entry]}",
-        "global_valid_seqs = the step's rows (sample_mask all ones), global_valid_toks = its trained tokens",
+        "sample_mask = loss_multiplier (ones) after grpo.py's overlong-filtering block (compiled from the pin)",
+        "global_valid_seqs = sum(sample_mask), global_valid_toks = sum(token_mask * sample_mask) over the step",
         "micro-batch loss * dp_size, ranks averaged (FSDP) = summed",
     ]
     return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__ (actor_loss aggregation)", notes)
@@ -127,6 +161,23 @@ _VALUE_CLASS = "MseValueLossFn"
 # default is None (no clipping, MseValueLossConfig); scale is left at the class default 1.0 (the recipes' value;
 # the base config's 0.4 only multiplies the loss)
 VALUE_CLIPRANGE = 0.2
+
+
+def _overlong(tree: SourceTree, module: str):
+    """The loop's overlong-filtering block (`nemo_rl.overlong_block`) of `module`, compiled from the pin."""
+    path = tree.module_file(module)
+    if path is None:
+        raise NotPresent(f"{module} (the training loop: overlong filtering) is not present at this pin")
+    return nemo_rl.overlong_block(tree, path)
+
+
+def _sample_mask(step, whole: torch.Tensor, rows, dev):
+    """The micro-batch's sample_mask (float32, the step's loss_multiplier) and `process_global_batch`'s
+    normalisers (nemo_rl/models/automodel/data.py:408-420): sum(sample_mask), sum(token_mask * sample_mask)
+    over the whole step (all ranks)."""
+    seqs = float(whole.sum())
+    toks = float((step.case.trainable.to(torch.float32) * whole[:, None]).sum())
+    return whole[rows.cpu()].to(dev), torch.tensor([seqs, toks], device=dev)
 
 
 def load_value(root: Path, entry: str) -> Loaded:
@@ -154,13 +205,17 @@ def load_value(root: Path, entry: str) -> Loaded:
     path = tree.module_file(_LOSS_MODULE)
     cls = None if path is None else find_class(tree.file(path).tree, _VALUE_CLASS)
     if cls is None:
-        raise NotPresent(f"{_LOSS_MODULE}.{_VALUE_CLASS} is not present at this pin (the PPO value model arrived "
-                         "with 857b11522612, 'PPO with MCore')")
+        raise NotPresent(
+            f"{_LOSS_MODULE}.{_VALUE_CLASS} is not present at this pin (the PPO value model arrived "
+            "with 857b11522612, 'PPO with MCore')"
+        )
     call = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__call__"), None)
     if call is None:
         raise NotPresent(f"{_VALUE_CLASS} has no __call__ at this pin")
     fn = tree.function(path, call)
     this = SimpleNamespace(scale=1.0, cliprange=VALUE_CLIPRANGE, loss_type=None)
+    overlong = _overlong(tree, "nemo_rl.algorithms.ppo")
+    state: dict = {}  # the step's sample_mask, set per case by `run`
 
     def micro(rows, v, mask, step):
         dev, dt = v.device, v.dtype
@@ -168,15 +223,21 @@ def load_value(root: Path, entry: str) -> Loaded:
         ret = step.case.extra["ret"][rows].to(device=dev, dtype=dt)
         pad = torch.zeros(v.shape[0], 1, dtype=dt, device=dev)  # sequence token 0: a prompt token, never trained
         token_mask = torch.cat([pad.to(torch.int64), mask.to(torch.int64)], dim=1)
-        sample_mask = torch.ones(v.shape[0], dtype=torch.float32, device=dev)  # loss_multiplier, float32
-        # data.py:412-420: sum(sample_mask), sum(token_mask[:, 1:] * sample_mask) all-reduced = the step's rows, tokens
-        to_reduce = torch.tensor([float(step.rows), float(step.tokens)], device=dev)
-        data = {"token_mask": token_mask, "sample_mask": sample_mask, "returns": torch.cat([pad, ret], dim=1),
-                "values": torch.cat([pad, old], dim=1)}
+        # data.py:412-420: sum(sample_mask), sum(token_mask[:, 1:] * sample_mask) all-reduced over the step
+        sample_mask, to_reduce = _sample_mask(step, state["sample_mask"], rows, dev)
+        data = {
+            "token_mask": token_mask,
+            "sample_mask": sample_mask,
+            "returns": torch.cat([pad, ret], dim=1),
+            "values": torch.cat([pad, old], dim=1),
+        }
         loss, _ = fn(this, torch.cat([pad, v], dim=1), data, to_reduce[0], to_reduce[1])
         return loss * step.ranks  # automodel/train.py:547, cp_size 1
 
     def run(case: Case, device: str):
+        # ppo.py:1464-1471: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
+        on = case.options.get(nemo_rl.OVERLONG, False)
+        state["sample_mask"] = nemo_rl.run_overlong(overlong, "ppo", on, case.truncated_rows())
         return run_step(case, device, micro, leaf_name="v")
 
     rel = tree.rel(path)
@@ -202,7 +263,7 @@ def load_kind(root: Path, entry: str) -> Loaded:
     ns = tree.resolve(path, [_CLASS])
     if _CLASS not in ns:
         raise NotPresent(f"{_CLASS} could not be compiled: {tree.unresolved}")
-    est = ns[_CLASS](SimpleNamespace(**CONFIGS[entry]), None)
+    cls = ns[_CLASS]
 
     def run(case: Case, device: str):
         dt = case.torch_dtype
@@ -210,10 +271,17 @@ def load_kind(root: Path, entry: str) -> Loaded:
         prompt_ids = groups.to(device)[:, None]
         rewards = case.score.to(device=device, dtype=dt)
         mask = case.trainable.to(device=device, dtype=dt)
-        return (est.compute_advantage(prompt_ids, rewards, mask),)
+        config = dict(CONFIGS[entry])
+        if entry == "grpo":  # grpo.normalize_rewards, read by __init__ (advantage_estimator.py:67)
+            config["normalize_rewards"] = case.options.get(nemo_rl.NORMALIZE_REWARDS, True)
+        return (cls(nemo_rl._Config(config), None).compute_advantage(prompt_ids, rewards, mask),)
 
     cfg = ", ".join(f"{k}={v}" for k, v in CONFIGS[entry].items())
-    return Loaded(run, f"{tree.rel(path)}::{_CLASS}.compute_advantage",
-                  [f"config: {cfg}", "prompt_ids = group ids as a [B, 1] tensor"])
+    return Loaded(
+        run,
+        f"{tree.rel(path)}::{_CLASS}.compute_advantage",
+        [f"config: {cfg}", "prompt_ids = group ids as a [B, 1] tensor"],
+    )
+
 
 load = load_kind  # the worker loads the entries of the other kinds from here (targets.registry.adapter_for)

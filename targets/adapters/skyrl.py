@@ -50,7 +50,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, function_from
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 # The function's own module. `skyrl_train` first: from 2026-02-12 to 02-15 both packages exist and
 # skyrl-train/ is the one the trainer of those commits (and the skyrl_train-v* tags) uses.
@@ -111,10 +111,40 @@ _OUTCOME_MASKED = (
 )
 
 
-def _group(variant: dict) -> dict:
+NORM_BY_STD = "trainer.algorithm.grpo_norm_by_std"
+KL_TYPE = "trainer.algorithm.kl_estimator_type"
+_NORM_BY_STD = Option(
+    NORM_BY_STD,
+    (True, False),
+    True,
+    "skyrl_train/trainer.py:747 (0.3.1; passed :759, applied skyrl_train/utils/ppo_utils.py:1073-1075; default "
+    "skyrl_train/config/ppo_base_config.yaml:118)",
+    "divide the group-centred score by the group's std (+ epsilon); off: Dr. GRPO, score - group mean",
+    effect={False: {"variant": {"std": None}}},
+)
+# compute_approx_kl's estimators (0.3.1 skyrl_train/utils/ppo_utils.py:104-120): k3 clamps the log-ratio to
+# [-20, 20] and the estimate to [-10, 10]; k1, k2, abs are unclamped
+_KL_EFFECT = {
+    "k1": {"variant": {"estimator": "k1", "clamp_d": None, "clamp": None}},
+    "k2": {"variant": {"estimator": "k2", "clamp_d": None, "clamp": None}},
+    "abs": {"variant": {"estimator": "abs", "clamp_d": None, "clamp": None}},
+}
+_KL_TYPE = Option(
+    KL_TYPE,
+    ("k3", "k1", "k2", "abs"),
+    "k3",
+    "skyrl_train/trainer.py:1015 (0.3.1; compute_approx_kl skyrl_train/utils/ppo_utils.py:91-127; default "
+    "skyrl_train/config/ppo_base_config.yaml:103)",
+    "the KL estimator of the KL loss / KL-in-reward term",
+    effect=_KL_EFFECT,
+)
+
+
+def _group(variant: dict, options: tuple = ()) -> dict:
     return dict(
         kind="group-advantage",
         variant=variant,
+        options=options,
         contract="dense",
         whitening=None,
         masked_zero=False,
@@ -141,6 +171,22 @@ def _kl(estimator: str, variant: dict) -> dict:
     )
 
 
+OVERLONG = "generator.apply_overlong_filtering"
+_OVERLONG = Option(
+    OVERLONG,
+    (False, True),
+    False,
+    "skyrl_train/generators/skyrl_gym_generator.py:638-639, :756-757 (0.3.1; apply_overlong_filtering "
+    "skyrl_train/generators/utils.py:216-232; default skyrl_train/config/ppo_base_config.yaml:310)",
+    "DAPO overlong filtering: every loss-mask token of a response that does not end with EOS (truncated) is zeroed",
+    effect={True: {"truncation": {"row": "masked"}}},
+)
+# without the filter a cut row's loss mask is kept as it is: nothing else in the loss path reads the cut
+_LOSS_KEPT = Truncation(
+    cite="skyrl_train/generators/skyrl_gym_generator.py:756-757 (0.3.1: the loss mask changes only under "
+    "apply_overlong_filtering)"
+)
+
 MAX_SEQ_LEN = 32  # the constant of seq_mean_token_sum_norm, `algorithm.max_seq_len`, as a user sets it
 
 
@@ -153,6 +199,8 @@ def _agg(mode: str, constant: int | None = None, errors: tuple[str, ...] = ()) -
         # skyrl_train/utils/ppo_utils.py:85-88 and :899; git main reduce_loss :1145-1149); NaN: poison-nonfinite
         masked_zero=True,
         masked_zero_why="",
+        options=(_OVERLONG,),
+        truncation=_LOSS_KEPT,
         whitening=None,
         documented_errors=errors,
         domain=Domain(why={}),
@@ -165,7 +213,9 @@ _KIND_OVERRIDES = {
     # compute_grpo_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:1029-1079; git main
     # skyrl/backends/skyrl_train/utils/ppo_utils.py:1343-1393): every option at the reference's default --
     # torch.std is unbiased (:1063), eps=1e-6 added to the std (:1073), a singleton gets mean 0, std 1 (:1059-1061)
-    "grpo": _group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "raw"}),
+    "grpo": _group(
+        {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std", "singleton": "raw"}, (_NORM_BY_STD,)
+    ),
     # grpo_norm_by_std=False: scores - mean (0.3.1: skyrl_train/utils/ppo_utils.py:1074-1075)
     "dr-grpo": _group({"estimator": "grpo", "std": None, "singleton": "raw"}),
     # compute_rloo_outcome_advantage (0.3.1: skyrl_train/utils/ppo_utils.py:945-995; git main :1259-1309):
@@ -189,7 +239,7 @@ _KIND_OVERRIDES = {
     # compute_approx_kl (0.3.1: skyrl_train/utils/ppo_utils.py:91-127; git main :88-126); the config default is
     # k3 (0.3.1 ppo_base_config.yaml:103). k3: kl = base - logp clamped to [-20, 20] (:117), i.e. d in [-20, 20],
     # then exp(kl) - kl - 1 clamped to [-10, 10] (:120)
-    "kl-k3": _kl("k3", {"clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}),
+    "kl-k3": dict(_kl("k3", {"clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}), options=(_KL_TYPE,)),
     "kl-k1": _kl("k1", {}),  # log_probs - log_probs_base (:108)
     "kl-k2": _kl("k2", {}),  # 0.5 * d.square() (:112)
     "kl-abs": _kl("abs", {}),  # d.abs() (:110)
@@ -236,9 +286,7 @@ _KIND_OVERRIDES = {
     # prompt_mean (git main only): token mean within each prompt, then the mean over prompts (config.py:886-889,
     # ppo_utils.py:1205-1215); prompts are contiguous uid runs, compute_prompt_boundaries asserts it
     # (skyrl/train/dataset/preprocess.py:286-313, docstring :290-292)
-    "agg-prompt-mean": _agg(
-        "prompt-mean", errors=(r"AssertionError: uid .* appears in non-contiguous positions",)
-    ),
+    "agg-prompt-mean": _agg("prompt-mean", errors=(r"AssertionError: uid .* appears in non-contiguous positions",)),
     # ppo_critic_loss (0.3.1 skyrl_train/utils/ppo_utils.py:178-196; git main skyrl/backends/skyrl_train/utils/
     # ppo_utils.py:156-174): 0.5 * masked_mean(max((v_c - R)^2, (v - R)^2), loss_mask, dim=-1).mean() per micro-batch,
     # / accumulation steps (skyrl_kinds.load_value). value_clip 0.2 (0.3.1 ppo_base_config.yaml:137; git main
@@ -249,6 +297,8 @@ _KIND_OVERRIDES = {
         variant={"clip": 0.2, "half": True, "mode": "seq-mean-token-mean"},
         masked_zero=True,  # (loss * loss_mask) in masked_mean (0.3.1 ppo_utils.py:88); NaN: poison-nonfinite
         masked_zero_why="",
+        options=(_OVERLONG,),
+        truncation=_LOSS_KEPT,
         whitening=None,
         documented_errors=(),
         domain=Domain(why={}),

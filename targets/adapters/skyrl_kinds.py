@@ -57,6 +57,52 @@ VALUE_CLIP = 0.2  # algorithm.value_clip default (0.3.1 skyrl_train/config/ppo_b
 ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION, *VALUE)
 
 
+NORM_BY_STD = "trainer.algorithm.grpo_norm_by_std"  # = skyrl.NORM_BY_STD (the option names of the entries)
+KL_TYPE = "trainer.algorithm.kl_estimator_type"
+
+
+OVERLONG = "generator.apply_overlong_filtering"  # = skyrl.OVERLONG
+_OVERLONG_MODULES = ("skyrl_train.generators.utils", "skyrl.train.generators.utils")
+_EOS, _TOKEN = 2, 1  # token ids of the stand-in responses: only the last one's being EOS matters
+
+
+def _overlong_fn(root: Path):
+    """SkyRL's `apply_overlong_filtering(loss_masks, response_ids, eos_token_id)` (git main: `(loss_masks,
+    stop_reasons)`, a9564572eb8e skyrl/train/generators/skyrl_gym_generator.py:796, :964) compiled from the pin's source
+    (0.3.1 skyrl_train/generators/utils.py:216-232; git main skyrl/train/generators/utils.py:349): its module
+    imports the generator stack (skyrl_gym, inference engines), the function itself only builtins."""
+    from maskfuzz.targets.adapters.extract import SourceTree
+    from maskfuzz.targets.adapters.skyrl import _import_roots
+
+    for base in [*_import_roots(Path(root)), Path(root)]:
+        tree = SourceTree(base, ("skyrl_train", "skyrl"))
+        for module in _OVERLONG_MODULES:
+            path = tree.module_file(module)
+            if path is None:
+                continue
+            node = next(
+                (n for n in tree.file(path).tree.body if getattr(n, "name", None) == "apply_overlong_filtering"), None
+            )
+            if node is not None:
+                return tree.function(path, node)
+    raise NotPresent("apply_overlong_filtering is not present at this pin (generators/utils.py)")
+
+
+def _filtered(case: Case, overlong) -> Case:
+    """The case with the generator's loss masks after `apply_overlong_filtering` when the option is on: a response
+    ends in EOS unless it was cut by the length limit (`case.truncated_rows()`), as the generator decodes it."""
+    if not case.options.get(OVERLONG, False):
+        return case
+    cut = case.truncated_rows().tolist()
+    masks = [[int(x) for x in row] for row in case.trainable.tolist()]
+    responses = [[_TOKEN] * (len(m) - 1) + [_TOKEN if c else _EOS] for m, c in zip(masks, cut)]
+    if list(inspect.signature(overlong).parameters)[1] == "stop_reasons":  # git main: the engine's stop reasons
+        out = overlong(masks, ["length" if c else "stop" for c in cut])
+    else:  # releases: the decoded response ends in EOS unless it was cut
+        out = overlong(masks, responses, _EOS)
+    return case.replace(trainable=torch.tensor(out, dtype=torch.bool))
+
+
 def _function(root: Path, name: str):
     from maskfuzz.targets.adapters.skyrl import _import_roots
 
@@ -82,7 +128,10 @@ def load_kind(root: Path, entry: str) -> Loaded:
         fn, where = _function(root, name)
 
         def run(case: Case, device: str):
-            adv, _ = fn(**outcome_inputs(case, device), **kw)
+            args = dict(kw)
+            if entry == "grpo":  # the trainer passes cfg.trainer.algorithm.grpo_norm_by_std (0.3.1 trainer.py:747)
+                args["grpo_norm_by_std"] = case.options.get(NORM_BY_STD, True)
+            adv, _ = fn(**outcome_inputs(case, device), **args)
             return (adv,)
 
         notes = [
@@ -108,7 +157,9 @@ def load_kind(root: Path, entry: str) -> Loaded:
             logp = case.extra["logp"].to(device=device, dtype=dt)
             ref = case.extra["ref_logp"].to(device=device, dtype=dt)
             mask = case.trainable.to(device=device, dtype=dt)
-            return (fn(logp, ref, loss_mask=mask, kl_estimator_type=estimator),)
+            # the trainer passes cfg.trainer.algorithm.kl_estimator_type (0.3.1 trainer.py:1015); an option of kl-k3
+            kind = case.options.get(KL_TYPE, estimator) if entry == "kl-k3" else estimator
+            return (fn(logp, ref, loss_mask=mask, kl_estimator_type=kind),)
 
         return Loaded(run=run_kl, where=where, notes=[f"kl_estimator_type={estimator!r}, loss_mask = trainable"])
     if entry in NORMALIZATION:
@@ -130,6 +181,7 @@ def load_kind(root: Path, entry: str) -> Loaded:
 
         return Loaded(run=run_norm, where=where, notes=["a dict stands in for TrainingInputBatch (two keys read)"])
     raise NotPresent(f"skyrl has no entry {entry!r}; entries: default, {', '.join(ENTRIES)}")
+
 
 def load_aggregation(root: Path, entry: str) -> Loaded:
     """SkyRL's loss reduction over one optimizer step, as its worker and trainer drive it.
@@ -173,15 +225,18 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
     prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
     if not prescaled:
         if mode == "prompt_mean":
-            raise NotPresent(f"{where} has no prompt_mean at this pin (modes: token_mean, sequence_mean, "
-                             "seq_mean_token_sum_norm)")
+            raise NotPresent(
+                f"{where} has no prompt_mean at this pin (modes: token_mean, sequence_mean, seq_mean_token_sum_norm)"
+            )
 
         def micro(rows, loss, mask, step):
             out = reduce_loss(loss, mask, loss_reduction=mode, max_seq_len=MAX_SEQ_LEN)
             return out / step.rank_micro_batches
 
-        notes = [f"reduce_loss(loss, loss_mask, {mode!r}, max_seq_len={MAX_SEQ_LEN}) per micro-batch",
-                 "no global normaliser: each micro-batch loss / accumulation steps (the rank's micro-batches)"]
+        notes = [
+            f"reduce_loss(loss, loss_mask, {mode!r}, max_seq_len={MAX_SEQ_LEN}) per micro-batch",
+            "no global normaliser: each micro-batch loss / accumulation steps (the rank's micro-batches)",
+        ]
     else:
         scale, scale_where = _function(root, "apply_loss_reduction_to_advantages_minibatch")
         boundaries_fn = None
@@ -210,13 +265,17 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
             )
             return reduce_loss(scaled[rows], mask) * step.ranks
 
-        notes = [f"apply_loss_reduction_to_advantages_minibatch(advantages = per-token loss, loss_mask of the step, "
-                 f"{mode!r}, max_seq_len={MAX_SEQ_LEN}) over the whole step, then reduce_loss (a sum) per micro-batch "
-                 "times dp_size",
-                 "the per-token loss stands for the advantage-linear policy loss (ratio 1)"]
+        notes = [
+            f"apply_loss_reduction_to_advantages_minibatch(advantages = per-token loss, loss_mask of the step, "
+            f"{mode!r}, max_seq_len={MAX_SEQ_LEN}) over the whole step, then reduce_loss (a sum) per micro-batch "
+            "times dp_size",
+            "the per-token loss stands for the advantage-linear policy loss (ratio 1)",
+        ]
+
+    overlong = _overlong_fn(root)
 
     def run(case: Case, device: str):
-        return run_step(case, device, micro)
+        return run_step(_filtered(case, overlong), device, micro)
 
     return Loaded(run=run, where=where, notes=notes)
 
@@ -254,11 +313,15 @@ def load_value(root: Path, entry: str) -> Loaded:
         loss, _ = fn(v, old, ret, config=config, loss_mask=mask)
         return loss / step.rank_micro_batches
 
-    def run(case: Case, device: str):
-        return run_step(case, device, micro, leaf_name="v")
+    overlong = _overlong_fn(root)
 
-    notes = [f"ppo_critic_loss(values, old_values, returns, config.value_clip={VALUE_CLIP}, loss_mask float)",
-             "per micro-batch: row token means, mean over the micro-batch's rows; / accumulation steps"]
+    def run(case: Case, device: str):
+        return run_step(_filtered(case, overlong), device, micro, leaf_name="v")
+
+    notes = [
+        f"ppo_critic_loss(values, old_values, returns, config.value_clip={VALUE_CLIP}, loss_mask float)",
+        "per micro-batch: row token means, mean over the micro-batch's rows; / accumulation steps",
+    ]
     return Loaded(run=run, where=where, notes=notes)
 
 
