@@ -56,8 +56,12 @@ PADDED = Case.build(  # seed report 000: a masked *padding* slot with a poisoned
     trainable=[[1, 1, 0]], attention=[[1, 1, 0]], token_rewards=[[0, 1, 0]], values=[[0, 0, 100]], gamma=1, lam=0.95
 )
 PLAIN = Case.build(
-    trainable=[[1, 1, 1], [1, 1, 1]], token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]], values=[[0.1, 0.3, 0.2], [1, 2, 3]],
-    score=[1.0, -1.0], gamma=0.9, lam=0.7,
+    trainable=[[1, 1, 1], [1, 1, 1]],
+    token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]],
+    values=[[0.1, 0.3, 0.2], [1, 2, 3]],
+    score=[1.0, -1.0],
+    gamma=0.9,
+    lam=0.7,
 )
 EMPTY_RESPONSE = Case.build(  # the second sample's response is empty (padding only)
     trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9
@@ -309,8 +313,15 @@ def test_short_fuzz_finds_the_bug_before_and_nothing_after(before, fixed):
     from maskfuzz.fuzz.engine import fuzz_target
 
     t0 = time.monotonic()
-    bad = fuzz_target(before.run, before.declared, target="miles", pin=BEFORE, max_examples=150, seed=0,
-                      properties=("poison", "score-kept"))
+    bad = fuzz_target(
+        before.run,
+        before.declared,
+        target="miles",
+        pin=BEFORE,
+        max_examples=150,
+        seed=0,
+        properties=("poison", "score-kept"),
+    )
     t1 = time.monotonic()
     good = fuzz_target(fixed.run, fixed.declared, target="miles", pin=FIX, max_examples=60, seed=0)
     t2 = time.monotonic()
@@ -413,8 +424,13 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert spec.entries[:2] == ("default", "vanilla")
     kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
     assert kinds == {
-        "grpo": "group-advantage", "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl",
-        "whiten": "normalization", "reinforce++": "returns", "agg-seq-mean-token-mean": "loss-aggregation",
+        "grpo": "group-advantage",
+        "kl": "kl",
+        "kl-k3": "kl",
+        "kl-low-var": "kl",
+        "whiten": "normalization",
+        "reinforce++": "returns",
+        "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-token-mean": "loss-aggregation",
     }
     for entry in kinds:
@@ -563,3 +579,66 @@ def test_loss_short_fuzz(kinds_open, entry):
     found = {f.property for f in res.findings}
     must = {"pad-invariance", "reference"}  # split-invariance, permutation, empty-step hold
     assert must <= found <= must | {"poison-nonfinite"}, found
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows: --disable-grpo-std-normalization read by the rollout's
+# _post_process_rewards (0.0.2 miles/ray/rollout.py:659); a cut row is terminal in GAE (#1827's
+# docstring at 3d2e0e411, math_utils.py:624-626; 0.0.2 pads with zero values, ppo_utils.py:582-583, 702).
+# ---------------------------------------------------------------------------------------------
+def test_options_and_truncation_are_declared_with_citations():
+    spec = miles.SPEC
+    trunc = spec.declared("default").truncation
+    assert trunc.terminal and "math_utils.py:624-626" in trunc.cite and "#1827" in trunc.cite
+    assert spec.declared("default").options == () and spec.declared("grpo").truncation is None
+    (opt,) = spec.declared("grpo").options
+    assert (opt.name, opt.values, opt.default) == ("grpo_std_normalization", (True, False), True)
+    assert "rollout.py:659" in opt.cite and opt.effect == {False: {"variant": {"std": None, "singleton": "zero"}}}
+
+
+@pytest.mark.network
+def test_grpo_without_std_normalization_is_dr_grpo(kinds_open):
+    h = kinds_open("grpo")
+    case = Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]],
+        score=[1, 0, 2, 4],
+        group=[0, 0, 1, 1],
+        options={"grpo_std_normalization": False},
+    )
+    (adv,) = h.run(case)
+    # r - mean_g only: [1, 0] -> +-0.5, [2, 4] -> -+1, broadcast to every response token
+    assert adv.flatten().tolist() == [0.5] * 3 + [-0.5] * 3 + [-1.0] * 3 + [1.0] * 3
+    assert kind_failed(h, case) == {"pad-invariance"}  # the all-masked twin counts, as with the std
+
+
+@pytest.mark.network
+def test_grpo_short_fuzz_checks_both_std_settings(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("grpo")
+    t0 = time.monotonic()
+    res = fuzz_target(
+        h.run, h.declared, target="miles:grpo", pin=KIND_PIN, max_examples=24, seed=0, properties=("reference",)
+    )
+    print(f"\n[miles:grpo] options fuzz 24: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    assert set(res.options_checked) == {"grpo_std_normalization"}
+    assert all(n > 0 for n in res.options_checked["grpo_std_normalization"].values()), res.options_checked
+    for f in res.findings:  # verdicts on miles' math, never the adapter refusing an option
+        assert "option" not in f.verdict.message, f.verdict.message
+
+
+@pytest.mark.needs_mirror
+def test_a_cut_row_is_terminal_after_the_fix(fixed):
+    # V = [1, 2], score 1, gamma 0.5, lam 1, bootstrap 4 (never read): delta_1 = 1 - 2 = -1,
+    # delta_0 = 0 + 0.5 * 2 - 1 = 0: A = [0 + 0.5 * -1, -1] = [-0.5, -1]; behind a masked tail too
+    cut = Case.build(
+        trainable=[[1, 1, 0]],
+        values=[[1.0, 2.0, 9.0]],
+        score=[1.0],
+        gamma=0.5,
+        lam=1.0,
+        truncated=[True],
+        bootstrap=[4.0],
+    )
+    assert fixed.run(cut)[0][0].tolist() == pytest.approx([-0.5, -1.0, 0.0])
+    assert failed(fixed.run, cut) == set()

@@ -40,8 +40,12 @@ MASKED_REWARD = Case.build(  # a KL reward under the mask reaches the trainable 
     trainable=[[1, 0]], token_rewards=[[0.0, 4.0]], values=[[0.5, 0.0]], gamma=0.5, lam=0.5
 )
 PLAIN = Case.build(
-    trainable=[[1, 1, 1], [1, 1, 1]], token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]], values=[[0.1, 0.3, 0.2], [1, 2, 3]],
-    score=[1.0, -1.0], gamma=0.9, lam=0.7,
+    trainable=[[1, 1, 1], [1, 1, 1]],
+    token_rewards=[[0.5, 0.1, 0.25], [0, 0, 1]],
+    values=[[0.1, 0.3, 0.2], [1, 2, 3]],
+    score=[1.0, -1.0],
+    gamma=0.9,
+    lam=0.7,
 )
 EMPTY_RESPONSE = Case.build(
     trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0], gamma=0.9, lam=0.9
@@ -214,8 +218,9 @@ def test_short_fuzz_at_head_finds_the_leak_and_the_lost_score(repos):
 
     with open_target(f"slime@{HEAD}", repos=repos) as h:
         t0 = time.monotonic()
-        result = fuzz_target(h.run, h.declared, target="slime", pin=HEAD, max_examples=150, seed=0,
-                             properties=("poison", "score-kept"))
+        result = fuzz_target(
+            h.run, h.declared, target="slime", pin=HEAD, max_examples=150, seed=0, properties=("poison", "score-kept")
+        )
         print(f"\n[slime] fuzz {HEAD}: {time.monotonic() - t0:.1f} s, {result.examples} examples", file=sys.stderr)
     assert {f.property for f in result.findings} == {"poison", "score-kept"}
 
@@ -270,9 +275,15 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert spec.entries[:2] == ("default", "vanilla")
     kinds = {e: spec.kind_of(e) for e in spec.entries[2:]}
     assert kinds == {
-        "grpo": "group-advantage", "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl",
-        "whiten": "normalization", "reinforce++": "returns", "agg-seq-mean-token-mean": "loss-aggregation",
-        "agg-token-mean": "loss-aggregation", "agg-rollout-mean": "loss-aggregation",
+        "grpo": "group-advantage",
+        "kl": "kl",
+        "kl-k3": "kl",
+        "kl-low-var": "kl",
+        "whiten": "normalization",
+        "reinforce++": "returns",
+        "agg-seq-mean-token-mean": "loss-aggregation",
+        "agg-token-mean": "loss-aggregation",
+        "agg-rollout-mean": "loss-aggregation",
     }
     for entry in kinds:
         for pin in (HEAD, "166441911"):
@@ -299,8 +310,11 @@ def test_grpo_groups_by_count_else_the_whole_batch(kinds_open):
 @pytest.mark.needs_mirror
 def test_kl_low_var_clamps_and_k3_does_not(kinds_open):
     case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -21.0, 5.0]], "ref_logp": [[-1.5, -1.0, 0.0]]})
-    for entry, expect in (("kl", [0.5, -20.0]), ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
-                          ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0])):
+    for entry, expect in (
+        ("kl", [0.5, -20.0]),
+        ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
+        ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0]),
+    ):
         h = kinds_open(entry)
         (kl,) = h.run(case)
         assert kl[0, :2].tolist() == pytest.approx(expect, rel=1e-5), entry
@@ -438,3 +452,99 @@ def test_loss_short_fuzz(kinds_open, entry):
     print(f"\n[slime:{entry}] fuzz 20: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
     assert must <= found <= must | may, found  # split-invariance, permutation, empty-step hold
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows (read at 624b824a8): --normalize-advantages whitens in the caller
+# (loss.py:819, distributed_masked_whiten: Bessel, eps 1e-8 under the rsqrt); the rollout reads
+# --disable-grpo-std-normalization and --advantage-estimator (rollout.py:613-627); a cut row is terminal
+# in GAE (zero value after the last response token, ppo_utils.py:531-538, 707-710).
+# ---------------------------------------------------------------------------------------------
+def test_options_and_truncation_are_declared_with_citations():
+    spec = slime.SPEC
+    assert [o.name for o in spec.declared("default").options] == ["normalize_advantages"]
+    assert spec.declared("default").truncation.terminal and "ppo_utils.py:531" in spec.truncation.cite
+    grpo = spec.declared("grpo")
+    assert [o.name for o in grpo.options] == ["advantage_estimator", "grpo_std_normalization", "normalize_advantages"]
+    assert grpo.truncation is None and spec.declared("kl").options == () and spec.declared("whiten").options == ()
+    assert [o.name for o in spec.declared("reinforce++").options] == ["normalize_advantages"]
+    for entry in spec.entries:
+        for opt in spec.declared(entry).options:
+            assert ".py:" in opt.cite and opt.effect, (entry, opt.name)
+
+
+@pytest.mark.needs_mirror
+def test_gae_normalize_advantages_whitens_and_a_cut_row_is_terminal(repos):
+    with open_target(f"slime@{HEAD}", repos=repos) as h:
+        # two one-token rows, V = 0, scores +1 / -1, gamma = lam = 1: A = [1], [-1]; whitened with
+        # mean 0 and unbiased var (1 + 1) / (2 - 1) = 2: +-1 / sqrt(2 + 1e-8) = +-0.70710678
+        two = Case.build(trainable=[[1], [1]], values=[[0.0], [0.0]], score=[1.0, -1.0], gamma=1.0, lam=1.0)
+        adv, ret = h.run(two.replace(options={"normalize_advantages": True}))
+        assert adv[:, 0].tolist() == pytest.approx([0.70710678, -0.70710678], rel=1e-6)
+        assert ret[:, 0].tolist() == [1.0, -1.0]  # the returns are not whitened
+        assert "reference" not in kind_failed(h, two.replace(options={"normalize_advantages": True}))
+        # a cut row, V = [1, 2], score 1, gamma 0.5, lam 1, bootstrap 4 (never read): terminal,
+        # delta_1 = 1 - 2 = -1, delta_0 = 0.5 * 2 - 1 = 0: A = [0 + 0.5 * -1, -1] = [-0.5, -1]
+        cut = Case.build(
+            trainable=[[1, 1]], values=[[1.0, 2.0]], score=[1.0], gamma=0.5, lam=1.0, truncated=[True], bootstrap=[4.0]
+        )
+        assert h.run(cut)[0][0].tolist() == pytest.approx([-0.5, -1.0])
+        assert kind_failed(h, cut) == {"gap-invariance"}  # as PLAIN: the inserted masked token leaks
+
+
+@pytest.mark.needs_mirror
+def test_grpo_options_through_the_rollout_and_the_caller(kinds_open):
+    h = kinds_open("grpo")
+    case = Case.build(trainable=[[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]], score=[1, 0, 2, 4], group=[0, 0, 1, 1])
+    # Dr.GRPO / REINFORCE++-baseline: r - mean_g only: [1, 0] -> +-0.5, [2, 4] -> -+1
+    for opts in ({"grpo_std_normalization": False}, {"advantage_estimator": "reinforce_plus_plus_baseline"}):
+        (adv,) = h.run(case.replace(options=opts))
+        assert adv[:, 0].tolist() == [0.5, -0.5, -1.0, 1.0], opts
+        assert kind_failed(h, case.replace(options=opts)) == {"pad-invariance"}  # the all-masked twin, as before
+    # a group of one without the std: r - mean_g = 0 (the effect's singleton="zero")
+    single = Case.build(trainable=[[1]], score=[1000.0], group=[0], options={"grpo_std_normalization": False})
+    assert h.run(single)[0].tolist() == [[0.0]] and "reference" not in kind_failed(h, single)
+    # + --normalize-advantages: the token advantages 0.5 x2, -0.5 x3, -1 x1, 1 x2 whitened over the 8
+    # trainable tokens: mean 0.5 / 8 = 0.0625, unbiased var (4.25 - 8 * 0.0625^2) / 7 = 0.602678...
+    opts = {"advantage_estimator": "reinforce_plus_plus_baseline", "normalize_advantages": True}
+    (adv,) = h.run(case.replace(options=opts))
+    s = ((4.25 - 8 * 0.0625**2) / 7 + 1e-8) ** 0.5
+    assert adv[:, 0].tolist() == pytest.approx([(r - 0.0625) / s for r in (0.5, -0.5, -1.0, 1.0)], rel=1e-5)
+    assert kind_failed(h, case.replace(options=opts)) <= {"pad-invariance"}
+
+
+@pytest.mark.needs_mirror
+def test_reinforce_pp_normalize_advantages_whitens_the_returns(kinds_open):
+    h = kinds_open("reinforce++")
+    case = Case.build(
+        trainable=[[1, 0, 1, 0]],
+        token_rewards=[[0.5, 3, 0.25, 2]],
+        score=[1.0],
+        gamma=0.5,
+        options={"normalize_advantages": True},
+    )
+    adv, ret = h.run(case)
+    # returns [0.8125, 0.625, 1.25, 0] (as above); trainable 0.8125 and 1.25: mean 1.03125, unbiased
+    # var 2 * 0.21875^2 = 0.095703125; every position whitened: (G - 1.03125) / sqrt(var + 1e-8)
+    s = (0.095703125 + 1e-8) ** 0.5
+    assert adv[0].tolist() == pytest.approx([(g - 1.03125) / s for g in (0.8125, 0.625, 1.25, 0.0)], rel=1e-5)
+    assert ret[0].tolist() == pytest.approx([0.8125, 0.625, 1.25, 0.0])
+    assert kind_failed(h, case) == {"no-crash"}  # the all-masked twin's assert, as without the option
+
+
+@pytest.mark.needs_mirror
+def test_short_fuzz_with_options_checks_every_value(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("grpo")
+    t0 = time.monotonic()
+    res = fuzz_target(
+        h.run, h.declared, target="slime:grpo", pin=HEAD, max_examples=24, seed=0, properties=("reference",)
+    )
+    print(f"\n[slime:grpo] options fuzz 24: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    for name, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (name, per)
+    assert set(res.options_checked) == {"advantage_estimator", "grpo_std_normalization", "normalize_advantages"}
+    for f in res.findings:  # verdicts on slime's math, never the adapter refusing an option
+        assert "option" not in f.verdict.message and "adapter" not in f.verdict.message, f.verdict.message
+    assert {f.property for f in res.findings} <= {"reference"}

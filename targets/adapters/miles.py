@@ -60,7 +60,7 @@ from maskfuzz.targets.adapters.slime import (
     run_caller,
     smoke,
 )
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 _TB = "miles/backends/training_utils"
 PIPELINE_GIT = Domain(
@@ -180,8 +180,7 @@ KIND_OVERRIDES: dict = {
             masked_zero_why="compute_approx_kl takes no mask (W miles/utils/ppo_utils.py:65-104, G "
             f"{_MU}:139-180); the KL loss masks it after (W {_TB}/loss.py:794-798)",
             **_kinds_pipeline(
-                "log-probs are float32 from the logits (W miles/utils/ppo_utils.py:81 casts anyway); "
-                + F32_WHY["kl"],
+                "log-probs are float32 from the logits (W miles/utils/ppo_utils.py:81 casts anyway); " + F32_WHY["kl"],
                 _NO_F64,
             ),
         )
@@ -258,6 +257,31 @@ _REDUCER_MASK = "(x_i * loss_mask_i).sum() (miles/backends/training_utils/cp_uti
 KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean", _REDUCER_MASK)
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean", _REDUCER_MASK)
 
+# ---------------------------------------------------------------------------------------------
+# Options and truncation.
+# ---------------------------------------------------------------------------------------------
+# A cut row is terminal. PR #1827 documents it (3d2e0e411, miles/backends/training_utils/loss_hub/math_utils.py:
+# 624-626: "Truncated sequences use the same zero bootstrap as terminated ones: the value after the last trainable
+# token is taken as 0 and the observed terminal reward is still applied"); the earlier pins pad with zero values
+# and take 0 after the last response token (0.0.2 miles/utils/ppo_utils.py:582-583, 702; serial loop :511).
+GAE_TRUNCATION = Truncation(
+    cite="miles/backends/training_utils/loss_hub/math_utils.py:624-626 at 3d2e0e411 (#1827: zero bootstrap for "
+    "truncated rows); 0.0.2 miles/utils/ppo_utils.py:582-583, 702 (zero value after the last response token)"
+)
+GRPO_STD_NORMALIZATION = Option(
+    "grpo_std_normalization",
+    (True, False),
+    True,
+    "miles/ray/rollout.py:659 at 0.0.2 (--disable-grpo-std-normalization, miles/utils/arguments.py:972); "
+    "git 6ccdc7da6 / 3d2e0e411: miles/ray/rollout/train_data_conversion.py:187 (arguments.py:1206)",
+    "off: Dr.GRPO (arXiv 2503.20783, the flag's help): the group mean is subtracted, no division by the std",
+    effect={False: {"variant": {"std": None, "singleton": "zero"}}},
+)
+for _name in KIND_OVERRIDES:
+    KIND_OVERRIDES[_name].setdefault("options", ())
+    KIND_OVERRIDES[_name].setdefault("truncation", None)  # no notion of a cut row outside GAE
+KIND_OVERRIDES["grpo"]["options"] = (GRPO_STD_NORMALIZATION,)
+
 SPEC = TargetSpec(
     id="miles",
     adapter="maskfuzz.targets.adapters.miles",
@@ -293,6 +317,7 @@ SPEC = TargetSpec(
         "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
     ),
     entry_overrides=KIND_OVERRIDES,
+    truncation=GAE_TRUNCATION,
 )
 
 FUNCTION_HOMES = [

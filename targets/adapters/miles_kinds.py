@@ -137,7 +137,7 @@ def grpo_runner(post: Callable, is_method: bool, grpo_returns: Callable, sample_
         args = RewardArgs(
             advantage_estimator="grpo",
             rewards_normalization=True,
-            grpo_std_normalization=True,
+            grpo_std_normalization=bool(case.options.get("grpo_std_normalization", True)),
             n_samples_per_prompt=n,
             rollout_batch_size=k,
             reward_key=None,

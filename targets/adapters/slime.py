@@ -59,8 +59,9 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 PROMPT_LEN = 1  # total_length = prompt + response; only read for CP slicing, which is off (CP size 1)
 
@@ -144,6 +145,30 @@ PIPELINE_166441911 = slime_pipeline(
         "one_token": "1692-1700",
         "filter": "69",
     },
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncation (lines at 624b824a8; 166441911 where it differs).
+# ---------------------------------------------------------------------------------------------
+NORMALIZE_ADVANTAGES = Option(
+    "normalize_advantages",
+    (False, True),
+    False,
+    "slime/backends/megatron_utils/loss.py:819 (--normalize-advantages, slime/utils/arguments.py:1004; "
+    "166441911: loss.py:333)",
+    "advantages are whitened across the data-parallel(-with-context-parallel) group using masked statistics "
+    "(compute_advantages_and_returns' docstring, loss.py:710-712): distributed_masked_whiten, Bessel-corrected "
+    "variance, epsilon 1e-8 under the rsqrt, shift_mean=True (slime/utils/distributed_utils.py:111-171)",
+    effect={True: {"whitening": Whitening(unbiased=True, eps=1e-8, shift_mean=True)}},
+)
+# slime has no notion of a cut row in its math: the rollout's `truncated` flag (slime/ray/rollout.py:664) is
+# carried to the trainer (:791) and read by nothing but metrics; GAE pads the per-sample lists with zero values
+# and takes the value after the last response token as 0 (slime/utils/ppo_utils.py:531-538, chunked_gae :707-710,
+# vanilla_gae :600; 166441911: the serial loop's `nextvalues = ... else 0.0`, :355): a cut row is terminal.
+GAE_TRUNCATION = Truncation(
+    cite="slime/utils/ppo_utils.py:531-538, 707-710 (zero value after the last response token; the rollout's "
+    "`truncated` flag, slime/ray/rollout.py:664, never reaches GAE)"
 )
 
 
@@ -280,6 +305,39 @@ KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean")
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean")
 KIND_OVERRIDES["agg-rollout-mean"] = _loss("prompt-mean")  # groups = rollouts (Sample.rollout_id)
 
+GRPO_STD_NORMALIZATION = Option(
+    "grpo_std_normalization",
+    (True, False),
+    True,
+    "slime/ray/rollout.py:627 (--disable-grpo-std-normalization, slime/utils/arguments.py:1005-1010; "
+    "166441911: rollout.py:322)",
+    "off: Dr.GRPO (arXiv 2503.20783, the flag's help): the group mean is subtracted, no division by the std",
+    effect={False: {"variant": {"std": None, "singleton": "zero"}}},
+)
+ADVANTAGE_ESTIMATOR = Option(
+    "advantage_estimator",
+    ("grpo", "reinforce_plus_plus_baseline"),
+    "grpo",
+    "slime/ray/rollout.py:613-627 (group mean, std only for grpo/gspo/cispo) and "
+    "slime/backends/megatron_utils/loss.py:795-803 (get_reinforce_plus_plus_baseline_advantages); "
+    "--advantage-estimator slime/utils/arguments.py:940-957 (gspo and cispo share grpo's path here: not listed)",
+    "REINFORCE++-baseline: the group baseline (mean) subtracted, no std, broadcast to every token "
+    "(get_reinforce_plus_plus_baseline_advantages' docstring, slime/utils/ppo_utils.py:454-466); arguments.py:"
+    "1848-1852 require --normalize-advantages with it",
+    effect={"reinforce_plus_plus_baseline": {"variant": {"std": None, "singleton": "zero"}}},
+)
+GRPO_NORMALIZE_ADVANTAGES = dataclasses.replace(
+    NORMALIZE_ADVANTAGES,
+    effect={True: {"variant": {"whiten_tokens": True}}},  # the same whitening, over the token advantages
+)
+for _name in KIND_OVERRIDES:
+    KIND_OVERRIDES[_name].setdefault("options", ())
+    KIND_OVERRIDES[_name].setdefault("truncation", None)  # no notion of a cut row outside GAE
+KIND_OVERRIDES["grpo"]["options"] = (ADVANTAGE_ESTIMATOR, GRPO_STD_NORMALIZATION, GRPO_NORMALIZE_ADVANTAGES)
+# reinforce++: arguments.py:1848-1852 assert --normalize-advantages for this estimator; the argparse default
+# (False) is kept as the default, so the unwhitened returns stay comparable with the earlier verdicts
+KIND_OVERRIDES["reinforce++"]["options"] = (NORMALIZE_ADVANTAGES,)
+
 SPEC = TargetSpec(
     id="slime",
     adapter="maskfuzz.targets.adapters.slime",
@@ -309,6 +367,8 @@ SPEC = TargetSpec(
         "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
     ),
     entry_overrides=KIND_OVERRIDES,
+    options=(NORMALIZE_ADVANTAGES,),
+    truncation=GAE_TRUNCATION,
 )
 
 
@@ -325,6 +385,9 @@ def install_mpu_state() -> types.ModuleType:
     mpu.get_context_parallel_world_size = lambda: 1
     mpu.get_context_parallel_rank = lambda: 0
     mpu.is_pipeline_last_stage = lambda *args, **kwargs: True
+    # --normalize-advantages all-reduces over the DP(-CP) group: the default group, one gloo rank
+    # (`one_rank_group`), as slime's tests/test_advantage_whiten_cp.py stubs it over its gloo world
+    mpu.get_data_parallel_group = lambda *args, **kwargs: None
     core = importlib.import_module("megatron.core")
     setattr(core, "mpu", mpu)
     sys.modules["megatron.core.mpu"] = mpu
@@ -400,9 +463,10 @@ class CallerArgs(Namespace):
         return None
 
 
-def caller_args(gamma: float, lam: float) -> CallerArgs:
-    """PPO with the canonical token rewards expressed as KL (see `rollout_data`); no whitening."""
-    return CallerArgs(
+def caller_args(gamma: float, lam: float, **options) -> CallerArgs:
+    """PPO with the canonical token rewards expressed as KL (see `rollout_data`); the case's options
+    (`normalize_advantages`, ...) as the argparse namespace attributes the caller reads, else off."""
+    args = CallerArgs(
         advantage_estimator="ppo",
         kl_coef=1.0,
         kl_loss_type="k1",
@@ -413,6 +477,26 @@ def caller_args(gamma: float, lam: float) -> CallerArgs:
         gamma=gamma,
         lambd=lam,
     )
+    for name, value in options.items():
+        setattr(args, name, value)
+    if args.normalize_advantages:
+        one_rank_group()
+    return args
+
+
+def one_rank_group() -> None:
+    """A one-rank gloo default process group for this worker (idempotent): the group
+    `distributed_masked_whiten` all-reduces over when `--normalize-advantages` is on."""
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+
+    if dist.is_available() and not dist.is_initialized():
+        fd, path = tempfile.mkstemp(prefix="maskfuzz-gloo-")
+        os.close(fd)
+        os.unlink(path)
+        dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
 
 
 def rollout_data(s: Samples) -> dict:
@@ -453,11 +537,14 @@ def entry_name(entry: str | None) -> str:
     return name
 
 
-def run_caller(caller: Callable, case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """One case through `caller(args, rollout_data)`; canonical [B, T] (advantages, returns)."""
+def run_caller(caller: Callable, case: Case, device: str, **fixed) -> tuple[torch.Tensor, torch.Tensor]:
+    """One case through `caller(args, rollout_data)`, configured by the case's options (the
+    attributes of the argparse namespace: `normalize_advantages`) and `fixed` namespace attributes;
+    canonical [B, T] (advantages, returns)."""
     s = Samples.from_case(case, device)
     data = rollout_data(s)
-    caller(caller_args(case.gamma, case.lam), data)
+    options = {"normalize_advantages": bool(case.options.get("normalize_advantages", False)), **fixed}
+    caller(caller_args(case.gamma, case.lam, **options), data)
     if "advantages" not in data or "returns" not in data:
         raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
     return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))

@@ -4,14 +4,19 @@ slime is miles' origin; the code and the way it is called are the same, at other
 HEAD 624b824a8), so the runners are miles' (`targets.adapters.miles_kinds`):
 
 * `grpo`: `RolloutManager._post_process_rewards` (slime/ray/rollout.py:608-633, a method of a Ray
-  actor class: compiled from the source text), then `get_grpo_returns` (slime/utils/ppo_utils.py:361)
-  with the float32 zero KL of `kl_coef == 0` (slime/backends/megatron_utils/loss.py:746, 764-765).
+  actor class: compiled from the source text), then the trainer's `compute_advantages_and_returns`
+  (loss.py:704), which calls `get_grpo_returns` (slime/utils/ppo_utils.py:361) with the float32 zero KL
+  of `kl_coef == 0` (loss.py:743-746, 763-767), or `get_reinforce_plus_plus_baseline_advantages`, and
+  whitens with `--normalize-advantages` (:819): the options `advantage_estimator`,
+  `grpo_std_normalization`, `normalize_advantages` are set on the namespaces both read.
 * `kl`, `kl-k3`, `kl-low-var`: `compute_approx_kl` (slime/utils/ppo_utils.py:11-51), the eager
   function under `@torch.compile(dynamic=True)`.
 * `whiten`: `distributed_masked_whiten` (slime/utils/distributed_utils.py:111-171) over a one-rank
   gloo group, as `--normalize-advantages` calls it (loss.py:871).
-* `reinforce++`: `get_reinforce_plus_plus_returns` (slime/utils/ppo_utils.py:371-445), which asks
-  `megatron.core.mpu` for the CP size inside the call: the single-rank state of the GAE adapter.
+* `reinforce++`: `get_reinforce_plus_plus_returns` (slime/utils/ppo_utils.py:371-445) through the same
+  caller (advantage_estimator reinforce_plus_plus, token rewards as k1 KL, kl_coef 1; whitened with the
+  option `normalize_advantages`); it asks `megatron.core.mpu` for the CP size inside the call: the
+  single-rank state of the GAE adapter.
 """
 
 from __future__ import annotations
@@ -47,7 +52,13 @@ def load(root: Path, entry: str) -> Loaded:
             "group, rollout_batch_size = the number of groups; order restored after",
             "then the trainer: float32 rewards, float32 zero KL per response token (kl_coef 0), get_grpo_returns",
         ]
-        run = mk.grpo_runner(post, is_method, ret, lambda r: mk.make_sample(types_mod, r))
+        caller, caller_where = caller_of(root)
+        notes[-1] = (
+            f"then the trainer: {caller_where} with kl_coef 0 (float32 zero KL per response token), which calls "
+            f"{ret_where.split('::')[-1]} (or get_reinforce_plus_plus_baseline_advantages) and whitens with "
+            "--normalize-advantages"
+        )
+        run = grpo_runner(post, caller, lambda r: mk.make_sample(types_mod, r))
         return Loaded(run, f"{post_where} + {ret_where}", notes)
     if entry == "whiten":
         fn, where = function_from(root, [("slime.utils.distributed_utils", "distributed_masked_whiten")])
@@ -64,8 +75,93 @@ def load(root: Path, entry: str) -> Loaded:
     install_mpu_state()
     notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0 (as slime's tests stub it)")
     fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", MATH_HOMES)
-    notes.append("token rewards enter as KL: compute_approx_kl(0, token_rewards, 'k1'), kl_coef = 1")
-    return Loaded(mk.reinforce_runner(fn, kl_eager), where, notes)
+    caller, caller_where = caller_of(root)
+    notes.append(
+        f"through {caller_where} (advantage_estimator reinforce_plus_plus); token rewards enter as KL: "
+        "log_probs 0, ref_log_probs = token_rewards, k1, kl_coef = 1"
+    )
+    return Loaded(reinforce_runner(caller), f"{where} via {caller_where}", notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# grpo and reinforce++ through the trainer's compute_advantages_and_returns (it applies the options)
+# ---------------------------------------------------------------------------------------------
+def caller_of(root: Path):
+    from maskfuzz.targets.adapters.slime import install_mpu_state
+
+    mpu = install_mpu_state()
+    caller, where = function_from(root, [("slime.backends.megatron_utils.loss", "compute_advantages_and_returns")])
+    if getattr(import_from(root, "slime.backends.megatron_utils.loss"), "mpu", mpu) is not mpu:
+        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
+    return caller, where
+
+
+def grpo_runner(post, caller, sample_cls):
+    """The rollout's `_post_process_rewards` then the trainer's caller, both configured by the case's
+    options (`advantage_estimator`, `grpo_std_normalization`, `normalize_advantages`)."""
+    from maskfuzz.targets.adapters.slime import Samples, caller_args
+
+    def run(case, device: str):
+        estimator = case.options.get("advantage_estimator", "grpo")
+        group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+        order, n, k = mk.contiguous_groups(group)
+        scores = [float(x) for x in case.score.to(case.torch_dtype).to(torch.float64)]
+        samples = [sample_cls(scores[int(b)]) for b in order]
+        args = mk.RewardArgs(
+            advantage_estimator=estimator,
+            rewards_normalization=True,
+            grpo_std_normalization=bool(case.options.get("grpo_std_normalization", True)),
+            n_samples_per_prompt=n,
+            rollout_batch_size=k,
+            reward_key=None,
+        )
+        _, normed = post(mk.Namespace(args=args, custom_reward_post_process_func=None), samples)
+        back = [0.0] * len(normed)
+        for i, b in enumerate(order.tolist()):
+            back[b] = normed[i]
+        s = Samples.from_case(case, device)
+        zeros = [torch.zeros(hi - lo, dtype=torch.float32, device=device) for lo, hi in s.spans]
+        data = {
+            "log_probs": zeros,
+            "ref_log_probs": [z.clone() for z in zeros],
+            "rewards": back,
+            "values": None,
+            "response_lengths": list(s.response_lengths),
+            "total_lengths": list(s.total_lengths),
+            "loss_masks": [m.clone() for m in s.loss_masks],
+        }
+        cargs = caller_args(
+            1.0,
+            1.0,
+            advantage_estimator=estimator,
+            kl_coef=0.0,  # the default: KL zeros of float32 (loss.py:743-746)
+            normalize_advantages=bool(case.options.get("normalize_advantages", False)),
+        )
+        caller(cargs, data)
+        return (s.scatter(case, list(data["advantages"])),)
+
+    return run
+
+
+def reinforce_runner(caller):
+    """REINFORCE++ returns through the caller; token rewards as k1 KL with kl_coef 1, scores the rewards."""
+    from maskfuzz.targets.adapters.slime import Samples, caller_args, rollout_data
+
+    def run(case, device: str):
+        s = Samples.from_case(case, device)
+        data = rollout_data(s)
+        data["values"] = None
+        cargs = caller_args(
+            case.gamma,
+            1.0,
+            advantage_estimator="reinforce_plus_plus",
+            normalize_advantages=bool(case.options.get("normalize_advantages", False)),
+        )
+        caller(cargs, data)
+        adv, ret = s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
+        return adv, ret
+
+    return run
 
 
 # ---------------------------------------------------------------------------------------------
