@@ -483,6 +483,23 @@ def test_reinforce_plus_plus_carries_through_gaps_but_loses_a_score_on_an_observ
     assert not found & {"poison", "gap-invariance", "row-independence", "no-crash", "deterministic"}, found
 
 
+@pytest.mark.network
+def test_remax_subtracts_the_greedy_baseline_and_loses_a_score_on_an_observation_tail(kinds_at_new):
+    """compute_remax_outcome_advantage (core_algos.py:764-765): rewards [1, 2] and score 3 on the
+    last token, baseline 4: returns [6, 5], advantages [2, 1]; a gap position keeps the return of the
+    later tokens (masked-nonzero, low); a score verl places on a masked tail is lost (score-lost)."""
+    h = kinds_at_new("remax")
+    case = Case.build(trainable=[[1, 1]], token_rewards=[[1.0, 2.0]], score=[3.0], extra={"baseline": [[4.0, 4.0]]})
+    adv, ret = h.run(case)
+    assert adv.tolist() == [[2.0, 1.0]] and ret.tolist() == [[6.0, 5.0]]
+    assert not any(v.failed for v in judge(h.run, case, h.declared))
+    gap = Case.build(trainable=[[1, 0, 1]], score=[1.0], extra={"baseline": [[0.0] * 3]})
+    assert {v.property for v in judge(h.run, gap, h.declared) if v.failed} == {"masked-zero"}
+    tail = Case.build(trainable=[[1, 0]], score=[1.0], extra={"baseline": [[0.0, 0.0]]})
+    assert h.run(tail)[0].tolist() == [[0.0, 0.0]]  # the reference: [1, 0]
+    assert {v.property for v in judge(h.run, tail, h.declared) if v.failed} == {"reference"}
+
+
 # ---------------------------------------------------------------------------------------------
 # Loss aggregation (agg_loss over one optimizer step, verl_kinds.load_loss): 0.9.1 passes the
 # step's global normalisers, 0.5.0 normalises each micro-batch and scales it by its row share.

@@ -521,6 +521,34 @@ KIND_OVERRIDES: dict[str, dict] = {
         pipeline_by_pin=_per_pin("masked_values"),
         truncation=REINFORCE_PP_TRUNCATION,
     ),
+    # compute_remax_outcome_advantage: returns = reverse cumsum of rewards * mask (undiscounted), advantages =
+    # returns - reward_baselines * mask (core_algos.py:764-765 at 0.9.1); reward_baselines is the greedy rollout's
+    # reward of the row (ray_trainer.py:1493-1530)
+    "remax": dict(
+        kind="returns",
+        contract="compressed",
+        variant={"baseline": "per-row"},
+        whitening=None,  # ReMax does not whiten (core_algos.py:763-767)
+        masked_zero=True,
+        domain=Domain(
+            dtypes=("float32", "float64"),
+            left_padding=False,
+            critic=False,
+            discount=False,
+            why={
+                "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
+                "left_padding": _GROUP_API.why["left_padding"],
+                "critic": "compute_remax_outcome_advantage takes no values (core_algos.py:735-741)",
+                "discount": "compute_remax_outcome_advantage has no gamma: an undiscounted cumsum (core_algos.py:764)",
+            },
+        ),
+        pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
+        pipeline_by_pin=_per_pin("masked_values"),
+        truncation=Truncation(
+            cite="verl/trainer/ppo/core_algos.py:764 (0.9.1): the reverse cumsum starts at 0 after the window; no "
+            "truncation input, so a cut row's return has no bootstrap"
+        ),
+    ),
     # compute_opo_outcome_advantage: r - sum_g(len r) / sum_g(len), len = response_mask.sum(-1) (core_algos.py:664,
     # 683 at 0.9.1); a singleton's baseline is 0 (:679); every row of the index enters (empty ones with len 0)
     "opo": _group(

@@ -14,7 +14,9 @@
 * normalization: `verl/utils/torch_functional.py::masked_whiten(values, mask)` ("whiten") and `masked_mean`
   ("masked-mean", the batch mean broadcast).
 * returns: `core_algos.py::compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask,
-  config)` ("reinforce++"); `config` is a namespace with `gamma`, the only field the function reads.
+  config)` ("reinforce++"); `config` is a namespace with `gamma`, the only field the function reads;
+  `compute_remax_outcome_advantage(token_level_rewards, reward_baselines, response_mask)` ("remax"), the baseline
+  the case's per-row `extra["baseline"]`.
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ NORM_STD_ROUTE = {"grpo": "keyword", "grpo-vectorized": "config", "grpo-passk": 
 # entry -> the name verl's config passes (`algorithm.kl_penalty`, `actor.kl_loss_type`)
 KL = {"kl-k1": "kl", "kl-abs": "abs", "kl-k2": "mse", "kl-low_var_kl": "low_var_kl", "kl-k3+": "k3+"}
 NORMALIZATION = {"whiten": "masked_whiten", "masked-mean": "masked_mean"}
-RETURNS = {"reinforce++": "compute_reinforce_plus_plus_outcome_advantage"}
+RETURNS = {
+    "reinforce++": "compute_reinforce_plus_plus_outcome_advantage",
+    "remax": "compute_remax_outcome_advantage",
+}
 # entry -> (verl's loss_agg_mode, the loss_scale_factor a user sets for the -norm mode)
 LOSS = {
     "agg-token-mean": ("token-mean", None),
@@ -170,15 +175,17 @@ def load_returns(root: Path, entry: str) -> Loaded:
 
     fn, where = function_from(root, [(_CORE, RETURNS[entry])])
     params = inspect.signature(fn).parameters
-    if not {"token_level_rewards", "response_mask", "config"} <= set(params):
-        raise RuntimeError(
-            f"{where} has parameters {list(params)}; expected token_level_rewards, response_mask, config"
-        )
+    wanted = {"token_level_rewards", "response_mask"} | ({"reward_baselines"} if entry == "remax" else {"config"})
+    if not wanted <= set(params):
+        raise RuntimeError(f"{where} has parameters {list(params)}; expected {', '.join(sorted(wanted))}")
     place, place_where = _score_placer(root)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         rewards = _scored_rewards(case, place, device)
         mask = case.trainable.to(device=device, dtype=torch.long)
+        if entry == "remax":  # the greedy rollout's reward per row, in the rewards' dtype ([B], ray_trainer.py:1525)
+            base = case.extra["baseline"][:, 0].to(device=device, dtype=rewards.dtype)
+            return fn(token_level_rewards=rewards, reward_baselines=base, response_mask=mask)
         adv, ret = fn(token_level_rewards=rewards, response_mask=mask, config=SimpleNamespace(gamma=case.gamma))
         return adv, ret
 
