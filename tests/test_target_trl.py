@@ -179,8 +179,9 @@ def test_old_entry_exists_up_to_0_11_only(train):
 @pytest.mark.network
 @pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
 def test_short_fuzz_of_train_finds_the_leak(train):
-    result = fuzz_target(train.run, train.declared, target="trl", pin=train.pin, max_examples=60, seed=0,
-                         derandomize=True, shrink=False)
+    result = fuzz_target(
+        train.run, train.declared, target="trl", pin=train.pin, max_examples=60, seed=0, derandomize=True, shrink=False
+    )
     failed = {p for p, n in result.failed.items() if n}
     assert {"poison", "reference"} <= failed, failed
     assert not failed & {"masked-zero", "row-independence", "deterministic", "all-trainable"}, failed
@@ -191,7 +192,7 @@ def test_short_fuzz_of_train_finds_the_leak(train):
 # ---------------------------------------------------------------------------------------------
 def test_pipeline_domains_are_cited_and_reject_what_the_ppo_loops_never_build():
     spec = trl.SPEC
-    narrowed = {"gaps", "masked_real_tail", "leading_mask", "left_padding", "nonfinite_poison"}
+    narrowed = {"gaps", "masked_real_tail", "leading_mask", "left_padding", "nonfinite_poison", "truncated_padded"}
     for pin in (NEWEST_PPO, GIT_PIN, "0.19.1", OLD):
         pipe = spec.pipeline_at(pin)
         assert pipe.cited() == [] and set(pipe.restrictions()) == narrowed, pin
@@ -200,8 +201,14 @@ def test_pipeline_domains_are_cited_and_reject_what_the_ppo_loops_never_build():
     train = spec.declared("train", NEWEST_PPO).pipeline
     # what PPOTrainer.train builds: a prefix of trained tokens then padding, an all-masked row (first token = pad),
     # raw KL and critic values under the mask (the block masks them itself), half precision
-    built = Case.build(trainable=[[1, 1, 0], [0, 0, 0]], attention=[[1, 1, 0], [0, 0, 0]], dtype="bfloat16",
-                       token_rewards=[[0.1, -0.2, 0.3]] * 2, values=[[0.5, 0.25, 4.0]] * 2, score=[1.0, 0.0])
+    built = Case.build(
+        trainable=[[1, 1, 0], [0, 0, 0]],
+        attention=[[1, 1, 0], [0, 0, 0]],
+        dtype="bfloat16",
+        token_rewards=[[0.1, -0.2, 0.3]] * 2,
+        values=[[0.5, 0.25, 4.0]] * 2,
+        score=[1.0, 0.0],
+    )
     assert train.rejects(built) is None
     assert "gap" in train.rejects(Case.build(trainable=[[1, 0, 1]]))  # gaps
     assert "ends in real" in train.rejects(Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 1]]))  # tail
@@ -213,8 +220,12 @@ def test_pipeline_domains_are_cited_and_reject_what_the_ppo_loops_never_build():
     # the old compute_advantages: step(response_masks=...) over query + response, float32 recursion
     old = spec.declared("compute_advantages", OLD).pipeline
     assert old is trl.OLD_PIPELINE and old.cited() == [] and set(old.restrictions()) == {"dtypes", "nonfinite_poison"}
-    multi = Case.build(trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]], attention=[[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]],
-                       token_rewards=[[0.5, -0.1, 0.2, 0.0, 3.0]] * 2, values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2)
+    multi = Case.build(
+        trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]],
+        attention=[[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]],
+        token_rewards=[[0.5, -0.1, 0.2, 0.0, 3.0]] * 2,
+        values=[[7.0, 1.0, -2.0, 0.5, 9.0]] * 2,
+    )
     assert old.rejects(multi) is None and old.rejects(multi.replace(dtype="float64")) is None
     assert "dtype float16" in old.rejects(multi.replace(dtype="float16"))  # dtypes
     assert "NaN / inf" in old.rejects(nan_value)  # nonfinite_poison
@@ -231,6 +242,7 @@ def test_git_head_has_the_same_block():
         assert h.info["where"].startswith("trl/experimental/ppo/ppo_trainer.py::PPOTrainer.train")
         v = verdicts(h.run, SEED)
         assert v["poison"].failed and v["masked-zero"].status == "pass"
+        assert h.run(CUT.replace(options={"missing_eos_penalty": 1.0}))[1].tolist() == [[1.0, 1.0], [0.0, 0.0]]
         with pytest.raises(Skip):
             with open_target(f"trl:compute_advantages@{GIT_PIN}", repos=repos):
                 pass
@@ -261,6 +273,9 @@ def test_block_reading_unknown_args_fails_loudly(tmp_path):
         "class PPOTrainer:\n"
         "    def train(self):\n"
         "        args = self.args\n"
+        "        contain_eos_token = torch.any(postprocessed_responses == self.processing_class.eos_token_id, dim=-1)\n"
+        "        if self.args.missing_eos_penalty is not None:\n"
+        "            scores[~contain_eos_token] -= self.args.missing_eos_penalty\n"
         "        response_idxs = torch.arange(responses.shape[1])\n"
         "        padding_mask = response_idxs > sequence_lengths.unsqueeze(1)\n"
         "        lastgaelam = 0\n"
@@ -376,8 +391,14 @@ def test_an_all_masked_row_counts_in_its_group(group_entry):
 def test_rloo_nan_under_the_mask_makes_the_row_unscorable(group_entry):
     """Low (api): per_token_kl * completion_mask keeps a NaN (rloo_trainer.py:1578 at 1.12.0); the NaN reward is then
     taken for an unscorable row, zeroed by nan_to_num, and its sibling becomes a group of one (0)."""
-    nan = Case.build(trainable=[[1, 1], [0, 1]], attention=[[1, 1], [0, 1]], score=[0.0, 1.0], group=[0, 0],
-                     token_rewards=[[0.0, 0.0], [math.nan, 0.0]], dtype="float32")
+    nan = Case.build(
+        trainable=[[1, 1], [0, 1]],
+        attention=[[1, 1], [0, 1]],
+        score=[0.0, 1.0],
+        group=[0, 0],
+        token_rewards=[[0.0, 0.0], [math.nan, 0.0]],
+        dtype="float32",
+    )
     (adv,) = group_entry("rloo").run(nan)
     assert adv.tolist() == [[0.0, 0.0], [0.0, 0.0]]
     clean = nan.replace(token_rewards=torch.zeros(2, 2, dtype=torch.float64))
@@ -497,8 +518,11 @@ def test_grpo_counts_all_masked_rows_and_bnpo_normalises_per_micro_batch(group_e
     v = kind_verdicts(group_entry("agg-grpo", NEWEST), case)
     assert v["reference"].failed
     # equal micro-batches without empty rows (TRL's split_tensor_dict chunks equally): grpo and dr_grpo are invariant
-    equal = Case.build(trainable=[[1, 1], [1, 0], [1, 0], [1, 0]], extra={"loss": [[1.0, 3.0], [5.0, 0], [2.0, 0],
-                       [7.0, 1.0]]}, split=[0, 1, 0, 1])  # 3 and 2 tokens: bnpo's local token means differ
+    equal = Case.build(
+        trainable=[[1, 1], [1, 0], [1, 0], [1, 0]],
+        extra={"loss": [[1.0, 3.0], [5.0, 0], [2.0, 0], [7.0, 1.0]]},
+        split=[0, 1, 0, 1],
+    )  # 3 and 2 tokens: bnpo's local token means differ
     for name in ("agg-grpo", "agg-dr_grpo", "agg-dapo"):
         assert kind_verdicts(group_entry(name, NEWEST), equal)["split-invariance"].status == "pass", name
     bnpo = kind_verdicts(group_entry("agg-bnpo", NEWEST), equal)
@@ -554,3 +578,133 @@ def test_each_aggregation_entry_is_declared(name):
     assert spec.kind == "loss-aggregation" and spec.masked_zero is True and spec.masked_zero_why
     assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
     assert trl.SPEC.adapter_for(name).endswith("trl_kinds")
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and truncated rows (docs/kinds/trl.md, "Options and truncation").
+# ---------------------------------------------------------------------------------------------
+# PPO train(): two full rows, gamma = lam = 1, values 0, score 1 each; row 1 is cut (no EOS).
+# missing_eos_penalty = 1: row 1's score 1 - 1 = 0, so returns [[1, 1], [0, 0]]; the advantages are the returns
+# whitened over the 4 trained tokens: mean 0.5, unbiased var 4 * 0.25 / 3 = 1/3, so +-0.5 / sqrt(1/3) = +-0.8660.
+# Default (None): both rows keep score 1 (a cut row is terminal): returns all 1.
+CUT = Case.build(trainable=[[1, 1], [1, 1]], score=[1.0, 1.0], gamma=1.0, lam=1.0, dtype="float64", truncated=[0, 1])
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("train", [NEWEST_PPO, OLD], indirect=True)
+def test_train_missing_eos_penalty_by_hand(train):
+    adv, ret = train.run(CUT.replace(options={"missing_eos_penalty": 1.0}))
+    assert ret.tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    assert adv.flatten().tolist() == pytest.approx([0.8660254, 0.8660254, -0.8660254, -0.8660254], rel=1e-6)
+    _, ret = train.run(CUT)
+    assert ret.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    for case in (CUT, CUT.replace(options={"missing_eos_penalty": 1.0})):
+        v = verdicts(train.run, case)
+        assert v["reference"].status == "pass", v["reference"].message
+
+
+@pytest.mark.network
+def test_old_compute_advantages_score_clip_by_hand(old):
+    # score 3 clipped to 1 by step()'s statement; gamma = lam = 1, values 0: returns [1, 1]
+    case = Case.build(trainable=[[1, 1]], score=[3.0], gamma=1.0, lam=1.0, dtype="float64")
+    _, ret = old.run(case.replace(options={"score_clip": 1.0}))
+    assert ret.tolist() == [[1.0, 1.0]]
+    assert old.run(case)[1].tolist() == [[3.0, 3.0]]
+    assert verdicts(old.run, case.replace(options={"score_clip": 1.0}), "compute_advantages")["reference"].status == (
+        "pass"
+    )
+
+
+# groups 0: scores 0, 2; 1: scores 1, 5 (one token each)
+FOUR = Case.build(trainable=[[1]] * 4, score=[0.0, 2.0, 1.0, 5.0], group=[0, 0, 1, 1], dtype="float64")
+
+
+@pytest.mark.network
+def test_grpo_scale_rewards_option_by_hand(group_entry):
+    h = group_entry("grpo", NEWEST)
+    # "none": r - mean_g = [-1, 1, -2, 2]
+    assert h.run(FOUR.replace(options={"scale_rewards": "none"}))[0].flatten().tolist() == [-1.0, 1.0, -2.0, 2.0]
+    # "batch": / (nanstd of all rewards (mean 2, var (4 + 0 + 1 + 9) / 3) + 1e-4): -1 / (2.1602 + 1e-4) = -0.46290
+    got = h.run(FOUR.replace(options={"scale_rewards": "batch"}))[0].flatten().tolist()
+    assert got == pytest.approx([-0.46290, 0.46290, -0.92580, 0.92580], rel=1e-4)
+    for value in ("none", "batch"):
+        v = kind_verdicts(h, FOUR.replace(options={"scale_rewards": value}))
+        assert v["reference"].status == "pass", v["reference"].message
+
+
+@pytest.mark.network
+def test_rloo_reward_clip_and_beta_options_by_hand(group_entry):
+    h = group_entry("rloo", NEWEST)
+    # clip to [-1, 1]: scores 0, 1 | 1, 1; leave-one-out: [-1, 1] and [0, 0]
+    case = FOUR.replace(options={"reward_clip_range": 1.0, "beta": 0.0})
+    assert h.run(case)[0].flatten().tolist() == [-1.0, 1.0, 0.0, 0.0]
+    assert kind_verdicts(h, case)["reference"].status == "pass"
+
+
+# token-mean (dapo) over rows [1, 2] and [4, x]; row 1 is cut. mask_truncated_completions=True clears row 1's mask:
+# (1 + 2) / 2 = 1.5 and num_items_in_batch counts 2 tokens; off: (1 + 2 + 4) / 3.
+CUT_LOSS = Case.build(
+    trainable=[[1, 1], [1, 0]], extra={"loss": [[1.0, 2.0], [4.0, 9.0]]}, truncated=[False, True], dtype="float64"
+)
+
+
+@pytest.mark.network
+def test_mask_truncated_completions_by_hand(group_entry):
+    h = group_entry("agg-dapo", NEWEST)
+    loss, grad = h.run(CUT_LOSS.replace(options={"mask_truncated_completions": True}))
+    assert loss[0, 0].item() == pytest.approx(1.5)
+    assert _flat(grad) == pytest.approx([0.5, 0.5, 0.0, 0.0])
+    assert h.run(CUT_LOSS)[0][0, 0].item() == pytest.approx(7 / 3)
+    for case in (CUT_LOSS, CUT_LOSS.replace(options={"mask_truncated_completions": True})):
+        assert kind_verdicts(h, case)["reference"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_a_masked_truncated_completion_stays_in_its_group(group_entry, name):
+    """mask_truncated_completions=True clears the cut row 3's completion_mask, yet its reward 5 stays in group 1:
+    grpo row 2 = (1 - 3) / (nanstd(1, 5) = 2.8284 + 1e-4) = -0.70708, rloo row 2 = 1 - 5 = -4; the declared meaning
+    (the row excluded) makes row 2 a group of one: 0. The true defect of docs/kinds/trl.md, now with its option."""
+    h = group_entry(name, NEWEST)
+    case = FOUR.replace(truncated=[False, False, False, True], options={"mask_truncated_completions": True})
+    got = h.run(case)[0].flatten().tolist()
+    assert got[2] == pytest.approx(-0.70708 if name == "grpo" else -4.0, rel=1e-4)
+    assert kind_verdicts(h, case)["reference"].failed
+    assert kind_verdicts(h, case.replace(options={}))["reference"].status == "pass"  # off: the row is kept
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name, pin", [("agg-dapo", NEWEST), ("grpo", NEWEST), ("rloo", NEWEST)])
+def test_short_fuzz_checks_every_option_value(group_entry, name, pin):
+    h = group_entry(name, pin)
+    res = fuzz_target(
+        h.run,
+        h.declared,
+        target="trl",
+        pin=pin,
+        max_examples=30,
+        seed=1,
+        sizes=Sizes(4, 6),
+        derandomize=True,
+        shrink=False,
+    )
+    for opt, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (opt, per)
+    assert set(res.options_checked) == {o.name for o in h.declared.options}
+    # an adapter or effect error would be a crash, or a reference failure that goes away at the default options
+    assert not [f for f in res.findings if f.property == "no-crash"]
+    for f in res.findings:
+        if f.case.options.get("mask_truncated_completions") and name in ("grpo", "rloo"):
+            continue  # the masked cut row kept in its group (test_a_masked_truncated_completion_stays_in_its_group)
+        if f.case.options and f.property == "reference":
+            assert kind_verdicts(h, f.case.replace(options={}))["reference"].failed, f.case.options
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
+def test_short_fuzz_of_train_checks_the_penalty_and_cut_rows(train):
+    res = fuzz_target(
+        train.run, train.declared, target="trl", pin=NEWEST_PPO, max_examples=30, seed=1, derandomize=True, shrink=False
+    )
+    assert all(n > 0 for n in res.options_checked["missing_eos_penalty"].values()), res.options_checked
+    assert res.truncated_checked > 0

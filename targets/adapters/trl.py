@@ -27,6 +27,13 @@ per-token reward, the KL penalty: `logprobs = 0`, `ref_logprobs = token_rewards`
 masking (`INVALID_LOGPROB` fill at padding) then zeroes them where it does. `whiten_rewards` is
 False (TRL's default). No trl module is imported, so no stand-ins are needed.
 
+Options and cut rows (docs/kinds/trl.md, "Options and truncation"). `train`: the block starts at TRL's
+`contain_eos_token = ...` / `if self.args.missing_eos_penalty ...` filter, run with the case's
+`missing_eos_penalty` ("none" = None) and `postprocessed_responses` = tokens 1, pad 0 and EOS 2 as the last token
+of every row that is not truncated (`Case.truncated_rows()`); a cut row is terminal (zero bootstrap after the
+window, which it fills). `compute_advantages`: step()'s `if self.config.score_clip ...` statement runs on the
+scores first.
+
 If the file and trainer class exist but the block is not found, `load` raises `BlockNotFound` (a
 load error that names the file); with no PPO trainer at all (trl >= 1.13) it raises `NotPresent`.
 
@@ -73,7 +80,7 @@ from maskfuzz.targets.adapters.extract import (
     find_gae_loop,
     find_method,
 )
-from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
 PACKAGES = ("trl",)  # the framework's own packages: followed in its source, never imported
 # entry points, the first is the default
@@ -96,8 +103,21 @@ TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they 
     ("trl/trainer/ppov2_trainer.py", "PPOv2Trainer"),
 )
 OLD_FILE, OLD_CLASS = "trl/trainer/ppo_trainer.py", "PPOTrainer"
-BLOCK_INPUTS = ("responses", "sequence_lengths", "logprobs", "ref_logprobs", "values", "scores", "args")
+BLOCK_INPUTS = (
+    "responses",
+    "postprocessed_responses",
+    "sequence_lengths",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "scores",
+    "args",
+    "self",
+)
 ARGS_SET = ("gamma", "lam", "kl_coef", "kl_estimator", "whiten_rewards")
+# what the EOS filter before the block reads from `self` (self.args.missing_eos_penalty, the tokenizer's eos id)
+SELF_READS = ("args", "processing_class", "tokenizer")
+EOS_ID = 2  # eos token id: the last token of an ended row (TRL's truncate_response keeps the stop token)
 
 _RESPONSE_ONLY = (
     "TRL derives its masks from sequence_lengths (the first pad token of the generated response): "
@@ -105,9 +125,10 @@ _RESPONSE_ONLY = (
 )
 
 
-def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: str, fill: str) -> Domain:
+def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: str, fill: str, gen: str) -> Domain:
     """The pipeline domain of the `train` block at one pin, each reason citing that pin's lines: `f` the trainer
-    file, `trunc` truncate_response's fill ("path.py:N"), the others line numbers in `f`."""
+    file, `trunc` truncate_response's fill ("path.py:N"), the others line numbers in `f` (`gen` the generation
+    config's max_new_tokens = response_length)."""
     prefix = f"{f}:{pmask} padding_mask = idx > sequence_lengths, with {f}:{seq} sequence_length = first pad token - 1"
     return Domain(
         gaps=False,
@@ -115,7 +136,11 @@ def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: 
         leading_mask=False,
         left_padding=False,
         nonfinite_poison=False,
+        truncated_padded=False,
         why={
+            "truncated_padded": f"{f}:{gen} max_new_tokens = args.response_length: a row cut by the length limit has "
+            "response_length tokens, the widest a response can be (batch_generation pads the chunks to the widest): "
+            "it fills the window, no padding follows it",
             "gaps": prefix + ": the trained tokens are a prefix of the response, nothing masks a token inside it",
             "masked_real_tail": prefix + "; after the stop token the response is filled with pad "
             f"({trunc} truncate_response): every position after the prefix is padding to TRL",
@@ -131,15 +156,49 @@ def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: 
 
 
 NEW_FILE = "trl/experimental/ppo/ppo_trainer.py"  # 1.12.0 and the git pin: the same lines
-TRAIN_PIPELINE = _train_pipeline(NEW_FILE, "701", f"{NEW_FILE}:187", "727", "729-732", "764", "765-769")
+TRAIN_PIPELINE = _train_pipeline(NEW_FILE, "701", f"{NEW_FILE}:187", "727", "729-732", "764", "765-769", "621")
 TRAIN_PIPELINE_BY_PIN = {
     "0.19.1": _train_pipeline(
-        "trl/trainer/ppo_trainer.py", "438", "trl/trainer/utils.py:1374", "464", "466-469", "501", "502-506"
+        "trl/trainer/ppo_trainer.py", "438", "trl/trainer/utils.py:1374", "464", "466-469", "501", "502-506", "364"
     ),
     "0.11.4": _train_pipeline(
-        "trl/trainer/ppov2_trainer.py", "347", "trl/trainer/utils.py:1240", "371", "373-376", "408", "409-413"
+        "trl/trainer/ppov2_trainer.py", "347", "trl/trainer/utils.py:1240", "371", "373-376", "408", "409-413", "275"
     ),
 }
+
+# ---- options and truncation of the PPO entries (docs/kinds/trl.md, "Options and truncation")
+# missing_eos_penalty (PPOConfig, default None; 1.12.0 ppo_config.py:172-179): "Penalty applied to the score when the
+# model fails to generate an EOS token": a row without EOS, i.e. cut by the length limit, gets score - p. "none"
+# stands for TRL's None (the adapter passes None).
+MISSING_EOS = Option(
+    "missing_eos_penalty",
+    ("none", 1.0),
+    "none",
+    f"{NEW_FILE}:757-759 (0.19.1 trl/trainer/ppo_trainer.py:494-496, 0.11.4 trl/trainer/ppov2_trainer.py:401-403)",
+    "penalty subtracted from the score of a completion without an EOS token (one cut by response_length)",
+    effect={1.0: {"truncation": {"score": ("add", -1.0)}}},
+)
+# train(): a cut row fills the window (pipeline truncated_padded=False); the recursion bootstraps with 0.0 after the
+# window's last position and the score goes to the last token (actual_end = sequence_lengths when
+# sequence_lengths + 1 is past the window): TRL treats a cut row as ended
+TRAIN_TRUNCATION = Truncation(
+    cite=f"{NEW_FILE}:791 nextvalues = ... else 0.0 after the window and 778-779 score at sequence_lengths when "
+    "sequence_lengths + 1 == response_length (0.19.1 trl/trainer/ppo_trainer.py:528, 0.11.4 "
+    "trl/trainer/ppov2_trainer.py:433): a row cut by the length limit is terminal, unless missing_eos_penalty"
+)
+# old PPOTrainer.step (0.11.4): score_clip clamps the scores to [-c, c] before compute_rewards ("none" = None)
+SCORE_CLIP = Option(
+    "score_clip",
+    ("none", 1.0),
+    "none",
+    "trl/trainer/ppo_trainer.py:694-697 (0.11.4; trl/trainer/ppo_config.py score_clip, default None)",
+    "score clipping: torch.clip(scores, -score_clip, score_clip) in step() before the rewards are built",
+    effect={1.0: {"score_map": (("clip", 1.0),)}},
+)
+OLD_TRUNCATION = Truncation(
+    cite="trl/trainer/ppo_trainer.py:1176, 1183 (0.11.4): values * mask and nextvalues = 0.0 past the window: the "
+    "value after a row's last mask token is 0 whatever ended it; step() takes no EOS or truncation flag"
+)
 
 # The old PPOTrainer.step (0.11.4): trl/trainer/ppo_trainer.py and the value-head wrapper.
 OLD_PIPELINE = Domain(
@@ -159,7 +218,10 @@ OLD_PIPELINE = Domain(
 
 # Declarations that differ for the old standalone compute_advantages (TargetSpec.entry_overrides).
 ENTRY_OVERRIDES: dict[str, dict] = {
+    "train": {"options": (MISSING_EOS,), "truncation": TRAIN_TRUNCATION},
     "compute_advantages": {
+        "options": (SCORE_CLIP,),
+        "truncation": OLD_TRUNCATION,
         "masked_zero": False,
         "masked_zero_why": (
             "compute_advantages ends with masked_whiten(advantages, mask) over every position and no masked "
@@ -268,8 +330,14 @@ ENTRY_OVERRIDES.update(
         # scale_rewards="batch": (r - nanmean_g) / (nanstd(all rewards) + 1e-4) (grpo_trainer.py:2796-2800,
         # 2807-2809), a batch of one scorable row NaN, zeroed by nan_to_num (2832)
         "grpo-batch": _group_override(
-            {"estimator": "grpo", "std": "unbiased", "eps": 1e-4, "eps_place": "std", "singleton": "zero",
-             "std_level": "batch"},
+            {
+                "estimator": "grpo",
+                "std": "unbiased",
+                "eps": 1e-4,
+                "eps_place": "std",
+                "singleton": "zero",
+                "std_level": "batch",
+            },
             "GRPO",
             _GRPO_DOMAIN,
             _GRPO_PIPELINE,
@@ -350,6 +418,72 @@ ENTRY_OVERRIDES.update(
         ),
     }
 )
+
+
+# ---- options and truncation of the group-advantage and loss-aggregation entries, cited at 1.16.0 (the newest release)
+SCALE_REWARDS = Option(
+    "scale_rewards",
+    ("group", "batch", "none"),
+    "group",
+    f"{_GR}:2767-2788 (1.16.0; self.scale_rewards = args.scale_rewards :833, grpo_config.py:789 default 'group'; a "
+    "bool at 0.19.1, True = 'group', False = 'none': 'batch' is OptionNotAtPin there)",
+    "scale the group-centred rewards by the group's std ('group'), the batch's std ('batch') or not at all ('none', "
+    "Dr. GRPO)",
+    effect={"none": {"variant": {"std": None}}, "batch": {"variant": {"std_level": "batch"}}},
+)
+RLOO_BETA = Option(
+    "beta",
+    (0.05, 0.0),
+    0.05,
+    f"{_RL}:1664-1673 (1.16.0; rloo_config.py:502 default 0.05)",
+    "KL coefficient: rewards - beta * (per_token_kl * completion_mask).sum(-1); the KL of a group-advantage case is 0 "
+    "at every trained token, so a correct implementation gives the same advantages for every beta (0.0 skips the KL)",
+)
+RLOO_CLIP = Option(
+    "reward_clip_range",
+    ("none", 1.0),
+    "none",
+    f"{_RL}:1659-1661 (1.16.0; rloo_config.py:538 default None)",
+    "clamp the summed reward to [min, max] before the KL and the baseline; c stands for (-c, c), 'none' for None",
+    effect={1.0: {"score_map": (("clip", 1.0),)}},
+)
+MASK_TRUNCATED = Option(
+    "mask_truncated_completions",
+    (False, True),
+    False,
+    f"{_GR}:2487-2495 (1.16.0; grpo_config.py:836 default False; 1.12.0 :2506-2513, 0.19.1 :1199-1202)",
+    "zero the completion_mask of a completion whose last token is neither EOS nor pad (cut by max_completion_length); "
+    "num_items_in_batch is counted after (:2497-2498)",
+    effect={True: {"truncation": {"row": "masked"}}},
+)
+AGG_TRUNCATION = Truncation(
+    cite=f"{_GR}:2488 (1.16.0): with mask_truncated_completions=False (the default) a cut completion keeps its "
+    "completion_mask and enters the loss as an ended one"
+)
+# the group entries: the same flag on GRPOTrainer / RLOOTrainer clears a cut completion's completion_mask; the
+# documented meaning ("excluded from the loss calculation", grpo_config.py:268-271) is the row masked, so a correct
+# implementation leaves it out of its siblings' statistics too (empty_rows "excluded"); TRL keeps its reward there
+MASK_TRUNCATED_RLOO = dataclasses.replace(
+    MASK_TRUNCATED, cite=f"{_RL}:1518-1523 (1.16.0; rloo_config.py:542 default False)"
+)
+GROUP_TRUNCATION = {
+    "grpo": Truncation(
+        cite=f"{_GR}:2488 (1.16.0): with mask_truncated_completions=False a cut completion is scored and trained as "
+        "an ended one"
+    ),
+    "rloo": Truncation(
+        cite=f"{_RL}:1519 (1.16.0): with mask_truncated_completions=False a cut completion is scored and trained as "
+        "an ended one"
+    ),
+}
+ENTRY_OVERRIDES["grpo"]["options"] = (SCALE_REWARDS, MASK_TRUNCATED)
+ENTRY_OVERRIDES["grpo"]["truncation"] = GROUP_TRUNCATION["grpo"]
+ENTRY_OVERRIDES["grpo"]["documented_errors"] = (r"GroupShapeError", r"OptionNotAtPin")
+ENTRY_OVERRIDES["rloo"]["options"] = (RLOO_BETA, RLOO_CLIP, MASK_TRUNCATED_RLOO)
+ENTRY_OVERRIDES["rloo"]["truncation"] = GROUP_TRUNCATION["rloo"]
+for _name in AGG_ENTRIES:
+    ENTRY_OVERRIDES[_name]["options"] = (MASK_TRUNCATED,)
+    ENTRY_OVERRIDES[_name]["truncation"] = AGG_TRUNCATION
 
 
 SPEC = TargetSpec(
@@ -464,21 +598,31 @@ def _load_train(tree: SourceTree) -> Loaded:
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         x = case.inputs(device)
-        tokens = torch.where(case.trainable.to(device), 1, PAD_ID).long()
-        tok = types.SimpleNamespace(pad_token_id=PAD_ID)
+        tokens = response_tokens(case).to(device)
+        tok = types.SimpleNamespace(pad_token_id=PAD_ID, eos_token_id=EOS_ID)
         seq_ns = seq.run(**{name: tokens if name == "postprocessed_response" else tok for name in seq.bound})
+        penalty = case.options.get("missing_eos_penalty", "none")
         args = types.SimpleNamespace(
-            gamma=case.gamma, lam=case.lam, kl_coef=1.0, kl_estimator="k1", whiten_rewards=False
+            gamma=case.gamma,
+            lam=case.lam,
+            kl_coef=1.0,
+            kl_estimator="k1",
+            whiten_rewards=False,
+            missing_eos_penalty=None if penalty == "none" else penalty,  # "none": TRL's default None
         )
-        out = block.run(
+        me = types.SimpleNamespace(args=args, processing_class=tok, tokenizer=tok)
+        values = dict(
             responses=tokens,
+            postprocessed_responses=tokens,
             sequence_lengths=seq_ns["sequence_length"],
             logprobs=torch.zeros_like(x["values"]),
             ref_logprobs=x["token_rewards"].clone(),
             values=x["values"].clone(),
             scores=x["score"].clone(),
             args=args,
+            self=me,
         )
+        out = run_block(block, {name: values[name] for name in block.bound})
         return out["advantages"], out["returns"]
 
     notes = [
@@ -487,11 +631,37 @@ def _load_train(tree: SourceTree) -> Loaded:
         f"sequence_lengths from {rel}:{seq.first_line} (TRL's first_true_indices line, pad_token_id={PAD_ID})",
         "token_rewards enter as ref_logprobs with logprobs = 0, kl_coef = 1, kl_estimator = 'k1'; "
         "whiten_rewards = False",
+        f"responses: token 1, pad {PAD_ID}, eos {EOS_ID} on the last token of every row that is not truncated; "
+        "missing_eos_penalty from the case's options ('none' = None), applied by TRL's own EOS filter in the block",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     if tree.unresolved:
         notes.append("unresolved (unused) names: " + "; ".join(f"{k}: {v}" for k, v in sorted(tree.unresolved.items())))
     return Loaded(run, f"{rel}::{qual} (lines {block.first_line}-{block.last_line})", notes)
+
+
+def response_tokens(case: Case) -> torch.Tensor:
+    """TRL's postprocessed response of each row: 1 at its tokens, PAD_ID after them and EOS_ID as the last token of a
+    row that ended (with stop_token set, truncate_response keeps the stop token and pads after it, so the EOS is the
+    last trained token); a truncated row (cut by response_length) has no EOS."""
+    live = case.trainable
+    tokens = torch.where(live, 1, PAD_ID).long()
+    ended = live.any(dim=1) & ~case.truncated_rows()
+    last = live.shape[1] - 1 - live.flip(1).int().argmax(dim=1)
+    rows = ended.nonzero().flatten()
+    tokens[rows, last[rows]] = EOS_ID
+    return tokens
+
+
+def run_block(block: Block, values: dict) -> dict:
+    """`Block.run` for a block that binds `self` (a keyword `Block.run` itself takes)."""
+    missing = set(block.bound) - set(values)
+    if missing:
+        raise TypeError(f"the block needs {sorted(missing)} bound")
+    ns = dict(block.globals)
+    ns.update(values)
+    exec(block.code, ns)  # noqa: S102 - the framework's own source, the code under test
+    return ns
 
 
 def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], loop_at: int) -> Block:
@@ -505,6 +675,16 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
         raise BlockNotFound(
             f"trl: {rel}:{stmts[loop_at].lineno}: no `response_idxs`/`padding_mask` assignment before the GAE loop"
         )
+    # "Response Processing 3": `contain_eos_token = ...` and `if self.args.missing_eos_penalty is not None: scores[...]
+    # -= ...` right before the masks: the missing_eos_penalty option, applied by TRL's own statements
+    near = range(start - 1, max(start - 4, -1), -1)
+    eos_at = next((i for i in near if "contain_eos_token" in _targets(stmts[i])), None)
+    if eos_at is None:
+        raise BlockNotFound(
+            f"trl: {rel}:{stmts[start].lineno}: no `contain_eos_token = ...` (the missing_eos_penalty filter) right "
+            "before the masks of the GAE block"
+        )
+    start = eos_at
     end = loop_at
     while end + 1 < len(stmts) and _targets(stmts[end + 1]) & {"advantages", "returns"}:
         end += 1
@@ -525,8 +705,26 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
     if unknown_args:
         reads = ", ".join(f"args.{a}" for a in unknown_args)
         raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
+    unknown_self = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(SELF_READS))
+    if unknown_self:
+        reads = ", ".join(f"self.{a}" for a in unknown_self)
+        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
+    self_args = {
+        n.attr
+        for s in block
+        for n in ast.walk(s)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Attribute)
+        and n.value.attr == "args"
+        and isinstance(n.value.value, ast.Name)
+        and n.value.value.id == "self"
+    }
+    if self_args - {"missing_eos_penalty"}:
+        raise BlockNotFound(
+            f"trl: the block at {rel}:{block[0].lineno} reads self.args.{sorted(self_args - {'missing_eos_penalty'})}"
+        )
     bound = [n for n in BLOCK_INPUTS if n in free]
-    extra = sorted(n for n in free - set(BLOCK_INPUTS) if n in {"self", "accelerator", "model"})
+    extra = sorted(n for n in free - set(BLOCK_INPUTS) if n in {"accelerator", "model"})
     if extra:
         raise BlockNotFound(
             f"trl: the block at {rel}:{block[0].lineno} reads {extra}; the adapter binds only {BLOCK_INPUTS}"
@@ -606,16 +804,26 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
         unknown = sorted(config_reads - set(CONFIG_SET))
         raise BlockNotFound(f"trl: {rel}::{OLD_CLASS} methods read self.config.{unknown}, not set by the adapter")
     fns = {name: tree.function(path, node) for name, node in nodes.items()}
+    clip = _score_clip_block(tree, path, rel, cls)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         x = case.inputs(device)
-        config = types.SimpleNamespace(gamma=case.gamma, lam=case.lam, whiten_rewards=False, kl_penalty="kl")
+        score_clip = case.options.get("score_clip", "none")
+        config = types.SimpleNamespace(
+            gamma=case.gamma,
+            lam=case.lam,
+            whiten_rewards=False,
+            kl_penalty="kl",
+            score_clip=None if score_clip == "none" else score_clip,  # "none": TRL's default None
+        )
         me = types.SimpleNamespace(config=config, kl_ctl=types.SimpleNamespace(value=1.0))
         me._kl_penalty = types.MethodType(fns["_kl_penalty"], me)
+        # step(): the score clipping statement, TRL's own, on the scores before compute_rewards
+        scores = run_block(clip, {"scores": x["score"].clone(), "self": me})["scores"]
         # masks are integer in TRL (derived from the attention mask)
         mask = case.trainable.to(device).long()
         logprobs, ref_logprobs = torch.zeros_like(x["values"]), x["token_rewards"].clone()
-        rewards, _, _ = fns["compute_rewards"](me, x["score"].clone(), logprobs, ref_logprobs, mask)
+        rewards, _, _ = fns["compute_rewards"](me, scores, logprobs, ref_logprobs, mask)
         _, advantages, returns = fns["compute_advantages"](me, x["values"].clone(), rewards, mask)
         return advantages, returns
 
@@ -625,6 +833,22 @@ def _load_compute_advantages(tree: SourceTree) -> Loaded:
         "config.{gamma, lam, whiten_rewards=False, kl_penalty='kl'}, kl_ctl.value = 1.0, _kl_penalty (TRL's own)",
         "token_rewards enter as ref_logprobs with logprobs = 0 (kl = logprob - ref_logprob, reward = -kl); "
         "mask = trainable as long",
+        f"score_clip from the case's options ('none' = None) through step()'s own clipping statement ({rel}:"
+        f"{clip.first_line}-{clip.last_line})",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     return Loaded(run, f"{rel}::{OLD_CLASS}.compute_advantages", notes)
+
+
+def _score_clip_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> Block:
+    """The `if self.config.score_clip is not None: ...` statement of the old PPOTrainer.step()."""
+    step = find_method(cls, "step")
+    for node in step.body if step is not None else []:
+        if isinstance(node, ast.If) and "score_clip" in {
+            n.attr for n in ast.walk(node.test) if isinstance(n, ast.Attribute)
+        }:
+            free = block_free_names([node])
+            if not {"scores", "self"} <= free:
+                raise BlockNotFound(f"trl: {rel}:{node.lineno}: the score_clip statement does not read scores")
+            return tree.block(path, [node], ["scores", "self"])
+    raise BlockNotFound(f"trl: {rel}::{OLD_CLASS}.step has no `if self.config.score_clip ...` statement")

@@ -14,8 +14,13 @@ own variable names bound:
   `self.reward_weights = torch.ones(len(reward_funcs), dtype=torch.float32)`).
 * `self`: a namespace with only the attributes the block reads (checked: an unknown one is `BlockNotFound`):
   `num_generations` (= the group size), `multi_objective_aggregation = "sum_then_normalize"` (the default),
-  `reward_weights`, `reward_funcs`, `scale_rewards` (the entry), and for RLOO `beta = 1`,
-  `reward_clip_range = None`, `normalize_advantages = False` (the defaults but beta).
+  `reward_weights`, `reward_funcs`, `scale_rewards` (the entry's, or the case's option on `grpo`), and for RLOO
+  `beta` (0.05, TRL's default) and `reward_clip_range` (None) or the case's options, `normalize_advantages = False`.
+* Options and cut rows (`Case.options`, `Case.truncated_rows()`): `mask_truncated_completions` runs TRL's own
+  `if self.mask_truncated_completions:` statement of the same method (`truncation_block`) on completion ids built
+  from the case (1, pad 0, EOS 2 as the last token of every row not cut), and the mask it leaves is RLOO's
+  `completion_mask` here and the loss mask of the aggregation entries (before the step is split, so
+  `num_items_in_batch` counts what TRL counts).
 * `mode = "train"`, `device`; RLOO: `old_per_token_logps = 0`, `ref_per_token_logps = token_rewards` and
   `completion_mask = trainable` (int, as TRL builds it), so RLOO's `per_token_kl = old - ref` is
   `-token_rewards` and `rewards - beta * (per_token_kl * completion_mask).sum(-1)` adds the trained token rewards
@@ -103,6 +108,14 @@ BOUND = (
 
 class GroupShapeError(ValueError):
     """The case's groups cannot be expressed as TRL's contiguous groups of `num_generations` rows."""
+
+
+class OptionNotAtPin(ValueError):
+    """An option value the framework does not have at this pin (scale_rewards="batch" where it is a bool)."""
+
+
+RLOO_BETA = 0.05  # RLOOConfig.beta default (1.16.0 rloo_config.py:502)
+PAD_ID, EOS_ID = 0, 2  # completion token ids: tokens are 1, the last token of an ended completion is EOS
 
 
 def _targets(stmt: ast.stmt) -> set[str]:
@@ -200,14 +213,24 @@ def load_group(root: Path, entry: str) -> Loaded:
         )
     rel = tree.rel(path)
     block, stmts = advantage_block(tree, path, rel, method)
+    trunc = truncation_block(tree, path, rel, cls)
     names = set().union(*(assigned_names(s) for s in stmts))
     nan_aware = "unscorable_mask" in names  # unscorable rows: NaN rewards the statistics skip
     strings = {n.value for s in stmts for n in ast.walk(s) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    scale_value: object = scale
-    if estimator == "grpo" and not ({"group", "none"} & strings):  # scale_rewards was a bool (<= 0.19)
-        if scale == "batch":
-            raise NotPresent(f"{rel}:{stmts[0].lineno}: scale_rewards is a bool at this pin (no batch scaling)")
-        scale_value = scale == "group"
+    bool_scale = estimator == "grpo" and not ({"group", "none"} & strings)  # scale_rewards was a bool (<= 0.19)
+    if bool_scale and scale == "batch":
+        raise NotPresent(f"{rel}:{stmts[0].lineno}: scale_rewards is a bool at this pin (no batch scaling)")
+
+    def scale_of(case: Case) -> object:
+        """TRL's scale_rewards for the case: the entry's, or the option's on the `grpo` entry; a bool at old pins."""
+        value = case.options.get("scale_rewards", scale)
+        if not bool_scale:
+            return value
+        if value == "batch":
+            raise OptionNotAtPin(f"{rel}:{stmts[0].lineno}: scale_rewards is a bool at this pin, there is no 'batch'")
+        return value == "group"
+
+    scale_value = scale_of(Case.build(trainable=[[1]], dtype="float64")) if estimator == "grpo" else None
     if estimator == "rloo" and "gather" in block.bound and "per_token_kl" not in names:
         raise BlockNotFound(f"trl: {rel}:{stmts[0].lineno}: RLOO block gathers something other than the KL")
 
@@ -220,18 +243,22 @@ def load_group(root: Path, entry: str) -> Loaded:
         rpf = torch.full((rows, 1), float("nan"), dtype=dt, device=device)
         rpf[idx, 0] = case.score.to(device=device, dtype=dt)
         mask = torch.zeros((rows, t_len), dtype=torch.int32, device=device)
-        mask[idx] = case.trainable.to(device=device, dtype=torch.int32)
+        # mask_truncated_completions: TRL's own statement clears a cut completion's completion_mask (the advantage
+        # block of GRPO does not read it; RLOO's KL sum does)
+        masked = truncation_mask(trunc, case, case.options.get("mask_truncated_completions", False))
+        mask[idx] = (case.trainable if masked is None else masked).to(device=device, dtype=torch.int32)
         ref = torch.zeros((rows, t_len), dtype=dt, device=device)
         ref[idx] = case.token_rewards.to(device=device, dtype=dt)
+        clip = case.options.get("reward_clip_range", "none")
         me = types.SimpleNamespace(
             num_generations=n,
             num_generations_eval=n,
             multi_objective_aggregation="sum_then_normalize",
             reward_weights=torch.ones(1, dtype=torch.float32),
             reward_funcs=[None],
-            scale_rewards=scale_value,
-            beta=1.0,
-            reward_clip_range=None,
+            scale_rewards=scale_of(case) if estimator == "grpo" else None,
+            beta=case.options.get("beta", RLOO_BETA),
+            reward_clip_range=None if clip == "none" else (-clip, clip),  # "none": TRL's default None
             normalize_advantages=False,
         )
         values = dict(
@@ -251,15 +278,22 @@ def load_group(root: Path, entry: str) -> Loaded:
     notes = [
         f"block {rel}:{block.first_line}-{block.last_line} of {cls_name}.{METHOD} run from source "
         "(after rewards_per_func through the last advantages assignment before process_slice)",
-        f"self: num_generations = the largest group, scale_rewards={scale_value!r}, "
+        f"self: num_generations = the largest group, scale_rewards={scale_value!r} (or the case's option), "
         "multi_objective_aggregation='sum_then_normalize', one reward function of weight 1"
-        + ("; beta=1, reward_clip_range=None, normalize_advantages=False" if estimator == "rloo" else ""),
+        + (
+            f"; beta={RLOO_BETA} and reward_clip_range=None (or the case's options: c stands for (-c, c)), "
+            "normalize_advantages=False"
+            if estimator == "rloo"
+            else ""
+        ),
         (
             "groups laid out contiguously, short groups filled with unscorable (NaN) rows"
             if nan_aware
             else "groups laid out contiguously; unequal groups are a GroupShapeError at this pin"
         ),
         "the [N] advantages broadcast to every position of the row",
+        f"mask_truncated_completions from the case's options through {rel}:{trunc.first_line}-{trunc.last_line} "
+        "(TRL's own statement) on the completion mask",
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     if estimator == "rloo":
@@ -270,8 +304,14 @@ def load_group(root: Path, entry: str) -> Loaded:
 # entry -> TRL's loss_type
 AGGREGATE = {"agg-grpo": "grpo", "agg-bnpo": "bnpo", "agg-dr_grpo": "dr_grpo", "agg-dapo": "dapo"}
 MAX_COMPLETION_LENGTH = 512  # GRPOConfig.max_completion_length default (1.16.0 grpo_config.py:494-497)
-AGG_SELF_SET = ("loss_type", "current_gradient_accumulation_steps", "max_completion_length", "accelerator", "args",
-                "model")
+AGG_SELF_SET = (
+    "loss_type",
+    "current_gradient_accumulation_steps",
+    "max_completion_length",
+    "accelerator",
+    "args",
+    "model",
+)
 AGG_BOUND = ("per_token_loss", "mask", "completion_mask", "inputs", "self", "mode")
 LOSS_METHODS = ("_compute_loss", "compute_loss")
 
@@ -362,9 +402,7 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
     strings = {n.value for s in stmts for n in ast.walk(s) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     if loss_type not in strings:
         raise NotPresent(f"{rel}:{stmts[0].lineno}: {cls_name}.{method} has no loss_type {loss_type!r} at this pin")
-    block_scales = "current_gradient_accumulation_steps" in set().union(
-        *(attribute_reads(s, "self") for s in stmts)
-    )
+    block_scales = "current_gradient_accumulation_steps" in set().union(*(attribute_reads(s, "self") for s in stmts))
     trainer_scales = _trainer_scales_for_ga(cls)
     if block_scales == trainer_scales:
         raise BlockNotFound(
@@ -373,6 +411,7 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
             "not know this combination"
         )
     mask_name = "mask" if "mask" in block.bound else "completion_mask"
+    trunc = truncation_block(tree, path, rel, cls)
 
     def micro(rows, loss, mask, step):
         gas = step.per_rank
@@ -395,7 +434,8 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
         return out / gas if trainer_scales else out
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return run_step(case, device, micro)
+        masked = truncation_mask(trunc, case, case.options.get("mask_truncated_completions", False))
+        return run_step(case if masked is None else case.replace(trainable=masked), device, micro)
 
     notes = [
         f"block {rel}:{block.first_line}-{block.last_line} of {cls_name}.{method} run from source, loss_type="
@@ -403,8 +443,12 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
         f"{mask_name} int64; current_gradient_accumulation_steps = steps_per_generation = the step's accumulation "
         f"steps; num_processes = ranks; max_completion_length = {MAX_COMPLETION_LENGTH}; num_items_in_batch = the "
         "step's trainable tokens (all ranks)",
-        "loss / accumulation steps by the Trainer's training_step" if trainer_scales else "the Trainer does not "
-        "rescale (the block divides by the accumulation steps itself)",
+        "loss / accumulation steps by the Trainer's training_step"
+        if trainer_scales
+        else "the Trainer does not rescale (the block divides by the accumulation steps itself)",
+        f"mask_truncated_completions from the case's options through {rel}:{trunc.first_line}-{trunc.last_line} "
+        f"(TRL's own statement) on completion ids 1, pad {PAD_ID}, eos {EOS_ID} last in every row not truncated; "
+        "the step (and num_items_in_batch) then sees the mask it leaves",
     ]
     return Loaded(run, f"{rel}::{cls_name}.{method} (lines {block.first_line}-{block.last_line})", notes)
 
@@ -414,3 +458,71 @@ def load(root, entry: str) -> Loaded:
     if entry in AGGREGATE:
         return load_aggregate(Path(root), entry)
     return load_group(Path(root), entry)
+
+
+TRUNC_BOUND = ("self", "completion_ids", "completion_ids_list", "completion_mask", "tool_mask", "device")
+
+
+def truncation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> Block:
+    """`if self.mask_truncated_completions: ...` of GRPOTrainer._generate_and_score_completions (with the `is_eos =
+    ...` line it reads at old pins), compiled from the source."""
+    method = find_method(cls, METHOD)
+    stmts = method.body if method is not None else []
+    at = next(
+        (
+            i
+            for i, st in enumerate(stmts)
+            if isinstance(st, ast.If) and "mask_truncated_completions" in attribute_reads(st.test, "self")
+        ),
+        None,
+    )
+    if at is None:
+        raise BlockNotFound(f"trl: {rel}::{METHOD} has no `if self.mask_truncated_completions:` statement")
+    block = [stmts[at]]
+    if "is_eos" in block_free_names(block):
+        eos = next((st for st in stmts[:at] if "is_eos" in _targets(st)), None)
+        if eos is None:
+            raise BlockNotFound(f"trl: {rel}:{stmts[at].lineno}: the statement reads is_eos, assigned nowhere before")
+        block = [eos, *block]
+    free = block_free_names(block)
+    if "completion_mask" not in free:
+        raise BlockNotFound(f"trl: {rel}:{stmts[at].lineno}: mask_truncated_completions does not read completion_mask")
+    return tree.block(path, block, [n for n in TRUNC_BOUND if n in free])
+
+
+def truncation_mask(block: Block, case: Case, on: bool) -> torch.Tensor | None:
+    """The case's loss mask after TRL's mask_truncated_completions statement (None when the option is off): TRL
+    reads the completion ids, the last token of an ended completion its EOS, of a cut one an ordinary token."""
+    if not on:
+        return None
+    live = case.trainable
+    b_rows, t_len = live.shape
+    ended = ~case.truncated_rows()
+    ids = torch.where(live, 1, PAD_ID).long()
+    lists = []
+    for b in range(b_rows):
+        where = live[b].nonzero().flatten().tolist()
+        if not where:  # no completion token: TRL's completion would be empty, the padded row reads as ended
+            lists.append([PAD_ID])
+            continue
+        if ended[b]:
+            ids[b, where[-1]] = EOS_ID
+        lists.append(ids[b, : where[-1] + 1].tolist())
+    tok = types.SimpleNamespace(eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    me = types.SimpleNamespace(
+        mask_truncated_completions=True,
+        eos_token_ids=[EOS_ID],
+        _tokenizer=tok,
+        processing_class=tok,
+        tokenizer=tok,
+    )
+    values = dict(
+        self=me,
+        completion_ids=ids,
+        completion_ids_list=lists,
+        completion_mask=live.int(),
+        tool_mask=None,
+        device="cpu",
+    )
+    out = run_block(block, {name: values[name] for name in block.bound})
+    return out["completion_mask"].bool()
