@@ -192,8 +192,35 @@ def fuzz_target(
     for prop in props:
         if prop in search.found:
             case, verdict, also, used_seed = search.found[prop]
+            case, verdict = _simplest_configuration(run, declared, case, verdict, device)
             result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))
     return result
+
+
+def _simplest_configuration(run: Run, declared: Declared, case: Case, verdict: Verdict, device: str):
+    """The shrunk case with every option it does not need back at its default and the truncation
+    dropped when the property fails without it (the shrinker can stop at a local minimum that keeps
+    an option): a finding names only the configuration it needs. Returns (case, verdict)."""
+    if verdict.case is not None or (not case.options and case.truncated is None):
+        return case, verdict  # a crashing twin's finding is about the twin: left as found
+
+    def still_fails(candidate: Case) -> Verdict | None:
+        try:
+            out = judge(run, candidate, declared, device=device, only=(verdict.property,))
+        except Exception:  # noqa: BLE001 - a candidate the judge cannot take keeps the original
+            return None
+        return next((v for v in out if v.property == verdict.property and v.failed and v.case is None), None)
+
+    if case.truncated is not None:
+        v = still_fails(case.replace(truncated=None, bootstrap=None))
+        if v is not None:
+            case, verdict = case.replace(truncated=None, bootstrap=None), v
+    for name in sorted(case.options):
+        fewer = {k: x for k, x in case.options.items() if k != name}
+        v = still_fails(case.replace(options=fewer))
+        if v is not None:
+            case, verdict = case.replace(options=fewer), v
+    return case, verdict
 
 
 @contextmanager

@@ -84,9 +84,10 @@ class Truncation:
 class Option:
     """One configuration key of a framework that changes the masked math.
 
-    `values` are JSON scalars, `default` among them; `effect[value]` is the dict of `Declared`
-    changes that value makes (absent: none). `cite` is where the framework reads the key at the
-    pin; `doc` says what it does in the framework's words."""
+    `values` are JSON scalars (None, JSON null, included: an option off by default), `default`
+    among them; `effect[value]` is the dict of `Declared` changes that value makes (absent: none).
+    `cite` is where the framework reads the key at the pin; `doc` says what it does in the
+    framework's words."""
 
     name: str
     values: tuple

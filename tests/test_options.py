@@ -314,3 +314,22 @@ def test_a_finding_that_needs_an_option_is_saved_and_replays_with_it(tmp_path):
     assert verdicts["reference"].failed
     fixed = {v.property: v for v in judge(_configured_reference(DECLARED), entry.case, DECLARED)}
     assert not fixed["reference"].failed
+
+
+def test_a_finding_keeps_only_the_options_and_the_cut_rows_it_needs():
+    """The mutant ignores every option: with the score 3 clipped to 1 the reference fails through
+    `reward_clip`; `mask_no_eos` (no row is cut) and `norm_adv` are not needed and go back to their
+    defaults, and the cut flag goes too."""
+    from maskfuzz.fuzz.engine import _simplest_configuration
+
+    run = _ignores_options(DECLARED)
+    case = _one_row(
+        score=[3.0],
+        dtype="float32",
+        truncated=[False],
+        options={"reward_clip": 1.0, "mask_no_eos": True, "norm_adv": False},
+    )
+    (verdict,) = [v for v in judge(run, case, DECLARED) if v.property == "reference"]
+    assert verdict.failed
+    simple, again = _simplest_configuration(run, DECLARED, case, verdict, "cpu")
+    assert simple.options == {"reward_clip": 1.0} and simple.truncated is None and again.failed
