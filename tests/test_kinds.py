@@ -39,6 +39,30 @@ def _rows(variant):
     return [round(float(x), 6) for x in group_advantage.row_advantages_loop(GROUPS, variant)]
 
 
+def test_leave_one_out_std_by_hand():
+    """NeMo-RL's leave-one-out baseline with normalize_rewards: (r_i - mean of the others) over the
+    unbiased std of the others (+ 1e-6) where it is above 0, else the raw difference."""
+    case = Case.build(
+        trainable=[[1]] * 8, score=[1.0, 0.0, 3.0, 1.0, 0.0, 5.0, 2.0, 2.0], group=[0, 0, 0, 1, 1, 2, 2, 2]
+    )
+    v = {"estimator": "rloo", "loo_std": True}
+    got = group_advantage.row_advantages_loop(case, v).tolist()
+    expected = [
+        (1 - 1.5) / (math.sqrt(4.5) + 1e-6),  # others 0, 3
+        (0 - 2.0) / (math.sqrt(2.0) + 1e-6),  # others 1, 3
+        (3 - 0.5) / (math.sqrt(0.5) + 1e-6),  # others 1, 0
+        1.0,  # a group of two: one other row, no std: the raw difference
+        -1.0,
+        3.0,  # others 2, 2: no variation, not sharpened
+        (2 - 3.5) / (math.sqrt(4.5) + 1e-6),
+        (2 - 3.5) / (math.sqrt(4.5) + 1e-6),
+    ]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert group_advantage.row_advantages(case, v).tolist() == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="rloo estimator only"):
+        group_advantage.options({"loo_std": True})
+
+
 def test_group_advantage_by_hand():
     # group 7 counts rows 0 and 1 (row 3 has no trainable token): scores 1, 0, mean 0.5, unbiased std sqrt(0.5)
     s = math.sqrt(0.5)
@@ -245,6 +269,7 @@ VARIANTS = {
         {},
         {"std": None},
         {"estimator": "rloo"},
+        {"estimator": "rloo", "loo_std": True},
         {"std": "biased", "eps_place": "var", "singleton": "zero"},
         {"empty_rows": "counted"},
         {"eps_place": "floor", "eps": 1e-3},

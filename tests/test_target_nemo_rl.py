@@ -257,7 +257,15 @@ def _kind_verdicts(handle, case: Case) -> dict:
 
 def test_kind_entries_are_declared():
     spec = nemo_rl.SPEC
-    assert spec.entries == ("default", "grpo", "rloo", "agg-token-level", "agg-sequence-level", "value-loss")
+    assert spec.entries == (
+        "default",
+        "grpo",
+        "rloo",
+        "grpo-loo",
+        "agg-token-level",
+        "agg-sequence-level",
+        "value-loss",
+    )
     assert spec.declared("value-loss").variant == {"clip": 0.2, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-level").variant == {"mode": "token-mean"}
     assert spec.declared("agg-sequence-level").variant == {"mode": "seq-mean-token-mean"}
@@ -294,6 +302,27 @@ def test_grpo_and_rloo_hand_computed():
         case = Case.build(trainable=[[1, 1]] * 4, score=[1, 0, 2, 5], group=[4, 4, 1, 4])
         (adv,) = h.run(case)
         assert adv[:, 0].tolist() == pytest.approx([1 - 2.5, 0 - 3.0, 0.0, 5 - 0.5])
+        assert _kind_verdicts(h, case)["reference"].status == "pass"
+
+
+def test_grpo_with_the_leave_one_out_baseline_and_std_hand_computed():
+    """NeMo-RL's defaults (use_leave_one_out_baseline and normalize_rewards): group [1, 0, 3] divides
+    by the others' unbiased std (+1e-6); group [5, 2, 2] leaves row 0 raw (others equal, std 0);
+    a group of two has no std of the others: the raw difference."""
+    with _kind_handle("grpo-loo") as h:
+        case = Case.build(trainable=[[1]] * 8, score=[1, 0, 3, 1, 0, 5, 2, 2], group=[0, 0, 0, 1, 1, 2, 2, 2])
+        (adv,) = h.run(case)
+        expected = [
+            -0.5 / (math.sqrt(4.5) + 1e-6),  # others 0, 3: mean 1.5, std sqrt(4.5)
+            -2.0 / (math.sqrt(2.0) + 1e-6),  # others 1, 3
+            2.5 / (math.sqrt(0.5) + 1e-6),  # others 1, 0
+            1.0,
+            -1.0,
+            3.0,
+            -1.5 / (math.sqrt(4.5) + 1e-6),
+            -1.5 / (math.sqrt(4.5) + 1e-6),
+        ]
+        assert adv[:, 0].tolist() == pytest.approx(expected, rel=1e-5)
         assert _kind_verdicts(h, case)["reference"].status == "pass"
 
 

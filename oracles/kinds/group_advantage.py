@@ -17,6 +17,10 @@ Variants (`Declared.variant`, every key optional):
                | "counted" (the framework documents counting it)
     std_level  "group" (default) | "batch": the std over every counted row of the batch, the mean
                still per group (TRL's scale_rewards="batch"); a batch of one counted row gives 0
+    loo_std    False (default) | True: rloo only, divide by the leave-one-out std, the unbiased std of
+               the other counted rows of the group, plus eps where it is above 0 (NeMo-RL's
+               `use_leave_one_out_baseline` with `normalize_rewards`: rows with no variation are not
+               sharpened); fewer than two other rows: std 0, the raw difference
     whiten_tokens  False (default) | True: then whiten the token advantages over every trainable
                position of the batch, unbiased, eps 1e-8 under the sqrt (REINFORCE++-baseline: Dr.GRPO
                shaping then verl's masked_whiten); undefined (None) below two trainable positions
@@ -25,6 +29,7 @@ For a group of n >= 2 counted rows (two-pass float64 statistics):
 
     grpo  A_i = (r_i - mean_g) / (std_g + eps)           std_g with 1/(n-1) or 1/n
     rloo  A_i = r_i - (sum_g - r_i) / (n - 1)  = n / (n - 1) * (r_i - mean_g)
+          loo_std: A_i / (s_{-i} + eps) where s_{-i} > 0, s_{-i} the unbiased std of the others
     opo   A_i = r_i - sum_g(len_j r_j) / sum_g(len_j)   len = the row's trainable tokens (OPO's
           length-weighted baseline, arXiv 2505.23585)
     gpg   A_i = alpha (r_i - mean_g),  alpha = (counted rows) / (counted rows with r != 0)   (GPG;
@@ -52,6 +57,7 @@ DEFAULTS = {
     "empty_rows": "excluded",
     "std_level": "group",
     "whiten_tokens": False,
+    "loo_std": False,
 }
 
 
@@ -68,6 +74,8 @@ def options(variant: dict | None) -> dict:
         raise ValueError(f"unknown group-advantage variant {out}")
     if out["std_level"] not in ("group", "batch"):
         raise ValueError(f"unknown group-advantage variant {out}")
+    if out["loo_std"] and out["estimator"] != "rloo":
+        raise ValueError("loo_std is a variant of the rloo estimator only")
     return out
 
 
@@ -119,8 +127,14 @@ def row_advantages_loop(case: Case, variant: dict | None = None) -> torch.Tensor
         mean = sum(r) / n
         if v["estimator"] == "rloo":
             total = sum(r)
-            for b, x in zip(rows, r):
+            for i, (b, x) in enumerate(zip(rows, r)):
                 out[b] = x - (total - x) / (n - 1)
+                others = r[:i] + r[i + 1 :]
+                if v["loo_std"] and len(others) >= 2:
+                    m = sum(others) / len(others)
+                    s_loo = math.sqrt(sum((y - m) ** 2 for y in others) / (len(others) - 1))
+                    if s_loo > 0:
+                        out[b] = out[b] / (s_loo + v["eps"])
             continue
         if v["estimator"] == "opo":
             lens = [int(case.trainable[b].sum()) for b in rows]
@@ -196,6 +210,18 @@ def row_advantages(case: Case, variant: dict | None = None) -> torch.Tensor:
     if v["estimator"] == "rloo":
         adv = case.score - (total_row - case.score) / (n_row - 1).clamp(min=1)
         single = case.score.clone()
+        if v["loo_std"]:
+            # the others' squares about their own mean m_i: sum_{j != i} (x_j - mean)^2 - (n - 1)(m_i - mean)^2
+            m_i = (total_row - case.score) / (n_row - 1).clamp(min=1)
+            terms = (ss, centred**2, (n_row - 1) * (m_i - mean) ** 2)
+            ss_i = terms[0] - terms[1] - terms[2]
+            # others all equal: exactly 0 in the loop's two passes; here a rounding residue of the
+            # three terms, snapped to 0
+            residue = 64 * torch.finfo(torch.float64).eps * (terms[0] + terms[1] + terms[2])
+            ss_i = torch.where(ss_i > residue, ss_i, torch.zeros_like(ss_i))
+            s_i = (ss_i / (n_row - 2).clamp(min=1)).sqrt()
+            s_i = torch.where(n_row >= 3, s_i, torch.zeros_like(s_i))
+            adv = torch.where(s_i > 0, adv / (s_i + v["eps"]), adv)
     elif v["estimator"] == "opo":
         lens = case.trainable.sum(dim=1).to(torch.float64) * use
         w = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, lens)[gid]
@@ -242,8 +268,11 @@ def _passk_vectorised(case: Case, v: dict, gid: torch.Tensor, use: torch.Tensor,
     first[1:] = g_sorted[1:] != g_sorted[:-1]
     for pos in first.nonzero().flatten().tolist():
         best = int(by_group[pos])
-        if not bool(use[best]) or pos + 1 >= b_rows or g_sorted[pos + 1] != g_sorted[pos] or not bool(
-            use[by_group[pos + 1]]
+        if (
+            not bool(use[best])
+            or pos + 1 >= b_rows
+            or g_sorted[pos + 1] != g_sorted[pos]
+            or not bool(use[by_group[pos + 1]])
         ):
             continue  # fewer than two counted rows
         gap = case.score[best] - case.score[by_group[pos + 1]]

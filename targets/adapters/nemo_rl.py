@@ -205,7 +205,23 @@ _KIND_OVERRIDES = {
     "rloo": dict(
         kind="group-advantage",
         variant={"estimator": "rloo", "singleton": "zero"},
-        # normalize_rewards=True with the leave-one-out baseline divides by the others' std: no variant, not an option
+        # normalize_rewards=True with the leave-one-out baseline is the entry grpo-loo
+        options=(),
+        truncation=None,
+        whitening=None,
+        masked_zero=False,
+        masked_zero_why=_GROUP_MASKED,
+        domain=Domain(why={}),
+        pipeline=None,
+        pipeline_by_pin={},
+    ),
+    # use_leave_one_out_baseline=True and normalize_rewards=True, NeMo-RL's defaults (grpo.py:247, :253): the
+    # baseline and the std both leave the row out (baseline_mask_matrix = 1 - eye, utils.py:147-148, :159-192;
+    # std unbiased over the others, nan_to_num(0) below two others, :186-194); divided by (std + 1e-6) only where
+    # std > 0 (advantage_estimator.py:90-95); a group with <= 1 valid row: advantage 0 (utils.py:155-158)
+    "grpo-loo": dict(
+        kind="group-advantage",
+        variant={"estimator": "rloo", "loo_std": True, "eps": 1e-6, "singleton": "zero"},
         options=(),
         truncation=None,
         whitening=None,

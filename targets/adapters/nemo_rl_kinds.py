@@ -40,6 +40,8 @@ CONFIGS = {
     "grpo": {"use_leave_one_out_baseline": False, "normalize_rewards": True},
     # use_leave_one_out_baseline=True, normalize_rewards=False: r - mean of the others (RLOO)
     "rloo": {"use_leave_one_out_baseline": True, "normalize_rewards": False},
+    # both True, NeMo-RL's defaults (grpo.py:247, :253): (r - mean of the others) / (std of the others + 1e-6)
+    "grpo-loo": {"use_leave_one_out_baseline": True, "normalize_rewards": True},
 }
 
 
