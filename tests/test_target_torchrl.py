@@ -354,7 +354,12 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
 
 
 @pytest.mark.parametrize(
-    "name", [e for e in torchrl.SPEC.entries if torchrl.SPEC.for_entry(e).kind not in ("gae", "loss-aggregation")]
+    "name",
+    [
+        e
+        for e in torchrl.SPEC.entries
+        if torchrl.SPEC.for_entry(e).kind not in ("gae", "loss-aggregation", "value-loss")
+    ],
 )
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = torchrl.SPEC.for_entry(name)
@@ -581,3 +586,118 @@ def test_short_fuzz_of_the_module_covers_every_option_value_and_truncated_rows(m
         elif f.property in ("poison", "row-independence", "score-kept"):
             # average_gae standardises over every position, the masked ones included (design: no token mask)
             assert f.case.options.get("average_gae") is True, (f.property, f.case.options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Critic loss (torchrl_kinds.load_value): ClipPPOLoss(clip_value=0.2, loss_critic_type="l2")(td)["loss_critic"]
+# per micro-batch, the loss mask as ("collector", "mask"), / accumulation steps. l2 is F.mse_loss: (v - R)^2 with
+# no 1/2 (objectives/utils.py:357-358 at 0.14.1); _reduce_loss: where(mask, l, 0).sum() / mask.sum().clamp_min(1)
+# (objectives/common.py:368, 374), "sum": .sum() (:376).
+# ---------------------------------------------------------------------------------------------
+# row 0: t0 v - v_old = 0.1 inside 0.2: l = (1 - 0)^2 = 1, dl/dv = 2; t1 v = v_old: l = (0.5 - 1.5)^2 = 1, dl/dv = -2
+# row 1: v_old = 2 clipped to 1.8: l = max(1^2, 1.8^2) = 3.24, dl/dv = 0 (the clamp saturated); row 2 empty;
+# 99 under the mask. Token mean: (1 + 1 + 3.24) / 3 = 1.74667, grads 2/3, -2/3, 0.
+VALUE_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [0, 0, 0]],
+    extra={
+        "v": [[1.0, 0.5, 99.0], [1.0, 99.0, 99.0], [99.0] * 3],
+        "v_old": [[0.9, 0.5, 99.0], [2.0, 99.0, 99.0], [99.0] * 3],
+        "ret": [[0.0, 1.5, 99.0], [0.0, 99.0, 99.0], [99.0] * 3],
+    },
+    dtype="float32",
+)
+_NO_GRAD_TAIL = [0.0] * 7
+
+
+def _value_by_hand(h):
+    loss, grad = h.run(VALUE_STEP)
+    assert loss[0, 0].item() == pytest.approx(5.24 / 3, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([2 / 3, -2 / 3, *_NO_GRAD_TAIL], rel=1e-6)
+    v = kind_verdicts(h, VALUE_STEP)
+    for prop in ("reference", "clip-bound", "poison", "pad-invariance", "masked-zero", "empty-step"):
+        assert v[prop].status == "pass", (prop, v[prop])
+    # reduction="sum": 1 + 1 + 3.24, grads 2, -2 (the token-sum variant)
+    loss, grad = h.run(VALUE_STEP.replace(options={"reduction": "sum"}))
+    assert loss[0, 0].item() == pytest.approx(5.24, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([2.0, -2.0, *_NO_GRAD_TAIL], rel=1e-6)
+    # clip_value=None: row 1 unclipped, l = 1, dl/dv = 2: (1 + 1 + 1) / 3 = 1, grads 2/3 each
+    unclipped = VALUE_STEP.replace(options={"clip_value": None})
+    loss, grad = h.run(unclipped)
+    assert loss[0, 0].item() == pytest.approx(1.0, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([2 / 3, -2 / 3, 0.0, 2 / 3, 0.0, 0.0, 0.0, 0.0, 0.0], rel=1e-6)
+    assert kind_verdicts(h, unclipped)["reference"].status == "pass"
+    # micro-batches {row 0}, {rows 1, 2}: each its own token mean, / 2 accumulation steps: (2 / 2 + 3.24 / 1) / 2
+    # = 2.12 against the step's 1.74667; row 0's grads 2 / 2 / 2 = 0.5, -0.5
+    split = VALUE_STEP.replace(split=torch.tensor([0, 1, 1]))
+    loss, grad = h.run(split)
+    assert loss[0, 0].item() == pytest.approx(2.12, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([0.5, -0.5, *_NO_GRAD_TAIL], rel=1e-6)
+    v = kind_verdicts(h, split)  # the documented per-call mean: scope "micro-batch", the reference is 2.12 too
+    assert v["split-invariance"].status == "n/a" and v["reference"].status == "pass" and v["poison"].status == "pass"
+
+
+def _nan_target_under_the_mask(h):
+    """A NaN value target at a masked step: the loss is finite (torch.where, common.py:368) but dl/dv there is
+    0 * 2 (v - NaN) = NaN (mse backward), which a real critic network carries into every parameter gradient."""
+    extra = {**VALUE_STEP.extra, "ret": VALUE_STEP.extra["ret"].clone()}
+    extra["ret"][0, 2] = math.nan
+    case = VALUE_STEP.replace(extra=extra)
+    loss, grad = h.run(case)
+    assert loss[0, 0].item() == pytest.approx(5.24 / 3, rel=1e-6)
+    assert math.isnan(grad[0, 2].item())
+    assert grad.flatten().tolist()[:2] == pytest.approx([2 / 3, -2 / 3], rel=1e-6)
+    v = kind_verdicts(h, case)
+    assert v["masked-zero"].failed and v["poison-nonfinite"].status == "pass"
+
+
+@pytest.mark.network
+def test_value_loss_by_hand(entry):
+    h = entry("value-loss")
+    assert h.info["where"] == "torchrl/objectives/ppo.py::ClipPPOLoss.loss_critic"
+    _value_by_hand(h)
+    _nan_target_under_the_mask(h)
+
+
+def test_value_loss_at_git_main():
+    repos = parse_repos(None)
+    if "torchrl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=torchrl=/path/to/pytorch-rl-clone-or-mirror to test torchrl at main")
+    with open_target("torchrl:value-loss@ae9719f17b15", repos=repos) as h:
+        assert h.info["where"] == "torchrl/objectives/ppo.py::ClipPPOLoss.loss_critic"
+        _value_by_hand(h)
+        _nan_target_under_the_mask(h)
+
+
+@pytest.mark.network
+def test_value_loss_is_absent_before_the_loss_mask():
+    """0.12.0: PPO reduces every loss_* key with _reduce(value, reduction) over all elements (ppo.py:1307): no
+    loss mask to express the case's mask with, so the entry is not present."""
+    from maskfuzz.targets.session import Skip
+
+    with pytest.raises(Skip, match="take no loss mask at this pin"):
+        with open_target("torchrl:value-loss@0.12.0"):
+            pass
+
+
+def test_value_loss_is_declared_with_citations():
+    spec = torchrl.SPEC.for_entry("value-loss")
+    assert spec.kind == "value-loss" and spec.masked_zero is True
+    assert spec.variant == {"clip": 0.2, "half": False, "mode": "token-mean", "scope": "micro-batch"}
+    opts = {o.name: o for o in spec.options}
+    assert set(opts) == {"clip_value", "reduction"}
+    assert opts["clip_value"].effect == {None: {"variant": {"clip": float("inf")}}}
+    assert opts["reduction"].effect == {"sum": {"variant": {"mode": "token-sum"}}}
+    assert all("ppo.py:" in o.cite for o in spec.options)
+
+
+@pytest.mark.network
+def test_short_fuzz_of_the_value_loss(entry):
+    h = entry("value-loss")
+    res = fuzz_target(h.run, h.declared, target="torchrl", pin=PIN, max_examples=60, seed=0, shrink=False)
+    for f in res.findings:
+        assert not any(e in f.verdict.message for e in _TOOL_ERRORS), (f.property, f.verdict.message)
+    bad = {p for p, n in res.failed.items() if n}
+    # NaN gradient at a masked position (mse backward); the per-micro-batch mean is declared (scope micro-batch)
+    assert bad == {"masked-zero"}, bad
+    assert all(n > 0 for per in res.options_checked.values() for n in per.values()), res.options_checked
+    assert res.checked["poison-nonfinite"] > 0 and res.checked["clip-bound"] > 0

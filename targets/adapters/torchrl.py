@@ -62,6 +62,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.targets.adapters.torchrl_kinds import VALUE_CLIP
 from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
 _MODULE = "torchrl.objectives.value.functional"
@@ -226,6 +227,62 @@ ENTRY_OVERRIDES = {
         "variant": {"mode": "token-mean", "transform": "k3"},
     },
 }
+
+# ClipPPOLoss's critic loss (torchrl_kinds.load_value). Lines at 0.14.1, git main ae9719f17b15 in brackets.
+_PPO = "torchrl/objectives/ppo.py"
+_COMMON = "torchrl/objectives/common.py"
+_VALUE_OPTIONS = (
+    # torchrl's default is None (no value clip, ppo.py:1466 [1246]) and the PPO recipes leave it unset
+    # (sota-implementations/ppo/ppo_mujoco.py:180-188 at main); this entry's base configuration is the clipped
+    # loss (clip_value=True -> clip_epsilon 0.2, ppo.py:1473-1480 [1251-1258]), None the unclipped one
+    Option(
+        "clip_value",
+        (0.2, None),
+        0.2,
+        f"{_PPO}:653 (buffer), 960-967, 1000-1008 in loss_critic [590, 837-845, 877-885]; "
+        "torchrl/objectives/utils.py:1053-1079 _clip_value_loss [933-959]",
+        "'If a float is provided, it will be used to compute a clipped version of the value prediction with "
+        "respect to the input tensordict value estimate' (ppo.py:1342): max((v - R)^2, (v_old + clamp(v - v_old, "
+        "-c, c) - R)^2); None: (v - R)^2",
+        effect={None: {"variant": {"clip": float("inf")}}},
+    ),
+    Option(
+        "reduction",
+        ("mean", "sum"),
+        "mean",
+        f"{_PPO}:529, 560-561, 602 [484, 513-514, 546] -> {_COMMON}:340-377 _reduce_loss (masked mean :374, "
+        "sum :376) [same lines]",
+        "'mean: the sum of the output will be divided by the number of elements in the output, sum: the output "
+        "will be summed' (ppo.py:219-222); with a loss mask: the sum over the mask / mask.sum().clamp_min(1)",
+        effect={"sum": {"variant": {"mode": "token-sum"}}},
+    ),
+)
+_VALUE_ENTRY = dict(
+    kind="value-loss",
+    # loss_critic_type="l2": F.mse_loss(v1, v2, reduction="none") = (v - R)^2 with no 1/2 (utils.py:357-358 [355-356];
+    # the PPO recipes' value, main sota-implementations/ppo/config_mujoco.yaml:43); the clip as in _clip_value_loss
+    # (utils.py:1067-1078 [947-958]); reduction "mean" through the loss mask: the token mean of the micro-batch, as
+    # documented per call ("divided by the number of elements in the output", ppo.py:219-222) and no global
+    # normaliser to pass (_reduce_loss, common.py:340-347): scope "micro-batch", each / the accumulation steps
+    # (0.14.1 trainers.py:472-479)
+    variant={"clip": VALUE_CLIP, "half": False, "mode": "token-mean", "scope": "micro-batch"},
+    # _reduce_loss selects with torch.where(mask, loss, 0) (common.py:368): dl/dv = 0 at masked positions
+    masked_zero=True,
+    masked_zero_why="",
+    options=_VALUE_OPTIONS,
+    documented_errors=(),
+    whitening=None,
+    truncation=None,  # the value targets are given; a cut row is a row like another for the critic loss
+    # api: ClipPPOLoss takes any [b, T] batch with a bool ("collector", "mask") (AUTO_LOSS_MASK_KEYS, common.py:41,
+    # read :359-363, broadcast by _expand_loss_mask :320-338): gaps, padding and empty rows are expressible
+    domain=Domain(),
+    pipeline=None,  # not researched: every finding is reach: api
+    pipeline_by_pin={},
+    contract="dense",
+    notes="ClipPPOLoss(clip_value, loss_critic_type='l2', reduction)(td)['loss_critic'] per micro-batch, the loss "
+    "mask as ('collector', 'mask'); / accumulation steps",
+)
+ENTRY_OVERRIDES["value-loss"] = _VALUE_ENTRY
 
 
 SPEC = TargetSpec(

@@ -19,6 +19,9 @@
 
 * loss-aggregation (`agg-token-mean`, `agg-prompt-mean`): `GRPOLoss._aggregate_loss_value` on a real
   `GRPOLoss(aggregation=...)`, one call per micro-batch (see `load_aggregation`).
+* value-loss (`value-loss`): the critic loss of a real `ClipPPOLoss(clip_value=..., loss_critic_type="l2")`,
+  its `forward` on a micro-batch tensordict whose critic network returns the case's predictions and whose
+  `("collector", "mask")` is the loss mask; the `loss_critic` key, / accumulation steps (see `load_value`).
 
 Not entries: `GRPOLoss._kl_to_ref` (k3 then `.mean()` over all B x T positions: a loss aggregation, a kind
 the judge does not implement yet; see the tests for its pad dependence), `KLRewardTransform` (needs a
@@ -239,8 +242,120 @@ def load_kl_to_ref(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::GRPOLoss._kl_to_ref", notes)
 
 
+# The `value-loss` entry: ClipPPOLoss's critic loss (lines at 0.14.1, git main ae9719f17b15 in brackets).
+_PPO = "torchrl.objectives.ppo"
+_COMMON = "torchrl.objectives.common"
+VALUE_CLIP = 0.2  # clip_value=True takes clip_epsilon (ppo.py:1480 [1258]), whose default is 0.2
+MASK_KEY = ("collector", "mask")  # what split_trajectories writes (collectors/utils.py:214-222 [214-220])
+
+
+def _inert_actor():
+    """A policy the critic loss never reads: loc 0 and scale 1 of a Normal over a zero observation (the policy
+    term of `forward` runs on it with advantage 0)."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.modules import ProbabilisticActor
+
+    class ZeroNormal(torch.nn.Module):
+        def forward(self, obs):
+            return torch.zeros_like(obs), torch.ones_like(obs)
+
+    body = TensorDictModule(ZeroNormal(), in_keys=["inert_obs"], out_keys=["loc", "scale"])
+    return ProbabilisticActor(
+        body, in_keys=["loc", "scale"], distribution_class=torch.distributions.Normal, return_log_prob=True
+    )
+
+
+def load_value(root: Path) -> Loaded:
+    """`ClipPPOLoss(...)(tensordict)["loss_critic"]` per micro-batch, as a PPO trainer calls the loss module.
+
+    The loss module is real (`ClipPPOLoss(actor, critic, clip_value=<option>, loss_critic_type="l2",
+    reduction=<option>)`, critic_coeff left to its default 1.0, ppo.py:549-550 [502-503]); its critic network is
+    `TensorDictModule(nn.Identity(), in_keys=["v_pred"], out_keys=["state_value"])`, so the network's output is
+    the case's predictions v (the autograd leaf). The tensordict [b, T] holds what a collector batch after GAE
+    holds: `state_value` = v_old (the values at rollout time, which `loss_critic` reads as `old_state_value` before
+    the critic overwrites the key, ppo.py:961, 976 [838, 853]), `value_target` = ret, `advantage` = 0, and the
+    loss mask as `("collector", "mask")`, the padding mask `split_trajectories` writes; `_reduce_loss` (common.py:
+    340-377) finds it through `loss_mask_key="auto"` (common.py:41, 359-363), selects with `torch.where` (:368)
+    and divides by `mask.sum().clamp_min(1)` (:374; "sum": :376). `forward` reduces every `loss_*` key that way
+    (ppo.py:1669-1672 [1442-1445]). The policy term runs on an inert actor (see `_inert_actor`) and is not
+    returned. Per micro-batch the loss is divided by the accumulation steps, as `MixedPrecisionOptimizationStepper`
+    does (0.14.1 torchrl/trainers/trainers.py:479; main has no accumulating stepper and the PPO recipes step the
+    optimizer per mini-batch, sota-implementations/ppo/ppo_mujoco.py:244-253)."""
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _PPO)
+    common = import_from(root, _COMMON)
+    cls = getattr(mod, "ClipPPOLoss", None)
+    if cls is None:
+        raise NotPresent(f"{_PPO}.ClipPPOLoss is not present at this pin")
+    if not hasattr(common.LossModule, "_reduce_loss") or not hasattr(common.LossModule, "loss_mask_key"):
+        raise NotPresent(
+            "torchrl's PPO losses take no loss mask at this pin: forward reduces every loss_* key with "
+            "_reduce(value, reduction=self.reduction) over all elements (0.12.0 torchrl/objectives/ppo.py:1307), so "
+            "padding and masked steps are averaged in; the mask (LossModule.loss_mask_key, "
+            "('collector', 'mask')) exists from 0.14.1"
+        )
+    modules: dict = {}
+
+    def module(clip, reduction: str):
+        key = (clip, reduction)
+        if key not in modules:
+            critic = TensorDictModule(torch.nn.Identity(), in_keys=["v_pred"], out_keys=["state_value"])
+            modules[key] = cls(
+                _inert_actor(),
+                critic,
+                clip_value=clip,
+                loss_critic_type="l2",
+                entropy_bonus=False,
+                reduction=reduction,
+            )
+        return modules[key]
+
+    def run(case: Case, device: str):
+        clip = case.options.get("clip_value", VALUE_CLIP)
+        reduction = case.options.get("reduction", "mean")
+        loss_module = module(clip, reduction).to(device)
+
+        def micro(rows, v, mask, step):
+            b, t = v.shape
+            zero = torch.zeros(b, t, 1, device=v.device, dtype=v.dtype)
+            old = step.case.extra["v_old"][rows].to(device=v.device, dtype=v.dtype)
+            ret = step.case.extra["ret"][rows].to(device=v.device, dtype=v.dtype)
+            td = TensorDict(
+                {
+                    "v_pred": v.unsqueeze(-1),
+                    "state_value": old.unsqueeze(-1),
+                    "value_target": ret.unsqueeze(-1),
+                    "advantage": zero,
+                    "inert_obs": zero,
+                    "action": zero,
+                    loss_module.tensor_keys.sample_log_prob: zero,
+                    MASK_KEY: mask.bool(),
+                },
+                batch_size=[b, t],
+                device=v.device,
+            )
+            out = loss_module(td)
+            return out.get("loss_critic") / step.rank_micro_batches
+
+        return run_step(case, device, micro, leaf_name="v")
+
+    notes = [
+        f"ClipPPOLoss(inert actor, critic=Identity(v_pred -> state_value), clip_value=<option, {VALUE_CLIP}>, "
+        "loss_critic_type='l2', reduction=<option, 'mean'>)(td)['loss_critic'] per micro-batch",
+        "td [b, T]: v_pred = v, state_value = v_old, value_target = ret, advantage = 0, ('collector', 'mask') = "
+        "the loss mask (loss_mask_key='auto'); / accumulation steps",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::ClipPPOLoss.loss_critic", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry == "value-loss":
+        return load_value(root)
     if entry in AGGREGATION:
         return load_aggregation(root, entry)
     if entry == "kl-to-ref":
