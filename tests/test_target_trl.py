@@ -708,3 +708,136 @@ def test_short_fuzz_of_train_checks_the_penalty_and_cut_rows(train):
     )
     assert all(n > 0 for n in res.options_checked["missing_eos_penalty"].values()), res.options_checked
     assert res.truncated_checked > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# kl: GRPO's per-token k3 KL to the reference (the `if self.beta != 0.0:` statement of GRPOTrainer._compute_loss,
+# with TRL's coef_1 lines before it) and the PPO trainer's k1 / k3 KL (`logr = ref_logprobs - logprobs; kl = ...` of
+# PPOTrainer.train, with its padding masks and INVALID_LOGPROB fills), run from source (trl_kinds.load_kl_*).
+# ---------------------------------------------------------------------------------------------
+# d = logp - ref = 0.5 and -1 at the trained tokens; the third position is padding (poison there)
+KL_CASE = Case.build(
+    trainable=[[1, 1, 0]],
+    attention=[[1, 1, 0]],
+    extra={"logp": [[-1.0, -3.0, 1e4]], "ref_logp": [[-1.5, -2.0, -7.0]]},
+)
+KL_NAN = KL_CASE.replace(extra={"logp": torch.tensor([[-1.0, -3.0, math.nan]]), "ref_logp": KL_CASE.extra["ref_logp"]})
+# k3 = exp(ref - logp) - (ref - logp) - 1 = exp(-d) - 1 + d: d = 0.5 -> e^-0.5 - 0.5 = 0.1065307;
+# d = -1 -> e - 2 = 0.7182818
+K3 = [math.exp(-0.5) - 0.5, math.e - 2.0]
+
+
+@pytest.mark.network
+def test_kl_grpo_by_hand(group_entry):
+    for pin in (NEWEST, NEWEST_PPO, "0.19.1"):
+        h = group_entry("kl-grpo", pin)
+        assert h.info["where"].startswith("trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss"), h.info["where"]
+        (kl,) = h.run(KL_CASE)
+        assert kl[0, :2].tolist() == pytest.approx(K3, rel=1e-6)
+        # computed at every position (the loss masks it): d = 1e4 - (-7) there, e^(-10007) - 1 + 10007
+        assert kl[0, 2].item() == pytest.approx(1e4 + 7 - 1, rel=1e-6)
+        assert torch.isnan(h.run(KL_NAN)[0][0, 2]) and h.run(KL_NAN)[0][0, :2].tolist() == pytest.approx(K3, rel=1e-6)
+        v = kind_verdicts(h, KL_CASE)
+        for prop in ("no-crash", "poison", "reference", "deterministic"):
+            assert v[prop].status == "pass", (pin, prop, v[prop])
+        assert v["masked-zero"].status == "n/a"  # masked_zero=False: TRL masks in the loss
+    h = group_entry("kl-grpo", NEWEST)
+    # use_bias_correction_kl=False drops `* coef_1`; coef_1 = exp(logp - logp.detach()) = 1, so the same values
+    assert h.run(KL_CASE.replace(options={"use_bias_correction_kl": False}))[0][0, :2].tolist() == pytest.approx(K3)
+    # importance_sampling_level="sequence": coef_1 = exp((log_ratio * mask).sum(-1) / mask.sum(-1)); log_ratio =
+    # logp - logp is 0 at finite positions, but NaN - NaN = NaN and NaN * 0 = NaN: the whole row turns NaN
+    seq = {"importance_sampling_level": "sequence"}
+    assert h.run(KL_CASE.replace(options=seq))[0][0, :2].tolist() == pytest.approx(K3, rel=1e-6)
+    assert torch.isnan(h.run(KL_NAN.replace(options=seq))[0]).all()
+    assert kind_verdicts(h, KL_NAN.replace(options=seq))["poison-nonfinite"].failed
+    assert kind_verdicts(h, KL_NAN)["poison-nonfinite"].status == "pass"  # token level: pointwise, nothing leaks
+    # 0.19.1: no coef_1 in the KL, neither option exists
+    v = kind_verdicts(group_entry("kl-grpo", "0.19.1"), KL_CASE.replace(options=seq))
+    assert v["no-crash"].status == "pass" and "OptionNotAtPin" in v["no-crash"].message
+    with pytest.raises(Skip, match="GRPO arrived"):
+        group_entry("kl-grpo", OLD)
+
+
+@pytest.mark.network
+def test_kl_ppo_by_hand(group_entry):
+    k3 = {"kl_estimator": "k3"}
+    for pin in (NEWEST_PPO, "0.19.1", OLD):
+        h = group_entry("kl-ppo", pin)
+        # k1: kl = -logr = logp - ref = 0.5, -1; at the padding slot both log-probs are INVALID_LOGPROB = 1.0, so
+        # logr = 0 and kl = -0.0 whatever the poison was (masked_fill selects: NaN cannot survive)
+        assert h.run(KL_CASE)[0].tolist() == [[0.5, -1.0, 0.0]]
+        assert h.run(KL_NAN)[0].tolist() == [[0.5, -1.0, 0.0]]
+        v = kind_verdicts(h, KL_CASE)
+        for prop in ("no-crash", "poison", "masked-zero", "reference", "deterministic"):
+            assert v[prop].status == "pass", (pin, prop, v[prop])
+        if pin == OLD:  # ppov2_trainer.py:416 `kl = logprobs - ref_logprobs`: k1 only
+            v = kind_verdicts(h, KL_CASE.replace(options=k3))
+            assert v["no-crash"].status == "pass" and "OptionNotAtPin" in v["no-crash"].message
+            continue
+        # k3: (e^logr - 1) - logr with logr = -d: e^-0.5 - 1 + 0.5, e - 1 - 1; padding: e^0 - 1 - 0 = 0
+        (kl,) = h.run(KL_CASE.replace(options=k3))
+        assert kl[0, :2].tolist() == pytest.approx(K3, rel=1e-6) and kl[0, 2].item() == 0.0
+        assert kind_verdicts(h, KL_CASE.replace(options=k3))["reference"].status == "pass"
+    with pytest.raises(Skip, match="no PPO trainer"):
+        group_entry("kl-ppo", NEWEST)
+
+
+def test_git_head_kl_blocks():
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    with open_target(f"trl:kl-grpo@{GIT_PIN}", repos=repos) as h:
+        assert h.run(KL_CASE)[0][0, :2].tolist() == pytest.approx(K3, rel=1e-6)
+        assert torch.isnan(h.run(KL_NAN.replace(options={"importance_sampling_level": "sequence"}))[0]).all()
+    with open_target(f"trl:kl-ppo@{GIT_PIN}", repos=repos) as h:
+        assert h.run(KL_CASE.replace(options={"kl_estimator": "k3"}))[0][0].tolist() == pytest.approx([*K3, 0.0])
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, pin, failing", [("kl-grpo", NEWEST, {"poison-nonfinite"}), ("kl-ppo", NEWEST_PPO, set())]
+)
+def test_short_fuzz_of_the_kl_entries(group_entry, name, pin, failing):
+    h = group_entry(name, pin)
+    res = fuzz_target(h.run, h.declared, target="trl", pin=pin, max_examples=40, seed=0, sizes=Sizes(3, 6))
+    found = {f.property for f in res.findings}
+    assert found <= failing, found
+    assert "no-crash" not in found and res.checked["reference"] > 0
+    for opt, per in res.options_checked.items():
+        assert all(n > 0 for n in per.values()), (opt, per)
+    # the one finding needs importance_sampling_level="sequence" (NaN through the masked mean of coef_1)
+    assert all(f.case.options.get("importance_sampling_level") == "sequence" for f in res.findings)
+
+
+@pytest.mark.parametrize("name", trl.KL_ENTRIES)
+def test_each_kl_entry_is_declared(name):
+    spec = trl.SPEC.for_entry(name)
+    assert spec.kind == "kl" and trl.SPEC.adapter_for(name).endswith("trl_kinds")
+    assert spec.variant["estimator"] == ("k3" if name == "kl-grpo" else "k1") and spec.masked_zero_why
+    assert spec.masked_zero is (name == "kl-ppo") and spec.truncation is None and spec.whitening is None
+    for pin in (NEWEST_PPO, GIT_PIN, "0.19.1", OLD):
+        assert spec.pipeline_at(pin).cited() == [], (pin, spec.pipeline_at(pin).restrictions())
+    opts = {o.name: o for o in spec.options}
+    if name == "kl-ppo":
+        assert opts["kl_estimator"].effect == {"k3": {"variant": {"estimator": "k3"}}}
+        assert "gap" in spec.domain.rejects(Case.build(trainable=[[1, 0, 1]]))  # TRL's mask is a prefix
+    else:
+        assert set(opts) == {"use_bias_correction_kl", "importance_sampling_level"}
+        assert spec.domain.rejects(Case.build(trainable=[[1, 0, 1]])) is None  # pointwise: any mask
+
+
+def test_kl_blocks_reading_unknown_names_fail_loudly(tmp_path):
+    body = (
+        "class GRPOTrainer:\n"
+        "    def _compute_loss(self, model, inputs):\n"
+        "        if self.beta != 0.0:\n"
+        "            ref = inputs['ref_per_token_logps']\n"
+        "            per_token_kl = torch.exp(ref - per_token_logps) * self.kl_scale\n"
+    )
+    root = _tree(tmp_path, "trl/trainer/grpo_trainer.py", body)
+    with pytest.raises(BlockNotFound, match="self.kl_scale"):
+        trl_kinds.load(root, "kl-grpo")
+    body = "class PPOTrainer:\n    def train(self):\n        kl = logprobs - ref_logprobs\n"
+    root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
+    with pytest.raises(BlockNotFound, match="no `kl = ...` after the padding masks"):
+        trl_kinds.load(root, "kl-ppo")

@@ -2,7 +2,9 @@
 
 Entries `train` and `compute_advantages` (below), plus the group-advantage entries `grpo`, `dr-grpo` and `rloo`:
 the inline advantage blocks of GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at
-the pin by `targets/adapters/trl_kinds.py` (declarations in ENTRY_OVERRIDES; see docs/kinds/trl.md).
+the pin by `targets/adapters/trl_kinds.py` (declarations in ENTRY_OVERRIDES; see docs/kinds/trl.md); the
+loss-aggregation entries `agg-*` (GRPO's `loss_type` chain) and the kl entries `kl-grpo` (GRPO's per-token k3 KL
+to the reference) and `kl-ppo` (the PPO trainer's k1 / k3 KL estimator), from the same trainers' source.
 
 * `train` (default): TRL's PPO has no advantage function; the GAE is inline in
   `PPOTrainer.train()` (`trl/experimental/ppo/ppo_trainer.py` from 0.26, `trl/trainer/ppo_trainer.py`
@@ -95,6 +97,8 @@ ENTRIES = (
     "agg-bnpo",
     "agg-dr_grpo",
     "agg-dapo",
+    "kl-grpo",
+    "kl-ppo",
 )
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
@@ -155,6 +159,18 @@ def _train_pipeline(f: str, resp: str, trunc: str, seq: str, value: str, pmask: 
     )
 
 
+TRAIN_DOMAIN = Domain(  # the PPO entries' api domain: TRL's masks come from sequence_lengths
+    gaps=False,
+    masked_real_tail=False,
+    leading_mask=False,
+    left_padding=False,
+    why={
+        "gaps": _RESPONSE_ONLY + "; there is no token mask that could leave a gap",
+        "masked_real_tail": _RESPONSE_ONLY + "; no real token after the response can be masked",
+        "leading_mask": "the response window starts at the first generated token, which is trained on",
+        "left_padding": "responses are right-padded (queries are left-padded, outside the window)",
+    },
+)
 NEW_FILE = "trl/experimental/ppo/ppo_trainer.py"  # 1.12.0 and the git pin: the same lines
 TRAIN_PIPELINE = _train_pipeline(NEW_FILE, "701", f"{NEW_FILE}:187", "727", "729-732", "764", "765-769", "621")
 TRAIN_PIPELINE_BY_PIN = {
@@ -486,6 +502,96 @@ for _name in AGG_ENTRIES:
     ENTRY_OVERRIDES[_name]["truncation"] = AGG_TRUNCATION
 
 
+# ---- kl entries (targets/adapters/trl_kinds.py::load_kl_grpo / load_kl_ppo; docs/kinds/trl.md, "KL")
+# kl-grpo: `per_token_kl = exp(ref - logp) - (ref - logp) - 1` (grpo_trainer.py:3100-3102 at 1.16.0; 1.12.0
+# :3189-3191, git f2cd577 :3071-3073, 0.19.1 :1379-1381) is k3 of d = logp - ref (exp(-d) - 1 + d), no clamp.
+# `* coef_1` when use_bias_correction_kl (:3104-3105; absent at 0.19.1), coef_1 = exp(logp - old) from :3083-3095.
+# Computed at every position; masked by the loss (`per_token_loss * mask`, :3153-3184) and the metric (:3268).
+_KL_GRPO_PIPELINE = Domain(
+    left_padding=False,
+    nonfinite_poison=False,
+    why={
+        "left_padding": f"{_GR}:2460 completion_mask = pad(..., padding_side='right'): completions are right-padded",
+        "nonfinite_poison": f"{_GR}:1494-1499 labels = -100 where attention_mask == 0 and log_probs of the fused LM "
+        f"head, which are zero where the label is -100 ({_UT}:1512-1513): policy and reference log-probs under the "
+        "padding are 0, finite (the policy and the reference go through the same _get_per_token_logps_and_entropies)",
+    },
+)
+USE_BIAS_CORRECTION_KL = Option(
+    "use_bias_correction_kl",
+    (True, False),
+    True,
+    f"{_GR}:3104-3105 (1.16.0; grpo_config.py:972-973 default True; 1.12.0 default True, git f2cd577 default False; "
+    "absent at 0.19.1: OptionNotAtPin)",
+    "multiply the per-token KL by the importance ratio coef_1 = exp(logp - old_logp); with TRL's default old = "
+    "logp.detach() (num_iterations = 1, :3065-3066) coef_1 = 1, so the KL value is unchanged (its gradient is not)",
+)
+IMPORTANCE_SAMPLING_LEVEL = Option(
+    "importance_sampling_level",
+    ("token", "sequence"),
+    "token",
+    f"{_GR}:3084-3093 (1.16.0; grpo_config.py:760-761 default 'token'; absent at 0.19.1: OptionNotAtPin)",
+    "coef_1 per token or per sequence ((log_ratio * mask).sum(-1) / mask.sum(-1)); with old = logp.detach() the "
+    "ratio is 1 either way, so the KL value is unchanged",
+)
+# kl-ppo: `logr = ref_logprobs - logprobs; kl = -logr if args.kl_estimator == "k1" else (logr.exp() - 1) - logr`
+# (trl/experimental/ppo/ppo_trainer.py:773-774 at 1.12.0 and f2cd577; 0.19.1 trl/trainer/ppo_trainer.py:510-511;
+# 0.11.4 ppov2_trainer.py:416 `kl = logprobs - ref_logprobs`, k1 only): k1 = d, k3 = exp(-d) - 1 + d, d = logp - ref.
+# Under padding_mask both log-probs are INVALID_LOGPROB = 1.0 (:765-766), so logr = 0 and kl = 0 there.
+KL_ESTIMATOR = Option(
+    "kl_estimator",
+    ("k1", "k3"),
+    "k1",
+    f"{NEW_FILE}:774 (1.12.0; ppo_config.py:243-251 default 'k1', checked at ppo_trainer.py:404-408; 0.19.1 "
+    "trl/trainer/ppo_trainer.py:511; absent at 0.11.4: OptionNotAtPin)",
+    "the per-token KL estimator of the KL reward: k1 = logp - ref, k3 = exp(ref - logp) - 1 - (ref - logp)",
+    effect={"k3": {"variant": {"estimator": "k3"}}},
+)
+
+
+def _kl_override(variant: dict, masked_zero: bool, why: str, domain: Domain, pipeline: Domain | None, **kw) -> dict:
+    return dict(
+        kind="kl",
+        variant=variant,
+        contract="dense",
+        whitening=None,
+        masked_zero=masked_zero,
+        masked_zero_why=why,
+        documented_errors=(r"OptionNotAtPin",),
+        domain=domain,
+        pipeline=pipeline,
+        truncation=None,
+        **kw,
+    )
+
+
+KL_ENTRIES = ("kl-grpo", "kl-ppo")
+ENTRY_OVERRIDES.update(
+    {
+        "kl-grpo": _kl_override(
+            {"estimator": "k3"},
+            False,
+            f"{_GR}:3100-3105 (1.16.0) computes per_token_kl at every position; the loss masks it "
+            "(per_token_loss * mask, :3153-3184) and so does the KL metric (global_masked_mean, :3259-3268)",
+            Domain(),
+            _KL_GRPO_PIPELINE,
+            pipeline_by_pin={},
+            options=(USE_BIAS_CORRECTION_KL, IMPORTANCE_SAMPLING_LEVEL),
+        ),
+        "kl-ppo": _kl_override(
+            {"estimator": "k1"},
+            True,
+            f"{NEW_FILE}:765-766 (1.12.0) fill logprobs and ref_logprobs with INVALID_LOGPROB = 1.0 under "
+            "padding_mask: logr = 0 there, and both k1 and k3 of 0 are 0",
+            TRAIN_DOMAIN,
+            TRAIN_PIPELINE,
+            pipeline_by_pin=TRAIN_PIPELINE_BY_PIN,
+            options=(KL_ESTIMATOR,),
+        ),
+    }
+)
+
+
 SPEC = TargetSpec(
     id="trl",
     adapter="maskfuzz.targets.adapters.trl",
@@ -512,18 +618,7 @@ SPEC = TargetSpec(
     # masked_var raises this ValueError when no token of the batch is trained on
     documented_errors=(r"ValueError: The sum of the mask is zero",),
     stand_ins=(),  # no trl module is imported: the block and its helpers are compiled from source
-    domain=Domain(
-        gaps=False,
-        masked_real_tail=False,
-        leading_mask=False,
-        left_padding=False,
-        why={
-            "gaps": _RESPONSE_ONLY + "; there is no token mask that could leave a gap",
-            "masked_real_tail": _RESPONSE_ONLY + "; no real token after the response can be masked",
-            "leading_mask": "the response window starts at the first generated token, which is trained on",
-            "left_padding": "responses are right-padded (queries are left-padded, outside the window)",
-        },
-    ),
+    domain=TRAIN_DOMAIN,
     pipeline=TRAIN_PIPELINE,  # module docstring, "Pipeline domain"
     pipeline_by_pin=TRAIN_PIPELINE_BY_PIN,
     entry_overrides=ENTRY_OVERRIDES,

@@ -46,6 +46,10 @@ aggregation function either; the normalisation is the `if self.loss_type ...: lo
 source at the pin, as above, binds `per_token_loss` (the case's loss of the micro-batch), the mask under the name
 the block reads (`mask` / `completion_mask`, int64 as TRL pads it), `inputs["num_items_in_batch"]` and a namespace
 `self`, and runs them once per micro-batch of the step (`loss_step.run_step`); see its docstring for the scaling.
+
+KL (`kl-grpo`, `kl-ppo`): GRPO's `if self.beta != 0.0: ... per_token_kl = ...` statement of `_compute_loss` with the
+`old_per_token_logps` / `log_ratio` ... `coef_1` lines it reads (`load_kl_grpo`), and the PPO trainer's padding
+masks, INVALID_LOGPROB fills and `logr` / `kl` lines of `train()` (`load_kl_ppo`); see their docstrings.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from maskfuzz.targets.adapters.extract import (
     block_free_names,
     find_class,
     find_method,
+    statement_lists,
 )
 
 PACKAGES = ("trl",)
@@ -457,7 +462,228 @@ def load(root, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in AGGREGATE:
         return load_aggregate(Path(root), entry)
+    if entry == "kl-grpo":
+        return load_kl_grpo(Path(root))
+    if entry == "kl-ppo":
+        return load_kl_ppo(Path(root))
     return load_group(Path(root), entry)
+
+
+# ---- kl: GRPO's per-token KL to the reference (the `if self.beta != 0.0:` statement of GRPOTrainer._compute_loss)
+KL_BETA = 0.04  # any non-zero beta: the block runs only when self.beta != 0.0 (GRPOConfig.beta defaults to 0.0)
+KL_SELF_SET = ("beta", "args", "importance_sampling_level")
+KL_ARGS_SET = ("use_bias_correction_kl",)
+KL_BOUND = ("per_token_logps", "inputs", "mask", "self")
+USE_BIAS_CORRECTION_KL = True  # GRPOConfig default at 1.16.0 / 1.12.0 (grpo_config.py:972-973 / 965-966)
+
+
+def _reads_beta(node: ast.AST) -> bool:
+    return "beta" in attribute_reads(node, "self")
+
+
+def kl_grpo_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> tuple[Block, list[ast.stmt], str]:
+    """The `if self.beta != 0.0:` statement of the loss method that assigns per_token_kl, and, where it multiplies by
+    the importance ratio `coef_1` (use_bias_correction_kl, >= 1.x), TRL's statements that build it: the
+    `old_per_token_logps = ...` defaults and `log_ratio = ...` through `coef_1 = ...` (the off-policy mask between
+    them computes a loss mask only and is left out)."""
+    for name in LOSS_METHODS:
+        method = find_method(cls, name)
+        if method is None:
+            continue
+        stmts = method.body
+        at = next(
+            (
+                i
+                for i, st in enumerate(stmts)
+                if isinstance(st, ast.If) and _reads_beta(st.test) and "per_token_kl" in assigned_names(st)
+            ),
+            None,
+        )
+        if at is None:
+            continue
+        block = [stmts[at]]
+        if "coef_1" in block_free_names(block):
+            start = next((i for i in range(at - 1, -1, -1) if "log_ratio" in _targets(stmts[i])), None)
+            if start is None or not any("coef_1" in _targets(s) for s in stmts[start:at]):
+                raise BlockNotFound(
+                    f"trl: {rel}:{stmts[at].lineno}: the KL reads coef_1 but no `log_ratio = ...` ... `coef_1 = ...` "
+                    "precedes it"
+                )
+            olds = [s for s in stmts[:start] if "old_per_token_logps" in _targets(s)]
+            block = [*olds, *stmts[start : at + 1]]
+        free = block_free_names(block)
+        unknown = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(KL_SELF_SET))
+        if unknown:
+            reads = ", ".join(f"self.{a}" for a in unknown)
+            raise BlockNotFound(f"trl: the KL block at {rel}:{block[0].lineno} reads {reads}, not set by the adapter")
+        self_args = {
+            n.attr
+            for s in block
+            for n in ast.walk(s)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "args"
+            and isinstance(n.value.value, ast.Name)
+            and n.value.value.id == "self"
+        }
+        if self_args - set(KL_ARGS_SET):
+            raise BlockNotFound(
+                f"trl: the KL block at {rel}:{block[0].lineno} reads self.args.{sorted(self_args - set(KL_ARGS_SET))}"
+            )
+        extra = sorted(free - set(KL_BOUND) - {"torch"})
+        if extra or "per_token_logps" not in free:
+            raise BlockNotFound(
+                f"trl: the KL block at {rel}:{block[0].lineno} reads {extra or 'no per_token_logps'}; the adapter "
+                f"binds {KL_BOUND}"
+            )
+        return tree.block(path, block, [n for n in KL_BOUND if n in free]), block, name
+    raise BlockNotFound(
+        f"trl: {rel}: no `if self.beta != 0.0:` statement assigning per_token_kl in {' / '.join(LOSS_METHODS)}; the "
+        "adapter must learn the new shape before this pin can be tested"
+    )
+
+
+def load_kl_grpo(root: Path) -> Loaded:
+    """GRPO's per-token k3 KL to the reference, as `GRPOTrainer._compute_loss` computes it (1.16.0
+    grpo_trainer.py:3098-3106): `per_token_kl = exp(ref - logp) - (ref - logp) - 1`, times the importance ratio
+    `coef_1` when `args.use_bias_correction_kl` (3104-3105). Bound: `per_token_logps` = the case's logp, `inputs =
+    {"ref_per_token_logps": ref_logp}` (no "old_per_token_logps": TRL's own default `old = per_token_logps.detach()`,
+    3065-3066, the num_iterations == 1 path, so coef_1 = exp(0) = 1 at finite positions), `mask` = trainable
+    (int64, the completion_mask of 3027 without a tool mask), `self.beta` = 0.04, `self.importance_sampling_level` and
+    `self.args.use_bias_correction_kl` from the case's options. The output is per_token_kl at every position: TRL
+    masks it in the loss (`per_token_loss * mask`, 3153-3184) and in the metric (`global_masked_mean`, 3268)."""
+    rel, cls_name = TRAINERS["grpo"]
+    tree = SourceTree(Path(root), PACKAGES)
+    path = Path(root, rel)
+    cls = find_class(tree.file(path).tree, cls_name) if path.is_file() else None
+    if cls is None:
+        raise NotPresent(f"no {rel}::{cls_name} at this pin (GRPO arrived in 0.14)")
+    rel = tree.rel(path)
+    block, stmts, method = kl_grpo_block(tree, path, rel, cls)
+    attrs = {n.attr for s in stmts for n in ast.walk(s) if isinstance(n, ast.Attribute)}
+    reads_bias = "use_bias_correction_kl" in attrs
+    reads_level = "importance_sampling_level" in set().union(*(attribute_reads(s, "self") for s in stmts))
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        dt = case.torch_dtype
+        bias = case.options.get("use_bias_correction_kl", USE_BIAS_CORRECTION_KL)
+        level = case.options.get("importance_sampling_level", "token")
+        if bias is not USE_BIAS_CORRECTION_KL and not reads_bias:
+            raise OptionNotAtPin(f"{rel}:{block.first_line}: no use_bias_correction_kl at this pin (no KL correction)")
+        if level != "token" and not reads_level:
+            raise OptionNotAtPin(f"{rel}:{block.first_line}: no importance_sampling_level at this pin")
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        me = types.SimpleNamespace(
+            beta=KL_BETA,
+            importance_sampling_level=level,
+            args=types.SimpleNamespace(use_bias_correction_kl=bias),
+        )
+        values = dict(
+            per_token_logps=logp,
+            inputs={"ref_per_token_logps": ref},
+            mask=case.trainable.to(device=device, dtype=torch.long),
+            self=me,
+        )
+        out = run_block(block, {name: values[name] for name in block.bound})
+        return (out["per_token_kl"],)
+
+    notes = [
+        f"block {rel}:{block.first_line}-{block.last_line} of {cls_name}.{method} run from source"
+        + (" (old_per_token_logps defaults, log_ratio through coef_1, the KL statement)" if reads_bias else ""),
+        f"self.beta = {KL_BETA} (the block runs only for beta != 0); per_token_logps = logp, "
+        "inputs = {'ref_per_token_logps': ref_logp} without old_per_token_logps (TRL's default old = logp.detach())",
+        "use_bias_correction_kl and importance_sampling_level from the case's options; mask = trainable (int64)",
+        "output: per_token_kl at every position (TRL masks it in the loss)",
+    ]
+    return Loaded(run, f"{rel}::{cls_name}.{method} (lines {block.first_line}-{block.last_line})", notes)
+
+
+# ---- kl: the PPO trainer's KL estimator (PPOTrainer.train(), `kl = -logr if args.kl_estimator == "k1" else ...`)
+KL_PPO_BOUND = ("responses", "sequence_lengths", "logprobs", "ref_logprobs", "values", "args")
+
+
+def kl_ppo_block(tree: SourceTree, path: Path, rel: str, train: ast.FunctionDef) -> Block:
+    """The sibling statements of train() from `response_idxs = ...` (the padding masks and their INVALID_LOGPROB
+    fills) through `kl = ...`."""
+    for stmts in statement_lists(train):
+        end = next((i for i, s in enumerate(stmts) if "kl" in _targets(s)), None)
+        if end is None:
+            continue
+        start = next(
+            (i for i in range(end - 1, -1, -1) if {"response_idxs", "padding_mask"} & _targets(stmts[i])), None
+        )
+        if start is None:
+            continue
+        while start > 0 and "response_idxs" in _targets(stmts[start - 1]):
+            start -= 1
+        block = stmts[start : end + 1]
+        free = block_free_names(block)
+        names = set().union(*(assigned_names(s) for s in block))
+        if not {"padding_mask", "logprobs", "ref_logprobs"} <= names:
+            raise BlockNotFound(
+                f"trl: {rel}:{block[0].lineno}-{block[-1].end_lineno}: the KL block does not fill logprobs / "
+                "ref_logprobs under padding_mask"
+            )
+        unknown_args = sorted(set().union(*(attribute_reads(s, "args") for s in block)) - {"kl_estimator"})
+        extra = sorted(free - set(KL_PPO_BOUND) - {"torch", "INVALID_LOGPROB"})
+        if unknown_args or extra or "self" in free:
+            raise BlockNotFound(
+                f"trl: the KL block at {rel}:{block[0].lineno} reads args.{unknown_args} / {extra}; the adapter binds "
+                f"{KL_PPO_BOUND} and args.kl_estimator"
+            )
+        return tree.block(path, block, [n for n in KL_PPO_BOUND if n in free])
+    raise BlockNotFound(
+        f"trl: {rel}::train has no `kl = ...` after the padding masks; the adapter must learn the new shape"
+    )
+
+
+def load_kl_ppo(root: Path) -> Loaded:
+    """The PPO trainer's per-token KL (1.12.0 trl/experimental/ppo/ppo_trainer.py:763-774, 0.19.1
+    trl/trainer/ppo_trainer.py:500-511, 0.11.4 trl/trainer/ppov2_trainer.py:407-416 k1 only): the padding masks,
+    `logprobs` / `ref_logprobs` filled with INVALID_LOGPROB (1.0) at padding, `logr = ref - logp`, `kl = -logr` (k1)
+    or `(logr.exp() - 1) - logr` (k3). The padding comes from TRL's own `sequence_length` line on response ids
+    (1 at trained tokens, pad 0, EOS 2 on the last token of an ended row), as for the `train` entry; `values`
+    (read by the `values = masked_fill(values, padding_mask_p1, 0)` statement inside the range, not by the KL) are
+    zeros; `args.kl_estimator` is the case's option."""
+    from maskfuzz.targets.adapters.trl import _sequence_length_block, _trainers, response_tokens
+
+    tree = SourceTree(Path(root), PACKAGES)
+    trainers = _trainers(tree)
+    if not trainers:
+        raise NotPresent("no PPO trainer at this pin (trl >= 1.13 ships none)")
+    path, train, qual = trainers[0]
+    rel = tree.rel(path)
+    block = kl_ppo_block(tree, path, rel, train)
+    seq = _sequence_length_block(tree, path, rel, train)
+    has_estimator = "args" in block.bound  # 0.11.4: `kl = logprobs - ref_logprobs`, no estimator
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        dt = case.torch_dtype
+        estimator = case.options.get("kl_estimator", "k1")
+        if estimator != "k1" and not has_estimator:
+            raise OptionNotAtPin(f"{rel}:{block.first_line}: no kl_estimator at this pin (k1 only)")
+        tokens = response_tokens(case).to(device)
+        tok = types.SimpleNamespace(pad_token_id=PAD_ID, eos_token_id=EOS_ID)
+        seq_ns = seq.run(**{name: tokens if name == "postprocessed_response" else tok for name in seq.bound})
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        values = dict(
+            responses=tokens,
+            sequence_lengths=seq_ns["sequence_length"],
+            logprobs=logp.clone(),
+            ref_logprobs=case.extra["ref_logp"].to(device=device, dtype=dt).clone(),
+            values=torch.zeros_like(logp),
+            args=types.SimpleNamespace(kl_estimator=estimator),
+        )
+        return (run_block(block, {name: values[name] for name in block.bound})["kl"],)
+
+    notes = [
+        f"block {rel}:{block.first_line}-{block.last_line} of {qual} run from source (padding masks, INVALID_LOGPROB "
+        "fills, logr, kl)",
+        f"sequence_lengths from {rel}:{seq.first_line} on response ids 1, pad {PAD_ID}, eos {EOS_ID}",
+        "args.kl_estimator from the case's options (k1 default); values zeros (not read by the KL)",
+    ]
+    return Loaded(run, f"{rel}::{qual} (lines {block.first_line}-{block.last_line})", notes)
 
 
 TRUNC_BOUND = ("self", "completion_ids", "completion_ids_list", "completion_mask", "tool_mask", "device")
