@@ -265,7 +265,11 @@ def test_kind_entries_are_declared():
         "agg-token-level",
         "agg-sequence-level",
         "value-loss",
+        "kl",
+        "whiten",
     )
+    assert spec.declared("kl").variant == {"estimator": "k3", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}
+    assert spec.declared("whiten").variant["eps_place"] == "var" and spec.declared("whiten").kind == "normalization"
     assert spec.declared("value-loss").variant == {"clip": 0.2, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-level").variant == {"mode": "token-mean"}
     assert spec.declared("agg-sequence-level").variant == {"mode": "seq-mean-token-mean"}
@@ -532,3 +536,133 @@ def test_grpo_at_the_first_pin_reads_a_dict_config():
         (adv,) = h.run(case)
         s = math.sqrt(7) + 1e-6
         assert adv[:, 0].tolist() == pytest.approx([-1 / s, -2 / s, 0.0, 3 / s], rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL: the per-token KL-to-reference term of ClippedPGLossFn.__call__ compiled from the pin (its calculate_kl from
+# the source), reference_policy_kl_penalty 1 (nemo_rl_kinds.load_kl). logr = ref - logp, d = logp - ref:
+#   d = 0.5:  k3 exp(-0.5) - 1 + 0.5 = 0.1065307;  k1 0.5;  k2 0.125
+#   d = -28:  logr 28 clamped to 20 (input clamp): k3 exp(20) - 1 - 20 = 4.85165e8 -> output clamp 10; k1 -20 -> -10;
+#             unclamped: k2 28^2 / 2 = 392, k3 exp(28) - 29
+#   d = 39.5: logr -39.5 -> -20: k3 exp(-20) - 1 + 20 = 19.0000000021 -> 10; k1 20 -> 10; unclamped k2 780.125
+#   a NaN logp at the masked position: NaN there (no mask inside; the reduction's masked_mean masks)
+# ---------------------------------------------------------------------------------------------
+KL_CASE = Case.build(
+    trainable=[[1, 1, 1, 0]],
+    extra={"logp": [[-1.0, -30.0, -0.5, 50.0]], "ref_logp": [[-1.5, -2.0, -40.0, 0.0]]},
+    dtype="float64",
+)
+KL_EXPECTED = [  # (options, the three trainable values)
+    ({}, [math.exp(-0.5) - 0.5, 10.0, 10.0]),
+    ({nemo_rl.KL_TYPE: "k1"}, [0.5, -10.0, 10.0]),
+    ({nemo_rl.KL_TYPE: "k2", nemo_rl.KL_IN_CLAMP: None, nemo_rl.KL_OUT_CLAMP: None}, [0.125, 392.0, 780.125]),
+    ({nemo_rl.KL_OUT_CLAMP: None}, [math.exp(-0.5) - 0.5, math.exp(20) - 21, 19 + math.exp(-20)]),
+    ({nemo_rl.KL_IN_CLAMP: None, nemo_rl.KL_OUT_CLAMP: None}, [math.exp(-0.5) - 0.5, math.exp(28) - 29, 38.5]),
+]
+
+
+def _kind_at(entry: str, pin: str):
+    repos = parse_repos(None)
+    if "nemo-rl" not in repos:
+        pytest.skip("git-only: set MASKFUZZ_REPOS=nemo-rl=/path/to/NeMo-RL-clone-or-mirror")
+    return open_target(f"nemo-rl:{entry}@{pin}", repos=repos)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD_PIN, FIRST_PIN])
+def test_kl_term_by_hand_under_every_option(pin):
+    with _kind_at("kl", pin) as h:
+        assert h.info["where"] == (
+            "nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn.__call__ (KL-to-reference term, per token)"
+        )
+        for options, expected in KL_EXPECTED:
+            case = KL_CASE.replace(options=options)
+            (kl,) = h.run(case)
+            assert kl[0, :3].tolist() == pytest.approx(expected, rel=1e-9), options
+            v = _kind_verdicts(h, case)
+            assert all(v[p].status == "pass" for p in ("reference", "poison", "pad-invariance")), (options, v)
+        nan = KL_CASE.replace(extra={**KL_CASE.extra, "logp": torch.tensor([[-1.0, -30.0, -0.5, float("nan")]])})
+        (kl,) = h.run(nan)
+        assert torch.isnan(kl[0, 3]) and kl[0, :3].tolist() == pytest.approx(KL_EXPECTED[0][1], rel=1e-9)
+        assert _kind_verdicts(h, nan)["poison-nonfinite"].status == "pass"  # NaN stays at its masked position
+
+
+@pytest.mark.needs_mirror
+def test_kl_short_fuzz_finds_nothing():
+    with _kind_handle("kl") as h:
+        res = fuzz_target(
+            h.run, h.declared, target="nemo-rl:kl", pin=HEAD_PIN, max_examples=100, seed=0, derandomize=True
+        )
+        assert not res.findings, [(f.property, f.message) for f in res.findings]
+        assert res.checked["reference"] > 0
+        for name, per in res.options_checked.items():
+            assert all(n > 0 for n in per.values()), (name, per)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization: GeneralizedAdvantageEstimator._reward_whiten compiled from the pin, with the mask the PPO loop
+# hands the estimator (7ea: int64 token_mask * float32 sample_mask; 857b: int64 token_mask).
+# x trained 1, 2 | 3: mean 6 / 3 = 2, unbiased var (1 + 0 + 1) / 2 = 1, (x - 2) * rsqrt(1 + 1e-8): -1, 0 | 1;
+# the masked 9 and 7 are whitened too (7, 5), 0 -> -2 (the caller masked_fills them afterwards).
+# ---------------------------------------------------------------------------------------------
+WHITEN_CASE = Case.build(trainable=[[1, 1, 0], [1, 0, 0]], extra={"x": [[1.0, 2.0, 9.0], [3.0, 7.0, 0.0]]})
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD_PIN, FIRST_PIN])
+def test_whiten_by_hand(pin):
+    with _kind_at("whiten", pin) as h:
+        assert (
+            h.info["where"] == "nemo_rl/algorithms/advantage_estimator.py::GeneralizedAdvantageEstimator._reward_whiten"
+        )
+        (out,) = h.run(WHITEN_CASE)
+        assert out.flatten().tolist() == pytest.approx([-1.0, 0.0, 7.0, 1.0, 5.0, -2.0], abs=1e-6)
+        assert _kind_verdicts(h, WHITEN_CASE)["reference"].status == "pass"
+        # NaN under the mask: sum(values * mask) keeps NaN * 0 (utils.py:224 at 7ea), every output NaN
+        nan = WHITEN_CASE.replace(extra={"x": torch.tensor([[1.0, 2.0, float("nan")], [3.0, 7.0, 0.0]])})
+        (out,) = h.run(nan)
+        assert torch.isnan(out).all()
+        assert _kind_verdicts(h, nan)["poison-nonfinite"].failed
+        # constant advantages: sum(mask) + 1e-8 is float32 (int64 / float32 mask), so the 1e-8 rounds away and
+        # x - mean is exactly 0, even for float64 advantages; in float16 the statistics are float32 0-dim tensors,
+        # so rsqrt(0 + 1e-8) stays finite
+        for dtype in ("float64", "float16"):
+            flat = Case.build(trainable=[[1, 1]], extra={"x": [[256.0, 256.0]]}, dtype=dtype)
+            (out,) = h.run(flat)
+            assert out.tolist() == [[0.0, 0.0]], dtype
+
+
+@pytest.mark.needs_mirror
+def test_whiten_short_fuzz_finds_only_nan_through_the_mask():
+    with _kind_handle("whiten") as h:
+        res = fuzz_target(
+            h.run, h.declared, target="nemo-rl:whiten", pin=HEAD_PIN, max_examples=40, seed=0, derandomize=True
+        )
+        failed = {p for p, n in res.failed.items() if n}
+        assert failed == {"poison-nonfinite"}, failed
+        assert res.checked["affine"] > 0 and res.checked["reference"] > 0
+
+
+def test_kl_and_whiten_loaders_fail_loudly_on_other_shapes(tmp_path):
+    from maskfuzz.targets.adapters import nemo_rl_kinds
+
+    loss = tmp_path / "nemo_rl" / "algorithms" / "loss" / "loss_functions.py"
+    loss.parent.mkdir(parents=True)
+    # a KL term that no longer goes through calculate_kl: not the code the entry judges
+    loss.write_text(
+        "class ClippedPGLossFn:\n"
+        "    def __call__(self, x):\n"
+        "        if self.reference_policy_kl_penalty != 0:\n"
+        "            kl = x * 2\n"
+        "        return kl\n"
+    )
+    with pytest.raises(BlockNotFound, match="calculate_kl"):
+        nemo_rl_kinds.load_kl(tmp_path, "kl")
+    _tree(
+        tmp_path, "class GeneralizedAdvantageEstimator:\n    def _reward_whiten(self, x, m):\n        return self.a\n"
+    )
+    with pytest.raises(BlockNotFound, match="attribute of `self`"):
+        nemo_rl_kinds.load_whiten(tmp_path, "whiten")
+    _tree(tmp_path, "class GeneralizedAdvantageEstimator:\n    pass\n")
+    with pytest.raises(NotPresent, match="_reward_whiten is not present"):
+        nemo_rl_kinds.load_whiten(tmp_path, "whiten")

@@ -277,6 +277,81 @@ _KIND_OVERRIDES["value-loss"] = dict(
     kind="value-loss",
     masked_zero=True,  # masked_mean multiplies the per-token loss by the mask (utils.py:219-224 at 7ea)
 )
+# The KL-to-reference term of ClippedPGLossFn.__call__ (7ea: nemo_rl/algorithms/loss/loss_functions.py:468-503;
+# 857b: :357-389), per token, before its reduction (nemo_rl_kinds.load_kl): `reference_policy_kl_penalty *
+# calculate_kl(logprobs=curr_logprobs_unfiltered, logprobs_reference=reference_policy_logprobs, kl_type=...,
+# input_clamp_value=..., output_clamp_value=...)`. calculate_kl (7ea: nemo_rl/algorithms/utils.py:42-101; 857b:
+# :41-83): logr = ref - logp (:72), clamped to +-input_clamp_value (:73-81), k1 -logr = d (:83-84), k2 logr^2 / 2
+# = d^2 / 2 (:86-87), k3 exp(logr) - 1 - logr = exp(-d) - 1 + d (:89-90), clamped to +-output_clamp_value
+# (:98-99): the kind's estimators with d = logp - ref. Defaults k3, 20, 10 (ClippedPGLossConfig, loss_functions.py:
+# 131-133; 857b :112-114; examples/configs/grpo_math_1B.yaml:83-85). The reduction is the actor loss's own
+# (masked_mean over token_mask * sample_mask with global_valid_toks, or the sequence-level pair, :505-515; 857b
+# :391-401): the agg-token-level / agg-sequence-level entries judge that aggregation.
+KL_TYPE = "loss_fn.reference_policy_kl_type"
+KL_IN_CLAMP = "loss_fn.kl_input_clamp_value"
+KL_OUT_CLAMP = "loss_fn.kl_output_clamp_value"
+_KL_OPTIONS = (
+    Option(
+        KL_TYPE,
+        ("k3", "k1", "k2"),
+        "k3",
+        "nemo_rl/algorithms/loss/loss_functions.py:243 (used :499; default k3 :131; 857b :210, :385, :112)",
+        "Schulman's KL approximation: k1 -log r, k2 (log r)^2 / 2, k3 exp(log r) - 1 - log r, log r = ref - logp",
+        effect={"k1": {"variant": {"estimator": "k1"}}, "k2": {"variant": {"estimator": "k2"}}},
+    ),
+    Option(
+        KL_IN_CLAMP,
+        (20.0, None),
+        20.0,
+        "nemo_rl/algorithms/loss/loss_functions.py:244 (used :500; default :132; 857b :211, :386, :113); "
+        "null in examples/configs/recipes/llm/mopd-qwen3-1.7b-3n8g-megatron-pack.yaml:17",
+        "clamp the log-ratio to [-v, v] before the estimate (utils.py:73-81); None: no clamp",
+        effect={None: {"variant": {"clamp_d": None}}},
+    ),
+    Option(
+        KL_OUT_CLAMP,
+        (10.0, None),
+        10.0,
+        "nemo_rl/algorithms/loss/loss_functions.py:245 (used :501; default :133; 857b :212, :387, :114); "
+        "null in examples/configs/recipes/llm/mopd-qwen3-1.7b-3n8g-megatron-pack.yaml:18",
+        "clamp the per-token estimate to [-v, v] (utils.py:98-99); None: no clamp",
+        effect={None: {"variant": {"clamp": None}}},
+    ),
+)
+_KIND_OVERRIDES["kl"] = dict(
+    kind="kl",
+    variant={"estimator": "k3", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)},
+    options=_KL_OPTIONS,
+    truncation=None,
+    whitening=None,
+    masked_zero=False,
+    masked_zero_why="the per-token term is computed at every position (loss_functions.py:496-503 at 7ea); its "
+    "reduction masks it: masked_mean(kl, token_mask * sample_mask, ...) (:505-515; utils.py:224)",
+    documented_errors=(),
+    domain=Domain(why={}),
+    pipeline=None,  # not researched as a Domain: every finding is reach api
+    pipeline_by_pin={},
+)
+# GeneralizedAdvantageEstimator._reward_whiten(rewards, mask) (7ea: nemo_rl/algorithms/advantage_estimator.py:345-358;
+# 857b: :306-319), the advantage whitening of normalize_advantages (:493-494; 857b :454-455): mean = masked_mean
+# (sum(x * mask) / (sum(mask) + 1e-8), utils.py:212-224), var = masked_var(unbiased=True): masked_mean((x - mean)^2)
+# * n / (n - 1) (utils.py:260-274), (x - mean) * rsqrt(var + 1e-8): batch level, eps inside the sqrt. The only
+# caller passes shift_mean at its default True (:494). The one whitening helper NeMo-RL has: utils.py has no
+# masked_whiten; Reinforce++ / RawReward whiten inline inside compute_advantage (:262-265, :293-297).
+_KIND_OVERRIDES["whiten"] = dict(
+    kind="normalization",
+    variant={"level": "batch", "unbiased": True, "eps": 1e-8, "eps_place": "var", "shift_mean": True},
+    options=(),
+    truncation=None,
+    whitening=None,
+    masked_zero=False,
+    masked_zero_why="_reward_whiten whitens every position (advantage_estimator.py:354 at 7ea); its caller then "
+    "zeroes the masked ones: masked_fill(advantages, ~mask, 0) (:495)",
+    documented_errors=(),
+    domain=Domain(why={}),
+    pipeline=None,
+    pipeline_by_pin={},
+)
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 
 

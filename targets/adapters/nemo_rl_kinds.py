@@ -17,6 +17,13 @@ by `load_loss`.
 `value-loss`: `MseValueLossFn.__call__` (nemo_rl/algorithms/loss/loss_functions.py), the method compiled from the
 pin as a plain function (its `self` a namespace of the three attributes `__init__` sets), driven over one
 optimizer step by `load_value`.
+
+`kl`: the per-token KL-to-reference term of `ClippedPGLossFn.__call__` (the statements of its `if
+self.reference_policy_kl_penalty != 0:` block up to `kl = ... calculate_kl(...)`, compiled from the pin with
+NeMo-RL's `calculate_kl`), before its reduction (`load_kl`).
+
+`whiten` (normalization): `GeneralizedAdvantageEstimator._reward_whiten`, the advantage whitening, compiled from
+the pin as a plain function with its `masked_mean` / `masked_var` (`load_whiten`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
-from maskfuzz.targets.adapters.extract import SourceTree, find_class
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GRPOAdvantageEstimator"
@@ -251,7 +258,122 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{rel}::{_VALUE_CLASS}.__call__", notes)
 
 
+def _kl_block(tree: SourceTree, path: Path, cls: ast.ClassDef):
+    """The body of `if self.reference_policy_kl_penalty != 0:` in `ClippedPGLossFn.__call__` that computes the
+    per-token KL: its statements up to and including the `kl = ... calculate_kl(...)` assignment (the importance
+    weights and the term), without the reduction that follows."""
+    call = find_method(cls, "__call__")
+    if call is None:
+        raise NotPresent(f"{_LOSS_CLASS} has no __call__ at this pin")
+    for node in call.body:
+        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "self.reference_policy_kl_penalty != 0"):
+            continue
+        for i, stmt in enumerate(node.body):
+            calls = {ast.unparse(c.func) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
+            if isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["kl"]:
+                if "calculate_kl" not in calls:
+                    break
+                bound = ("self", "curr_logprobs_unfiltered", "reference_policy_logprobs", "generation_logprobs")
+                return tree.block(path, node.body[: i + 1], bound)
+    raise BlockNotFound(
+        f"nemo-rl: {tree.rel(path)}::{_LOSS_CLASS}.__call__ has no `if self.reference_policy_kl_penalty != 0:` "
+        "block assigning `kl = ... calculate_kl(...)` at this pin"
+    )
+
+
+def load_kl(root: Path, entry: str) -> Loaded:
+    """The per-token KL-to-reference term of `ClippedPGLossFn.__call__`, its statements compiled from the pin
+    (7ea: nemo_rl/algorithms/loss/loss_functions.py:469-503; 857b: :358-389) with NeMo-RL's `calculate_kl`
+    (nemo_rl/algorithms/utils.py) resolved from the same source, before the reduction (:505-515).
+
+    Inputs as the loss has them: `curr_logprobs_unfiltered` the policy's log-probs (`data.get(
+    "curr_logprobs_unfiltered", curr_logprobs)`, :393-395: without top-k/top-p they are the same tensor),
+    `reference_policy_logprobs` the reference's, `generation_logprobs` (read only under
+    use_on_policy_kl_approximation, off by default, :153) the policy's too. `self` carries the five attributes the
+    block reads, as `__init__` sets them from ClippedPGLossConfig (:240-256): reference_policy_kl_penalty 1.0 (the
+    coefficient only scales the term; 1 keeps it exact), reference_policy_kl_type and the two clamps from the case's
+    options, use_on_policy_kl_approximation False. At 7ea the term carries importance weights
+    exp(x - x.detach()) (forward value 1, nan_to_num'd); at 857b ones_like."""
+    tree = SourceTree(Path(root), ("nemo_rl",))
+    path = tree.module_file(_LOSS_MODULE)
+    cls = None if path is None else find_class(tree.file(path).tree, _LOSS_CLASS)
+    if cls is None:
+        raise NotPresent(f"{_LOSS_MODULE}.{_LOSS_CLASS} is not present at this pin")
+    block = _kl_block(tree, path, cls)
+    this = SimpleNamespace(reference_policy_kl_penalty=1.0, use_on_policy_kl_approximation=False)
+    # `self` is the block's only attribute holder; Block.run takes bound names as keywords, so it goes in globals
+    block = dataclasses.replace(
+        block, globals={**block.globals, "self": this}, bound=tuple(b for b in block.bound if b != "self")
+    )
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        # __init__ copies the three config keys (loss_functions.py:243-245 at 7ea)
+        this.reference_policy_kl_type = case.options.get(nemo_rl.KL_TYPE, "k3")
+        this.kl_input_clamp_value = case.options.get(nemo_rl.KL_IN_CLAMP, 20.0)
+        this.kl_output_clamp_value = case.options.get(nemo_rl.KL_OUT_CLAMP, 10.0)
+        out = block.run(curr_logprobs_unfiltered=logp, reference_policy_logprobs=ref, generation_logprobs=logp)
+        return (out["kl"],)
+
+    rel = tree.rel(path)
+    notes = [
+        f"{rel}:{block.first_line}-{block.last_line} compiled from the pin (calculate_kl from the source)",
+        "reference_policy_kl_penalty 1.0; kl type and clamps from the options (defaults k3, 20, 10)",
+        "curr_logprobs_unfiltered = generation_logprobs = logp; use_on_policy_kl_approximation False",
+    ]
+    return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__ (KL-to-reference term, per token)", notes)
+
+
+_WHITEN_CLASS = "GeneralizedAdvantageEstimator"
+
+
+def load_whiten(root: Path, entry: str) -> Loaded:
+    """`GeneralizedAdvantageEstimator._reward_whiten(rewards, mask)` (7ea: nemo_rl/algorithms/advantage_estimator.py
+    :345-358; 857b: :306-319) compiled from the pin as a plain function, with its `masked_mean` / `masked_var`
+    (nemo_rl/algorithms/utils.py) resolved from the same source. It reads nothing from `self` (None is passed).
+    Called as compute_advantage calls it (:494): `_reward_whiten(advantages, mask)`, shift_mean at its default,
+    with the mask the PPO loop hands the estimator: `token_loss_mask` is int64 (`torch.ones_like(token_ids)`,
+    ppo.py:1476-1482; 857b :1139-1145); 7ea multiplies it by the float32 `sample_mask` (loss_multiplier, all ones
+    here): a float32 mask (ppo.py:266, :1590); 857b passes the int64 token_mask alone (ppo.py:1244). The mask's
+    dtype matters: `sum(mask) + 1e-8` (utils.py:224) is float32 either way, so the 1e-8 rounds away for n >= 1,
+    and `values * mask` promotes half-precision advantages to float32 under the 7ea mask only."""
+    tree = SourceTree(Path(root), ("nemo_rl",))
+    path = tree.module_file(_MODULE)
+    cls = None if path is None else find_class(tree.file(path).tree, _WHITEN_CLASS)
+    method = None if cls is None else find_method(cls, "_reward_whiten")
+    if method is None:
+        raise NotPresent(f"{_MODULE}.{_WHITEN_CLASS}._reward_whiten is not present at this pin")
+    if any(isinstance(n, ast.Attribute) and ast.unparse(n.value) == "self" for n in ast.walk(method)):
+        raise BlockNotFound("nemo-rl: _reward_whiten reads an attribute of `self` at this pin")
+    fn = tree.function(path, method)
+    ppo = tree.module_file("nemo_rl.algorithms.ppo")
+    if ppo is None:
+        raise BlockNotFound("nemo-rl: nemo_rl/algorithms/ppo.py (the PPO loop: the estimator's mask) is missing")
+    with_sample_mask = nemo_rl._loop_masks_with_sample_mask(tree, ppo)
+
+    def run(case: Case, device: str):
+        x = case.extra["x"].to(device=device, dtype=case.torch_dtype)
+        mask = case.trainable.to(device=device, dtype=torch.int64)  # token_loss_mask
+        if with_sample_mask:  # advantage_mask = token_mask * sample_mask.unsqueeze(-1) (ppo.py:266 at 7ea)
+            mask = mask * torch.ones(case.shape[0], dtype=torch.float32, device=device).unsqueeze(-1)
+        return (fn(None, x, mask),)
+
+    rel = tree.rel(path)
+    form = "token_mask (int64) * sample_mask (float32)" if with_sample_mask else "token_mask (int64)"
+    notes = [
+        f"{rel}:{method.lineno}-{method.end_lineno} compiled from the pin; self None (unread), shift_mean default",
+        f"mask as {tree.rel(ppo)} hands it to the estimator: {form}",
+    ]
+    return Loaded(run, f"{rel}::{_WHITEN_CLASS}._reward_whiten", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry == "kl":
+        return load_kl(root, entry)
+    if entry == "whiten":
+        return load_whiten(root, entry)
     if entry == "value-loss":
         return load_value(root, entry)
     if entry in LOSS:
