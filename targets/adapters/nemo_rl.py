@@ -389,9 +389,12 @@ def load(root: Path, entry: str | None) -> Loaded:
         # the PPO loop: overlong filtering zeroes a truncated row's loss_multiplier (ppo.py:1464-1471), which 7ea
         # multiplies into the estimator's mask (ppo.py:266, :1590); 857b passes token_mask alone (ppo.py:1244)
         sample_mask = run_overlong(overlong, "ppo", case.options.get(OVERLONG, False), case.truncated_rows())
-        mask = inputs["trainable"]
+        # in the loop's dtypes: token_loss_mask is int64 (ones_like(token_ids), grpo.py:1935), loss_multiplier
+        # float32 (torch.tensor of python floats, data/collate_fn.py:33-34): the product is float32 at 7ea, the token
+        # mask int64 at 857b, so the estimator's masked statistics run in float32 whatever the values' dtype
+        mask = case.trainable.to(device=device, dtype=torch.int64)
         if with_sample_mask:
-            mask = mask * sample_mask.to(device=device, dtype=mask.dtype)[:, None]
+            mask = mask * sample_mask.to(device=device, dtype=torch.float32)[:, None]
         estimator = estimator_cls(
             {
                 "gae_lambda": case.lam,
