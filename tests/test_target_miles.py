@@ -432,6 +432,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "reinforce++": "returns",
         "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-token-mean": "loss-aggregation",
+        "value-loss": "value-loss",
     }
     for entry in kinds:
         for pin in ("0.0.2", "3d2e0e411"):
@@ -642,3 +643,128 @@ def test_a_cut_row_is_terminal_after_the_fix(fixed):
     )
     assert fixed.run(cut)[0][0].tolist() == pytest.approx([-0.5, -1.0, 0.0])
     assert failed(fixed.run, cut) == set()
+
+
+# ---------------------------------------------------------------------------------------------
+# value-loss from the wheel: the critic's --loss-type value_loss (miles/backends/megatron_utils/actor.py:356)
+# through loss_function, which dispatches to value_loss_function (miles/backends/training_utils/loss.py:863,
+# :1018-1019). Verdicts by reading the wheel: max((v_c - R)^2, (v - R)^2), no 1/2 (:900-904), the actor's reducer
+# and normalisers: a removed sample counts in global_batch_size (:1048-1056) or as one token with
+# --calculate-per-token-loss (:1003); NaN under the mask leaks through x * mask (cp_utils.py:110).
+# ---------------------------------------------------------------------------------------------
+# row 0: v - v_old = 0.1 inside the clip 0.2: (1 - 0)^2 = 1, dl/dv = 2; v = 0.5 with v_old = 2 is clipped to
+# v_c = 1.8: max(1.8^2, 0.5^2) = 3.24, dl/dv = 0 (the clamp saturates); row 1: v = v_old = -1, R = 1: 4, dl/dv = -4.
+# per-sample mean: ((1 + 3.24) / 2 + 4) / 2 = 3.06, grads 2 / 4 = 0.5, 0, -4 / 2 = -2;
+# per-token: 8.24 / 3, grads 2 / 3, 0, -4 / 3; --value-clip 10: the second token is inside the clip, 0.25 and
+# dl/dv = 1: ((1 + 0.25) / 2 + 4) / 2 = 2.3125, grads 0.5, 0.25, -2.
+VALUE_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0]],
+    extra={
+        "v": [[1.0, 0.5, 100.0], [-1.0, 7.0, 7.0]],
+        "v_old": [[0.9, 2.0, 100.0], [-1.0, 7.0, 7.0]],
+        "ret": [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]],
+    },
+    split=[0, 1],
+    dtype="float32",
+)
+# row 0 of VALUE_STEP next to a removed sample: 2.12 / 2 = 1.06 (global_batch_size counts it); per-token
+# 4.24 / (2 + clamp_min(0, 1)) = 1.41333; the reference is 2.12
+VALUE_REMOVED = Case.build(
+    trainable=[[1, 1], [0, 0]],
+    extra={"v": [[1.0, 0.5], [5.0, 5.0]], "v_old": [[0.9, 2.0], [5.0, 5.0]], "ret": [[0.0, 0.0], [0.0, 0.0]]},
+    split=[0, 1],
+    dtype="float32",
+)
+
+
+def test_value_loss_is_declared_with_its_options():
+    d = miles.SPEC.declared("value-loss")
+    assert d.kind == "value-loss" and d.variant == {"clip": 0.2, "half": False, "mode": "seq-mean-token-mean"}
+    assert [(o.name, o.default) for o in d.options] == [
+        ("value_clip", 0.2),
+        ("calculate_per_token_loss", False),
+        ("rollout_temperature", 1.0),
+    ]
+    assert d.options[2].effect == {} and "loss.py:80" in d.options[2].cite  # the critic must not see it
+    assert "arguments.py:890" in d.options[0].cite and "loss.py:900-901" in d.options[0].cite
+    assert d.options[1].effect == {True: {"variant": {"mode": "token-mean"}}}
+    assert miles.SPEC.for_entry("value-loss").domain.dtypes == ("float32",)
+
+
+@pytest.mark.network
+def test_value_loss_by_hand(kinds_open):
+    from kind_support import verdicts_by_property
+
+    h = kinds_open("value-loss")
+    assert h.info["where"] == (
+        "miles/backends/training_utils/loss.py::value_loss_function via miles/backends/training_utils/loss.py::"
+        "loss_function"
+    )
+    for ranks in (1, 2):
+        loss, grad = h.run(VALUE_STEP.replace(ranks=ranks))
+        assert float(loss[0, 0]) == pytest.approx(3.06, rel=1e-6)
+        assert grad.flatten().tolist() == pytest.approx([0.5, 0.0, 0.0, -2.0, 0.0, 0.0], rel=1e-6)
+    v = verdicts_by_property(h, VALUE_STEP)
+    for prop in ("reference", "clip-bound", "split-invariance", "poison", "permutation", "empty-step"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+    per_token = VALUE_STEP.replace(options={"calculate_per_token_loss": True})
+    loss, grad = h.run(per_token)
+    assert float(loss[0, 0]) == pytest.approx(8.24 / 3, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([2 / 3, 0.0, 0.0, -4 / 3, 0.0, 0.0], rel=1e-6)
+    wide = VALUE_STEP.replace(options={"value_clip": 10.0})
+    loss, grad = h.run(wide)
+    assert float(loss[0, 0]) == pytest.approx(2.3125, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([0.5, 0.25, 0.0, -2.0, 0.0, 0.0], rel=1e-6)
+    for case in (per_token, wide):
+        assert "reference" not in kind_failed(h, case)
+    assert float(h.run(VALUE_REMOVED)[0][0, 0]) == pytest.approx(1.06, rel=1e-6)
+    removed_pt = VALUE_REMOVED.replace(options={"calculate_per_token_loss": True})
+    assert float(h.run(removed_pt)[0][0, 0]) == pytest.approx(4.24 / 3, rel=1e-6)
+    assert {"reference"} <= kind_failed(h, VALUE_REMOVED)
+
+
+# --rollout-temperature 0.7: the wheel's get_responses divides every logit by it (loss.py:80), the value logits
+# too, so the predictions are v / 0.7 (worked out in tests/test_target_slime.py, TEMPERATURE): L = ((100/49 + 3.24)
+# / 2 + 289/49) / 2, grads 50/49, 0, -170/49. PR #1190 (cc93d97c4, in both git pins) divides only when
+# logits.size(-1) > 1 (G loss_hub/logit_processors.py:55): the T = 1 numbers.
+TEMPERATURE = {"rollout_temperature": 0.7}
+
+
+@pytest.mark.network
+def test_value_loss_rollout_temperature_reaches_the_critic_in_the_wheel(kinds_open):
+    h = kinds_open("value-loss")
+    hot = VALUE_STEP.replace(options=TEMPERATURE)
+    loss, grad = h.run(hot)
+    assert float(loss[0, 0]) == pytest.approx(((100 / 49 + 3.24) / 2 + 289 / 49) / 2, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([50 / 49, 0.0, 0.0, -170 / 49, 0.0, 0.0], rel=1e-5)
+    assert "reference" in kind_failed(h, hot)
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_at_the_git_pin_ignores_the_temperature(repos):
+    """3d2e0e411's loss.py imports the pydantic event logger (miles/utils/audit_utils/event_logger): without
+    pydantic the git pins do not load (as for the agg entries)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pydantic") is None:
+        pytest.skip("miles' git pins import pydantic on the way to loss_function: pip install pydantic to run this")
+    with open_target(f"miles:value-loss@{FIX}", repos=repos) as h:
+        assert h.info["where"].startswith("miles/backends/training_utils/loss_hub/losses.py::value_loss_function")
+        for opts in ({}, TEMPERATURE):
+            loss, grad = h.run(VALUE_STEP.replace(options=opts))
+            assert float(loss[0, 0]) == pytest.approx(3.06, rel=1e-6)
+            assert grad.flatten().tolist() == pytest.approx([0.5, 0.0, 0.0, -2.0, 0.0, 0.0], rel=1e-6)
+        assert "reference" not in kind_failed(h, VALUE_STEP.replace(options=TEMPERATURE))
+
+
+@pytest.mark.network
+def test_value_loss_short_fuzz(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("value-loss")
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target="miles:value-loss", pin=KIND_PIN, max_examples=12, seed=0)
+    print(f"\n[miles:value-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
+    assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash

@@ -259,7 +259,7 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_slime_never_buil
 # ---------------------------------------------------------------------------------------------
 import math  # noqa: E402
 
-from kind_support import failed_properties, handle_cache  # noqa: E402
+from kind_support import failed_properties, handle_cache, verdicts_by_property  # noqa: E402
 
 kind_failed = failed_properties
 
@@ -284,6 +284,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-token-mean": "loss-aggregation",
         "agg-rollout-mean": "loss-aggregation",
+        "value-loss": "value-loss",
     }
     for entry in kinds:
         for pin in (HEAD, "166441911"):
@@ -470,7 +471,7 @@ def test_options_and_truncation_are_declared_with_citations():
     assert [o.name for o in spec.declared("reinforce++").options] == ["normalize_advantages"]
     for entry in spec.entries:
         for opt in spec.declared(entry).options:
-            assert ".py:" in opt.cite and opt.effect, (entry, opt.name)
+            assert ".py:" in opt.cite and (opt.effect or opt.name == "rollout_temperature"), (entry, opt.name)
 
 
 @pytest.mark.needs_mirror
@@ -548,3 +549,125 @@ def test_short_fuzz_with_options_checks_every_value(kinds_open):
     for f in res.findings:  # verdicts on slime's math, never the adapter refusing an option
         assert "option" not in f.verdict.message and "adapter" not in f.verdict.message, f.verdict.message
     assert {f.property for f in res.findings} <= {"reference"}
+
+
+# ---------------------------------------------------------------------------------------------
+# value-loss: train_critic's --loss-type value_loss (actor.py:407) through loss_function, which dispatches to
+# value_loss_function (loss.py:1176; 166441911 :658). Verdicts by reading slime (624b824a8): max((v_c - R)^2,
+# (v - R)^2) with no 1/2 (:1212-1216), reduced by the actor's sum_of_sample_mean, then divided by
+# step_global_batch_size (:1353-1359): a removed (all-masked) sample still counts, as for agg-seq-mean-token-mean;
+# --calculate-per-token-loss counts it as one token (:1317); NaN under the mask leaks through x * mask
+# (cp_utils.py:76). The denominators are per step: split-invariant; the clip binds only through max (clip-bound).
+# ---------------------------------------------------------------------------------------------
+# row 0: v - v_old = 0.1 inside the clip 0.2: (1 - 0)^2 = 1, dl/dv = 2 (1 - 0) = 2; v = 0.5, v_old = 2 is clipped
+# to v_c = 1.8: max(1.8^2, 0.5^2) = 3.24, dl/dv = 0 (the clamp saturates); row 1: v = v_old = -1, R = 1: 4,
+# dl/dv = 2 (-1 - 1) = -4; 100 and 7 under the mask.
+# per-sample mean: ((1 + 3.24) / 2 + 4) / 2 = 3.06; grads 2 / (2 * 2) = 0.5, 0, -4 / 2 = -2
+# per-token: (1 + 3.24 + 4) / 3 = 2.74667; grads 2 / 3, 0, -4 / 3
+VALUE_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0]],
+    extra={
+        "v": [[1.0, 0.5, 100.0], [-1.0, 7.0, 7.0]],
+        "v_old": [[0.9, 2.0, 100.0], [-1.0, 7.0, 7.0]],
+        "ret": [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]],
+    },
+    split=[0, 1],
+    dtype="float32",
+)
+# a removed sample next to row 0 of VALUE_STEP: its per-sample mean 2.12 over the 2 samples of the step, 1.06;
+# per-token: 4.24 / (2 + clamp_min(0, 1)) = 1.41333; the reference is 2.12 either way
+VALUE_REMOVED = Case.build(
+    trainable=[[1, 1], [0, 0]],
+    extra={"v": [[1.0, 0.5], [5.0, 5.0]], "v_old": [[0.9, 2.0], [5.0, 5.0]], "ret": [[0.0, 0.0], [0.0, 0.0]]},
+    split=[0, 1],
+    dtype="float32",
+)
+
+
+def _value_by_hand(h):
+    assert h.info["where"] == (
+        "slime/backends/megatron_utils/loss.py::value_loss_function via slime/backends/megatron_utils/loss.py::"
+        "loss_function"
+    )
+    for ranks in (1, 2):
+        loss, grad = h.run(VALUE_STEP.replace(ranks=ranks))
+        assert float(loss[0, 0]) == pytest.approx(3.06, rel=1e-6)
+        assert grad.flatten().tolist() == pytest.approx([0.5, 0.0, 0.0, -2.0, 0.0, 0.0], rel=1e-6)
+    v = verdicts_by_property(h, VALUE_STEP)
+    for prop in ("reference", "clip-bound", "split-invariance", "poison", "permutation", "empty-step"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+    per_token = VALUE_STEP.replace(options={"calculate_per_token_loss": True})
+    loss, grad = h.run(per_token)
+    assert float(loss[0, 0]) == pytest.approx(8.24 / 3, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([2 / 3, 0.0, 0.0, -4 / 3, 0.0, 0.0], rel=1e-6)
+    assert "reference" not in kind_failed(h, per_token)
+    # --value-clip 10: row 0's second token is inside the clip, (0.5 - 0)^2 = 0.25, dl/dv = 1:
+    # ((1 + 0.25) / 2 + 4) / 2 = 2.3125; grads 2 / 4, 1 / 4, -2
+    wide = VALUE_STEP.replace(options={"value_clip": 10.0})
+    loss, grad = h.run(wide)
+    assert float(loss[0, 0]) == pytest.approx(2.3125, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([0.5, 0.25, 0.0, -2.0, 0.0, 0.0], rel=1e-6)
+    assert "reference" not in kind_failed(h, wide)
+    loss, _ = h.run(VALUE_REMOVED)
+    assert float(loss[0, 0]) == pytest.approx(1.06, rel=1e-6)
+    loss, _ = h.run(VALUE_REMOVED.replace(options={"calculate_per_token_loss": True}))
+    assert float(loss[0, 0]) == pytest.approx(4.24 / 3, rel=1e-6)
+    assert {"reference"} <= kind_failed(h, VALUE_REMOVED)
+
+
+def test_value_loss_is_declared_with_its_options():
+    d = slime.SPEC.declared("value-loss")
+    assert d.kind == "value-loss" and d.variant == {"clip": 0.2, "half": False, "mode": "seq-mean-token-mean"}
+    clip, per_token, temperature = d.options
+    assert [(o.name, o.default) for o in d.options] == [
+        ("value_clip", 0.2),
+        ("calculate_per_token_loss", False),
+        ("rollout_temperature", 1.0),
+    ]
+    assert temperature.effect == {} and "loss.py:69-70" in temperature.cite  # the critic must not see it
+    assert "arguments.py:907" in clip.cite and "loss.py:1212-1213" in clip.cite
+    assert per_token.effect == {True: {"variant": {"mode": "token-mean"}}}
+    assert slime.SPEC.for_entry("value-loss").domain.dtypes == ("float32",)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD, OLDER])
+def test_value_loss_by_hand(repos, pin):
+    with open_target(f"slime:value-loss@{pin}", repos=repos) as h:
+        _value_by_hand(h)
+
+
+# --rollout-temperature 0.7 (the rollout's sampling temperature): 166441911's get_responses divides the value logits
+# too (loss.py:69-70), so the predictions are v / 0.7: row 0: 10/7 vs old 0.9 is clipped to 1.1, max(1.21, 100/49)
+# = 100/49 (unclipped), dl/dv = 2 (10/7) / 0.7 = 200/49; 5/7 vs old 2 -> 1.8: 3.24, 0; row 1: -10/7 vs -1 -> -1.2,
+# R = 1: max(4.84, (17/7)^2 = 289/49) = 289/49, dl/dv = 2 (-17/7) / 0.7 = -340/49.
+# L = ((100/49 + 3.24) / 2 + 289/49) / 2 = 4.2691837, grads 200/49 / 4 = 50/49, 0, -340/49 / 2 = -170/49.
+# #1928 (d9d149dce) passes apply_temperature=False (loss.py:643 at 624b824a8): the T = 1 numbers, 3.06.
+TEMPERATURE = {"rollout_temperature": 0.7}
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_rollout_temperature_reached_the_critic_before_1928(repos):
+    hot = VALUE_STEP.replace(options=TEMPERATURE)
+    with open_target(f"slime:value-loss@{OLDER}", repos=repos) as h:
+        loss, grad = h.run(hot)
+        assert float(loss[0, 0]) == pytest.approx(((100 / 49 + 3.24) / 2 + 289 / 49) / 2, rel=1e-6)
+        assert grad.flatten().tolist() == pytest.approx([50 / 49, 0.0, 0.0, -170 / 49, 0.0, 0.0], rel=1e-5)
+        assert "reference" in kind_failed(h, hot)
+    with open_target(f"slime:value-loss@{HEAD}", repos=repos) as h:
+        loss, grad = h.run(hot)
+        assert float(loss[0, 0]) == pytest.approx(3.06, rel=1e-6)
+        assert "reference" not in kind_failed(h, hot)
+
+
+@pytest.mark.needs_mirror
+def test_value_loss_short_fuzz(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("value-loss")
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target="slime:value-loss", pin=HEAD, max_examples=12, seed=0)
+    print(f"\n[slime:value-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
+    assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash: no tool error

@@ -50,7 +50,7 @@ from typing import Callable
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES
+from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.adapters.slime import (
     FLOAT64_WHY,
     Samples,
@@ -257,6 +257,87 @@ _REDUCER_MASK = "(x_i * loss_mask_i).sum() (miles/backends/training_utils/cp_uti
 KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean", _REDUCER_MASK)
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean", _REDUCER_MASK)
 
+# value-loss (loader: miles_kinds.load_value): loss_function with --loss-type value_loss, the critic's (W
+# miles/backends/megatron_utils/actor.py:356), dispatched to value_loss_function (W miles/backends/training_utils/
+# loss.py:863, G loss_hub/losses.py:370; HEAD 31f1ca961 :399): max((v_c - R)^2, (v - R)^2) with v_c = old +
+# clamp(v - old, -value_clip, value_clip) and NO factor 1/2 (W loss.py:900-904, G losses.py:407-411), reduced by
+# the same get_sum_of_sample_mean as the actor's loss: the per-sample token mean (seq-mean-token-mean, the
+# documented default, G docs/user-guide/training-script-walkthrough.md:218), the token mean with
+# --calculate-per-token-loss (the option below). Empty rows excluded, as for the agg entries.
+VALUE_CLIP_OPTION = Option(
+    "value_clip",
+    (0.2, 0.5, 10.0),
+    0.2,
+    "W miles/backends/training_utils/loss.py:900-901, G loss_hub/losses.py:407-408 (args.value_clip; --value-clip "
+    "W miles/utils/arguments.py:890, G :1121, default 0.2)",
+    "the clip for value loss (the flag's help): v_c = old + clamp(v - old, -c, c) enters max((v_c - R)^2, (v - R)^2)",
+    effect={0.5: {"variant": {"clip": 0.5}}, 10.0: {"variant": {"clip": 10.0}}},
+)
+PER_TOKEN_LOSS_OPTION = Option(
+    "calculate_per_token_loss",
+    (False, True),
+    False,
+    "W miles/backends/training_utils/loss.py:1003-1011, 1049-1065 (G loss.py:127-135, 164-180): the reducer "
+    "get_sum_of_sample_mean (cp_utils.py:92) and the normaliser; --calculate-per-token-loss W miles/utils/"
+    "arguments.py:868, G :1099 (store_true)",
+    "on: sum(sum(sample_i)) / sum(len(sample_i)) over the step (G docs/user-guide/training-script-walkthrough.md:218) "
+    "instead of the per-sample mean",
+    effect={True: {"variant": {"mode": "token-mean"}}},
+)
+# --rollout-temperature reaches the critic at W: get_responses divides every logit by it, value logits included
+# (W miles/backends/training_utils/loss.py:80, called by get_values :264-271); PR #1190 (cc93d97c4, before both git
+# pins) guards it to logits.size(-1) > 1 (G loss_hub/logit_processors.py:55). The flag is "the temperature for the
+# inference engine during rollout" (W miles/utils/arguments.py:304-308): no effect on the value loss is declared.
+ROLLOUT_TEMPERATURE_OPTION = Option(
+    "rollout_temperature",
+    (1.0, 0.7),
+    1.0,
+    "W miles/backends/training_utils/loss.py:80 (get_responses, on the value logits through get_values :264-271); "
+    "G loss_hub/logit_processors.py:55 (policy logits only); --rollout-temperature W miles/utils/arguments.py:304, "
+    "G :386, default 1.0",
+    "the temperature for the inference engine during rollout (the flag's help): it samples the rollout, the critic's "
+    "values must not see it (no effect on the value-loss reference)",
+)
+_VALUE_F32 = {
+    "dtypes": "value logits must be float32: W asserts it outside --true-on-policy-mode (miles/backends/"
+    f"training_utils/loss.py:69-70); G accepts float32 or bf16 and upcasts each chunk .float() ({_TB}/loss_hub/"
+    "logit_processors.py:45, :254), and the old values are the same function's float32 outputs: the loss runs in "
+    "float32 (float64 fails the assertion)"
+}
+
+
+def _value_pipeline(base: Domain, pin: str) -> Domain:
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        empty_rows=False,
+        nonfinite_poison=False,
+        why={
+            "left_padding": base.why["left_padding"],
+            "empty_rows": base.why["empty_rows"],
+            "dtypes": f"miles {pin}: " + _VALUE_F32["dtypes"] + "; W's --true-on-policy-mode bf16 / fp16 cast "
+            "(loss.py:81-85) is not modelled",
+            "nonfinite_poison": f"miles {pin}: old values are the critic's own value-head outputs at every response "
+            "token (forward_only(get_values), W miles/backends/megatron_utils/actor.py:341-349) and the returns "
+            "GAE's advantages + values of finite KL rewards (" + base.why["masked_values"] + "): nothing "
+            "non-finite under the mask",
+        },
+    )
+
+
+KIND_OVERRIDES["value-loss"] = dict(
+    kind="value-loss",
+    variant={"clip": VALUE_CLIP_OPTION.default, "half": False, "mode": "seq-mean-token-mean"},
+    masked_zero=True,
+    masked_zero_why=_REDUCER_MASK,
+    documented_errors=(),
+    whitening=None,
+    domain=Domain(dtypes=("float32",), why=dict(_VALUE_F32)),
+    pipeline=_value_pipeline(PIPELINE_GIT, "6ccdc7da6 / 3d2e0e411"),
+    pipeline_by_pin={"0.0.2": _value_pipeline(PIPELINE_0_0_2, "0.0.2")},
+    options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
+)
+
 # ---------------------------------------------------------------------------------------------
 # Options and truncation.
 # ---------------------------------------------------------------------------------------------
@@ -294,7 +375,7 @@ SPEC = TargetSpec(
         Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(

@@ -1,4 +1,5 @@
-"""miles entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns.
+"""miles entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns,
+loss-aggregation and value-loss (`load_loss`, `load_value`: the trainer's `loss_function`, Megatron path).
 
 Every entry calls miles' own code at the pin; the layout moved between the release wheel and git:
 
@@ -223,6 +224,8 @@ def load(root: Path, entry: str) -> Loaded:
 
     if entry in LOSS_ENTRIES:
         return load_loss(root, entry)
+    if entry in VALUE_ENTRIES:
+        return load_value(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -409,3 +412,106 @@ def load_loss(root: Path, entry: str) -> Loaded:
         "scaling after it",
     ]
     return Loaded(run, where, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# value-loss: the critic's `--loss-type value_loss` through the same loss_function, one optimizer step.
+# ---------------------------------------------------------------------------------------------
+VALUE_ENTRIES = ("value-loss",)
+VALUE_CLIP = 0.2  # --value-clip default (W miles/utils/arguments.py:890, G :1121; slime arguments.py:907)
+VALUE_HOMES = ("miles.backends.training_utils.loss_hub.losses", "miles.backends.training_utils.loss")
+
+
+def value_options(case: Case) -> tuple[bool, float]:
+    """(calculate_per_token_loss, value_clip) of the case: its options over the argparse defaults."""
+    return bool(case.options.get("calculate_per_token_loss", False)), float(case.options.get("value_clip", VALUE_CLIP))
+
+
+def value_args(case: Case, global_batch_size: int) -> LossArgs:
+    """`loss_args` of the critic: `loss_type = "value_loss"` (what the critic's train sets, W
+    miles/backends/megatron_utils/actor.py:356, slime actor.py:407), `value_clip`, `calculate_per_token_loss`
+    and `rollout_temperature` (default 1.0; get_responses divides the value logits by it at W loss.py:80 and
+    slime 166441911 loss.py:69-70) from the case's options."""
+    per_token, clip = value_options(case)
+    args = loss_args(per_token, global_batch_size)
+    args.loss_type = "value_loss"
+    args.custom_loss_function_path = None
+    args.value_clip = clip
+    args.rollout_temperature = float(case.options.get("rollout_temperature", 1.0))
+    return args
+
+
+def value_batch(case: Case, rows: torch.Tensor, x: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
+    """value_loss_function's inputs for one micro-batch of `micro_batch` (x: the rows' predictions v on their
+    response tokens, concatenated): the value head's packed THD output `[1, sum(total_lengths), 1]`, where
+    get_responses reads sample i's response at `logits[start - 1 : end - 1]` (end = the running sum of
+    total_lengths, start = end - response_length, CP 1), so each sample's span is PROMPT_LEN - 1 fillers, its
+    predictions, one filler (the logit after the last token, never read); and the batch keys the function
+    reads: "values" (the old values), "returns", "unconcat_tokens" (prompt + response tokens; only sliced)."""
+    lengths = batch["response_lengths"]
+    att = case.attention[rows.cpu()]
+    parts, olds, rets, tokens = [], [], [], []
+    for i, (xi, n) in enumerate(zip(x.split(lengths), lengths)):
+        real = att[i].nonzero().flatten()
+        lo = int(real[0]) if real.numel() else 0
+        b = int(rows[i])
+        parts += [x.new_zeros(PROMPT_LEN - 1), xi, x.new_zeros(1)]
+        olds.append(case.extra["v_old"][b, lo : lo + n].to(device=x.device, dtype=x.dtype))
+        rets.append(case.extra["ret"][b, lo : lo + n].to(device=x.device, dtype=x.dtype))
+        tokens.append(torch.zeros(PROMPT_LEN + n, dtype=torch.long, device=x.device))
+    logits = torch.cat(parts).reshape(1, -1, 1)
+    return logits, {**batch, "values": olds, "returns": rets, "unconcat_tokens": tokens}
+
+
+def value_function(root: Path, homes=VALUE_HOMES) -> tuple[Callable, str]:
+    """`value_loss_function` at the pin, for `where`: the dispatch (`match args.loss_type`) returns the global of
+    the module that defines it (W loss.py:1018-1019, G loss_hub/losses.py:483-484, slime loss.py:1330-1331)."""
+    return function_from(root, [(m, "value_loss_function") for m in homes])
+
+
+def value_runner(micros: dict) -> Callable:
+    """`micros[per_token]` is the Megatron micro_loss of the case's `calculate_per_token_loss`."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    def run(case: Case, device: str):
+        per_token, _ = value_options(case)
+        return run_step(case, device, micros[per_token], leaf_name="v")
+
+    return run
+
+
+def load_value(root: Path, entry: str) -> Loaded:
+    """miles' critic loss over one optimizer step: `loss_function(args, batch, num_microbatches, logits,
+    apply_megatron_loss_scaling=True)` (as `load_loss`) with `args.loss_type = "value_loss"`, which dispatches
+    to `value_loss_function` (W miles/backends/training_utils/loss.py:863, dispatch :1018-1019; G
+    loss_hub/losses.py:370 via get_loss_function). The function reads the predictions from the value head's
+    output through get_values (`value_batch` builds it from the case's v, the gradient's leaf), the old values
+    and returns from the batch, `max((v_c - R)^2, (v - R)^2)` per token with v_c = old + clamp(v - old,
+    -value_clip, value_clip), no factor 1/2 (W :900-904), then the reducer: sum_of_sample_mean, or the token
+    sum with --calculate-per-token-loss; the normalisers and Megatron's scaling are the loss entries'."""
+    from maskfuzz.targets.adapters.miles import provide_parallel_state
+
+    fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
+    if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
+        raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")
+    vfn, vwhere = value_function(root)
+    parallel = import_from(root, "miles.backends.training_utils.parallel")
+    state, notes = provide_parallel_state(root)
+    if state is None or not hasattr(parallel, "set_parallel_state"):
+        raise NotPresent("no settable ParallelState at this pin")
+
+    def call(x, batch, rows, num_microbatches, step):
+        parallel.set_parallel_state(with_dp(state, step.ranks))
+        logits, vbatch = value_batch(step.case, rows, x, batch)
+        return fn(value_args(step.case, step.rows), vbatch, num_microbatches, logits, apply_megatron_loss_scaling=True)
+
+    notes += [
+        f"--loss-type value_loss: loss_function dispatches to {vwhere}; value_clip and calculate_per_token_loss "
+        "from the case's options (defaults 0.2, False)",
+        "the case's v as the value head's packed [1, T, 1] output (read back by get_values), v_old as "
+        "batch['values'], ret as batch['returns']; the gradient is d loss / d v",
+        "global_batch_size = the step's samples (all ranks); num_microbatches = the rank's; ParallelState "
+        "intra_dp / intra_dp_cp of the case's ranks, CP 1; Megatron's scaling after it (megatron_step)",
+    ]
+    micros = {p: megatron_step(call, p) for p in (False, True)}
+    return Loaded(value_runner(micros), f"{vwhere} via {where}", notes)

@@ -258,6 +258,7 @@ KIND_OVERRIDES: dict = {
 # loss-aggregation (loaders: slime_kinds.load_loss): loss_function (slime/backends/megatron_utils/loss.py:1283 at
 # 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
 LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.LOSS_ENTRIES
+VALUE_ENTRIES = ("value-loss",)  # = slime_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
 
 
 def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
@@ -305,6 +306,86 @@ KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean")
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean")
 KIND_OVERRIDES["agg-rollout-mean"] = _loss("prompt-mean")  # groups = rollouts (Sample.rollout_id)
 
+# value-loss (loader: slime_kinds.load_value): loss_function with --loss-type value_loss, the critic's (actor.py:407;
+# 166441911 :380), dispatched to value_loss_function (loss.py:1176, :1330-1331; 166441911 :658, :811):
+# max((v_c - R)^2, (v - R)^2), v_c = old + clamp(v - old, -value_clip, value_clip), NO factor 1/2 (:1212-1216;
+# 166441911 :695-699), reduced by the actor's get_sum_of_sample_mean: the per-sample token mean by default
+# (seq-mean-token-mean, docs/en/get_started/usage.md:206), the token mean with --calculate-per-token-loss (the
+# option below); samples carry no rollout_id in the critic's data (one rollout per sample). Empty rows excluded,
+# as for the agg entries (a removed sample "will not participate in loss calculation", arguments.py:1434).
+VALUE_CLIP_OPTION = Option(
+    "value_clip",
+    (0.2, 0.5, 10.0),
+    0.2,
+    "slime/backends/megatron_utils/loss.py:1212-1213 (args.value_clip; --value-clip slime/utils/arguments.py:907, "
+    "default 0.2; 166441911: loss.py:695-696, arguments.py:741)",
+    "the clip for value loss (the flag's help): v_c = old + clamp(v - old, -c, c) enters max((v_c - R)^2, (v - R)^2)",
+    effect={0.5: {"variant": {"clip": 0.5}}, 10.0: {"variant": {"clip": 10.0}}},
+)
+PER_TOKEN_LOSS_OPTION = Option(
+    "calculate_per_token_loss",
+    (False, True),
+    False,
+    "slime/backends/megatron_utils/loss.py:1317-1325, 1353-1365 (the reducer of get_sum_of_sample_mean, "
+    "cp_utils.py:47, and the normaliser; --calculate-per-token-loss slime/utils/arguments.py:879, store_true; "
+    "166441911: loss.py:796-803, 827-836, arguments.py:719)",
+    "on: sum(sum(sample_i)) / sum(len(sample_i)) over the step (docs/en/get_started/usage.md:206) instead of the "
+    "per-sample mean",
+    effect={True: {"variant": {"mode": "token-mean"}}},
+)
+
+# --rollout-temperature reached the critic at 166441911: get_responses divided every logit by it, value logits
+# included (loss.py:69-70, called by get_values :200-207); #1928 (d9d149dce, "fix: avoid applying rollout
+# temperature to critic values") passes apply_temperature=False (loss.py:133, 643 at 624b824a8). The flag is "the
+# temperature for the inference engine during rollout" (arguments.py:343-346): no effect on the value loss.
+ROLLOUT_TEMPERATURE_OPTION = Option(
+    "rollout_temperature",
+    (1.0, 0.7),
+    1.0,
+    "slime/backends/megatron_utils/loss.py:133, 643 (get_values passes apply_temperature=False; --rollout-temperature "
+    "slime/utils/arguments.py:343, default 1.0); 166441911: loss.py:69-70 divides the value logits too (get_values "
+    ":200-207), arguments.py:219",
+    "the temperature for the inference engine during rollout (the flag's help): it samples the rollout, the critic's "
+    "values must not see it (no effect on the value-loss reference; #1928 removed it from the value path)",
+)
+
+
+def _value_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
+    """The loss entries' pipeline, with old values and returns: nothing non-finite under the mask."""
+    dom = _loss_pipeline(base, pin, fp32)
+    why = dict(dom.why)
+    why["dtypes"] = (
+        f"slime {pin}: the value head's output is asserted float32 (slime/backends/megatron_utils/loss.py:{fp32}, "
+        "get_responses) and the old values are the same get_values' float32 outputs"
+    )
+    why["nonfinite_poison"] = (
+        f"slime {pin}: old values are the critic's value-head outputs at every response token (forward_only(get_values)"
+        f", slime/backends/megatron_utils/actor.py:{'403' if pin == '624b824a8' else '365-373'}) and the returns "
+        "GAE's advantages + values over finite KL rewards (" + base.why["masked_values"] + ")"
+    )
+    return dataclasses.replace(dom, why=why)
+
+
+KIND_OVERRIDES["value-loss"] = dict(
+    kind="value-loss",
+    variant={"clip": VALUE_CLIP_OPTION.default, "half": False, "mode": "seq-mean-token-mean"},
+    masked_zero=True,
+    masked_zero_why="(x_i * loss_mask_i).sum() (slime/backends/megatron_utils/cp_utils.py:76, :86 at 624b824a8; "
+    ":70, :78 at 166441911)",
+    documented_errors=(),
+    whitening=None,
+    domain=Domain(
+        dtypes=("float32",),
+        why={
+            "dtypes": "get_responses asserts float32 value-head output (slime/backends/megatron_utils/loss.py:128; "
+            "166441911 :59): float64 and half precision fail the assertion"
+        },
+    ),
+    pipeline=_value_pipeline(PIPELINE_HEAD, "624b824a8", "128"),
+    pipeline_by_pin={"166441911": _value_pipeline(PIPELINE_166441911, "166441911", "59")},
+    options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
+)
+
 GRPO_STD_NORMALIZATION = Option(
     "grpo_std_normalization",
     (True, False),
@@ -348,7 +429,7 @@ SPEC = TargetSpec(
         Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -364,7 +445,7 @@ SPEC = TargetSpec(
         "two are comparable; the universal properties do not depend on this choice. Entries: default "
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
         "chunked=False (absent where the function has no such flag). Beyond GAE "
-        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
+        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss."
     ),
     entry_overrides=KIND_OVERRIDES,
     options=(NORMALIZE_ADVANTAGES,),

@@ -1,4 +1,6 @@
-"""slime entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns.
+"""slime entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns,
+loss-aggregation (`load_loss`) and value-loss (`load_value`: the critic's `--loss-type value_loss` through the
+same `loss_function`, which dispatches to `value_loss_function`, loss.py:1176 at 624b824a8).
 
 slime is miles' origin; the code and the way it is called are the same, at other homes (read at
 HEAD 624b824a8), so the runners are miles' (`targets.adapters.miles_kinds`):
@@ -39,6 +41,8 @@ def load(root: Path, entry: str) -> Loaded:
 
     if entry in LOSS_ENTRIES:
         return load_loss(root, entry)
+    if entry in VALUE_ENTRIES:
+        return load_value(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -213,6 +217,28 @@ def train_data_converter(root: Path):
     return convert, f"{rel}:{node.lineno}::RolloutManager._convert_samples_to_train_data"
 
 
+def step_denominators(root: Path, per_rollout: bool):
+    """`denominators(case) -> (rollout_mask_sums float32 [B], rollout count)` as the trainer computes them
+    before its micro-batch loop (624b824a8), from slime's own `_convert_samples_to_train_data`; rollout_id =
+    the case's group ids when `per_rollout`, else None (a fresh id per sample, rollout.py:646-655). And notes."""
+    convert, convert_where = train_data_converter(root)
+    notes = [
+        f"rollout_mask_sums and the rollout count from {convert_where} (compiled from the source text)",
+        "rollout_id = the case's group ids" if per_rollout else "rollout_id None (one per sample)",
+    ]
+    cache: dict = {}
+
+    def denominators(case) -> tuple[torch.Tensor, int]:
+        if cache.get("case") is not case:
+            ids = case.group.tolist() if per_rollout and case.group is not None else None
+            data = convert(case, ids)
+            sums = torch.tensor(data["rollout_mask_sums"], dtype=torch.float32)  # actor.py:267-268
+            cache.update(case=case, sums=sums, rollouts=len(set(data["rollout_ids"])))
+        return cache["sums"], cache["rollouts"]
+
+    return denominators, notes
+
+
 def load_loss(root: Path, entry: str) -> Loaded:
     """`slime/backends/megatron_utils/loss.py::loss_function` over one optimizer step, as slime's Megatron
     trainer drives it (model.py:644 at 624b824a8 binds `partial(loss_function, args, batch,
@@ -254,22 +280,9 @@ def load_loss(root: Path, entry: str) -> Loaded:
         f"--loss-type custom_loss ({mk.CUSTOM_LOSS}): get_sum_of_sample_mean's reducer on the per-token losses, "
         f"calculate_per_token_loss={per_token}",
     ]
-    convert = None
     if step_gbs:
-        convert, convert_where = train_data_converter(root)
-        notes.append(f"rollout_mask_sums and the rollout count from {convert_where} (compiled from the source text)")
-        notes.append(
-            "rollout_id = the case's group ids" if entry == "agg-rollout-mean" else "rollout_id None (one per sample)"
-        )
-    cache: dict = {}
-
-    def denominators(case) -> tuple[torch.Tensor, int]:
-        if cache.get("case") is not case:
-            ids = case.group.tolist() if entry == "agg-rollout-mean" and case.group is not None else None
-            data = convert(case, ids)
-            sums = torch.tensor(data["rollout_mask_sums"], dtype=torch.float32)  # actor.py:267-268
-            cache.update(case=case, sums=sums, rollouts=len(set(data["rollout_ids"])))
-        return cache["sums"], cache["rollouts"]
+        denominators, more = step_denominators(root, entry == "agg-rollout-mean")
+        notes += more
 
     def call(x, batch, rows, num_microbatches, step):
         dp["size"] = step.ranks
@@ -286,3 +299,55 @@ def load_loss(root: Path, entry: str) -> Loaded:
         return run_step(case, device, micro)
 
     return Loaded(run, where, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# value-loss: the critic's `--loss-type value_loss` through the same loss_function (runners: miles_kinds).
+# ---------------------------------------------------------------------------------------------
+VALUE_ENTRIES = mk.VALUE_ENTRIES
+VALUE_HOMES = ("slime.backends.megatron_utils.loss",)
+
+
+def load_value(root: Path, entry: str) -> Loaded:
+    """slime's critic loss over one optimizer step. `train_critic` sets `args.loss_type = "value_loss"`
+    (actor.py:407 at 624b824a8) and runs the same `train` as the actor, so each micro-batch goes through
+    `loss_function` (loss.py:1283; 166441911 :767) with `load_loss`'s normalisers (step_global_batch_size and
+    rollout_mask_sums with rollout_id None, or global_batch_size at 166441911), which dispatches to
+    `value_loss_function` (loss.py:1176, :1330-1331; 166441911 :658): the predictions read from the value head's
+    output by get_values (float32 asserted, get_responses), `max((v_c - R)^2, (v - R)^2)`, v_c = old + clamp(v -
+    old, -value_clip, value_clip), no factor 1/2 (:1212-1216), then the reducer (sum_of_sample_mean, or the
+    token sum with --calculate-per-token-loss); Megatron's scaling after it (`miles_kinds.megatron_step`)."""
+    from maskfuzz.targets.adapters.slime import install_mpu_state
+
+    mpu = install_mpu_state()
+    dp = {"size": 1}
+    mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
+    fn, where = function_from(root, [("slime.backends.megatron_utils.loss", "loss_function")])
+    _, vwhere = mk.value_function(root, VALUE_HOMES)
+    loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
+    if getattr(loss_mod, "mpu", mpu) is not mpu:
+        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
+    step_gbs = "step_global_batch_size" in inspect.signature(fn).parameters
+    notes = [
+        "state: megatron.core.mpu answers CP size 1, CP rank 0, DP size = the case's ranks",
+        f"--loss-type value_loss: loss_function dispatches to {vwhere}; value_clip and calculate_per_token_loss "
+        "from the case's options (defaults 0.2, False)",
+        "the case's v as the value head's packed [1, T, 1] float32 output (read back by get_values), v_old as "
+        "batch['values'], ret as batch['returns']; the gradient is d loss / d v",
+    ]
+    if step_gbs:
+        denominators, more = step_denominators(root, per_rollout=False)
+        notes += more
+
+    def call(x, batch, rows, num_microbatches, step):
+        dp["size"] = step.ranks
+        args = mk.value_args(step.case, step.rows)
+        logits, vbatch = mk.value_batch(step.case, rows, x, batch)
+        if not step_gbs:
+            return fn(args, vbatch, num_microbatches, logits)
+        sums, rollouts = denominators(step.case)
+        vbatch["rollout_mask_sums"] = sums[rows.cpu()].to(x.device)
+        return fn(args, vbatch, num_microbatches, rollouts, logits)
+
+    micros = {p: mk.megatron_step(call, p) for p in (False, True)}
+    return Loaded(mk.value_runner(micros), f"{vwhere} via {where}", notes)
