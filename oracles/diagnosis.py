@@ -107,6 +107,8 @@ def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
         from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
 
         return diagnose_kind(run, case, declared, prop)
+    if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
+        return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     try:

@@ -66,6 +66,8 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
         leak = _leak_probe(run, case, declared, prop)  # a twin of a poisoned case can fail through the leak
         if leak is not None:
             return leak
+    if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
+        return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     if getattr(case, "split", None) is not None and prop != "split-invariance":
