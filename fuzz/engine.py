@@ -192,15 +192,20 @@ def fuzz_target(
     for prop in props:
         if prop in search.found:
             case, verdict, also, used_seed = search.found[prop]
-            case, verdict = _simplest_configuration(run, declared, case, verdict, device)
+            case, verdict = _simplest_configuration(
+                run, declared, case, verdict, device, keep_options=options is not None
+            )
             result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))
     return result
 
 
-def _simplest_configuration(run: Run, declared: Declared, case: Case, verdict: Verdict, device: str):
-    """The shrunk case with every option it does not need back at its default and the truncation
-    dropped when the property fails without it (the shrinker can stop at a local minimum that keeps
-    an option): a finding names only the configuration it needs. Returns (case, verdict)."""
+def _simplest_configuration(
+    run: Run, declared: Declared, case: Case, verdict: Verdict, device: str, keep_options: bool = False
+):
+    """The shrunk case with every option it does not need back at its default (unless the options
+    were fixed for the run: `keep_options`) and the truncation dropped when the property fails
+    without it (the shrinker can stop at a local minimum that keeps an option): a finding names
+    only the configuration it needs. Returns (case, verdict)."""
     if verdict.case is not None or (not case.options and case.truncated is None):
         return case, verdict  # a crashing twin's finding is about the twin: left as found
 
@@ -215,7 +220,7 @@ def _simplest_configuration(run: Run, declared: Declared, case: Case, verdict: V
         v = still_fails(case.replace(truncated=None, bootstrap=None))
         if v is not None:
             case, verdict = case.replace(truncated=None, bootstrap=None), v
-    for name in sorted(case.options):
+    for name in sorted(case.options) if not keep_options else ():
         fewer = {k: x for k, x in case.options.items() if k != name}
         v = still_fails(case.replace(options=fewer))
         if v is not None:

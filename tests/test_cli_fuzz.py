@@ -179,3 +179,23 @@ def test_a_hostile_working_directory_gives_the_same_results(tmp_path):
                 for t in d["targets"]]  # fmt: skip
 
     assert summary(a) == summary(b) and all(t["status"] == "ok" for t in b["targets"])
+
+
+@pytest.mark.network
+def test_option_fixes_a_framework_option_for_every_case(tmp_path, capsys):
+    """--option runs every case with the value (its coverage says so, and the findings keep it);
+    an option the target does not have is a set-up error naming its options."""
+    out = tmp_path / "r.json"
+    argv = ["fuzz", "verl:grpo@0.9.1", "--option", "algorithm.norm_adv_by_std_in_grpo=false"]
+    code = main([*argv, "--max-examples", "15", "--quiet", "--json", str(out), "--corpus", str(tmp_path / "c")])
+    assert code in (0, 1)
+    (t,) = json.loads(out.read_text())["targets"]
+    assert t["fixed_options"] == {"algorithm.norm_adv_by_std_in_grpo": False}
+    assert t["configuration"]["options_checked"]["algorithm.norm_adv_by_std_in_grpo"]["true"] == 0
+    assert all(f["options"] == t["fixed_options"] for f in t["findings"])
+    code = main(["fuzz", "verl:grpo@0.9.1", "--option", "nope=1", "--max-examples", "5", "--quiet", "--json", str(out)])
+    assert code == 2
+    assert "option 'nope' is not an option of this target (its options: algorithm.norm_adv_by_std_in_grpo)" in (
+        capsys.readouterr().err
+    )
+    assert main(["fuzz", "verl:grpo@0.9.1", "--option", "novalue"]) == 2

@@ -70,6 +70,15 @@ def register(sub) -> None:
     p.add_argument("--junit", type=Path, help="write a JUnit XML report (a test per target x property)")
     p.add_argument("--corpus", type=Path, help="save every new finding to this corpus directory")
     p.add_argument("--jobs", type=int, default=1, help="fuzz this many targets in parallel processes")
+    p.add_argument(
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="run every case with this framework option (VALUE as JSON, else a string; repeatable); "
+        "`maskfuzz targets` lists each entry's options",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=main)
 
@@ -94,6 +103,7 @@ class Job:
     quiet: bool
     extra: dict = field(default_factory=dict)
     source: str | None = None  # a --callable's git repository (--source)
+    options: dict | None = None  # --option: the framework options every case runs with (None: drawn)
 
 
 def main(args) -> int:
@@ -105,6 +115,7 @@ def main(args) -> int:
     require_device(args.device)
     _check_callables(args.callables, args.source)
     labels = _resolve_labels(args.targets, args.callables, repos)
+    fixed = _parse_options(args.options)
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples or profile.max_examples
@@ -130,6 +141,7 @@ def main(args) -> int:
             str(args.corpus) if args.corpus else None,
             args.quiet,
             source=str(Path(args.source).expanduser().resolve()) if args.source else None,
+            options=fixed,
         )
         for label in labels
     ]
@@ -175,6 +187,36 @@ def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -
     out = (folder or Path(".")) / "repro" / Path(f["corpus_file"]).stem
     _say(f"next: maskfuzz repro {f['corpus_file']} --target {label} -o {out}")
     _say(f"      maskfuzz replay {corpus}")
+
+
+def _parse_options(items: list[str]) -> dict | None:
+    """--option NAME=VALUE ... as a dict (VALUE parsed as JSON, else kept as a string); None: none given."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise UsageError(
+                f"--option {item!r}: expected NAME=VALUE, e.g. --option algorithm.norm_adv_by_std_in_grpo=false"
+            )
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
+
+
+def _check_options(declared, options: dict) -> None:
+    """--option against the target's option space: SetupError naming the space when it is not in it."""
+    from maskfuzz.oracles.case import CaseError
+    from maskfuzz.oracles.options import resolve
+    from maskfuzz.targets.session import SetupError
+
+    try:
+        resolve(tuple(declared.options), options)
+    except CaseError as exc:
+        raise SetupError(f"--option: {exc}; `maskfuzz targets` lists each entry's options") from None
 
 
 def _check_callables(callables: list[str], source: str | None) -> None:
@@ -256,6 +298,9 @@ def run_job(job: Job) -> dict:
                 f"[{job.label}] {handle.resolved}: {out['where']}"
                 + (f" (not drawn: {', '.join(restrictions)})" if restrictions else "")
             )
+            if job.options is not None:
+                _check_options(handle.declared, job.options)
+                out["fixed_options"] = job.options
             progress = None if job.quiet else _progress_printer(job.label)
             result = fuzz_target(
                 handle.run,
@@ -271,6 +316,7 @@ def run_job(job: Job) -> dict:
                 device=job.device,
                 progress=progress,
                 derandomize=job.derandomize,
+                options=job.options,
             )
             if result.findings:
                 _say(f"[{job.label}] triage: root cause, reach and severity of {len(result.findings)} finding(s)")
