@@ -129,12 +129,19 @@ def assigned_names(node: ast.AST) -> set[str]:
 
 
 def attribute_reads(node: ast.AST, base: str) -> set[str]:
-    """Attribute names read as `<base>.<attr>` inside `node` (e.g. the `args.*` a block needs)."""
-    return {
-        n.attr
-        for n in ast.walk(node)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == base
-    }
+    """Attribute names read as `<base>.<attr>` inside `node` (e.g. the `args.*` a block needs);
+    `base` may be dotted (`self.args`)."""
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and _dotted(n.value) == base}
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`a.b.c` for a chain of attributes on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
 
 
 def find_gae_loop(func: ast.FunctionDef, carry: str = "lastgaelam") -> tuple[list[ast.stmt], int] | None:

@@ -804,16 +804,7 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
     if unknown_self:
         reads = ", ".join(f"self.{a}" for a in unknown_self)
         raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
-    self_args = {
-        n.attr
-        for s in block
-        for n in ast.walk(s)
-        if isinstance(n, ast.Attribute)
-        and isinstance(n.value, ast.Attribute)
-        and n.value.attr == "args"
-        and isinstance(n.value.value, ast.Name)
-        and n.value.value.id == "self"
-    }
+    self_args = set().union(*(attribute_reads(s, "self.args") for s in block))
     if self_args - {"missing_eos_penalty"}:
         raise BlockNotFound(
             f"trl: the block at {rel}:{block[0].lineno} reads self.args.{sorted(self_args - {'missing_eos_penalty'})}"

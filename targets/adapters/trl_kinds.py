@@ -516,16 +516,7 @@ def kl_grpo_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> 
         if unknown:
             reads = ", ".join(f"self.{a}" for a in unknown)
             raise BlockNotFound(f"trl: the KL block at {rel}:{block[0].lineno} reads {reads}, not set by the adapter")
-        self_args = {
-            n.attr
-            for s in block
-            for n in ast.walk(s)
-            if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Attribute)
-            and n.value.attr == "args"
-            and isinstance(n.value.value, ast.Name)
-            and n.value.value.id == "self"
-        }
+        self_args = set().union(*(attribute_reads(s, "self.args") for s in block))
         if self_args - set(KL_ARGS_SET):
             raise BlockNotFound(
                 f"trl: the KL block at {rel}:{block[0].lineno} reads self.args.{sorted(self_args - set(KL_ARGS_SET))}"
