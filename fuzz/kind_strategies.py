@@ -109,6 +109,20 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
         step = {"v_old = v": 0.0, "near": 0.1, "far": 3.0}[how]
         g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
         extra["v_old"] = extra["v"] + step * torch.randn(shape, generator=g, dtype=torch.float64)
+    elif kind == "policy-loss":
+        # log-ratios from 0 (r = 1, the closed form) across both clip edges; advantages of either sign, per
+        # token and per row (the score), so every branch of the clip and the dual clip is taken
+        extra["old_logp"] = -_values(draw, shape, "old_logp", pool=(0.0, 0.5, 1.0, 3.0), offsets=(0.0, 0.0, 10.0)).abs()
+        ratios = (0.0, 0.0, 0.05, -0.05, 0.15, -0.15, 0.3, -0.3, 1.5, -1.5, 3.0, -3.0)
+        if draw(st.booleans()):  # each token its own log-ratio from the pool: every clip branch in one row
+            event("log-ratio: mixed")
+            g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
+            d = torch.tensor(ratios, dtype=torch.float64)[torch.randint(0, len(ratios), shape, generator=g)]
+        else:
+            d = _values(draw, shape, "log-ratio", pool=ratios, offsets=(0.0,))
+        extra["logp"] = extra["old_logp"] + d
+        extra["adv"] = _values(draw, shape, "adv", pool=(0.0, 1.0, -1.0, 0.5, -2.0, 3.0))
+        score = _values(draw, (b_rows,), "row advantage", pool=(0.0, 1.0, -1.0, 0.5, -2.0))
     elif kind == "kl":
         ref = -_values(draw, shape, "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
         ratios = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0, 20.0, -20.0)

@@ -104,9 +104,7 @@ def grpo_score_on_last_attended(case: Case):
     that ends in an observation tail loses its score (counted as 0)."""
     pos = torch.arange(case.shape[1])
     last = torch.where(case.attention, pos, -1).max(1).values
-    kept = [
-        float(case.score[b]) if t >= 0 and bool(case.trainable[b, t]) else 0.0 for b, t in enumerate(last.tolist())
-    ]
+    kept = [float(case.score[b]) if t >= 0 and bool(case.trainable[b, t]) else 0.0 for b, t in enumerate(last.tolist())]
     score = torch.tensor(kept, dtype=case.torch_dtype)
     return (_broadcast(case, _grpo(case, score, case.trainable.any(1))),)
 
@@ -216,6 +214,7 @@ def _seq_mean_token_mean(rows_counted):
 agg_seq_mean_correct = _step(_seq_mean_token_mean(lambda step: step.nonempty_rows))
 agg_seq_mean_counts_empty_rows = _step(_seq_mean_token_mean(lambda step: step.rows))
 
+
 # -- value-loss: 0.5 max((v - R)^2, (v_c - R)^2), token-mean over the step --------------------------
 def _value(form):
     """A value loss whose inputs are zeroed under the mask first: a square of a masked inf / NaN
@@ -241,6 +240,46 @@ value_correct = _value(lambda v, old, ret, c: 0.5 * torch.maximum((v - ret) ** 2
 value_min_not_max = _value(lambda v, old, ret, c: 0.5 * torch.minimum((v - ret) ** 2, _clipped_sq(v, old, ret, c)))
 value_clipped_around_returns = _value(
     lambda v, old, ret, c: 0.5 * torch.maximum((v - ret) ** 2, (ret + (v - ret).clamp(-c, c) - ret) ** 2)
+)
+
+# -- policy-loss: the clipped PPO objective, token-mean over the step, gradient w.r.t. logp ------------
+PL = {"clip_low": 0.2, "dual_clip": 3.0}
+
+
+def _policy(form, masked_inputs: bool = True, normaliser=None):
+    """A clipped policy loss driven through a step as the adapters drive it. `form(logp, old, adv)`
+    gives the per-token loss; inputs are zeroed under the mask first, else the loss is masked by
+    multiplying with the mask (`masked_inputs=False`: NaN * 0 is NaN)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    def micro(rows, logp, mask, step):
+        dt, live = logp.dtype, mask > 0
+        zero = torch.zeros((), dtype=dt)
+        old = step.case.extra["old_logp"][rows].to(dt)
+        adv = step.case.extra["adv"][rows].to(dt)
+        if masked_inputs:
+            logp, old, adv = (torch.where(live, x, zero) for x in (logp, old, adv))
+        per_token = form(logp, old, adv)
+        total = _masked_sum(per_token, mask) if masked_inputs else (per_token * mask).sum()
+        denominator = max(step.tokens, 1) if normaliser is None else normaliser(mask, step)
+        return total / denominator * step.ranks
+
+    return lambda case: run_step(case, "cpu", micro, leaf_name="logp")
+
+
+def _ppo(logp, old, adv, dual=3.0, clip=0.2):
+    r = torch.exp(logp - old)
+    loss = torch.maximum(-adv * r, -adv * r.clamp(1 - clip, 1 + clip))
+    return torch.where(adv < 0, torch.minimum(loss, -adv * dual), loss) if dual else loss
+
+
+policy_correct = _policy(_ppo)
+policy_no_dual_clip = _policy(lambda logp, old, adv: _ppo(logp, old, adv, dual=None))
+policy_ratio_inverted = _policy(lambda logp, old, adv: _ppo(old, logp, adv))
+policy_mask_by_multiply = _policy(_ppo, masked_inputs=False)
+policy_per_microbatch_normaliser = _policy(_ppo, normaliser=lambda mask, step: mask.sum().clamp(min=1) * step.per_rank)
+policy_min_not_max = _policy(
+    lambda logp, old, adv: torch.minimum(-adv * torch.exp(logp - old), -adv * torch.exp(logp - old).clamp(0.8, 1.2))
 )
 
 GA = {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "singleton": "raw"}
@@ -275,6 +314,12 @@ CATCHES = {
     value_correct: ("value-loss", {}, ()),
     value_min_not_max: ("value-loss", {}, ("clip-bound",)),
     value_clipped_around_returns: ("value-loss", {}, ("reference",)),
+    policy_correct: ("policy-loss", PL, ()),
+    policy_no_dual_clip: ("policy-loss", PL, ("reference",)),
+    policy_ratio_inverted: ("policy-loss", PL, ("reference",)),
+    policy_mask_by_multiply: ("policy-loss", PL, ("poison-nonfinite",)),
+    policy_per_microbatch_normaliser: ("policy-loss", PL, ("split-invariance",)),
+    policy_min_not_max: ("policy-loss", PL, ("reference",)),
 }
 
 for _name, _fn in list(globals().items()):  # the step-driven mutants are closures: name them for test ids

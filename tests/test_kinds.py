@@ -24,6 +24,7 @@ from maskfuzz.oracles.kinds import (
     kl,
     loss_aggregation,
     normalization,
+    policy_loss,
     value_loss,
 )
 from maskfuzz.oracles.properties import Declared, expected_outputs, judge
@@ -225,6 +226,34 @@ def test_value_loss_by_hand():
     assert torchrl_like["loss"][0, 0].item() == pytest.approx((1.0 + 9.0 + 0.0) / 3)
 
 
+def test_policy_loss_by_hand():
+    """Four tokens, clip 0.2, dual clip 3: r = 1 (the closed form -A), A > 0 with r beyond 1.2 (the clip
+    binds: no gradient), A < 0 with r below 0.8 (the clipped term wins: no gradient), A < 0 with r = e^2
+    (the dual clip caps -A r at -3 A: no gradient); a masked NaN changes nothing."""
+    nan = float("nan")
+    case = Case.build(
+        trainable=[[1, 1, 1, 1, 0]],
+        extra={
+            "logp": [[-1.0, math.log(1.5) - 1.0, math.log(0.5) - 1.0, 1.0, nan]],
+            "old_logp": [[-1.0, -1.0, -1.0, -1.0, nan]],
+            "adv": [[2.0, 1.0, -1.0, -1.0, nan]],
+        },
+        dtype="float64",
+    )
+    per = [-2.0, -1.2, 0.8, 3.0]
+    for vectorised in (False, True):
+        ref = policy_loss.reference(case, {"dual_clip": 3.0}, vectorised=vectorised)
+        assert ref["loss"][0, 0].item() == pytest.approx(sum(per) / 4)
+        assert ref["grad"][0].tolist() == pytest.approx([-2.0 / 4, 0.0, 0.0, 0.0, 0.0])
+    plain = policy_loss.reference(case, {})  # no dual clip: the last token is -A r = e^2, slope e^2
+    assert plain["loss"][0, 0].item() == pytest.approx((-2.0 - 1.2 + 0.8 + math.exp(2.0)) / 4)
+    assert plain["grad"][0, 3].item() == pytest.approx(math.exp(2.0) / 4)
+    wide = policy_loss.reference(case, {"clip_high": 0.6})  # 1.5 is inside [0.8, 1.6]: -A r, slope -A r
+    assert wide["grad"][0, 1].item() == pytest.approx(-1.5 / 4)
+    rows = policy_loss.reference(case.replace(score=torch.tensor([-1.0])), {"advantages": "row"})
+    assert rows["grad"][0, 0].item() == pytest.approx(1.0 / 4)  # A = -1 at r = 1
+
+
 def test_kl_estimators_by_hand():
     case = Case.build(
         trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, float("nan")]], "ref_logp": [[-1.5, -1.0, 0.0]]}
@@ -294,6 +323,12 @@ VARIANTS = {
         {"mode": "seq-mean-token-mean", "scope": "micro-batch"},
     ],
     "value-loss": [{}, {"half": False, "clip": 0.2}, {"mode": "seq-mean-token-mean"}],
+    "policy-loss": [
+        {},
+        {"dual_clip": 3.0, "clip_high": 0.28},
+        {"advantages": "row", "mode": "seq-mean-token-mean"},
+        {"mode": "token-sum", "clip_low": 0.1},
+    ],
     "normalization": [
         {"eps_place": "floor", "eps": 1e-3},
         {},

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, value_loss
+from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, policy_loss, value_loss
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,14 @@ KINDS: dict[str, KindSpec] = {
         value_loss,
         (*_COMMON, "permutation", "split-invariance", "empty-step", "clip-bound", *_TAIL),
         poisoned=("v", "v_old", "ret"),
+        grouped=True,
+        split=True,
+    ),
+    "policy-loss": KindSpec(
+        "policy-loss",
+        policy_loss,
+        (*_COMMON, "permutation", "split-invariance", "empty-step", *_TAIL),
+        poisoned=policy_loss.INPUTS,
         grouped=True,
         split=True,
     ),

@@ -50,6 +50,12 @@ NEIGHBOURS = {
     },
 }
 NEIGHBOURS["value-loss"] = {**NEIGHBOURS["loss-aggregation"], "half": [True, False]}
+NEIGHBOURS["policy-loss"] = {
+    **NEIGHBOURS["loss-aggregation"],
+    "dual_clip": [None, 3.0],
+    "clip_high": [None, 0.28],
+    "advantages": ["token", "row"],
+}
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
