@@ -69,8 +69,13 @@ import torch
 
 from maskfuzz.fuzz.corpus import Entry, position_kind
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
+from maskfuzz.oracles.kinds import outputs as kind_outputs
 from maskfuzz.oracles.properties import (
-    INVARIANT,
+    INVARIANT as GAE_INVARIANT,
+)
+from maskfuzz.oracles.properties import (
     POISON_PROBE,
     SEVERITY,
     Declared,
@@ -95,11 +100,30 @@ SHIMS = {
 }
 NOT_FOLLOWED = ("maskfuzz.targets.adapters.base",)
 # maskfuzz modules (besides other adapters) whose definitions may be copied into a script; their code
-# goes into the script's support section (adapters and PLAIN helpers go with the target's call)
-FOLLOWED = ("maskfuzz.targets.standins",)
+# goes into the script's support section (adapters and PLAIN helpers go with the target's call).
+# loss_aggregation: `microbatches`, how a step is cut, which the loss-step driver reads.
+FOLLOWED = ("maskfuzz.targets.standins", "maskfuzz.oracles.kinds.loss_aggregation")
 # maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
 # anything else from them is refused (the adapter's own module may import the framework's packages)
-PLAIN = ("maskfuzz.targets.standins", "maskfuzz.targets.adapters.extract", "maskfuzz.oracles.options")
+PLAIN = (
+    "maskfuzz.targets.standins",
+    "maskfuzz.targets.adapters.extract",
+    "maskfuzz.oracles.options",
+    "maskfuzz.oracles.kinds.loss_aggregation",
+)
+INVARIANT = GAE_INVARIANT | KIND_INVARIANT  # every property of every kind, in words
+# the kinds beyond GAE say `reference` and `masked-zero` of their own outputs
+KIND_WORDS = {
+    "reference": "outputs at trainable positions equal the float64 reference of the kind's declared variant",
+    "masked-zero": "outputs that the target promises to zero are 0 at non-trainable positions",
+}
+
+
+def invariant(prop: str, kind: str = "gae") -> str:
+    """The property in words, for a target of `kind`."""
+    return (KIND_WORDS.get(prop) if kind not in GAE_KINDS else None) or INVARIANT[prop]
+
+
 # The finding section of the template, in the order the script lists it.
 DATA_NAMES = (
     "TARGET",
@@ -114,6 +138,7 @@ DATA_NAMES = (
     "ROOT_ENV",
     "CASE",
     "TWIN",
+    "OUTPUTS",
     "CHECK",
 )
 TWIN_PROPERTIES = ("poison", "poison-nonfinite", "row-independence", "gap-invariance", "deterministic")
@@ -144,6 +169,10 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     when the property does not apply to this case (the judge would say n/a)."""
     if prop not in INVARIANT:
         raise Unsupported(f"unknown property {prop!r}")
+    if declared.kind not in GAE_KINDS:
+        from maskfuzz.fuzz.repro_kinds import build_kind_check
+
+        return build_kind_check(case, prop, declared)
     declared = declared.configured(case)
     why = declared.domain.rejects(case)
     if why:
@@ -392,9 +421,10 @@ class Source:
         path = inspect.getsourcefile(module)
         return cls(name, Path(path).read_text(encoding="utf-8"), str(path))
 
-    def segment(self, node: ast.stmt, drop: Iterable[str] = ()) -> str:
+    def segment(self, node: ast.stmt, drop: Iterable[str] = (), omit: Iterable[int] = ()) -> str:
         """The node's source lines with its decorators and the comment lines right above it
-        (section banners, `# ---` blocks, are left out); `drop` names methods of a class to omit."""
+        (section banners, `# ---` blocks, are left out); `drop` names methods of a class to omit,
+        `omit` 0-based line numbers (a local import of maskfuzz whose names the script defines)."""
         start = _first_line(node)
         first = start
         while first > 0 and self.lines[first - 1].lstrip().startswith("#"):
@@ -403,7 +433,7 @@ class Source:
         if any(c.strip().startswith("# ---") or c.strip().startswith("# ===") for c in comments):
             comments = []
         lines = list(enumerate(self.lines[start : node.end_lineno], start))
-        skip: set[int] = set()
+        skip: set[int] = set(omit)
         for method in getattr(node, "body", []):
             if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name in set(drop):
                 lo = _first_line(method)
@@ -483,6 +513,7 @@ class Closure:
     dotted: set[str] = field(default_factory=set)
     used_overrides: set[str] = field(default_factory=set)
     missing: dict[str, list[str]] = field(default_factory=dict)  # maskfuzz module -> names a script lacks
+    local_imports: dict[str, set[int]] = field(default_factory=dict)  # source -> lines of maskfuzz imports in defs
 
     def add_source(self, source: Source, chain: Iterable[str] = ()) -> None:
         self.sources[source.name] = source
@@ -538,6 +569,19 @@ class Closure:
         self.dotted |= dotted_names(node)
         for n in sorted(free_names(node)):
             self.need(source, n, f"read by {owner} in {source.name}")
+        # `from maskfuzz... import x` inside a function (adapters import each other lazily): x is copied to
+        # the script's top level like any other reached definition, and the import line is left out
+        for imp in ast.walk(node):
+            if (
+                isinstance(imp, ast.ImportFrom)
+                and imp is not node
+                and (imp.module or "").split(".")[0] in MASKFUZZ_PACKAGES
+            ):
+                why = f"imported inside {owner} in {source.name}"
+                for a in imp.names:
+                    self._imported(source, a.asname or a.name, [ImportLine(imp.module, a.name, a.asname)], why)
+                lines = self.local_imports.setdefault(source.name, set())
+                lines |= set(range(imp.lineno - 1, imp.end_lineno))
 
     def _imported(self, source: Source, name: str, lines: list[ImportLine], why: str) -> None:
         for line in lines:
@@ -612,7 +656,7 @@ class Closure:
             drop: set[str] = set()
             if isinstance(node, ast.ClassDef) and node.name in prune:
                 drop = unused_methods(node, self.attributes(besides=node))
-            out.append(src.segment(node, drop))
+            out.append(src.segment(node, drop, self.local_imports.get(src.name, ())))
         return out
 
     def attributes(self, besides: ast.AST | None = None) -> set[str]:
@@ -797,11 +841,6 @@ class Plan:
 def make_plan(entry: Entry, target: TargetInfo) -> Plan:
     """The check and the call for `entry` on `target`; Unsupported when either is impossible
     (the target first: whether its call can be copied does not depend on the case)."""
-    if target.declared.kind not in ("gae", "returns"):
-        raise Unsupported(
-            f"a standalone reproducer of the {target.declared.kind} kind is not written yet; "
-            "`maskfuzz replay` on the corpus entry reproduces it through the framework's own code"
-        )
     call = call_source(target.adapter)
     assemble(call, {name: f"{name} = None\n" for name in DATA_NAMES})  # every name resolves, or Unsupported
     check = build_check(entry.case, entry.property, target.declared)
@@ -908,6 +947,9 @@ def case_dict(case: Case) -> dict:
             else {}
         ),
         **({"options": dict(sorted(case.options.items()))} if case.options else {}),
+        **({"group": case.group.tolist()} if case.group is not None else {}),
+        **({"extra": {name: _rows(x) for name, x in case.extra.items()}} if case.extra else {}),
+        **({"split": case.split.tolist(), "ranks": case.ranks} if case.split is not None else {}),
     }
 
 
@@ -924,13 +966,14 @@ def data_sources(plan: Plan) -> dict[str, str]:
         "DOCUMENTED_ERRORS": "Errors the target raises on purpose (regular expressions over 'Type: message').",
         "CASE": "The input: B rows padded to T positions; masks as '0'/'1' strings, one per row.",
         "TWIN": f"The second input: {check.twin_is}." if check.twin is not None else "",
+        "OUTPUTS": "What the target returns, in order: [B, T] tensors.",
         "CHECK": f"What is compared: {_check_words(check)}",
     }
     values: dict[str, Any] = {
         "TARGET": t.target,
         "PIN": t.pin,
         "PROPERTY": plan.entry.property,
-        "INVARIANT": INVARIANT[plan.entry.property],
+        "INVARIANT": invariant(plan.entry.property, t.declared.kind),
         "ENTRY": t.entry,
         "STAND_INS": t.stand_ins,
         "DENY": t.deny,
@@ -939,6 +982,7 @@ def data_sources(plan: Plan) -> dict[str, str]:
         "ROOT_ENV": "MASKFUZZ_TARGET_ROOT",
         "CASE": case_dict(check.case),
         "TWIN": case_dict(check.twin) if check.twin is not None else None,
+        "OUTPUTS": kind_outputs(t.declared.kind),
         "CHECK": check.data | ({"timeout": 60} if _hang(plan.entry) else {}),
     }
     out = {}
@@ -956,10 +1000,19 @@ def _hang(entry: Entry) -> bool:
 
 def _check_words(check: Check) -> str:
     kind = check.data["kind"]
+    if kind == "finite" and check.data.get("raises_only"):
+        return "the target must not raise, or raise a documented error (the case has NaN / inf under the mask)."
     if kind == "finite":
         return "the outputs must be finite at trainable positions (or the error raised a documented one)."
     if kind == "same":
         return "a second run of the case must give the same bits."
+    if kind == "zero":
+        return "every output must be a finite 0 on the step without a trainable token (or a documented error)."
+    if kind == "at-least":
+        return (
+            f"the case's loss must not lie below the loss on {check.twin_is} by more than the tolerance "
+            "(maskfuzz's bound, absolute per position, plus its share relative to the twin's loss) + rounding slack."
+        )
     if kind == "expected":
         return (
             f"the outputs at the 'where' positions against {check.expected_from}, computed by maskfuzz; "
@@ -968,9 +1021,11 @@ def _check_words(check: Check) -> str:
     twin_observed = check.data["observed"] == "twin"
     observed = "the twin's outputs (rows / columns mapped onto the case)" if twin_observed else "the case's outputs"
     expected = "the case's outputs" if twin_observed else "the twin's outputs"
+    relative = any("relative" in o for o in check.data["outputs"].values())
+    share = ", plus its share relative to the expected outputs" if relative else ""
     return (
         f"{observed} against {expected} at the 'where' positions; |observed - expected| <= tolerance "
-        "(maskfuzz's bound, absolute per position) + rounding slack in the outputs' own magnitude."
+        f"(maskfuzz's bound, absolute per position{share}) + rounding slack in the outputs' own magnitude."
     )
 
 
@@ -1090,7 +1145,7 @@ def _script_doc(plan: Plan, resolved: str | None, wheel: str | None) -> str:
     para = [
         f"Reproducer: {where}, property `{e.property}` (maskfuzz corpus entry {e.id}).",
         "",
-        f"Invariant: {INVARIANT[e.property]}.",
+        f"Invariant: {invariant(e.property, t.declared.kind)}.",
         "",
         f"Checked: {_check_words(plan.check)}",
         "",
@@ -1177,6 +1232,18 @@ TITLES = {
     "masked-zero": "non-zero advantages at masked positions",
     "no-crash": "a valid masked batch crashes or gives non-finite outputs",
     "deterministic": "two runs of the same input give different bits",
+    # the kinds beyond GAE (oracles/kinds): `reference` and `masked-zero` get the kind's own words
+    "pad-invariance": "a padding column or an all-masked row changes the outputs at trained positions",
+    "permutation": "reordering the rows of the batch changes a row's outputs",
+    "group-isolation": "a group's outputs depend on the other groups of the batch",
+    "affine": "outputs at a moved input (a x + b) differ from the reference",
+    "split-invariance": "cutting the step into micro-batches (or ranks) changes the loss or its gradient",
+    "empty-step": "a step without a trainable token does not give a finite 0",
+    "clip-bound": "the clipped value loss lies below the unclipped one",
+}
+KIND_TITLES = {
+    "reference": "outputs differ from the float64 `{kind}` reference of the declared variant",
+    "masked-zero": "non-zero {outputs} at masked positions",
 }
 MAX_ROWS = 32
 
@@ -1198,7 +1265,11 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     e, t, data = plan.entry, plan.target, run.data or {}
     function = data.get("function") or "the function under test"
     short = function.rsplit("::", 1)[-1]
-    title = TITLES[e.property].format(contract=t.declared.contract)
+    kind = t.declared.kind
+    zero_outputs = " / ".join(kind_outputs(kind) if kind in GAE_KINDS else _zero_outputs(kind))
+    title = (TITLES if kind in GAE_KINDS else TITLES | KIND_TITLES)[e.property].format(
+        contract=t.declared.contract, kind=kind, outputs=zero_outputs
+    )
     version = env.resolved or t.pin
     out = [f"# {t.label}: `{short}`: {title}", ""]
     out += [_summary(plan, data, function, version), ""]
@@ -1207,11 +1278,16 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
         out += ["", f"Compared with a second run on {plan.check.twin_is}:", "", _case_block(plan.check.twin)]
     out += ["", "## Observed vs expected", "", *_differences(plan, data), ""]
     out += ["## Property violated", ""]
-    out += [f"`{e.property}` (severity {SEVERITY.get(e.property, 'high')}): {INVARIANT[e.property]}.", ""]
+    severity = (e.triage or {}).get("severity") or SEVERITY.get(e.property, "high")
+    out += [f"`{e.property}` (severity {severity}): {invariant(e.property, kind)}.", ""]
     out += [f"Checked: {_check_words(plan.check)}", ""]
     if e.also:
         out += [f"The same case also violates: {', '.join(f'`{p}`' for p in e.also)}.", ""]
-    out += [f"Contract declared for {t.target}: `{t.declared.contract}`" + _whitened(t.declared) + ".", ""]
+    if kind in GAE_KINDS:
+        out += [f"Contract declared for {t.target}: `{t.declared.contract}`" + _whitened(t.declared) + ".", ""]
+    else:
+        variant = ", ".join(f"{k}={v!r}" for k, v in sorted((t.declared.variant or {}).items())) or "its defaults"
+        out += [f"Kind `{kind}`, variant declared for {t.label}: {variant}.", ""]
     if bisect:
         out += ["## Bisection", "", *_bisection(bisect), ""]
     out += ["## Environment", "", *_environment(plan, run, env), ""]
@@ -1271,27 +1347,45 @@ def _summary(plan: Plan, data: dict, function: str, version: str) -> str:
         )
     else:
         first = f"{subject} fails: {data.get('message', 'see below')}."
-    second = f"It violates `{e.property}`: {INVARIANT[e.property]}."
+    second = f"It violates `{e.property}`: {invariant(e.property, plan.target.declared.kind)}."
     return f"{first} {second}"
 
 
+def _zero_outputs(kind: str) -> tuple[str, ...]:
+    from maskfuzz.oracles.kinds import spec
+
+    return spec(kind).zero_outputs
+
+
 def _case_block(case: Case) -> str:
+    """The case as a table per row: masks, the per-token inputs (rewards and values where any is
+    non-zero or no other input exists), the extra inputs of the kinds beyond GAE, score, group, split."""
     b_rows, t_len = case.shape
     head = f"gamma = {case.gamma!r}   lam = {case.lam!r}   dtype = {case.dtype}   B = {b_rows}   T = {t_len}"
+    if case.split is not None:
+        head += f"   ranks = {case.ranks}"
+    if case.options:
+        head += "\noptions: " + ", ".join(f"{k} = {v!r}" for k, v in sorted(case.options.items()))
     cols = [f"t={t}" for t in range(t_len)]
     lines = [head, ""]
+    gae_inputs = {"token_rewards": case.token_rewards, "values": case.values}
+    shown = {n: x for n, x in gae_inputs.items() if not case.extra or bool((x != 0).any())} | case.extra
     for b in range(b_rows):
         rows = {
             "attention": [str(int(x)) for x in case.attention[b].tolist()],
             "trainable": [str(int(x)) for x in case.trainable[b].tolist()],
-            "token_rewards": [_num(x) for x in case.token_rewards[b].tolist()],
-            "values": [_num(x) for x in case.values[b].tolist()],
+            **{name: [_num(v) for v in x[b].tolist()] for name, x in shown.items()},
         }
         width = max(len(c) for c in cols + [v for r in rows.values() for v in r]) + 2
         lines.append(f"row {b:<14}" + "".join(c.rjust(width) for c in cols))
         for name, vals in rows.items():
             lines.append(f"  {name:<16}" + "".join(v.rjust(width) for v in vals))
-        lines.append(f"  score = {_num(float(case.score[b]))}")
+        per_row = [f"score = {_num(float(case.score[b]))}"]
+        per_row += [f"group = {int(case.group[b])}"] if case.group is not None else []
+        per_row += [f"micro-batch = {int(case.split[b])}"] if case.split is not None else []
+        if case.truncated is not None and bool(case.truncated[b]):
+            per_row += [f"truncated (cut by the length limit), bootstrap = {_num(float(case.bootstrap_values()[b]))}"]
+        lines.append("  " + "   ".join(per_row))
     return "```\n" + "\n".join(lines) + "\n```"
 
 

@@ -59,6 +59,7 @@ CASE: dict = {
     "score": [0.0],
 }
 TWIN: dict | None = None
+OUTPUTS: tuple[str, ...] = ("advantages", "returns")
 CHECK: dict = {
     "kind": "expected",
     "outputs": {
@@ -92,7 +93,7 @@ def mask(rows: list[str]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Case:
-    """One batch of masked GAE inputs: B rows padded to T positions.
+    """One batch of masked inputs: B rows padded to T positions.
 
     attention[b, t]      bool: a real token (assistant or tool/observation token); False is padding
     trainable[b, t]      bool: the loss mask; True for the tokens the policy is trained on
@@ -104,6 +105,12 @@ class Case:
     truncated[b]         bool: the row was cut by the length limit (no EOS); None: no row was
     bootstrap[b]         float64: the critic value after a cut row's last token
     options              the framework options the run uses (only those that differ from defaults)
+    group[b]             int: the prompt group of the row (None: no groups)
+    extra[name][b, t]    float64: the computation's other per-token inputs (log-probs, per-token losses,
+                         critic predictions, ...); at non-trainable positions they must never matter
+    split[b]             int: the micro-batch of the row in one optimizer step (None: one micro-batch);
+                         micro-batches run in increasing id order, the i-th on simulated rank i % ranks
+    ranks                the number of simulated data-parallel ranks
     """
 
     attention: torch.Tensor
@@ -117,11 +124,18 @@ class Case:
     truncated: torch.Tensor | None = None
     bootstrap: torch.Tensor | None = None
     options: dict = field(default_factory=dict)
+    group: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+    split: torch.Tensor | None = None
+    ranks: int = 1
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
         def floats(x) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.float64)
+
+        def ids(name: str) -> torch.Tensor | None:
+            return torch.tensor(data[name], dtype=torch.int64) if name in data else None
 
         return cls(
             attention=mask(data["attention"]),
@@ -135,6 +149,33 @@ class Case:
             truncated=torch.tensor(data["truncated"], dtype=torch.bool) if "truncated" in data else None,
             bootstrap=floats(data["bootstrap"]) if "bootstrap" in data else None,
             options=dict(data.get("options", {})),
+            group=ids("group"),
+            extra={name: floats(rows) for name, rows in data.get("extra", {}).items()},
+            split=ids("split"),
+            ranks=int(data.get("ranks", 1)),
+        )
+
+    def replace(self, **changes) -> Case:
+        return type(self)(**{**self.__dict__, **changes})
+
+    def rows(self, idx) -> Case:
+        """The case of rows `idx` (in that order), every per-row field taken along; a split whose
+        micro-batches no longer cover its ranks falls back to one rank."""
+        idx = torch.as_tensor(idx, dtype=torch.int64)
+        split = None if self.split is None else self.split[idx]
+        ranks = self.ranks if split is not None and len(set(split.tolist())) >= self.ranks else 1
+        return self.replace(
+            attention=self.attention[idx],
+            trainable=self.trainable[idx],
+            token_rewards=self.token_rewards[idx],
+            values=self.values[idx],
+            score=self.score[idx],
+            group=None if self.group is None else self.group[idx],
+            extra={n: x[idx] for n, x in self.extra.items()},
+            split=split,
+            ranks=ranks,
+            truncated=None if self.truncated is None else self.truncated[idx],
+            bootstrap=None if self.bootstrap is None else self.bootstrap[idx],
         )
 
     def truncated_rows(self) -> torch.Tensor:
@@ -255,7 +296,6 @@ def function_from(root: Path, candidates: list[tuple[str, str]]) -> tuple[Callab
 # The check.
 # ---------------------------------------------------------------------------------------------
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
-OUTPUTS = ("advantages", "returns")
 
 
 def number(x: float) -> float | str:
@@ -285,10 +325,10 @@ def dumps(data, indent: int = 0) -> str:
 
 
 def outputs(run: Callable, case: Case, device: str) -> dict[str, torch.Tensor]:
-    """Run the target on `case`: {'advantages', 'returns'}, float64 on the CPU, checked to be [B, T]."""
+    """Run the target on `case`: its OUTPUTS by name, float64 on the CPU, checked to be [B, T] each."""
     out = run(case, device)
-    if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TypeError(f"the target returned {type(out).__name__}, not (advantages, returns)")
+    if not (isinstance(out, (tuple, list)) and len(out) == len(OUTPUTS)):
+        raise TypeError(f"the target returned {type(out).__name__}, not ({', '.join(OUTPUTS)})")
     result = {}
     for name, x in zip(OUTPUTS, out):
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != case.shape:
@@ -308,11 +348,14 @@ def rounding_slack(dtype: str, tensors: list[torch.Tensor]) -> float:
     return 8.0 * UNIT_ROUNDOFF[dtype] * (math.log2(xs.numel()) + 1) * float(xs.abs().max())
 
 
-def differences(name: str, observed, expected, tolerance, where, exact: bool = False) -> list[dict]:
+def differences(name: str, observed, expected, tolerance, where, exact: bool = False, at_least: bool = False) -> list:
     """Positions in `where` at which `observed` is not within `tolerance` of `expected`
-    (|observed - expected| <= tolerance; NaN never agrees). `exact`: bitwise equal, NaN == NaN."""
+    (|observed - expected| <= tolerance; NaN never agrees). `exact`: bitwise equal, NaN == NaN;
+    `at_least`: observed >= expected - tolerance."""
     if exact:
         ok = (observed == expected) | (torch.isnan(observed) & torch.isnan(expected))
+    elif at_least:
+        ok = observed >= expected - tolerance
     else:
         ok = ((observed - expected).abs() <= tolerance) | ((observed == expected) & torch.isinf(expected))
     return [
@@ -328,7 +371,8 @@ def differences(name: str, observed, expected, tolerance, where, exact: bool = F
 
 
 def check_finite(run: Callable, case: Case, device: str) -> dict:
-    """The case must give finite outputs at trainable positions, or raise a documented error."""
+    """The case must give finite outputs at trainable positions, or raise a documented error (CHECK
+    'raises_only': only an undocumented error fails)."""
     timeout = CHECK.get("timeout")
     if timeout:  # the finding was a hang: give up after `timeout` seconds
 
@@ -347,7 +391,9 @@ def check_finite(run: Callable, case: Case, device: str) -> dict:
     finally:
         if timeout:
             signal.alarm(0)
-    bad = case.trainable & ~(torch.isfinite(got["advantages"]) & torch.isfinite(got["returns"]))
+    if CHECK.get("raises_only"):  # NaN / inf under the mask may reach the outputs: that is another property's
+        return {"status": "fixed", "message": "no error", "observed": {name: x.tolist() for name, x in got.items()}}
+    bad = case.trainable & ~torch.stack([torch.isfinite(x) for x in got.values()]).all(dim=0)
     found = [
         {"output": name, "position": [b, t], "observed": number(got[name][b, t]), "expected": "finite"}
         for b, t in bad.nonzero().tolist()
@@ -375,9 +421,31 @@ def check_twin(run: Callable, case: Case, device: str) -> dict:
     mapped = {name: x[rows][:, columns] for name, x in second.items()}
     observed, expected = (mapped, first) if CHECK["observed"] == "twin" else (first, mapped)
     # the two runs round differently: rounding slack in the magnitude of the outputs at trainable positions
-    trainable = mask(CHECK["outputs"]["advantages"]["where"])
+    trainable = mask(next(iter(CHECK["outputs"].values()))["where"])
     slack = rounding_slack(case.dtype, [expected[name][trainable] for name in OUTPUTS])
     return compare(case, observed, expected, slack)
+
+
+def check_at_least(run: Callable, case: Case, device: str) -> dict:
+    """The outputs on the case must not lie below those on its twin (TWIN) by more than the tolerance."""
+    first = outputs(run, case, device)
+    second = outputs(run, Case.from_dict(TWIN), device)
+    trainable = mask(next(iter(CHECK["outputs"].values()))["where"])
+    slack = rounding_slack(case.dtype, [x[trainable] for x in (*first.values(), *second.values())])
+    return compare(case, first, second, slack, at_least=True)
+
+
+def check_zero(run: Callable, case: Case, device: str) -> dict:
+    """The outputs must be a finite 0 everywhere (CHECK), or the target raises a documented error."""
+    try:
+        observed = outputs(run, case, device)
+    except Exception as exc:  # noqa: BLE001 - whatever the target raises is the answer
+        text = f"{type(exc).__name__}: {exc}"
+        if any(re.search(p, text) for p in DOCUMENTED_ERRORS):
+            return {"status": "fixed", "message": f"raised a documented error: {text}"}
+        return {"status": "reproduced", "message": f"raised {text}", "traceback": traceback.format_exc()}
+    expected = {name: torch.tensor(c["expected"], dtype=torch.float64) for name, c in CHECK["outputs"].items()}
+    return compare(case, observed, expected)
 
 
 def check_same(run: Callable, case: Case, device: str) -> dict:
@@ -386,12 +454,18 @@ def check_same(run: Callable, case: Case, device: str) -> dict:
     return compare(case, outputs(run, case, device), first, exact=True)
 
 
-def compare(case: Case, observed: dict, expected: dict, slack: float = 0.0, exact: bool = False) -> dict:
-    """The verdict of comparing `observed` with `expected` at each output's 'where' positions."""
+def compare(
+    case: Case, observed: dict, expected: dict, slack: float = 0.0, exact: bool = False, at_least: bool = False
+) -> dict:
+    """The verdict of comparing `observed` with `expected` at each output's 'where' positions: the
+    tolerance is CHECK's absolute one, plus its 'relative' share of |expected| where given, plus `slack`."""
     found = []
     for name, spec in CHECK["outputs"].items():
         tolerance = torch.tensor(spec.get("tolerance", 0.0), dtype=torch.float64).expand(case.shape) + slack
-        found += differences(name, observed[name], expected[name], tolerance, mask(spec["where"]), exact)
+        if "relative" in spec:
+            tolerance = tolerance + spec["relative"] * expected[name].abs().nan_to_num(posinf=0.0, neginf=0.0)
+        where = mask(spec["where"])
+        found += differences(name, observed[name], expected[name], tolerance, where, exact, at_least)
     differing = " and ".join(dict.fromkeys(d["output"] for d in found))
     checked = " and ".join(CHECK["outputs"])
     return {
@@ -405,7 +479,14 @@ def compare(case: Case, observed: dict, expected: dict, slack: float = 0.0, exac
 
 def judge(run: Callable, device: str) -> dict:
     """Run the check CHECK names on the case (the written script calls its one check directly)."""
-    checks = {"finite": check_finite, "expected": check_expected, "twin": check_twin, "same": check_same}
+    checks = {
+        "finite": check_finite,
+        "expected": check_expected,
+        "twin": check_twin,
+        "same": check_same,
+        "at-least": check_at_least,
+        "zero": check_zero,
+    }
     return checks[CHECK["kind"]](run, Case.from_dict(CASE), device)
 
 

@@ -1,0 +1,223 @@
+"""Standalone reproducers of the kinds beyond GAE (`fuzz/repro_kinds.py`, the template's checks).
+
+The script's check of every property must give the judge's verdict: the kind zoo's mutants and
+correct implementations run through the template's own check functions in this process, on drawn
+cases, for every property the judge decides. Then real findings of verl (released wheel) are
+written by `maskfuzz repro`, run in an interpreter without maskfuzz, and judged the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from maskfuzz.fuzz import repro
+from maskfuzz.fuzz.cli import main as cli
+from maskfuzz.fuzz.corpus import Entry, Found, save
+from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.kind_strategies import kind_cases
+from maskfuzz.fuzz.repro_kinds import build_kind_check
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.fuzz.templates import repro_script
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import KINDS
+from maskfuzz.oracles.kinds.judge import judge
+from maskfuzz.oracles.properties import Declared, Verdict
+from tests import kind_zoo as zoo
+from tests.test_repro import clean_python, run_clean  # noqa: F401 - the fixture is used by name
+
+pytestmark = pytest.mark.xdist_group("repro-kinds")
+
+# one mutant and one correct implementation per kind (the zoo's), and the properties each must show
+PICKS = [
+    zoo.grpo_correct,
+    zoo.grpo_counts_empty_rows,
+    zoo.grpo_fixed_group_size,
+    zoo.grpo_unmasked_reward_sum,
+    zoo.whiten_one_pass,
+    zoo.k3_mask_by_multiply,
+    zoo.agg_correct,
+    zoo.agg_per_microbatch_normaliser,
+    zoo.agg_nan_on_empty_step,
+    zoo.value_correct,
+    zoo.value_min_not_max,
+    zoo.policy_correct,
+    zoo.policy_mask_by_multiply,
+]
+
+
+def script_verdict(fn, check: repro.Check, kind: str, documented=()) -> str:
+    """The template's check for `check`, run in this process on `fn`: 'reproduced' or 'fixed'."""
+    data = {
+        "CASE": repro.case_dict(check.case),
+        "TWIN": repro.case_dict(check.twin) if check.twin is not None else None,
+        "CHECK": check.data,
+        "OUTPUTS": KINDS[kind].outputs,
+        "DOCUMENTED_ERRORS": tuple(documented),
+    }
+    saved = {name: getattr(repro_script, name) for name in data}
+    try:
+        for name, value in data.items():
+            setattr(repro_script, name, value)
+        return repro_script.judge(lambda case, device: fn(case), "cpu")["status"]
+    finally:
+        for name, value in saved.items():
+            setattr(repro_script, name, value)
+
+
+@pytest.mark.parametrize("fn", PICKS, ids=lambda f: f.__name__)
+def test_the_script_check_gives_the_judge_verdict(fn):
+    kind, variant, want = zoo.CATCHES[fn]
+    declared = Declared(kind=kind, variant=variant, masked_zero=True)
+    agreed: dict[str, set[str]] = {}
+
+    @settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(kind_cases(kind, sizes=Sizes(5, 8)), st.just(0))
+    def check(case, _):
+        for verdict in judge(fn, case, declared):
+            if verdict.status not in ("pass", "fail") or (verdict.case is not None and verdict.property == "no-crash"):
+                continue  # n/a, or a no-crash finding on a twin's own case (empty-step names its empty step)
+            try:
+                built = build_kind_check(case, verdict.property, declared)
+            except repro.Unsupported as exc:
+                # a finding always has a script check, except twin (two functions); a pass may be vacuous
+                # (masked-zero on a case without a masked position), which a script does not check
+                assert verdict.status == "pass" or verdict.property == "twin", (verdict.property, str(exc))
+                continue
+            got = script_verdict(fn, built, kind)
+            assert got == {"fail": "reproduced", "pass": "fixed"}[verdict.status], (
+                verdict.property, verdict.message, case,
+            )  # fmt: skip
+            agreed.setdefault(verdict.property, set()).add(verdict.status)
+
+    check()
+    assert len(agreed) >= 5, agreed
+
+
+MUTANTS = [fn for fn in PICKS if zoo.CATCHES[fn][2]]
+
+
+@pytest.mark.parametrize("fn", MUTANTS, ids=lambda f: f.__name__)
+def test_every_shrunk_finding_of_a_mutant_reproduces_in_the_script(fn):
+    """The findings the fuzzer saves (shrunk, the property that failed first) each get a script check
+    that reproduces them; the mutant's own property is among them."""
+    kind, variant, want = zoo.CATCHES[fn]
+    declared = Declared(kind=kind, variant=variant, masked_zero=True)
+    result = fuzz_target(fn, declared, target=fn.__name__, max_examples=200, sizes=Sizes(6, 16))
+    reproduced = set()
+    for finding in result.findings:
+        check = build_kind_check(finding.case, finding.property, declared)
+        assert script_verdict(fn, check, kind) == "reproduced", (finding.property, finding.verdict.message)
+        reproduced.add(finding.property)
+    assert set(want) <= reproduced, (want, reproduced)
+
+
+def test_clip_bound_split_and_empty_step_checks_by_hand():
+    """The three checks that exist only for the loss kinds, on hand cases: the clipped value loss
+    below the unclipped one (at-least), a per-micro-batch normaliser (split), NaN on an empty step."""
+    value = Case.build(
+        trainable=[[1, 1]], extra={"v": [[1.0, 3.0]], "v_old": [[0.75, 0.0]], "ret": [[0.0, 0.0]]}, dtype="float64"
+    )
+    vd = Declared(kind="value-loss", variant={}, masked_zero=True)
+    bound = build_kind_check(value, "clip-bound", vd)
+    assert bound.data["kind"] == "at-least" and bound.twin.extra["v_old"].equal(value.extra["v"])
+    assert script_verdict(zoo.value_min_not_max, bound, "value-loss") == "reproduced"
+    assert script_verdict(zoo.value_correct, bound, "value-loss") == "fixed"
+
+    split = Case.build(trainable=[[1, 1, 1], [1, 0, 0]], extra={"loss": [[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]]},
+                       split=[0, 1], dtype="float64")  # fmt: skip
+    ad = Declared(kind="loss-aggregation", variant={}, masked_zero=True)
+    check = build_kind_check(split, "split-invariance", ad)
+    assert check.twin.split is None and check.twin.ranks == 1
+    assert script_verdict(zoo.agg_per_microbatch_normaliser, check, "loss-aggregation") == "reproduced"
+    assert script_verdict(zoo.agg_correct, check, "loss-aggregation") == "fixed"
+
+    empty = build_kind_check(split, "empty-step", ad)
+    assert empty.data["kind"] == "zero" and not empty.case.trainable.any()
+    assert script_verdict(zoo.agg_nan_on_empty_step, empty, "loss-aggregation") == "reproduced"
+
+    def raises_on_empty(case):
+        if not case.trainable.any():
+            raise ZeroDivisionError("no trainable token in the step")
+        return zoo.agg_correct(case)
+
+    assert script_verdict(raises_on_empty, empty, "loss-aggregation") == "reproduced"
+    assert script_verdict(raises_on_empty, empty, "loss-aggregation", [r"ZeroDivisionError: no trainable"]) == "fixed"
+    with pytest.raises(repro.Unsupported, match="twin property compares two functions"):
+        build_kind_check(split, "twin", ad)
+    with pytest.raises(repro.Unsupported, match="not a property of the loss-aggregation kind"):
+        build_kind_check(split, "clip-bound", ad)
+
+
+def test_the_script_case_carries_the_kind_fields():
+    case = Case.build(
+        trainable=[[1, 0], [1, 1]], extra={"loss": [[1.5, float("nan")], [2.0, -1.0]]}, group=[3, 3], split=[1, 0],
+        ranks=2, dtype="bfloat16",
+    )  # fmt: skip
+    back = repro_script.Case.from_dict(repro.case_dict(case))
+    assert back.group.tolist() == [3, 3] and back.split.tolist() == [1, 0] and back.ranks == 2
+    assert back.extra["loss"][0, 0] == 1.5 and torch.isnan(back.extra["loss"][0, 1])
+    two = back.rows([1])
+    assert two.extra["loss"].tolist() == [[2.0, -1.0]] and two.split.tolist() == [0] and two.ranks == 1
+    assert back.replace(ranks=1).ranks == 1 and back.ranks == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Real findings from verl's released wheel, end to end.
+# ---------------------------------------------------------------------------------------------
+PIN = "0.9.1"
+GROUP = Case.build(trainable=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0], dtype="float32")
+MASKED_REWARD = Case.build(
+    trainable=[[1, 0], [1, 1]], token_rewards=[[0.0, 5.0], [0.0, 0.0]], score=[0.0, 1.0], group=[0, 0],
+    dtype="float32",
+)  # fmt: skip
+LOSSES = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0]], extra={"loss": [[1.0, 2.0, float("nan")], [4.0, 0.0, 0.0]]}, dtype="float32"
+)
+FINDINGS = [
+    # (target, entry, property, case, status at 0.9.1, what the report says)
+    ("grpo", "pad-invariance", GROUP, "reproduced", "a padding column or an all-masked row changes the outputs"),
+    ("grpo", "poison", MASKED_REWARD, "reproduced", "values at masked positions change the outputs"),
+    ("agg-seq-mean-token-sum", "poison-nonfinite", LOSSES, "reproduced", "NaN / inf at masked positions reach"),
+    ("agg-token-mean", "poison-nonfinite", LOSSES, "fixed", "NaN / inf at masked positions reach"),
+]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("entry,prop,case,status,title", FINDINGS, ids=[f"{f[0]}-{f[1]}" for f in FINDINGS])
+def test_verl_kind_findings_reproduce_from_the_wheel(
+    tmp_path,
+    capsys,
+    clean_python,  # noqa: F811 - the imported fixture
+    entry,
+    prop,
+    case,
+    status,
+    title,  # noqa: F811 - the imported fixture
+):
+    from maskfuzz.fuzz.repos import parse_repos
+    from maskfuzz.targets import registry
+    from maskfuzz.targets.acquire import acquire
+
+    label = f"verl:{entry}@{PIN}"
+    found = Entry("verl", PIN, prop, case, Verdict(prop, "fail", "hand-made"), entry_point=entry, found=Found.now(0))
+    path = save(found, tmp_path / "corpus")
+    code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    if code == 2 and "no network" in captured.err:
+        pytest.skip(f"{label} unavailable: {captured.err.strip()[-300:]}")
+    assert code == (0 if status == "reproduced" else 1), captured.err
+    verdict = {"reproduced": "fail", "fixed": "pass"}[status]
+    assert f"judge agrees ({verdict})" in captured.out
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.startswith(f"# {label}: `") and title in report.splitlines()[0]
+    root = acquire(registry.get("verl"), PIN, parse_repos(None)).root
+    code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)
+    assert data["status"] == status and code == {"reproduced": 1, "fixed": 0}[status], data.get("message")
+    assert data["version"] == f"verl=={PIN}" and data["function"].startswith("verl/")
+    assert json.loads(Path(path).read_text())["property"] == prop
