@@ -17,8 +17,8 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from maskfuzz.fuzz.strategies import Sizes, _allowed_layouts, _poison, _row
-from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.case import Case, quantize
+from maskfuzz.oracles.domain import LOGRATIO_SPAN, Domain
 from maskfuzz.oracles.kinds import spec
 
 SCORES = (0.0, 1.0, -1.0, 0.5, 2.0, 10.0, -0.25)
@@ -134,6 +134,14 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
     for name in k.poisoned:
         if name in extra:
             extra[name] = torch.where(dead, _poison(draw, dead, dtype, nonfinite), extra[name])
+    if kind == "policy-loss" and not domain.masked_logprobs:  # masked log-probs stay log-probabilities
+        lp, old = extra["logp"], extra["old_logp"]
+        fix = dead & torch.isfinite(lp) & torch.isfinite(old)
+        old = quantize(torch.where(fix, -old.abs(), old), dtype)
+        step = (lp - extra["old_logp"]).clamp(-LOGRATIO_SPAN, LOGRATIO_SPAN)
+        lp = quantize(torch.where(fix, (old + step).clamp(max=0.0), lp), dtype)
+        far = fix & ((lp - old).abs() > LOGRATIO_SPAN)  # the dtype rounded a large log-prob: the same one
+        extra["logp"], extra["old_logp"] = torch.where(far, old, lp), old
     split, ranks = draw(splits(b_rows)) if k.split else (None, 1)
     return Case.build(
         trainable=trainable,

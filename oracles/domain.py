@@ -21,6 +21,12 @@ import torch
 from maskfuzz.oracles.case import DTYPES, Case
 
 WIDTH = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
+# How far one policy update moves a token's log-prob at most, in a pipeline: verl clamps the log-ratio
+# to this span before the exp (verl/trainer/ppo/core_algos.py:1334 at 0.9.1)
+LOGRATIO_SPAN = 20.0
+# Narrowings that state what an input *is* (log-probabilities), not what a pipeline chooses to build:
+# they need no upstream citation in a pipeline domain
+SELF_EVIDENT = ("masked_logprobs",)
 
 
 def poison_cap(dtype: str) -> float:
@@ -59,12 +65,19 @@ class Domain:
     uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
     truncated_rows: bool = True  # rows cut by the length limit (where the target declares truncation)
     truncated_padded: bool = True  # a cut row followed by padding (the window wider than the length limit)
+    # masked log-probs (`logp`, `old_logp`) may be any finite number; False: they are log-probabilities of
+    # the rollout policy and of its next update, <= 0 and within LOGRATIO_SPAN of each other
+    masked_logprobs: bool = True
     why: dict = field(default_factory=dict, compare=False, hash=False)
 
     def cited(self) -> list[str]:
         """Narrowed fields whose reason cites no upstream file and line ("path.py:12" or
         "path.py:12-30"): a pipeline domain must have none."""
-        return [k for k, why in self.restrictions().items() if not re.search(r"[\w/.-]+\.py:\d+", why)]
+        return [
+            k
+            for k, why in self.restrictions().items()
+            if k not in SELF_EVIDENT and not re.search(r"[\w/.-]+\.py:\d+", why)
+        ]
 
     def restrictions(self) -> dict[str, str]:
         """Each narrowed field mapped to the reason the target gives for it."""
@@ -108,6 +121,8 @@ class Domain:
             return "token rewards at non-trainable positions are non-zero"
         if not self.nonfinite_poison and case.has_nonfinite_poison():
             return "NaN / inf at non-trainable positions"
+        if not self.masked_logprobs and not bool(_logprobs_ok(case).all()):
+            return f"a masked log-prob is positive or moves by more than {LOGRATIO_SPAN:g} nats (not a log-probability)"
         if not self.masked_values and bool((case.values[~tr] != 0).any()):
             return "critic values at non-trainable positions are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
@@ -127,8 +142,8 @@ class Domain:
     def project(self, case: Case) -> Case | None:
         """The nearest case inside this domain that keeps `case`'s masks, or None when the masks
         themselves are outside it (a gap, a tail, left padding: no projection keeps the finding's
-        shape). Non-finite poison becomes POISON_CAP-sized finite poison, disallowed masked values or
-        rewards become 0, a disallowed dtype the widest allowed one."""
+        shape). Non-finite poison becomes POISON_CAP-sized finite poison, disallowed masked values,
+        rewards or log-probs become 0, a disallowed dtype the widest allowed one."""
         changes: dict = {}
         dead = ~case.trainable
         values, rewards = case.values, case.token_rewards
@@ -139,6 +154,12 @@ class Domain:
             if case.extra:
                 fix = {n: torch.nan_to_num(x, nan=cap, posinf=cap, neginf=-cap) for n, x in case.extra.items()}
                 changes["extra"] = fix
+        if not self.masked_logprobs:  # a masked log-prob that is not one becomes 0 in both (what padding holds)
+            extra = changes.get("extra", case.extra)
+            bad = ~_logprobs_ok(case.replace(extra=extra))
+            if bool(bad.any()):
+                zero = lambda x: torch.where(bad, torch.zeros_like(x), x)  # noqa: E731
+                changes["extra"] = {n: zero(x) if n in ("logp", "old_logp") else x for n, x in extra.items()}
         if not self.masked_values:
             values = torch.where(dead, torch.zeros_like(values), values)
         if not self.masked_rewards or not self.token_rewards:
@@ -155,3 +176,15 @@ class Domain:
             changes["truncated"], changes["bootstrap"] = None, None
         out = case.replace(**changes) if changes else case
         return None if self.rejects(out) else out
+
+
+def _logprobs_ok(case: Case) -> torch.Tensor:
+    """bool [B, T]: positions where the case's finite log-probs could be those of a policy and its
+    next update (<= 0, |logp - old_logp| <= LOGRATIO_SPAN); trainable positions, cases without
+    both inputs and non-finite values (`nonfinite_poison`'s business) always pass."""
+    if "logp" not in case.extra or "old_logp" not in case.extra:
+        return torch.ones(case.shape, dtype=torch.bool)
+    lp, old = case.extra["logp"], case.extra["old_logp"]
+    finite = torch.isfinite(lp) & torch.isfinite(old)
+    fine = (lp <= 0) & (old <= 0) & ((lp - old).abs() <= LOGRATIO_SPAN)
+    return case.trainable | ~finite | fine

@@ -180,8 +180,14 @@ def clean_twin(case: Case, k: KindSpec, fill: float = 0.0, domain=None) -> Case:
         if name == "token_rewards":
             changes["token_rewards"] = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
         elif name in extra:
-            extra[name] = torch.where(dead, torch.full_like(extra[name], fill), extra[name])
+            value = -abs(fill) if domain is not None and _logprob(name, domain) else fill
+            extra[name] = torch.where(dead, torch.full_like(extra[name], value), extra[name])
     return case.replace(**changes, extra=extra)
+
+
+def _logprob(name: str, domain) -> bool:
+    """Whether input `name` must stay a log-probability under the mask in `domain`."""
+    return name in ("logp", "old_logp") and not domain.masked_logprobs
 
 
 def _carries_poison(case: Case, k: KindSpec) -> bool:
@@ -249,7 +255,8 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
         "trainable": grow(case.trainable, False),
         "token_rewards": grow(case.token_rewards, probe if dom.masked_rewards else 0.0),
         "values": grow(case.values, 0.0),
-        "extra": {n: grow(x, probe) for n, x in case.extra.items()},
+        # a log-prob under the probe's mask is still one where the domain says so: -probe in both, ratio 1
+        "extra": {n: grow(x, -probe if _logprob(n, dom) else probe) for n, x in case.extra.items()},
     }
     if add_row:
         changes["score"] = torch.cat([case.score, torch.tensor([probe], dtype=torch.float64)])
