@@ -190,6 +190,43 @@ def test_the_step_driver_sums_microbatches_and_averages_ranks():
     assert float(local[0][0, 0]) != pytest.approx(21 / 6)
 
 
+def _all_reduced_token_mean(rows, loss, mask, step, _once={}):  # noqa: B006 - per forked rank, one step each
+    """A token mean whose normaliser is this rank's token count all-reduced over the gloo group once per
+    step (as a framework that calls torch.distributed computes it before its micro-batch loop), times
+    the ranks that average the gradients."""
+    import torch.distributed as dist
+
+    if id(step.case) not in _once:
+        mine = [r for k, r in loss_aggregation.microbatches(step.case) if k == step.rank]
+        tokens = torch.stack([step.mask[r].sum() for r in mine]).sum().to(torch.float64)
+        dist.all_reduce(tokens)
+        _once[id(step.case)] = tokens
+    tokens = _once[id(step.case)]
+    return torch.where(mask > 0, loss, torch.zeros_like(loss)).sum() / tokens.to(loss.dtype) * step.ranks
+
+
+def test_the_gloo_step_driver_runs_the_collectives_on_real_ranks():
+    """run_step_gloo: two forked ranks in a gloo group; an aggregator that all-reduces its normaliser
+    itself gives the whole step's token mean and gradient, which the in-process driver (no process
+    group) cannot run at all; a rank's exception reaches the caller with its type."""
+    from maskfuzz.targets.adapters.loss_step import run_step, run_step_gloo
+
+    split = LOSSES.replace(split=[0, 1, 2, 1], ranks=2)
+    loss, grad = run_step_gloo(split, "cpu", _all_reduced_token_mean)
+    whole = zoo.agg_correct(LOSSES)
+    assert float(loss[0, 0]) == pytest.approx(21 / 6) and torch.allclose(grad, whole[1])
+    with pytest.raises(ValueError, match="process group"):
+        run_step(split, "cpu", _all_reduced_token_mean)
+
+    def fails_on_rank_1(rows, loss, mask, step):
+        if step.rank == 1:
+            raise ZeroDivisionError("rank 1 has nothing to divide by")
+        return _all_reduced_token_mean(rows, loss, mask, step)
+
+    with pytest.raises(ZeroDivisionError, match="rank 1 has nothing"):
+        run_step_gloo(split, "cpu", fails_on_rank_1, timeout=60)
+
+
 def test_split_invariance_reports_what_the_global_normalisers_are_worth():
     """token-mean over rows [1, 2] (micro-batch 0) and [4, masked] (micro-batch 1): the whole step is
     7/3; each micro-batch normalised by itself and accumulated over 2 steps gives (1.5 + 4) / 2 =
