@@ -313,6 +313,40 @@ VALUE_OPTIONS = (
         effect={0.2: {"variant": {"clip": 0.2}}},
     ),
 )
+# PPOActorConfig's policy-ratio clips (1.0.4 areal/api/cli_args.py:1460-1475; git 4aef98d8 :1396-1411; git main
+# cbff54d64 :1683-1698), passed by the actor to grpo_loss_fn (1.0.4 areal/trainer/ppo/actor.py:350-352; git main
+# :468-470) and on to ppo_actor_loss_fn (1.0.4 :468-479; git main :615-626); read in functional.py (1.0.4 / git
+# 4aef98d8 areal/utils/functional/functional.py:516-532, git main :545-561). None is YAML null (off by default).
+POLICY_OPTION_DEFAULTS = {"actor.eps_clip": 0.2, "actor.eps_clip_higher": None, "actor.c_clip": None}
+POLICY_OPTIONS = (
+    Option(
+        "actor.eps_clip",
+        (0.2, 0.1),
+        POLICY_OPTION_DEFAULTS["actor.eps_clip"],
+        "areal/utils/functional/functional.py:516-520 (git main :545-549); cli_args.py:1460-1462 (git main :1683-1685)",
+        "Clipping factor for policy ratio (cli_args.py:1460-1462): the ratio clamped to [1 - eps_clip, 1 + eps_clip], "
+        "the upper bound eps_clip_higher when that is set",
+        effect={0.1: {"variant": {"clip_low": 0.1}}},
+    ),
+    Option(
+        "actor.eps_clip_higher",
+        (None, 0.28),
+        POLICY_OPTION_DEFAULTS["actor.eps_clip_higher"],
+        "areal/utils/functional/functional.py:519 (git main :548); cli_args.py:1463-1468 (git main :1686-1691)",
+        "Clipping factor (higher value) for policy ratio (cli_args.py:1463-1468): None = eps_clip; when set, eps_clip "
+        "is the lower value",
+        effect={0.28: {"variant": {"clip_high": 0.28}}},
+    ),
+    Option(
+        "actor.c_clip",
+        (None, 3.0),
+        POLICY_OPTION_DEFAULTS["actor.c_clip"],
+        "areal/utils/functional/functional.py:526-532 (git main :555-561); cli_args.py:1469-1474 (git main :1692-1697)",
+        "Dual clipping factor for policy ratio, must be > 1.0; None disables dual clipping (cli_args.py:1469-1474): "
+        "min(pg_loss, sign(A) c_clip A), which binds only where A < 0",
+        effect={3.0: {"variant": {"dual_clip": 3.0}}},
+    ),
+)
 _KIND_OVERRIDES = {
     # reward_norm on the [B] scores (1.0.4 areal/trainer/ppo/actor.py:172-173; git main :211-212), NormConfig
     # group / group as AReaL's GRPO examples set it; Normalization (1.0.4 areal/utils/data.py:1378-1597):
@@ -403,6 +437,30 @@ _KIND_OVERRIDES = {
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
         options=VALUE_OPTIONS,
+        truncation=None,
+    ),
+    # ppo_actor_loss_fn (1.0.4 areal/utils/functional/functional.py:429-559; git 4aef98d8 the same lines; git main
+    # cbff54d64 :452-590; v0.3.4 areal/utils/functional.py:141-200) as grpo_loss_fn calls it (1.0.4
+    # areal/trainer/ppo/actor.py:468-479): ratio = where(loss_mask, exp(logp - prox_logp), 0) (:509), clamp to
+    # [1 - eps_clip, 1 + (eps_clip_higher or eps_clip)] (:516-520), max(-A r, -A clip(r)) (:522-525), dual clip
+    # min(., sign(A) c_clip A) only when c_clip is set (:526-532), the micro-batch token mean
+    # where(loss_mask, pg_loss, 0).sum() / (count_nonzero or 1) (:483, :542), scaled by the engine's
+    # count_nonzero weights as agg-token-mean (areal_kinds.load_policy). Defaults (PPOActorConfig, 1.0.4
+    # areal/api/cli_args.py:1460-1475; git 4aef98d8 :1396-1411; git main :1683-1698): eps_clip 0.2,
+    # eps_clip_higher None (= eps_clip), c_clip None (no dual clip). use_decoupled_loss False (1.0.4 :1549-1554):
+    # prox_logp = old_logp (actor.py:187-191), so the ratio is exp(logp - old_logp).
+    "policy-loss": dict(
+        kind="policy-loss",
+        # clip_high None: eps_clip_higher None, "use eps_clip" (functional.py:519), also under actor.eps_clip
+        variant={"clip_low": 0.2, "clip_high": None, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+        masked_zero=True,  # torch.where(loss_mask, pg_loss, 0) (functional.py:542 at 1.0.4)
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(r"AssertionError",),  # the engine's total weight > 0 check, as agg-token-mean
+        domain=Domain(why={}),
+        pipeline=None,  # not researched as a Domain: every finding is reach api
+        pipeline_by_pin={},
+        options=POLICY_OPTIONS,
         truncation=None,
     ),
 }

@@ -17,6 +17,9 @@ reads. Each entry feeds the class what `PPOActor._compute_advantages` feeds it:
   the engine's micro-batch weights from `compute_total_loss_weight`, over one optimizer step (`load_loss`).
 * `value-loss`: `ppo_critic_loss_fn` (the critic's per-micro-batch token mean) with the same engine weights,
   over one optimizer step, the gradient taken with respect to the critic's values (`load_value`).
+* `policy-loss`: `ppo_actor_loss_fn` (the clipped PPO objective, proximal = old log-probs: decoupled PPO off)
+  with the same engine weights, over one optimizer step, the gradient taken with respect to the current
+  log-probs (`load_policy`).
 * `kl-k1`, `kl-k2`, `kl-k3`: `KLEstimator(name)(old_logp, ref_logp)` after the actor's
   `ref_logp *= loss_mask; old_logp *= loss_mask` (1.0.4 actor.py:194-195; git main :245-246).
 """
@@ -44,7 +47,8 @@ PREFIX = {"grpo": "actor.reward_norm.", "adv-norm": "actor.adv_norm."}
 KL = {"kl-k1": "k1", "kl-k2": "k2", "kl-k3": "k3"}
 LOSS = ("agg-token-mean",)
 VALUE = ("value-loss",)
-ENTRIES = (*NORM, *KL, *LOSS, *VALUE)
+POLICY = ("policy-loss",)
+ENTRIES = (*NORM, *KL, *LOSS, *VALUE, *POLICY)
 # where ppo_actor_loss_fn lives: 1.0.4 and git main, then v0.3.4
 FUNCTIONAL = ("areal/utils/functional/functional.py", "areal/utils/functional.py")
 TRAIN_ENGINE = "areal/engine/core/train_engine.py"
@@ -118,20 +122,34 @@ def _compiled_loss(root: Path, name: str):
 
 def _total_weight(root: Path, tree: SourceTree):
     """(total(step, device), how): the step's total loss weight over every rank's micro-batches, by the pin's
-    `compute_total_loss_weight` with its all-reduce a no-op (1.0.4 areal/engine/core/train_engine.py:30-64), or
-    summed and asserted non-zero inline where the engine has none (v0.3.4 fsdp_engine.py:390-398)."""
+    `compute_total_loss_weight` (1.0.4 areal/engine/core/train_engine.py:30-64): on the rank of a gloo group
+    (`step_driver`) over that rank's micro-batches with AReaL's own `dist.all_reduce`, in one process over every
+    rank's micro-batches with the all-reduce a no-op; summed and asserted non-zero inline where the engine has
+    none (v0.3.4 fsdp_engine.py:390-398)."""
+    import torch.distributed as dist
+
     from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 
-    total_fn = None
+    total_fn = real_fn = None
     epath = Path(root) / TRAIN_ENGINE
     if epath.is_file():
         ens = tree.resolve(epath, ["compute_total_loss_weight"])
         if "compute_total_loss_weight" in ens:
-            f = ens["compute_total_loss_weight"]
+            real_fn = f = ens["compute_total_loss_weight"]
             stub = types.SimpleNamespace(all_reduce=_no_all_reduce, ProcessGroup=object)
             total_fn = types.FunctionType(f.__code__, {**f.__globals__, "dist": stub}, f.__name__, f.__defaults__)
 
+    once: dict = {}  # on a gloo rank: the step's total, all-reduced once before the micro-batch loop as the engine does
+
     def total(step, device) -> torch.Tensor:
+        if real_fn is not None and dist.is_available() and dist.is_initialized():
+            # a rank of a gloo group (loss_step.run_step_gloo, a forked process per step): its own micro-batches,
+            # AReaL's own all-reduce, once per step (ranks with different micro-batch counts would mismatch it)
+            if "total" not in once:
+                mine = [r for k, r in microbatches(step.case) if k == step.rank]
+                mbs = [{"loss_mask": step.mask[r.to(device)].bool()} for r in mine]
+                once["total"] = real_fn(types.SimpleNamespace(mbs=mbs), _weight, None)
+            return once["total"]
         mbs = [{"loss_mask": step.mask[r.to(device)].bool()} for _, r in microbatches(step.case)]
         if total_fn is not None:
             return total_fn(types.SimpleNamespace(mbs=mbs), _weight, None)
@@ -139,9 +157,25 @@ def _total_weight(root: Path, tree: SourceTree):
         assert out != 0  # v0.3.4 fsdp_engine.py:390-398
         return out
 
-    how = ("compute_total_loss_weight compiled from the pin (all-reduce a no-op over every rank's micro-batches)"
+    how = ("compute_total_loss_weight compiled from the pin (with ranks > 1: each rank a process of a CPU gloo group, "
+           "AReaL's own all-reduce; else in one process, the all-reduce a no-op)"
            if total_fn is not None else "total weight summed inline as the v0.3.4 engine does")  # fmt: skip
     return total, how
+
+
+def step_driver(root: Path):
+    """`run_step`, or `run_step_gloo` for a step on more than one rank where the pin's engine all-reduces the
+    loss weight with torch.distributed (compute_total_loss_weight): the collective then runs for real."""
+    from maskfuzz.targets.adapters.loss_step import run_step, run_step_gloo
+
+    gloo = (Path(root) / TRAIN_ENGINE).is_file()
+
+    def drive(case: Case, device: str, micro, leaf_name: str = "loss"):
+        if gloo and case.ranks > 1:
+            return run_step_gloo(case, device, micro, leaf_name=leaf_name)
+        return run_step(case, device, micro, leaf_name=leaf_name)
+
+    return drive
 
 
 def load_loss(root: Path, entry: str) -> Loaded:
@@ -163,8 +197,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     0 here). v0.3.4 has no compute_total_loss_weight: the engine sums the weights inline, asserts `!= 0` and
     all-reduces (v0.3.4 areal/engine/fsdp_engine.py:390-398) and scales by `loss_weight_fn(mb) / total *
     dp_size` (:451-457); the adapter does that sum itself at that pin."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree, fpath, loss_fn = _compiled_loss(root, "ppo_actor_loss_fn")
     total_weight, how = _total_weight(root, tree)
 
@@ -186,7 +218,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
         return out * (local / total * step.ranks)
 
     def run(case: Case, device: str):
-        return run_step(case, device, micro)
+        return step_driver(root)(case, device, micro)
 
     notes = [
         "ppo_actor_loss_fn compiled from the pin; advantages = -loss, log-probs 0 (ratio 1), bool loss_mask",
@@ -219,8 +251,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     :1988). v0.3.4 sums the weights inline (`assert total_loss_weight != 0`, fsdp_engine.py:390-398), scales by
     `loss_weight_fn(mb) / total * dp_size` (:451-457) and has no weight-0 shortcut: such a micro-batch's loss is
     0 / 0 = NaN times 0 there, reproduced as is."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree, fpath, loss_fn = _compiled_loss(root, "ppo_critic_loss_fn")
     total_weight, how = _total_weight(root, tree)
     fsdp = Path(root) / FSDP_ENGINE
@@ -241,7 +271,7 @@ def load_value(root: Path, entry: str) -> Loaded:
         return out * (local / total * step.ranks)
 
     def run(case: Case, device: str):
-        return run_step(case, device, micro, leaf_name="v")
+        return step_driver(root)(case, device, micro, leaf_name="v")
 
     notes = [
         f"ppo_critic_loss_fn compiled from the pin, eps_clip={CRITIC_EPS_CLIP}, mse; .float() inputs, .bool() mask",
@@ -252,7 +282,82 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{tree.rel(fpath)}::ppo_critic_loss_fn", notes)
 
 
+# PPOActorConfig defaults, eps_clip 0.2, eps_clip_higher None (= eps_clip), c_clip None (no dual clip), 1.0.4
+# cli_args.py:1460-1475: targets/adapters/areal.py POLICY_OPTION_DEFAULTS, overridden by case.options
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """AReaL's PPO actor objective over one optimizer step, compiled from the pin.
+
+    The actor's `grpo_loss_fn` (1.0.4 areal/trainer/ppo/actor.py:408-479; git main cbff54d64 :527-626) reads
+    `old_logp = input_data["logprobs"]`, `advantages = input_data["advantages"]`, `loss_mask =
+    input_data["loss_mask"].bool()` (1.0.4 :429-431) and, with the defaults (no SAPO / CISPO, m2_threshold None,
+    prox_logp_method "recompute"), calls `ppo_actor_loss_fn(logprobs, old_logprobs=old_logp, advantages, eps_clip,
+    eps_clip_higher, loss_mask, c_clip, proximal_logprobs=prox_logp, rejection_sampling=None,
+    importance_sampling_level="token")` (1.0.4 :468-479; git main :615-626). With use_decoupled_loss False and
+    recompute_logprob False (PPOActorConfig defaults, 1.0.4 cli_args.py:1543-1554) `_compute_advantages` sets
+    `data["prox_logp"] = old_logp` (1.0.4 actor.py:187-191; git main :240-242), so proximal_logprobs =
+    old_logprobs here. The loss: `ratio = where(loss_mask, exp(logprobs - proximal_logprobs), 0)` (1.0.4
+    areal/utils/functional/functional.py:509; git main :538), `clamp(ratio, 1 - eps_clip, 1 + (eps_clip if
+    eps_clip_higher is None else eps_clip_higher))` (:516-520), `max(-A r, -A clipped)` (:522-525), dual clip only
+    when c_clip is set (:526-532), `where(loss_mask, pg_loss, 0).sum() / (loss_mask.count_nonzero() or 1)`
+    (:483, :542; git main :506, :571). v0.3.4 (areal/utils/functional.py:141-200) multiplies by
+    `behav_imp_weight = where(loss_mask, exp(prox - old), 0)` = 1 here (behav_imp_weight_cap None, v0.3.4
+    cli_args.py:398). eps_clip 0.2, eps_clip_higher None, c_clip None: PPOActorConfig (1.0.4 cli_args.py:1460-1475;
+    git main :1683-1698; v0.3.4 :318-333), passed by the actor (1.0.4 actor.py:350-352; git main :468-470).
+    The weights and their scaling are `load_loss`'s (count_nonzero, compute_total_loss_weight, `* local / total *
+    dp_size`); a weight-0 micro-batch returns `logits.mean() * 0.0` (1.0.4 fsdp_engine.py:2063-2064), which does
+    not depend on the log-probs: 0 here; v0.3.4 has no shortcut and calls the loss (0 / 1, times weight 0).
+    Inputs the kind has not: `versions` (used only by the loglinear proximal approximation), entropy (detached,
+    unused by the PPO loss), teacher log-probs (absent: no distillation term); the rollout importance weight is
+    absent (rejection_sampling None)."""
+    tree, fpath, loss_fn = _compiled_loss(root, "ppo_actor_loss_fn")
+    total_weight, how = _total_weight(root, tree)
+    fsdp = Path(root) / FSDP_ENGINE
+    shortcut = fsdp.is_file() and "local_weight == 0" in fsdp.read_text(encoding="utf-8", errors="replace")
+
+    from maskfuzz.targets.adapters.areal import POLICY_OPTION_DEFAULTS
+
+    def micro(rows, logp, mask, step):
+        dev, dt = logp.device, logp.dtype
+        cfg = {name: step.case.options.get(name, default) for name, default in POLICY_OPTION_DEFAULTS.items()}
+        bool_mask = mask.bool()  # grpo_loss_fn: input_data["loss_mask"].bool()
+        total = total_weight(step, dev)
+        local = _weight({"loss_mask": bool_mask})  # actor.py: loss_weight_fn
+        if shortcut and local == 0:  # fsdp_engine.py:2063-2064: logits.mean() * 0.0, no log-prob dependence
+            return torch.zeros((), dtype=dt, device=dev)
+        old = step.case.extra["old_logp"][rows.cpu()].to(device=dev, dtype=dt)
+        adv = step.case.extra["adv"][rows.cpu()].to(device=dev, dtype=dt)
+        out, _ = loss_fn(
+            logprobs=logp,
+            proximal_logprobs=old,  # use_decoupled_loss False: data["prox_logp"] = old_logp
+            old_logprobs=old,
+            advantages=adv,
+            eps_clip=cfg["actor.eps_clip"],  # actor.py:350-352 passes config.eps_clip / _higher / c_clip
+            loss_mask=bool_mask,
+            eps_clip_higher=cfg["actor.eps_clip_higher"],
+            c_clip=cfg["actor.c_clip"],
+        )
+        return out * (local / total * step.ranks)
+
+    def run(case: Case, device: str):
+        return step_driver(root)(case, device, micro, leaf_name="logp")
+
+    notes = [
+        "ppo_actor_loss_fn compiled from the pin: eps_clip, eps_clip_higher, c_clip from case.options over "
+        f"{POLICY_OPTION_DEFAULTS}, proximal_logprobs = old_logprobs (decoupled loss off), bool loss_mask; "
+        "rejection_sampling / importance_sampling_level left at their defaults (None / 'token')",
+        f"loss_weight_fn = loss_mask.count_nonzero(); {how}",
+        "micro-batch loss * local_weight / total_weight * dp_size; ranks averaged; weight-0 micro-batch "
+        + ("-> 0 (engine shortcut)" if shortcut else "not short-circuited (no shortcut at this pin)"),
+        "not passed (not in the kind): versions, entropy, teacher log-probs; no rollout importance weight",
+    ]
+    return Loaded(run, f"{tree.rel(fpath)}::ppo_actor_loss_fn", notes)
+
+
 def load_kind(root: Path, entry: str) -> Loaded:
+    if entry in POLICY:
+        return load_policy(root, entry)
     if entry in VALUE:
         return load_value(root, entry)
     if entry in LOSS:
