@@ -692,3 +692,113 @@ def test_short_fuzz_with_options_checks_every_value(kinds_at_new):
     for f in res.findings:  # verdicts on verl's math, never the adapter refusing an option
         text = f.verdict.message
         assert not any(w in text for w in ("option", "adapter", "CaseError", "NotImplementedError")), text
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy loss (compute_policy_loss_vanilla over one step, verl_kinds.load_policy): the actor
+# config's defaults, clip 0.2 both sides, dual clip 3.0, token-mean with the step's normalisers.
+# ---------------------------------------------------------------------------------------------
+_L15 = math.log(1.5)
+# one row, four trained tokens and a masked NaN log-prob: r = 1 (A = 2); r = 1.5, A = 1 (the clip binds: -1.2);
+# r = 1.5, A = -1 (outside the range, but the unclipped 1.5 is the max: not binding); r = e^1.5, A = -1 (the dual
+# clip binds: min(4.48, -A * 3) = 3); old log-probs -1
+POLICY = Case.build(
+    trainable=[[1, 1, 1, 1, 0]],
+    extra={
+        "old_logp": [[-1.0] * 5],
+        "logp": [[-1.0, -1.0 + _L15, -1.0 + _L15, 0.5, float("nan")]],
+        "adv": [[2.0, 1.0, -1.0, -1.0, 5.0]],
+    },
+)
+POLICY_FINITE = POLICY.replace(extra={**POLICY.extra, "logp": torch.nan_to_num(POLICY.extra["logp"], nan=7.0)})
+POLICY_LOSS_OPTIONS = {"actor.clip_ratio_low", "actor.clip_ratio_high", "actor.clip_ratio_c", "actor.loss_agg_mode"}
+
+
+def test_policy_loss_is_declared_with_the_actor_config_defaults():
+    d = verl.SPEC.declared("policy-loss")
+    assert d.kind == "policy-loss"
+    # actor.py:159-164 at 0.9.1: clip_ratio_low = clip_ratio_high = 0.2, clip_ratio_c = 3.0, loss_agg_mode token-mean
+    assert d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": 3.0,
+        "advantages": "token",
+        "mode": "token-mean",
+    }
+    assert {o.name for o in d.options} == POLICY_LOSS_OPTIONS
+    assert {o.name: o.default for o in d.options}["actor.clip_ratio_c"] == 3.0
+
+
+@pytest.mark.network
+def test_policy_loss_by_hand(kinds_at_new):
+    h = kinds_at_new("policy-loss")
+    assert h.info["where"] == "verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla"
+    loss, grad = h.run(POLICY)
+    # token-mean over 4 tokens: (-2 - 1.2 + 1.5 + 3) / 4; dL/dlogp = -A r / 4 where unclipped, 0 where a clip binds
+    assert loss[0, 0].item() == pytest.approx(1.3 / 4, rel=1e-6)
+    assert grad[0].tolist() == pytest.approx([-0.5, 0.0, 0.375, 0.0, 0.0], abs=1e-7)
+    v = verdicts(h.run, POLICY, h.declared)
+    assert all(v[p].status == "pass" for p in ("no-crash", "poison-nonfinite", "masked-zero")), v
+    finite = POLICY_FINITE
+    v = verdicts(h.run, finite, h.declared)
+    assert all(v[p].status == "pass" for p in ("reference", "poison", "pad-invariance", "masked-zero")), v
+    # a NaN advantage under the mask: the masked loss is dropped by masked_sum's torch.where (torch_functional.py:290),
+    # but the backward of -advantages * ratio (core_algos.py:1342) is 0 * NaN at that position: a NaN gradient
+    nan_adv = finite.replace(
+        extra={**finite.extra, "adv": torch.tensor([[2.0, 1.0, -1.0, -1.0, math.nan]], dtype=torch.float64)}
+    )
+    loss, grad = h.run(nan_adv)
+    assert loss[0, 0].item() == pytest.approx(1.3 / 4, rel=1e-6) and math.isnan(grad[0, 4].item())
+    v = verdicts(h.run, nan_adv, h.declared)
+    assert v["masked-zero"].failed and v["poison-nonfinite"].status == "pass"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("options", "loss", "grad"),
+    [
+        # clip_ratio_high 0.28: r = 1.5 still clipped, now at 1.28 (-1.28); the rest as the default
+        ({"actor.clip_ratio_high": 0.28}, (-2 - 1.28 + 1.5 + 3) / 4, [-0.5, 0.0, 0.375, 0.0]),
+        # dual clip 10: the fourth token's e^1.5 = 4.48 is under the cap -A * 10, so unclipped (slope -A r / 4)
+        ({"actor.clip_ratio_c": 10.0}, (-2 - 1.2 + 1.5 + math.exp(1.5)) / 4, [-0.5, 0.0, 0.375, math.exp(1.5) / 4]),
+        # token-sum: the same per-token losses, summed
+        ({"actor.loss_agg_mode": "token-sum"}, -2 - 1.2 + 1.5 + 3, [-2.0, 0.0, 1.5, 0.0]),
+    ],
+)
+def test_policy_loss_options_by_hand(kinds_at_new, options, loss, grad):
+    h = kinds_at_new("policy-loss")
+    case = POLICY_FINITE.replace(options=options)
+    got, g = h.run(case)
+    assert got[0, 0].item() == pytest.approx(loss, rel=1e-6)
+    assert g[0, :4].tolist() == pytest.approx(grad, rel=1e-6, abs=1e-7)
+    assert verdicts(h.run, case, h.declared)["reference"].status == "pass"
+
+
+@pytest.mark.network
+def test_fuzzing_the_policy_loss_finds_the_empty_step_and_the_nan_gradient_only(kinds_at_new):
+    h = kinds_at_new("policy-loss")
+    kw = dict(max_examples=15, seed=0, sizes=Sizes(3, 5), shrink=False)
+    res = fuzz_target(h.run, h.declared, target="verl:policy-loss", pin=NEW, options={}, **kw)
+    found = {f.property for f in res.findings}
+    # empty-step: batch_num_tokens = 0 is 0 / 0 (core_algos.py:1175); masked-zero: 0 * NaN in the backward of
+    # -advantages * ratio (:1342) where a NaN advantage sits under the mask
+    assert found == {"empty-step", "masked-zero"}, found
+    assert res.checked["reference"] > 0 and res.checked["split-invariance"] > 0 and res.checked["pad-invariance"] > 0
+
+
+@pytest.mark.network
+def test_policy_loss_before_global_normalisers_depends_on_the_split(kinds_at_new):
+    # r = 1, A = 1 on three tokens: row 0 (one token) alone in micro-batch 0, row 1 (two tokens) in micro-batch 1
+    case = Case.build(
+        trainable=[[1, 0], [1, 1]],
+        extra={"old_logp": [[0.0, 0.0], [0.0, 0.0]], "logp": [[0.0, 0.0], [0.0, 0.0]], "adv": [[1.0, 0.0], [1.0, 1.0]]},
+        split=[0, 1],
+    )
+    _, grad = kinds_at_new("policy-loss").run(case)  # 0.9.1: batch_num_tokens = 3 for every micro-batch
+    assert grad[0, 0].item() == pytest.approx(-1 / 3) and grad[1].tolist() == pytest.approx([-1 / 3, -1 / 3])
+    with opened("verl:policy-loss@0.5.0") as h:
+        # compute_policy_loss's token-mean over the micro-batch, times its row share 1/2 (dp_actor.py:467 at 0.5.0)
+        _, grad = h.run(case)
+        assert grad[0, 0].item() == pytest.approx(-1 / 2) and grad[1].tolist() == pytest.approx([-1 / 4, -1 / 4])
+        v = verdicts(h.run, case, h.declared)
+        assert v["split-invariance"].failed and v["reference"].failed

@@ -393,6 +393,47 @@ CRITIC_LOSS_AGG_MODE = Option(
     "its default loss_scale_factor=None divides by the padded width (core_algos.py:1190-1192)",
     effect={m: {"variant": {"mode": m}} for m in _CRITIC_MODES[1:]},
 )
+# the actor's policy loss: ppo_loss hands compute_policy_loss_vanilla the ActorConfig (verl/workers/utils/
+# losses.py:104-112 at 0.9.1), which reads clip_ratio_low / clip_ratio_high (core_algos.py:1321-1322) and
+# clip_ratio_c (:1323-1325) from it and aggregates with config.loss_agg_mode (losses.py:99); defaults 0.2, 0.2, 3.0,
+# "token-mean"
+# (verl/workers/config/actor.py:159-164, actor.yaml:39, 42, 83, 86)
+_POLICY_CLIPS = (0.2, 0.1, 0.28)  # 0.28: the DAPO clip-higher value of verl's recipes
+CLIP_RATIO_LOW = Option(
+    "actor.clip_ratio_low",
+    _POLICY_CLIPS,
+    0.2,
+    "verl/trainer/ppo/core_algos.py:1321 (0.9.1; default verl/workers/config/actor.py:159)",
+    "lower clip range: the ratio is clamped to [1 - clip_ratio_low, 1 + clip_ratio_high]",
+    effect={c: {"variant": {"clip_low": c}} for c in _POLICY_CLIPS[1:]},
+)
+CLIP_RATIO_HIGH = Option(
+    "actor.clip_ratio_high",
+    _POLICY_CLIPS,
+    0.2,
+    "verl/trainer/ppo/core_algos.py:1322 (0.9.1; default verl/workers/config/actor.py:160)",
+    "upper clip range (DAPO clip-higher): the ratio is clamped to [1 - clip_ratio_low, 1 + clip_ratio_high]",
+    effect={c: {"variant": {"clip_high": c}} for c in _POLICY_CLIPS[1:]},
+)
+_DUAL_CLIPS = (3.0, 1.5, 10.0)
+CLIP_RATIO_C = Option(
+    "actor.clip_ratio_c",
+    _DUAL_CLIPS,
+    3.0,
+    "verl/trainer/ppo/core_algos.py:1323-1325 (0.9.1; default verl/workers/config/actor.py:163)",
+    "lower bound of the ratio for dual-clip PPO: where A < 0 the loss is at most -A * clip_ratio_c",
+    effect={c: {"variant": {"dual_clip": c}} for c in _DUAL_CLIPS[1:]},
+)
+ACTOR_LOSS_AGG_MODE = Option(
+    "actor.loss_agg_mode",
+    _CRITIC_MODES,
+    "token-mean",
+    "verl/workers/utils/losses.py:99 (0.9.1; default verl/workers/config/actor.py:164; agg_loss "
+    "core_algos.py:1170-1204)",
+    "how the per-token policy losses of the step are aggregated (agg_loss); seq-mean-token-sum-norm is not declared: "
+    "its default loss_scale_factor=None divides by the padded width (core_algos.py:1190-1192)",
+    effect={m: {"variant": {"mode": m}} for m in _CRITIC_MODES[1:]},
+)
 # No truncation notion anywhere in verl's advantage code: a row cut by the response length (no EOS) is handed on like
 # an ended one. compute_gae_advantage_return starts its reverse loop with nextvalues = 0 and lastgaelam = 0
 # (core_algos.py:245-246 at 0.9.1, the same at HEAD; :223-224 in 0.5.0) and carries nextvalues through masked
@@ -584,6 +625,18 @@ KIND_OVERRIDES: dict[str, dict] = {
         **_loss({"clip": 0.5, "mode": "token-mean"}),
         "kind": "value-loss",
         "options": (CLIPRANGE_VALUE, CRITIC_LOSS_AGG_MODE),
+    },
+    # compute_policy_loss_vanilla (core_algos.py:1285-1376 at 0.9.1; compute_policy_loss at 0.4.1 / 0.5.0):
+    # max(-A r, -A clamp(r, 0.8, 1.2)), min with -A * 3.0 where A < 0 (:1336-1361; log-ratio clamped to [-20, 20],
+    # :1338), agg_loss token-mean with the step's normalisers (:1367-1369); the defaults of the actor config
+    # (actor.py:159-164). The options above.
+    "policy-loss": {
+        **_loss({"clip_low": 0.2, "clip_high": 0.2, "dual_clip": 3.0, "advantages": "token", "mode": "token-mean"}),
+        "kind": "policy-loss",
+        "options": (CLIP_RATIO_LOW, CLIP_RATIO_HIGH, CLIP_RATIO_C, ACTOR_LOSS_AGG_MODE),
+        # actor.loss_agg_mode=token-sum at 0.4.1 / 0.5.0: agg_loss has no such mode there and says so
+        # (core_algos.py:555 at 0.4.1, :717 at 0.5.0); 0.9.1 has it (:1176-1180)
+        "documented_errors": (r"ValueError: Invalid loss_agg_mode: token-sum",),
     },
 }
 

@@ -68,9 +68,16 @@ LOSS = {
 }
 LOSS_SCALE_FACTOR = 32  # what a user sets (actor.yaml:90 at 0.9.1 asks for a constant); the default null is T
 VALUE = {"value-loss": "compute_value_loss"}
+# entry -> verl's policy_loss.loss_mode (the name ppo_loss hands get_policy_loss_fn, losses.py:101-103 at 0.9.1)
+POLICY = {"policy-loss": "vanilla"}
+# the actor config's defaults (verl/workers/config/actor.py:158-164 at 0.9.1, actor.yaml:36-86; 0.5.0
+# actor/actor.yaml:30-63; 0.4.1 ppo_trainer.yaml:175-208): clip 0.2 both sides, dual clip 3.0, token-mean
+CLIP_RATIO = 0.2
+CLIP_RATIO_C = 3.0
+ACTOR_LOSS_AGG_MODE = "token-mean"
 CLIPRANGE_VALUE = 0.5  # critic.cliprange_value's default (verl/workers/config/critic.py:93 at 0.9.1)
 CRITIC_LOSS_AGG_MODE = "token-mean"  # critic.loss_agg_mode's default (critic.py:94)
-ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS, *VALUE)
+ENTRIES = (*GROUP, *KL, *NORMALIZATION, *RETURNS, *LOSS, *VALUE, *POLICY)
 
 
 def uids(group: torch.Tensor) -> np.ndarray:
@@ -209,6 +216,8 @@ def load(root: Path, entry: str) -> Loaded:
         return load_loss(root, entry)
     if entry in VALUE:
         return load_value(root, entry)
+    if entry in POLICY:
+        return load_policy(root, entry)
     raise ValueError(f"verl has no entry {entry!r}")
 
 
@@ -298,3 +307,117 @@ def load_loss(root: Path, entry: str) -> Loaded:
 
     how = "global normalisers (dp_size, batch_num_tokens, global_batch_size)" if global_info else "per micro-batch"
     return Loaded(run, where, notes + [f"aggregated with {how}"])
+
+
+def actor_config(root: Path, **fields):
+    """The actor config verl's ppo_loss hands the policy loss: an instance of the pin's own `ActorConfig` (a
+    dict-like dataclass, verl/workers/config/actor.py:104-221 at 0.9.1) with `fields` set and every other field
+    read from the class's own defaults. Its __init__ is not run: the default factories and __post_init__ compare
+    with omegaconf's MISSING (actor.py:197-198, optimizer.py:58), a stand-in here, and none of them enters the loss."""
+    cls = import_from(root, "verl.workers.config.actor").ActorConfig
+    config = cls.__new__(cls)
+    for name, value in {**fields, "global_batch_info": {}}.items():
+        object.__setattr__(config, name, value)
+    return config
+
+
+def _actor_defaults(root: Path) -> dict:
+    """ActorConfig's class defaults of the keys the policy loss reads (a check that the declared variant is the
+    pin's default configuration)."""
+    cls = import_from(root, "verl.workers.config.actor").ActorConfig
+    keys = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode", "loss_scale_factor")
+    return {k: getattr(cls, k, None) for k in keys}
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """verl's vanilla PPO policy loss over one optimizer step, as the actor drives it per micro-batch.
+
+    0.6 on (0.9.1 `core_algos.py::compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask,
+    loss_agg_mode, config, rollout_is_weights)`, :1285-1376, registered as "vanilla"): called as
+    `verl/workers/utils/losses.py::ppo_loss` calls it (:104-112): `response_mask` bool (:93), `loss_agg_mode` =
+    `config.loss_agg_mode` (:99), `config` the ActorConfig whose `global_batch_info` ppo_loss fills for each
+    micro-batch (:65-68: dp_size, batch_num_tokens, global_batch_size, loss_scale_factor = config.loss_scale_factor)
+    with the step's values (those of the agg-* entries: transformer_impl.py:729-735, ray_trainer.py:1352-1362),
+    `rollout_is_weights` None (no rollout correction, the default). The returned pg_loss is the micro-batch's
+    policy loss (entropy_coeff 0 and use_kl_loss False by default add nothing, :123-142), backpropagated as it is.
+    Before (0.4.1, 0.5.0 `compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cliprange,
+    cliprange_low, cliprange_high, clip_ratio_c, loss_agg_mode)`): the dp_actor passes the config's clip ratios
+    and the batch's int64 response_mask
+    (0.5.0 dp_actor.py:400-431, 0.4.1 :455-483) and scales the micro-batch loss by its share of the mini-batch
+    (0.5.0 :467, 0.4.1 :509; :469 / :511 by the accumulation steps, the same for equal micro-batches).
+    The clip ratios, the dual clip and the aggregation come from the case's options (the actor config's keys)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    loss_mode = POLICY[entry]
+    core = import_from(root, _CORE)
+    vanilla = "compute_policy_loss_vanilla"
+    if hasattr(core, vanilla):
+        fn, where = function_from(root, [(_CORE, vanilla)])
+        registry = getattr(core, "get_policy_loss_fn", None)
+        if registry is not None and registry(loss_mode) is not fn:
+            raise RuntimeError(f"{where} is not what get_policy_loss_fn({loss_mode!r}) returns at this pin")
+        params = inspect.signature(fn).parameters
+        if "config" not in params:
+            raise RuntimeError(f"{where} has parameters {list(params)}; expected config")
+        defaults = _actor_defaults(root)
+        expected = dict(
+            clip_ratio=CLIP_RATIO, clip_ratio_low=CLIP_RATIO, clip_ratio_high=CLIP_RATIO, clip_ratio_c=CLIP_RATIO_C,
+            loss_agg_mode=ACTOR_LOSS_AGG_MODE, loss_scale_factor=None,
+        )  # fmt: skip
+        if defaults != expected:
+            raise RuntimeError(f"ActorConfig's defaults at this pin are {defaults}, not the declared {expected}")
+        modern = True
+    else:
+        fn, where = function_from(root, [(_CORE, "compute_policy_loss")])
+        params = inspect.signature(fn).parameters
+        missing = [p for p in ("cliprange_low", "cliprange_high", "clip_ratio_c", "loss_agg_mode") if p not in params]
+        if missing:
+            raise NotPresent(f"{where} has no {', '.join(missing)} at this pin: parameters {list(params)}")
+        modern = False
+    agg_params = inspect.signature(function_from(root, [(_CORE, "agg_loss")])[0]).parameters
+    global_info = modern and all(p in agg_params for p in ("dp_size", "batch_num_tokens", "global_batch_size"))
+
+    def micro(rows, logp, mask, step):
+        dt = logp.dtype
+        old = step.case.extra["old_logp"][rows].to(device=logp.device, dtype=dt)
+        adv = step.case.extra["adv"][rows].to(device=logp.device, dtype=dt)
+        o = step.case.options
+        low = o.get("actor.clip_ratio_low", CLIP_RATIO)
+        high = o.get("actor.clip_ratio_high", CLIP_RATIO)
+        dual = o.get("actor.clip_ratio_c", CLIP_RATIO_C)
+        mode = o.get("actor.loss_agg_mode", ACTOR_LOSS_AGG_MODE)
+        if not modern:
+            pg_loss, *_ = fn(
+                old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.long),
+                cliprange=CLIP_RATIO, cliprange_low=low, cliprange_high=high, clip_ratio_c=dual, loss_agg_mode=mode,
+            )  # fmt: skip
+            return pg_loss * (len(rows) / step.rank_rows)
+        config = actor_config(
+            root, clip_ratio=CLIP_RATIO, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=dual, loss_agg_mode=mode
+        )
+        if global_info:  # ppo_loss, losses.py:65-68
+            config.global_batch_info.update(
+                dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows,
+                loss_scale_factor=config.loss_scale_factor,
+            )  # fmt: skip
+        pg_loss, _ = fn(
+            old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.bool),
+            loss_agg_mode=config.loss_agg_mode, config=config, rollout_is_weights=None,
+        )  # fmt: skip
+        return pg_loss if global_info else pg_loss * (len(rows) / step.rank_rows)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro, leaf_name="logp")
+
+    how = (
+        "the ActorConfig (verl/workers/config/actor.py) with global_batch_info set per micro-batch as ppo_loss does"
+        if global_info
+        else "per micro-batch, scaled by its row share as the dp_actor does"
+    )
+    notes = [
+        f"loss_mode {loss_mode!r}: clip_ratio_low / clip_ratio_high (default {CLIP_RATIO}), clip_ratio_c (default "
+        f"{CLIP_RATIO_C}) and loss_agg_mode (default {ACTOR_LOSS_AGG_MODE}) from the case's options; {how}",
+        "rollout_is_weights None (no rollout correction); entropy_coeff 0 and use_kl_loss False (the defaults) add "
+        "no term; log-ratio clamped to [-20, 20] inside verl",
+    ]
+    return Loaded(run, where, notes)
