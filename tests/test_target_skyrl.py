@@ -362,9 +362,10 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-seq-mean-token-sum-norm": "loss-aggregation",
         "agg-prompt-mean": "loss-aggregation",
         "value-loss": "value-loss",
+        "policy-loss": "policy-loss",
     }
     for e in spec.entries:
-        if e.startswith("agg-") or e == "value-loss":  # loss aggregation / critic loss: pipeline not researched
+        if e.startswith("agg-") or e in ("value-loss", "policy-loss"):  # the losses: pipeline not researched
             continue
         for pin in (PIN, "a9564572eb8e"):
             dom = spec.for_entry(e).pipeline_at(pin)
@@ -711,3 +712,102 @@ def test_overlong_filtering_short_fuzz_checks_both_values():
         assert all(n > 0 for n in result.options_checked[skyrl.OVERLONG].values()), result.options_checked
         assert result.truncated_checked > 0
         assert not any("is not an option" in f.verdict.message for f in result.findings)
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss (skyrl_kinds.load_policy): ppo_policy_loss (PolicyLossRegistry "regular") at cfg.trainer.algorithm's
+# defaults; releases reduce per micro-batch (reduce_loss, / accumulation steps), git main pre-scales the advantages.
+# ---------------------------------------------------------------------------------------------
+# row 0: r = 1 (A 1: l -1, slope -1); r = e^0.5 > 1.2 with A 1 (the clip binds: l -1.2, slope 0);
+# row 1: r = e^0.5 with A -1 (outside the range, the unclipped term is the max: l e^0.5, slope e^0.5);
+# r = e^-0.1 inside with A 2 (l -2 e^-0.1); 100 under the mask; one row per micro-batch
+POLICY_STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 1, 0]],
+    extra={
+        "logp": [[-1.0, -0.5, 100.0], [-0.5, -1.1, 100.0]],
+        "old_logp": [[-1.0, -1.0, 100.0], [-1.0, -1.0, 100.0]],
+        "adv": [[1.0, 1.0, 100.0], [-1.0, 2.0, 100.0]],
+    },
+    split=[0, 1],
+    dtype="float32",
+)
+_R = math.exp(0.5)
+# row 1 keeps one token: micro-batches of 2 and 1 tokens
+POLICY_UNEVEN = POLICY_STEP.replace(trainable=torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool))
+
+
+def test_policy_loss_entry_is_declared_with_the_config_defaults():
+    d = skyrl.SPEC.declared("policy-loss")
+    assert d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "token-mean",
+    }
+    assert d.masked_zero and "float64" not in d.domain.dtypes  # the ratio is exponentiated in float32
+    names = {o.name for o in skyrl.SPEC.for_entry("policy-loss").options}
+    assert names == {skyrl.POLICY_LOSS_TYPE, skyrl.LOSS_REDUCTION, skyrl.OVERLONG}
+
+
+def _policy_even(h):
+    loss, grad = h.run(POLICY_STEP)  # equal micro-batches: the token mean of the 4 tokens
+    assert loss[0, 0].item() == pytest.approx((-1.0 - 1.2 + _R - 2 * math.exp(-0.1)) / 4, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([-0.25, 0.0, 0.0, _R / 4, -2 * math.exp(-0.1) / 4, 0.0], rel=1e-6)
+    v = kind_verdicts(h, POLICY_STEP)
+    for prop in ("reference", "split-invariance", "pad-invariance", "poison", "masked-zero", "empty-step"):
+        assert v[prop].status == "pass", (prop, v[prop])
+
+
+@pytest.mark.network
+def test_policy_loss_by_hand_at_the_release():
+    with open_target(f"skyrl:policy-loss@{PIN}") as h:
+        assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::ppo_policy_loss"
+        _policy_even(h)
+        # uneven micro-batches: reduce_loss's token mean per micro-batch (ppo_utils.py:887-889), / 2 accumulation
+        # steps (worker.py:692): (-2.2 / 2 + e^0.5 / 1) / 2, not the step's (-2.2 + e^0.5) / 3 (true defect, as
+        # agg-token-mean)
+        loss, _ = h.run(POLICY_UNEVEN)
+        assert loss[0, 0].item() == pytest.approx((-1.1 + _R) / 2, rel=1e-6)
+        assert kind_verdicts(h, POLICY_UNEVEN)["split-invariance"].failed
+        # dual_clip (policy_loss_type) caps row 1's first token at -A * 3 = 3 > e^0.5: unchanged; sequence_mean:
+        # the mean of the row means, per micro-batch
+        opts = {skyrl.POLICY_LOSS_TYPE: "dual_clip", skyrl.LOSS_REDUCTION: "sequence_mean"}
+        loss, _ = h.run(POLICY_STEP.replace(options=opts))
+        assert loss[0, 0].item() == pytest.approx((-1.1 + (_R - 2 * math.exp(-0.1)) / 2) / 2, rel=1e-6)
+        # float16: a log-ratio of 15 under the mask gives exp in float32 = 3.3e6, inf once cast back to half
+        # (_safe_exp_delta, ppo_utils.py:551); with a 0 advantage there, inf * 0 = NaN survives `* loss_mask` (:88)
+        x = {k: v.clone() for k, v in POLICY_STEP.extra.items()}
+        x["logp"][0, 2], x["old_logp"][0, 2], x["adv"][0, 2] = 15.0, 0.0, 0.0
+        half = POLICY_STEP.replace(dtype="float16", extra=x)
+        assert torch.isnan(h.run(half)[0]).all()
+
+
+def test_policy_loss_by_hand_at_git_main():
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
+    with open_target("skyrl:policy-loss@a9564572eb8e", repos=repos) as h:
+        assert h.info["where"] == (
+            "skyrl/backends/skyrl_train/utils/ppo_utils.py::apply_loss_reduction_to_advantages_minibatch"
+            " + ppo_policy_loss"
+        )
+        _policy_even(h)
+        loss, _ = h.run(POLICY_UNEVEN)  # the pre-scaled advantages: the step's token mean whatever the split
+        assert loss[0, 0].item() == pytest.approx((-2.2 + _R) / 3, rel=1e-6)
+        assert kind_verdicts(h, POLICY_UNEVEN)["split-invariance"].status == "pass"
+
+
+@pytest.mark.network
+def test_policy_loss_short_fuzz():
+    """0.3.1: the per-micro-batch token mean (split-invariance, and reference on a split step: ppo_utils.py:887-889,
+    worker.py:692), NaN through `loss * loss_mask` (poison-nonfinite / masked-zero, ppo_utils.py:88) and, in float16,
+    a masked log-ratio > 11 whose float32 exp overflows when cast back to half (no-crash, ppo_utils.py:551)."""
+    with open_target(f"skyrl:policy-loss@{PIN}") as h:
+        result = fuzz_target(
+            h.run, h.declared, target="skyrl:policy-loss", pin=PIN, max_examples=15, seed=0, derandomize=True,
+            shrink=False,
+        )  # fmt: skip
+        bad = {p for p, n in result.failed.items() if n}
+        assert bad <= {"split-invariance", "reference", "poison-nonfinite", "masked-zero", "no-crash"}, bad
+        assert "poison-nonfinite" in bad, bad

@@ -405,6 +405,66 @@ ENTRY_OVERRIDES.update(
     }
 )
 
+# ---- policy-loss (openrlhf_kinds.load_policy): models/loss.py::PolicyLoss at 0.11.2 ------------------------------
+DUAL_CLIP = "actor.dual_clip"
+LOSS_AGG_MODE = "actor.loss_agg_mode"
+_OPT_DUAL_CLIP = Option(
+    DUAL_CLIP,
+    (None, 3.0),
+    None,
+    "0.11.2: openrlhf/cli/train_ppo_ray.py:408 (default None), trainer/ray/ppo_actor.py:79 PolicyLoss(dual_clip), "
+    "openrlhf/models/loss.py:203-212",
+    "Dual-clip PPO: for a negative advantage the per-token loss is capped at -c A (max(min(surr1, surr2), c A))",
+    effect={3.0: {"variant": {"dual_clip": 3.0}}},
+)
+_OPT_LOSS_AGG = Option(
+    LOSS_AGG_MODE,
+    ("token-mean", "seq-mean-token-mean"),
+    "token-mean",
+    "0.11.2: openrlhf/cli/train_ppo_ray.py:440-447 (default token-mean), trainer/ray/ppo_actor.py:80 "
+    "token_level_loss = loss_agg_mode == 'token-mean', openrlhf/models/loss.py:29-39",
+    "Policy-loss aggregation: the step's global token mean, or the mean over the step's non-empty rows of each row's "
+    "token mean",
+    effect={"seq-mean-token-mean": {"variant": {"mode": "seq-mean-token-mean"}}},
+)
+_PIPELINE_POLICY = Domain(
+    dtypes=("float32",),
+    left_padding=False,
+    nonfinite_poison=False,
+    masked_logprobs=False,
+    why={
+        "masked_logprobs": "action log-probs and the stored old ones are log-softmax outputs of the actor before and "
+        "after an update, under the mask as elsewhere",
+        "dtypes": "0.11.2: openrlhf/models/actor.py:267 logits to float32, so the action log-probs PolicyLoss gets "
+        "(trainer/ray/ppo_actor.py:291-310) and the stored old log-probs are float32",
+        "left_padding": _NO_LEFT_PAD,
+        "nonfinite_poison": _LOGP_MASKED + " (old and current alike); the advantages under the mask are finite GAE / "
+        "return outputs of finite rewards and values (see the GAE pipeline)",
+    },
+)
+ENTRY_OVERRIDES["policy-loss"] = dict(
+    kind="policy-loss",
+    # PolicyLoss built at trainer/ray/ppo_actor.py:76-86: clip_eps_low / clip_eps_high = eps_clip_low_high, which is
+    # (eps_clip, eps_clip) = (0.2, 0.2) unless set (cli/train_ppo_ray.py:406-407, :633-634); dual_clip None (:408);
+    # token_level_loss from --actor.loss_agg_mode token-mean (:440-447); policy_loss_type ppo (:439); is_correction
+    # off (:260-267). Per-token advantages (Experience.advantages, GAE / returns per action token).
+    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+    # d/dlogp of (loss * loss_mask).sum() (models/loss.py:32, :35): 0 at masked positions (the log-ratio is clamped
+    # to [-20, 20], loss.py:187, so the masked per-token loss is finite); NaN: poison-nonfinite
+    masked_zero=True,
+    masked_zero_why=f"{_LS}:249-256 PolicyLoss hands the per-token loss to aggregate_loss, which multiplies it by the "
+    "action mask before summing (:32, :35)",
+    documented_errors=(),
+    whitening=None,
+    domain=Domain(),
+    pipeline=_PIPELINE_POLICY,
+    pipeline_by_pin={},
+    notes="PolicyLoss (ppo, clip 0.2 / 0.2, no dual clip, token-mean) with the step's global normalisers, / gas; "
+    "log-ratio clamped to [-20, 20] before exp (models/loss.py:187)",
+    options=(_OPT_DUAL_CLIP, _OPT_LOSS_AGG),
+    truncation=None,
+)
+
 
 SPEC = TargetSpec(
     id="openrlhf",

@@ -18,6 +18,8 @@ Every entry calls OpenRLHF's own code at the pin, imported from the checkout:
   (0.11.2:11-39) with `token_level_loss` True / False, over one optimizer step as the PPO actor drives it
   (`load_aggregate`): the global normalisers from OpenRLHF's own `loss_utils._optimizer_step_loss_norm`,
   DeepSpeed's 1 / gas on every micro-batch.
+* policy-loss (`policy-loss`): `openrlhf/models/loss.py::PolicyLoss` (0.11.2:116-259) at the CLI defaults, driven as
+  the loss-aggregation entries (`load_policy`).
 
 Inputs from the canonical case. Groups: OpenRLHF has no group ids; `n_samples_per_prompt` rows
 per prompt sit contiguously in prompt order and `experience.index` maps each row to that order.
@@ -306,6 +308,80 @@ def load_value(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::ValueLoss", notes)
 
 
+def load_policy(root: Path) -> Loaded:
+    """`PolicyLoss(clip_eps_low, clip_eps_high, dual_clip, token_level_loss, policy_loss_type="ppo").forward(log_probs,
+    old_log_probs, advantages, action_mask, rollout_log_probs, dp_size, batch_num_tokens, global_batch_size)`
+    (models/loss.py:116-259 at 0.11.2) over one optimizer step as `PPOActor` runs it: built at
+    trainer/ray/ppo_actor.py:76-86 from `--actor.eps_clip_low_high` (= (eps_clip, eps_clip) = (0.2, 0.2) by default,
+    cli/train_ppo_ray.py:406-407, :633-634), `--actor.dual_clip` (None, :408), `token_level_loss = loss_agg_mode ==
+    "token-mean"` (default token-mean, :440-447), `policy_loss_type` "ppo" (:439) and `is_correction_level` "off"
+    (:260-267, so `rollout_log_probs` is never read: passed None); called in `training_step` with the micro-batch's
+    action log-probs, old log-probs, advantages and action mask and `**loss_batch_info` (ppo_actor.py:304-310), the
+    same `iter_grad_accum_global_norm` window normalisers as `load_aggregate` (ppo_actor.py:186-189), the loss
+    (first element of the returned tuple) backpropagated through DeepSpeed's 1 / gas (ppo_actor.py:355,
+    utils/deepspeed/deepspeed.py:177-181). The KL loss (`algo.kl.use_loss`), entropy and aux terms are added to the
+    same scalar only when configured (ppo_actor.py:318-353; off by default, cli/train_ppo_ray.py:467, :469-473, :524):
+    not included. The gradient is taken
+    with respect to the current log-probs."""
+    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _LOSS)
+    cls = getattr(mod, "PolicyLoss", None)
+    if cls is None:
+        raise NotPresent(f"{_LOSS}.PolicyLoss is not present at this pin")
+    init = inspect.signature(cls.__init__).parameters
+    fwd = inspect.signature(cls.forward).parameters
+    if not all(p in init for p in ("clip_eps_low", "clip_eps_high", "dual_clip", "token_level_loss")) or not all(
+        p in fwd for p in ("dp_size", "batch_num_tokens", "global_batch_size")
+    ):
+        raise NotPresent(
+            f"{_LOSS}.PolicyLoss has __init__{list(init)[1:]} / forward{list(fwd)[1:]} at this pin: no asymmetric "
+            "clip, dual clip or global step normalisers (releases before 0.11 aggregate per micro-batch inline, e.g. "
+            "0.6.3 models/loss.py:56-77 masked_mean(loss, action_mask, dim=-1).mean())"
+        )
+    utils = import_from(root, _LOSS_UTILS)
+    step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
+    if step_norm is None:
+        raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
+    from maskfuzz.targets.adapters.openrlhf import DUAL_CLIP, LOSS_AGG_MODE
+
+    losses: dict = {}
+
+    def micro(rows, logp, mask, step):
+        dual = step.case.options.get(DUAL_CLIP)
+        mode = step.case.options.get(LOSS_AGG_MODE, "token-mean")
+        key = (dual, mode)
+        if key not in losses:  # ppo_actor.py:76-86 with the CLI defaults but the options
+            losses[key] = cls(
+                clip_eps_low=0.2,
+                clip_eps_high=0.2,
+                dual_clip=dual,
+                token_level_loss=mode == "token-mean",
+                policy_loss_type="ppo",
+            )
+        masks = [step.case.trainable[r] for _, r in microbatches(step.case)]
+        info = {
+            k: x.to(logp.device) if torch.is_tensor(x) else x
+            for k, x in step_norm(masks, None, step.ranks, step.per_rank).items()
+        }
+        old = step.case.extra["old_logp"][rows].to(device=logp.device, dtype=logp.dtype)
+        adv = step.case.extra["adv"][rows].to(device=logp.device, dtype=logp.dtype)
+        out = losses[key](logp, old, adv, action_mask=mask.bool(), rollout_log_probs=None, **info)
+        return out[0] / step.per_rank  # DeepSpeed engine.backward: loss / gradient_accumulation_steps
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro, leaf_name="logp")
+
+    notes = [
+        "PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.2, dual_clip=actor.dual_clip (None), token_level_loss="
+        "actor.loss_agg_mode == 'token-mean', policy_loss_type='ppo'), is_correction off: rollout_log_probs None",
+        "the step's _optimizer_step_loss_norm over every micro-batch's action mask (bool), / gas per micro-batch",
+        "per-token advantages (Experience.advantages); KL / entropy / aux loss terms not added (off by default)",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::PolicyLoss", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
@@ -318,4 +394,6 @@ def load(root: Path, entry: str) -> Loaded:
         return load_aggregate(root, entry)
     if entry == "value-loss":
         return load_value(root)
+    if entry == "policy-loss":
+        return load_policy(root)
     raise ValueError(f"openrlhf_kinds has no entry {entry!r}")

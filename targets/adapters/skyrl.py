@@ -306,6 +306,58 @@ _KIND_OVERRIDES = {
         pipeline_by_pin={},
     ),
 }
+
+# ---- policy-loss (skyrl_kinds.load_policy) ----------------------------------------------------------------------
+POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"
+LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
+_POLICY_LOSS_TYPE = Option(
+    POLICY_LOSS_TYPE,
+    ("regular", "dual_clip"),
+    "regular",
+    "0.3.1: skyrl_train/workers/worker.py:611 PolicyLossRegistry.get(policy_loss_type) (default "
+    "skyrl_train/config/ppo_base_config.yaml:116; both names are ppo_policy_loss, "
+    "skyrl_train/utils/ppo_utils.py:555-557; dual clip :573-576 with clip_ratio_c 3.0, ppo_base_config.yaml:127)",
+    "dual_clip: for a negative advantage the per-token loss is min(-A c, the clipped loss), c = clip_ratio_c",
+    effect={"dual_clip": {"variant": {"dual_clip": 3.0}}},
+)
+_LOSS_REDUCTION = Option(
+    LOSS_REDUCTION,
+    ("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
+    "token_mean",
+    "0.3.1: skyrl_train/utils/ppo_utils.py:567-572, :593 reduce_loss(loss, loss_mask, config.loss_reduction) "
+    "(default skyrl_train/config/ppo_base_config.yaml:117); git main: the advantage pre-scaling "
+    "(skyrl/train/trainer.py:1497-1504)",
+    "the policy loss's aggregation (the agg-* entries' modes)",
+    effect={
+        "sequence_mean": {"variant": {"mode": "seq-mean-token-mean"}},
+        "seq_mean_token_sum_norm": {"variant": {"mode": "seq-mean-token-sum-norm", "constant": MAX_SEQ_LEN}},
+    },
+)
+_F32_RATIO = (
+    "the ratio is exponentiated in float32 by design: _safe_exp_delta casts the log-ratio to float32, clamps it to "
+    "[-20, 20] and exponentiates (0.3.1 skyrl_train/utils/ppo_utils.py:547-552, :566; git main "
+    "skyrl/backends/skyrl_train/utils/torch_utils.py:187-192, ppo_utils.py:567): a float64 case would be judged at "
+    "float64 tolerance on a float32 ratio"
+)
+# ppo_policy_loss (0.3.1 skyrl_train/utils/ppo_utils.py:555-594; git main skyrl/backends/skyrl_train/utils/
+# ppo_utils.py:557-587) at cfg.trainer.algorithm's defaults: policy_loss_type "regular" (0.3.1 ppo_base_config.yaml:116;
+# git main skyrl/train/config/config.py:853), eps_clip_low / eps_clip_high 0.2 (0.3.1 yaml:124-125; git main
+# config.py:906-909), no dual clip (clip_ratio_c 3.0 is read only by "dual_clip", ppo_utils.py:573), loss_reduction
+# token_mean (0.3.1 yaml:117; git main config.py:876). Advantages per token (the estimators' [B, T] outputs).
+_KIND_OVERRIDES["policy-loss"] = dict(
+    kind="policy-loss",
+    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+    # loss * loss_mask in reduce_loss (0.3.1 masked_mean ppo_utils.py:88; git main :1149); NaN: poison-nonfinite
+    masked_zero=True,
+    masked_zero_why="",
+    options=(_POLICY_LOSS_TYPE, _LOSS_REDUCTION, _OVERLONG),
+    truncation=_LOSS_KEPT,
+    whitening=None,
+    documented_errors=(),
+    domain=Domain(dtypes=("float16", "bfloat16", "float32"), why={"dtypes": _F32_RATIO}),
+    pipeline=None,  # not researched: every finding is reach: api
+    pipeline_by_pin={},
+)
 _KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 
 SPEC = TargetSpec(

@@ -16,6 +16,8 @@ feeds it what SkyRL's trainer feeds it:
   git main then its summing `reduce_loss` (see `load_aggregation`);
 * `value-loss`: `ppo_critic_loss(values, old_values, returns, config, loss_mask)` per micro-batch, divided by
   the accumulation steps, as the critic worker drives it (see `load_value`);
+* `policy-loss`: `ppo_policy_loss` (PolicyLossRegistry "regular") per micro-batch with `cfg.trainer.algorithm` at its
+  defaults, reduced as the `agg-*` entries (see `load_policy`);
 * `normalize_advantages_dict` gets a dict with `advantages` = canonical `x` and `response_mask` =
   canonical `attention` (it reads nothing else; 0.3.1 skyrl_train/trainer.py:264-265).
 """
@@ -325,10 +327,125 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
+POLICY = ("policy-loss",)
+POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"  # = skyrl.POLICY_LOSS_TYPE
+LOSS_REDUCTION = "trainer.algorithm.loss_reduction"  # = skyrl.LOSS_REDUCTION
+
+
+def _algorithm(loss_type: str, reduction: str):
+    """`cfg.trainer.algorithm` at its defaults (0.3.1 skyrl_train/config/ppo_base_config.yaml:116-130; git main
+    skyrl/train/config/config.py:821-935), the fields ppo_policy_loss reads: policy_loss_type "regular",
+    loss_reduction "token_mean", eps_clip_low / eps_clip_high 0.2, clip_ratio_c 3.0 (read only by dual_clip),
+    use_tis False with tis_imp_ratio_cap -1 (releases), off_policy_correction at its defaults (v0.4.0 and git main;
+    every correction None), max_seq_len = MAX_SEQ_LEN as for the agg-* entries."""
+    from types import SimpleNamespace
+
+    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
+
+    off = SimpleNamespace(
+        tis_ratio_type=None,
+        token_tis_ratio_clip_high=2.0,
+        sequence_tis_ratio_clip_high=5.0,
+        sequence_mask_metric=None,
+        geo_mask_high=1.01,
+        geo_mask_low=0.99,
+        product_mask_high=2.0,
+        product_mask_low=0.5,
+        outlier_token_is_threshold_low=None,
+        outlier_token_is_threshold_high=None,
+        token_mask_is_threshold_low=None,
+        token_mask_is_threshold_high=None,
+    )
+    return SimpleNamespace(
+        policy_loss_type=loss_type,
+        loss_reduction=reduction,
+        eps_clip_low=0.2,
+        eps_clip_high=0.2,
+        clip_ratio_c=3.0,
+        use_tis=False,
+        tis_imp_ratio_cap=-1.0,
+        off_policy_correction=off,
+        max_seq_len=MAX_SEQ_LEN,
+    )
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """SkyRL's "regular" policy loss over one optimizer step, as its policy worker drives it.
+
+    The worker takes `PolicyLossRegistry.get(cfg.trainer.algorithm.policy_loss_type)` (0.3.1
+    skyrl_train/workers/worker.py:611; "regular" and "dual_clip" are both `ppo_policy_loss`, ppo_utils.py:555-557)
+    and calls it per micro-batch with the action log-probs, old log-probs, advantages, `config=cfg.trainer.algorithm`,
+    `loss_mask` and `rollout_logprobs` (worker.py:657-664). `ppo_policy_loss(log_probs, old_log_probs, advantages,
+    config, loss_mask, rollout_logprobs)`: 0.3.1 skyrl_train/utils/ppo_utils.py:555-594 (ratio
+    `_safe_exp_delta(log_probs - old_log_probs, clip=20)`: the log-ratio clamped to [-20, 20] and exponentiated in
+    float32, :547-552), 0.1.0 :510-547 (plain exp), v0.4.0 skyrl-train/skyrl_train/utils/ppo_utils.py:550-586, git
+    main skyrl/backends/skyrl_train/utils/ppo_utils.py:557-587 (`safe_exp_delta`, torch_utils.py:187-192).
+
+    Releases and v0.4.0: the loss ends in `reduce_loss(loss, loss_mask, loss_reduction, max_seq_len)` per
+    micro-batch, divided by accumulation_steps (0.3.1 worker.py:691-693), as `load_aggregation`. git main: the
+    trainer pre-scales the advantages of each mini-batch (`apply_loss_reduction_to_advantages_minibatch`,
+    ppo_utils.py:1152-1216; skyrl/train/trainer.py:1484-1504), ppo_policy_loss sums with `reduce_loss(loss,
+    loss_mask)` (:586, :1145-1149) and the worker backpropagates `policy_loss * dp_size` (worker.py:1081-1091):
+    the adapter scales the whole step's advantages with SkyRL's function over the step's loss mask and hands the
+    micro-batch's rows to ppo_policy_loss. `rollout_logprobs` None: the off-policy correction is off by default
+    (TIS / masks None), and None is its identity (apply_off_policy_correction returns the loss unchanged). The KL
+    loss (use_kl_loss, on by default at git main with coefficient 1e-3) and the entropy bonus are separate terms of
+    the worker's scalar (0.3.1 worker.py:667-690): not included (the `kl-*` entries cover the estimator)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
+
+    fn, where = _function(root, "ppo_policy_loss")
+    reduce_loss, _ = _function(root, "reduce_loss")
+    prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
+    scale = None
+    if prescaled:
+        scale, scale_where = _function(root, "apply_loss_reduction_to_advantages_minibatch")
+        where = f"{scale_where} + ppo_policy_loss"
+    configs: dict = {}
+
+    def micro(rows, logp, mask, step):
+        case = step.case
+        key = (case.options.get(POLICY_LOSS_TYPE, "regular"), case.options.get(LOSS_REDUCTION, "token_mean"))
+        config = configs.setdefault(key, _algorithm(*key))
+        old = case.extra["old_logp"][rows].to(device=logp.device, dtype=logp.dtype)
+        if scale is None:
+            adv = case.extra["adv"][rows].to(device=logp.device, dtype=logp.dtype)
+            loss, _ = fn(logp, old, adv, config=config, loss_mask=mask, rollout_logprobs=None)
+            return loss / step.rank_micro_batches
+        full = case.extra["adv"].to(device=logp.device, dtype=logp.dtype)
+        largest = max(len(r) for _, r in microbatches(case))
+        scaled = scale(
+            advantages=full,
+            loss_mask=step.mask,
+            loss_reduction=config.loss_reduction,
+            micro_batch_size=largest,
+            max_seq_len=MAX_SEQ_LEN,
+            prompt_boundaries=None,
+        )
+        loss, _ = fn(logp, old, scaled[rows], config=config, loss_mask=mask, rollout_logprobs=None)
+        return loss * step.ranks
+
+    overlong = _overlong_fn(root)
+
+    def run(case: Case, device: str):
+        return run_step(_filtered(case, overlong), device, micro, leaf_name="logp")
+
+    notes = [
+        "ppo_policy_loss with cfg.trainer.algorithm at its defaults (regular, eps_clip 0.2 / 0.2, token_mean, "
+        f"max_seq_len={MAX_SEQ_LEN}); rollout_logprobs None (off-policy correction off by default); loss_mask float",
+        "releases: per micro-batch reduce_loss / accumulation steps; git main: the step's advantages pre-scaled by "
+        "apply_loss_reduction_to_advantages_minibatch, the summed loss times dp_size",
+        "KL-loss and entropy terms of the worker's scalar not added",
+    ]
+    return Loaded(run=run, where=where, notes=notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
     if entry in VALUE:
         return load_value(root, entry)
+    if entry in POLICY:
+        return load_policy(root, entry)
     if entry in AGGREGATION:
         return load_aggregation(root, entry)
     return load_kind(root, entry)
