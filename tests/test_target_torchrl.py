@@ -358,7 +358,7 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
     [
         e
         for e in torchrl.SPEC.entries
-        if torchrl.SPEC.for_entry(e).kind not in ("gae", "loss-aggregation", "value-loss")
+        if torchrl.SPEC.for_entry(e).kind not in ("gae", "loss-aggregation", "value-loss", "policy-loss")
     ],
 )
 def test_each_entry_declares_a_cited_pipeline(name):
@@ -701,3 +701,91 @@ def test_short_fuzz_of_the_value_loss(entry):
     assert bad == {"masked-zero"}, bad
     assert all(n > 0 for per in res.options_checked.values() for n in per.values()), res.options_checked
     assert res.checked["poison-nonfinite"] > 0 and res.checked["clip-bound"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy loss: GRPOLoss(trivial actor, entropy_bonus=False)(td)["loss_objective"] per micro-batch
+# (torchrl_kinds.load_policy), / gradient_accumulation_steps. Defaults: clip_epsilon 0.2 (grpo.py:498 at 0.14.1),
+# aggregation "token_mean" (:500) through _aggregate_loss_value (:784-816).
+# ---------------------------------------------------------------------------------------------
+_OLD = -1.0
+# row 0, A = 1: r = 1 (-1, grad -1); r = 1.5 (the upper clip binds: -1.2, grad 0); r = 0.5 (does not bind for A > 0:
+# -0.5, grad -0.5); NaN old log-prob and advantage under the mask. Row 1, A = -2: r = 1.5 (does not bind for A < 0:
+# 3, grad 3); r = 0.5 (binds: 1.6, grad 0). Token mean over 5 tokens: 1.9 / 5 = 0.38.
+POLICY_STEP = Case.build(
+    trainable=[[1, 1, 1, 0], [1, 1, 0, 0]],
+    extra={
+        "old_logp": [[_OLD, _OLD, _OLD, math.nan], [_OLD, _OLD, _OLD, _OLD]],
+        "logp": [
+            [_OLD, _OLD + math.log(1.5), _OLD + math.log(0.5), 5.0],
+            [_OLD + math.log(1.5), _OLD + math.log(0.5), _OLD, _OLD],
+        ],
+        "adv": [[1.0, 1.0, 1.0, math.nan], [-2.0, -2.0, -2.0, -2.0]],
+    },
+    dtype="float64",
+)
+
+
+def _policy_by_hand(h):
+    loss, grad = h.run(POLICY_STEP)
+    # rel 1e-7, not float64's: the clip bounds are float32 buffers (clip_epsilon_low / _high, grpo.py:536-537, and
+    # log1p of them, :551-556), so the binding clip 1.2 is float32's 1.2000000477 in a float64 run (-1.2e-9 here)
+    assert loss[0, 0].item() == pytest.approx(0.38, rel=1e-7)
+    assert grad.flatten().tolist() == pytest.approx([-0.2, 0.0, -0.1, 0.0, 0.6, 0.0, 0.0, 0.0], rel=1e-12, abs=1e-15)
+    v = kind_verdicts(h, POLICY_STEP)  # NaN under the mask: torch.where (grpo.py:961-967, common.py:368) drops it
+    assert v["poison-nonfinite"].status == "pass" and v["masked-zero"].status == "pass"
+    finite = POLICY_STEP.extra["old_logp"].nan_to_num(-3.0), POLICY_STEP.extra["adv"].nan_to_num(7.0)
+    finite = POLICY_STEP.replace(extra={**POLICY_STEP.extra, "old_logp": finite[0], "adv": finite[1]})
+    assert h.run(finite)[0][0, 0].item() == pytest.approx(0.38, rel=1e-7)
+    v = kind_verdicts(h, finite)
+    for prop in ("reference", "poison", "pad-invariance", "masked-zero", "permutation", "deterministic"):
+        assert v[prop].status == "pass", (prop, v[prop])
+    # one row per micro-batch: each its own token mean, / 2 accumulation steps: (-2.7 / 3 + 4.6 / 2) / 2 = 0.7, not
+    # the step's 0.38 (the agg-token-mean defect: a mean of micro-batch means where grpo.py:401 documents a "global
+    # masked token mean")
+    split = finite.replace(split=torch.tensor([0, 1]))
+    loss, grad = h.run(split)
+    assert loss[0, 0].item() == pytest.approx(0.7, rel=1e-7)
+    assert grad.flatten().tolist() == pytest.approx([-1 / 6, 0.0, -1 / 12, 0.0, 0.75, 0.0, 0.0, 0.0], rel=1e-12)
+    assert kind_verdicts(h, split)["split-invariance"].failed
+
+
+@pytest.mark.network
+def test_policy_loss_by_hand(entry):
+    h = entry("policy-loss")
+    assert h.info["where"] == "torchrl/objectives/llm/grpo.py::GRPOLoss.forward"
+    _policy_by_hand(h)
+
+
+def test_policy_loss_at_git_main():
+    repos = parse_repos(None)
+    if "torchrl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=torchrl=/path/to/pytorch-rl-clone-or-mirror to test torchrl at main")
+    with open_target("torchrl:policy-loss@ae9719f17b15", repos=repos) as h:
+        _policy_by_hand(h)
+
+
+def test_policy_loss_is_declared_with_citations():
+    spec = torchrl.SPEC.for_entry("policy-loss")
+    assert spec.kind == "policy-loss" and spec.masked_zero is True and spec.options == ()
+    assert spec.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "token-mean",
+    }
+    assert torchrl.SPEC.adapter_for("policy-loss").endswith("torchrl_kinds")
+
+
+@pytest.mark.network
+def test_short_fuzz_of_the_policy_loss(entry):
+    """15 examples at 0.14.1: the clipped objective is right (reference holds on every unsplit step); the only
+    finding is the per-micro-batch token mean (split-invariance, and reference on split steps)."""
+    h = entry("policy-loss")
+    res = fuzz_target(h.run, h.declared, target="torchrl", pin=PIN, max_examples=15, seed=0, shrink=False)
+    bad = {p for p, n in res.failed.items() if n}
+    assert bad <= {"split-invariance", "reference"}, bad
+    assert res.checked["reference"] > 0 and res.checked["poison-nonfinite"] > 0
+    for f in res.findings:
+        assert f.case.split is not None and len(f.case.split.unique()) > 1, (f.property, f.case)

@@ -841,3 +841,115 @@ def test_kl_blocks_reading_unknown_names_fail_loudly(tmp_path):
     root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
     with pytest.raises(BlockNotFound, match="no `kl = ...` after the padding masks"):
         trl_kinds.load(root, "kl-ppo")
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss: GRPOTrainer._compute_loss from `advantages = inputs["advantages"]` through the loss_type chain, run
+# from source per micro-batch (trl_kinds.load_policy) at GRPOConfig's defaults: loss_type "dapo" (grpo_config.py:
+# 801-802 at 1.16.0), epsilon 0.2 (:693-695), epsilon_high None = epsilon (grpo_trainer.py:946), delta None, beta 0.
+# ---------------------------------------------------------------------------------------------
+_OLD = -1.0
+# row 0, A = 1: r = 1; r = 1.5 (the upper clip binds: -1.2, grad 0); r = 0.5 (the lower clip does not bind for A > 0:
+# -0.5, grad -0.5); a masked token with a finite poisoned log-ratio of 8. Row 1, A = -2: r = 1.5 (does not bind for
+# A < 0: 3, grad 3); r = 0.5 (binds: -(-2) 0.8 = 1.6, grad 0). dapo: sum / num_items_in_batch 5 = 1.9 / 5 = 0.38.
+POLICY_STEP = Case.build(
+    trainable=[[1, 1, 1, 0], [1, 1, 0, 0]],
+    score=[1.0, -2.0],
+    extra={
+        "old_logp": [[_OLD, _OLD, _OLD, -3.0], [_OLD, _OLD, _OLD, _OLD]],
+        "logp": [
+            [_OLD, _OLD + math.log(1.5), _OLD + math.log(0.5), 5.0],
+            [_OLD + math.log(1.5), _OLD + math.log(0.5), _OLD, _OLD],
+        ],
+        "adv": [[0.0] * 4] * 2,  # per-token advantages: not read (advantages="row")
+    },
+    dtype="float64",
+)
+POLICY_GRAD = [-0.2, 0.0, -0.1, 0.0, 0.6, 0.0, 0.0, 0.0]
+
+
+def _policy_by_hand(h):
+    loss, grad = h.run(POLICY_STEP)
+    assert loss[0, 0].item() == pytest.approx(0.38, rel=1e-12)
+    assert _flat(grad) == pytest.approx(POLICY_GRAD, rel=1e-12, abs=1e-15)
+    v = kind_verdicts(h, POLICY_STEP)
+    for prop in ("reference", "poison", "pad-invariance", "masked-zero", "permutation", "deterministic", "no-crash"):
+        assert v[prop].status == "pass", (prop, v[prop])
+    # one row per micro-batch (GA 2): dapo's num_items_in_batch is the step's 5 tokens, each micro-batch divides by
+    # 5 / 1 process * GA 2 / steps_per_generation 2: the same loss and gradient (split-invariance holds)
+    split = POLICY_STEP.replace(split=torch.tensor([0, 1]))
+    loss, grad = h.run(split)
+    assert loss[0, 0].item() == pytest.approx(0.38, rel=1e-12)
+    assert kind_verdicts(h, split)["split-invariance"].status == "pass"
+    # a NaN old log-prob under the mask: `per_token_loss * mask` (grpo_trainer.py:3173) is NaN * 0 = NaN: the loss is
+    # NaN, and so is dL/dlogp at that masked token (a model's backward carries it into every parameter); reach api:
+    # TRL's log-probs under the padding are 0 (see _POLICY_PIPELINE)
+    old = POLICY_STEP.extra["old_logp"].clone()
+    old[1, 3] = math.nan
+    nan = POLICY_STEP.replace(extra={**POLICY_STEP.extra, "old_logp": old})
+    loss, grad = h.run(nan)
+    assert math.isnan(loss[0, 0].item()) and math.isnan(grad[1, 3].item())
+    assert _flat(grad)[:7] == pytest.approx(POLICY_GRAD[:7], rel=1e-12, abs=1e-15)
+    assert kind_verdicts(h, nan)["poison-nonfinite"].failed
+
+
+@pytest.mark.network
+def test_policy_grpo_by_hand(group_entry):
+    h = group_entry("policy-grpo", NEWEST)
+    assert h.info["where"] == "trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss (lines 3055-3184)"
+    _policy_by_hand(h)
+    # epsilon_high = 0.28 (DAPO's clip-higher): row 0's r = 1.5 now clipped at 1.28: 1.28 + ... = (-1 - 1.28 - 0.5
+    # + 3 + 1.6) / 5; delta = 3.0 on r = 1.5, A < 0: min(1.5, 3) = 1.5 unchanged (the cap binds only for r > 3)
+    loss, _ = h.run(POLICY_STEP.replace(options={"epsilon_high": 0.28}))
+    assert loss[0, 0].item() == pytest.approx(1.82 / 5, rel=1e-12)
+    far = POLICY_STEP.extra["logp"].clone()
+    far[1, 0] = _OLD + math.log(4.0)  # r = 4, A = -2: -A r = 8 capped by delta at 6
+    case = POLICY_STEP.replace(extra={**POLICY_STEP.extra, "logp": far}, options={"delta": 3.0})
+    loss, grad = h.run(case)
+    assert loss[0, 0].item() == pytest.approx((-1 - 1.2 - 0.5 + 6 + 1.6) / 5, rel=1e-12)
+    assert grad[1, 0].item() == 0.0
+    assert kind_verdicts(h, case)["reference"].status == "pass"
+    with pytest.raises(Skip, match="no loss_type 'dapo'"):
+        group_entry("policy-grpo", "0.19.1")
+
+
+def test_git_head_policy_block():
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    with open_target(f"trl:policy-grpo@{GIT_PIN}", repos=repos) as h:
+        assert h.info["where"] == "trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss (lines 3026-3150)"
+        _policy_by_hand(h)
+
+
+def test_policy_grpo_is_declared_with_citations():
+    spec = trl.SPEC.for_entry("policy-grpo")
+    assert spec.kind == "policy-loss" and trl.SPEC.adapter_for("policy-grpo").endswith("trl_kinds")
+    assert spec.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "row",
+        "mode": "token-mean",
+    }
+    assert spec.masked_zero is True and "3168-3174" in spec.masked_zero_why
+    assert spec.pipeline.cited() == [] and not spec.pipeline.nonfinite_poison
+    opts = {o.name: o for o in spec.options}
+    assert set(opts) == {"epsilon_high", "delta", "mask_truncated_completions"}
+    assert opts["delta"].effect == {3.0: {"variant": {"dual_clip": 3.0}}}
+    assert opts["epsilon_high"].effect == {0.28: {"variant": {"clip_high": 0.28}}}
+
+
+@pytest.mark.network
+def test_short_fuzz_of_the_policy_loss(group_entry):
+    """What 15 examples find at 1.16.0: only the non-finite leak through `per_token_loss * mask` (grpo_trainer.py:
+    3173): a NaN, or a masked log-ratio above ~88 that exp overflows to inf in float32 (coef_1, :3095), times the
+    mask 0 is NaN. No reference, split or poison finding: the clipped objective and dapo's global token mean are
+    right."""
+    h = group_entry("policy-grpo", NEWEST)
+    res = fuzz_target(
+        h.run, h.declared, target="trl", pin=NEWEST, max_examples=15, seed=0, sizes=Sizes(3, 5), shrink=False
+    )
+    found = {f.property for f in res.findings}
+    assert found <= {"poison-nonfinite", "no-crash", "empty-step", "masked-zero"}, found
+    assert res.checked["reference"] > 0 and res.failed["reference"] == 0 and res.failed["poison"] == 0

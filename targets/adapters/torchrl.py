@@ -284,6 +284,30 @@ _VALUE_ENTRY = dict(
 )
 ENTRY_OVERRIDES["value-loss"] = _VALUE_ENTRY
 
+# GRPOLoss's clipped policy objective (torchrl_kinds.load_policy). Lines at 0.14.1, 0.12.0 in parentheses.
+# clip_epsilon 0.2 (symmetric, grpo.py:498 (202)): the log-weight clamped to [log(1 - 0.2), log1p(0.2)] (:551-556,
+# :777) then exp, gain = min(r A, clip(r) A) (:769-782), no dual clip; aggregation "token_mean" (:500 (204)) through
+# _aggregate_loss_value (:784-816), declared as agg-token-mean (canonical global token mean: the docstring's "global
+# masked token mean", :401); advantages per token ([b, T, 1], :717-720: forward takes any per-token advantage)
+ENTRY_OVERRIDES["policy-loss"] = dict(
+    kind="policy-loss",
+    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+    # _log_weight zeroes both log-probs outside the mask with torch.where (:961-967 (651-657)), so the log-weight
+    # is 0 there, and _reduce_loss selects with torch.where (common.py:368): dL/dlogp = 0 at masked positions
+    masked_zero=True,
+    masked_zero_why="",
+    options=(),
+    documented_errors=(),
+    whitening=None,
+    truncation=None,  # the advantages are given; a cut row is a row like another for the policy loss
+    domain=Domain(),
+    pipeline=None,  # not researched: every finding is reach: api
+    pipeline_by_pin={},
+    contract="dense",
+    notes="GRPOLoss(trivial actor returning the case's logp and mask, entropy_bonus=False)(td)['loss_objective'] "
+    "per micro-batch, ('log_probs', 'full') = old_logp, advantage per token; / accumulation steps",
+)
+
 
 SPEC = TargetSpec(
     id="torchrl",

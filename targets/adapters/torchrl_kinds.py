@@ -352,8 +352,98 @@ def load_value(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::ClipPPOLoss.loss_critic", notes)
 
 
+# The `policy-loss` entry: GRPOLoss.forward (lines at 0.14.1, 0.12.0 in parentheses).
+POLICY_CLIP = 0.2  # GRPOLoss(clip_epsilon=0.2) default, grpo.py:498 (0.12.0 :202)
+
+
+class _GivenLogProbs:
+    """What `GRPOLoss._get_cur_log_prob` reads from the distribution an LLM wrapper returns: `log_prob(action)` (the
+    current policy's per-token log-probs) and `mask` (the LLMMaskedCategorical's mask: the tokens the loss trains on,
+    which `_log_weight` and `forward` take as the loss mask, grpo.py:961 [0.12.0 :398, :651])."""
+
+    def __init__(self, log_prob: torch.Tensor, mask: torch.Tensor) -> None:
+        self._log_prob, self.mask = log_prob, mask
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return self._log_prob
+
+
+def _given_actor():
+    """The trivial actor: `get_dist(tensordict)` returns the tensordict's `given_log_prob` [b, T] (the autograd
+    leaf's slice) with `given_mask` as the distribution's mask; no model, no logits."""
+
+    class GivenLogProbActor(torch.nn.Module):
+        def get_dist(self, tensordict, logits_key=None, **kwargs):
+            return _GivenLogProbs(tensordict.get("given_log_prob"), tensordict.get("given_mask"))
+
+    return GivenLogProbActor()
+
+
+def load_policy(root: Path) -> Loaded:
+    """`GRPOLoss(actor)(tensordict)["loss_objective"]` per micro-batch, as torchrl's GRPO training calls the loss.
+
+    The loss module is real: `GRPOLoss(actor, entropy_bonus=False)` with every other argument at its default
+    (clip_epsilon 0.2, aggregation "token_mean", kl_mask_threshold / kl_to_ref_coeff / kl_to_inference_coeff None,
+    masking_strategy "sft"; grpo.py:494-514). The actor is trivial (`_given_actor`): it has no `_get_sft_dist`, so
+    `_get_cur_log_prob` falls back to `actor.get_dist(tensordict, logits_key="logits")` (grpo.py:637-642) and reads
+    `dist.log_prob(action)` (:654): the case's current log-probs, the autograd leaf. The tensordict [b, T] holds
+    `("tokens", "full")` (zeros: the action the distribution ignores), `("log_probs", "full")` = old_logp (the
+    rollout log-probs, `sample_log_prob`, :924-929), `advantage` = the per-token advantage [b, T, 1] (`forward`
+    requires it with the log-weight's ndim, :717-720). torchrl then runs its own masking (`dist.mask &
+    isfinite(prev_log_prob)` and `torch.where` of both log-probs, :961-967; 0.12.0 `dist.mask` only, :651-657), the
+    clipped objective (`_compute_policy_objective`, :769-782: clamp of the log-weight to [log(1 - eps),
+    log1p(eps)], `-min(r A, clip(r) A)`) and the token_mean aggregation (`_aggregate_loss_value` :784-816 ->
+    `_reduce_loss`, common.py:340-377). entropy_bonus=False: the entropy needs logits (the `loss_entropy` key is a
+    separate term; the trainer's sum would add it), the neutral coefficient 0. Per micro-batch / the accumulation
+    steps, as `load_aggregation` (0.14.1 torchrl/trainers/trainers.py:474-479)."""
+    from tensordict import TensorDict
+
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    mod = import_from(root, _GRPO)
+    cls = getattr(mod, "GRPOLoss", None)
+    if cls is None:
+        raise NotPresent(f"{_GRPO}.GRPOLoss is not present at this pin")
+    loss_module = cls(_given_actor(), entropy_bonus=False)
+    keys = loss_module.tensor_keys
+
+    def micro(rows, logp, mask, step):
+        case = step.case
+        cpu = rows.cpu()
+        like = dict(device=logp.device, dtype=logp.dtype)
+        b, t = logp.shape
+        td = TensorDict(
+            {
+                "given_log_prob": logp,
+                "given_mask": mask.bool(),
+                keys.action: torch.zeros(b, t, dtype=torch.long, device=logp.device),
+                keys.sample_log_prob: case.extra["old_logp"][cpu].to(**like),
+                keys.advantage: case.extra["adv"][cpu].to(**like).unsqueeze(-1),
+            },
+            batch_size=[b],
+            device=logp.device,
+        )
+        out = loss_module.to(logp.device)(td)
+        return out.get("loss_objective") / step.rank_micro_batches
+
+    def run(case: Case, device: str):
+        return run_step(case, device, micro, leaf_name="logp")
+
+    notes = [
+        "GRPOLoss(trivial actor, entropy_bonus=False), other arguments at their defaults (clip_epsilon=0.2, "
+        "aggregation='token_mean', no KL terms, masking_strategy='sft'); out['loss_objective'] per micro-batch",
+        "actor.get_dist(td) returns the case's logp (the autograd leaf) as log_prob(action) and the loss mask as "
+        "dist.mask (what an LLM wrapper's masked distribution carries); td: ('log_probs', 'full') = old_logp, "
+        "advantage = adv [b, T, 1], ('tokens', 'full') = zeros",
+        "entropy_bonus=False: no logits to take an entropy from (the neutral coefficient 0); / accumulation steps",
+    ]
+    return Loaded(run, f"{_rel(root, mod)}::GRPOLoss.forward", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry == "policy-loss":
+        return load_policy(root)
     if entry == "value-loss":
         return load_value(root)
     if entry in AGGREGATION:

@@ -4,7 +4,9 @@ Entries `train` and `compute_advantages` (below), plus the group-advantage entri
 the inline advantage blocks of GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at
 the pin by `targets/adapters/trl_kinds.py` (declarations in ENTRY_OVERRIDES; see docs/kinds/trl.md); the
 loss-aggregation entries `agg-*` (GRPO's `loss_type` chain) and the kl entries `kl-grpo` (GRPO's per-token k3 KL
-to the reference) and `kl-ppo` (the PPO trainer's k1 / k3 KL estimator), from the same trainers' source.
+to the reference) and `kl-ppo` (the PPO trainer's k1 / k3 KL estimator), and the policy-loss entry `policy-grpo`
+(GRPOTrainer._compute_loss's clipped objective and loss_type chain at GRPOConfig's defaults), from the same trainers'
+source.
 
 * `train` (default): TRL's PPO has no advantage function; the GAE is inline in
   `PPOTrainer.train()` (`trl/experimental/ppo/ppo_trainer.py` from 0.26, `trl/trainer/ppo_trainer.py`
@@ -99,6 +101,7 @@ ENTRIES = (
     "agg-dapo",
     "kl-grpo",
     "kl-ppo",
+    "policy-grpo",
 )
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at
@@ -589,6 +592,69 @@ ENTRY_OVERRIDES.update(
             options=(KL_ESTIMATOR,),
         ),
     }
+)
+
+
+# ---- policy-loss (targets/adapters/trl_kinds.py::load_policy; docs/kinds/trl.md, "Policy loss"): GRPOTrainer.
+# _compute_loss from `advantages = inputs["advantages"]` (1.16.0 grpo_trainer.py:3055; 1.12.0 :3144; git f2cd577
+# :3026) through the loss_type chain (:3184 [3273 / 3150]). Per token (1.16.0): coef_1 = exp(logp - old) (:3083,
+# :3095), coef_2 = clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high) (:3113), per_token_loss = -min(coef_1 A,
+# coef_2 A) (:3118-3120) = max(-A r, -A clamp(r)); A one per completion, unsqueezed (:3055-3059). Defaults of
+# GRPOConfig (1.16.0 grpo_config.py): loss_type "dapo" (:801-802; 1.12.0 :794-795; f2cd577 :791-792), so the
+# aggregation is the dapo branch sum(l m) / (num_items_in_batch / num_processes * GA / steps_per_generation)
+# (grpo_trainer.py:3168-3174): the global token mean of agg-dapo; epsilon 0.2 (:693-695), epsilon_high None ->
+# epsilon (grpo_trainer.py:945-946), delta None (:697-698: no two-sided clip), beta 0.0 (:681-682: no KL term).
+_POLICY_CITE = f"{_GR}:3055-3184 (1.16.0)"
+_POLICY_PIPELINE = Domain(
+    left_padding=False,
+    uneven_splits=False,
+    nonfinite_poison=False,
+    masked_logprobs=False,
+    why={
+        "masked_logprobs": "per_token_logps and old_per_token_logps are log-softmax outputs of the policy before and "
+        "after an update, under the mask as elsewhere",
+        **_AGG_PIPELINE.why,
+        "nonfinite_poison": _KL_GRPO_PIPELINE.why["nonfinite_poison"]
+        + "; old_per_token_logps come from the same function (or are per_token_logps.detach(), :3065-3066) and the "
+        "advantage is one finite number per completion (nan_to_num, :2832 at 1.12.0)",
+    },
+)
+EPSILON_HIGH = Option(
+    "epsilon_high",
+    (0.2, 0.28),
+    0.2,
+    f"{_GR}:946 (1.16.0; grpo_config.py:705-706 default None = epsilon; DAPO recommends 0.28, :184-186)",
+    "the upper clip bound 1 + epsilon_high of coef_2",
+    effect={0.28: {"variant": {"clip_high": 0.28}}},
+)
+DELTA = Option(
+    "delta",
+    ("none", 3.0),
+    "none",
+    f"{_GR}:3115-3116 (1.16.0; grpo_config.py:697-698 default None)",
+    "two-sided GRPO: coef_1 = clamp(coef_1, max=delta) before -min(coef_1 A, coef_2 A); with delta > 1 + "
+    "epsilon_high it caps -A r at -A delta where A < 0 (the dual clip) and changes nothing where A > 0",
+    effect={3.0: {"variant": {"dual_clip": 3.0}}},
+)
+POLICY_ENTRIES = ("policy-grpo",)
+ENTRY_OVERRIDES["policy-grpo"] = dict(
+    kind="policy-loss",
+    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "row", "mode": "token-mean"},
+    contract="dense",
+    whitening=None,
+    masked_zero=True,  # d/dlogp of (per_token_loss * mask).sum() / normalizer is 0 where mask is 0 (finite inputs)
+    masked_zero_why=f"{_GR}:3168-3174 (1.16.0): the dapo branch sums per_token_loss * mask",
+    documented_errors=(r"OptionNotAtPin",),
+    domain=Domain(),
+    pipeline=_POLICY_PIPELINE,
+    pipeline_by_pin={},
+    options=(EPSILON_HIGH, DELTA, MASK_TRUNCATED),
+    truncation=AGG_TRUNCATION,
+    notes=(
+        "GRPOTrainer._compute_loss at its defaults (loss_type='dapo', epsilon=0.2, beta=0): the per-row advantage "
+        "broadcast over the completion, the clipped ratio objective and the dapo global token mean through "
+        "num_items_in_batch; 0.19.1 has no 'dapo' (its default is 'bnpo'): a skip there"
+    ),
 )
 
 
