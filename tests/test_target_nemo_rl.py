@@ -267,6 +267,7 @@ def test_kind_entries_are_declared():
         "value-loss",
         "kl",
         "whiten",
+        "policy-loss",
     )
     assert spec.declared("kl").variant == {"estimator": "k3", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}
     assert spec.declared("whiten").variant["eps_place"] == "var" and spec.declared("whiten").kind == "normalization"
@@ -666,3 +667,84 @@ def test_kl_and_whiten_loaders_fail_loudly_on_other_shapes(tmp_path):
     _tree(tmp_path, "class GeneralizedAdvantageEstimator:\n    pass\n")
     with pytest.raises(NotPresent, match="_reward_whiten is not present"):
         nemo_rl_kinds.load_whiten(tmp_path, "whiten")
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy loss: ClippedPGLossFn.__call__ whole, with its __init__ on ClippedPGLossConfig's defaults read from the pin
+# (ratio_clip 0.2 / 0.2, no dual clip, token_level_loss), reference_policy_kl_penalty 0 (nemo_rl_kinds.load_policy).
+# r = exp(logp - old_logp), l = max(-A r, -A clamp(r, 0.8, 1.2)), token-mean over the 5 trained tokens of the step
+# (global_valid_toks), micro-batches {0}, {1}:
+#   (0, 0) r = 1, A = 1: l = -1, dl/dlogp = -1;  (0, 1) r = e^0.3 = 1.35, A = 1: the clip binds, l = -1.2, slope 0;
+#   (1, 0) r = e^-0.3 = 0.74, A = 1: below the range but the unclipped term is the max, l = -r, slope -r;
+#   (1, 1) r = e^1.5 = 4.48, A = -1: l = r, slope r (ratio_clip_c = 3: l = 3, slope 0);  (1, 2) A = 0: 0, slope 0.
+#   (0, 2) masked: 100 there changes nothing; NaN there reaches the loss (masked_mean sums values * mask).
+# ---------------------------------------------------------------------------------------------
+def _policy_step(masked: float = 100.0) -> Case:
+    return Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        extra={
+            "logp": [[-1.0, -0.7, masked], [-1.3, 0.5, -1.0]],
+            "old_logp": [[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]],
+            "adv": [[1.0, 1.0, masked], [1.0, -1.0, 0.0]],
+        },
+        split=[0, 1],
+        dtype="float64",
+    )
+
+
+def test_policy_loss_declares_the_default_configuration():
+    d = nemo_rl.SPEC.declared("policy-loss")
+    assert d.kind == "policy-loss"
+    assert d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "token-mean",
+    }
+    assert [o.name for o in d.options] == [nemo_rl.TOKEN_LEVEL, nemo_rl.RATIO_CLIP_C, nemo_rl.GRPO_OVERLONG]
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD_PIN, FIRST_PIN, BEFORE_PIN])
+def test_policy_loss_hand_computed(pin):
+    lo, hi = math.exp(-0.3), math.exp(1.5)
+    with _kind_at("policy-loss", pin) as h:
+        assert h.info["where"] == "nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn.__call__"
+        loss, grad = h.run(_policy_step())
+        assert loss[0, 0].item() == pytest.approx((-1.0 - 1.2 - lo + hi + 0.0) / 5, rel=1e-12)
+        assert grad.flatten().tolist() == pytest.approx([-0.2, 0.0, 0.0, -lo / 5, hi / 5, 0.0], rel=1e-12)
+        assert {p for p, v in _kind_verdicts(h, _policy_step()).items() if v.failed} == set()
+        # ratio_clip_c = 3 (option): the A < 0 token is capped at -A c = 3, its slope 0
+        dual = _policy_step().replace(options={nemo_rl.RATIO_CLIP_C: 3.0})
+        loss, grad = h.run(dual)
+        assert loss[0, 0].item() == pytest.approx((-1.0 - 1.2 - lo + 3.0) / 5, rel=1e-12)
+        assert grad[1, 1].item() == 0.0 and _kind_verdicts(h, dual)["reference"].status == "pass"
+        # a NaN under the mask: masked_mean's sum(values * mask) (nemo_rl/algorithms/utils.py:224 at 7ea) is NaN
+        loss, grad = h.run(_policy_step(math.nan))
+        assert math.isnan(loss[0, 0].item()) and math.isnan(grad[0, 2].item())
+        assert grad[1].tolist() == pytest.approx([-lo / 5, hi / 5, 0.0], rel=1e-12)
+
+
+@pytest.mark.needs_mirror
+def test_policy_loss_short_fuzz():
+    with _kind_at("policy-loss", HEAD_PIN) as h:
+        res = fuzz_target(
+            h.run,
+            h.declared,
+            target="nemo-rl:policy-loss",
+            pin=HEAD_PIN,
+            max_examples=15,
+            seed=0,
+            derandomize=True,
+            shrink=False,
+        )
+        failed = {p for p, n in res.failed.items() if n}
+        # clip_loss is masked by multiplication: masked_mean(importance_weights * clip_loss, mask) = sum(values *
+        # mask) (loss_functions.py:678-683, utils.py:224 at 7ea), so NaN under the mask, or a masked log-ratio
+        # whose exp overflows (r = inf, -A r = +-inf or NaN, times 0), reaches the loss and the gradient
+        assert failed == POLICY_FUZZ, failed
+        assert res.checked["reference"] > 0  # split-invariance: the hand case (two micro-batches)
+
+
+POLICY_FUZZ = {"poison-nonfinite", "masked-zero"}  # the 100-example CLI run adds no-crash / empty-step (overflow)

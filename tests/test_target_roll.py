@@ -297,9 +297,13 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-seq-mean-token-sum-norm": "loss-aggregation",
         "value-loss": "value-loss",
+        "policy-loss": "policy-loss",
     }
     for entry in kinds:
-        if entry.startswith("agg-") or entry == "value-loss":  # losses: no pipeline domain researched (reach api)
+        if entry.startswith("agg-") or entry in (
+            "value-loss",
+            "policy-loss",
+        ):  # losses: no pipeline domain researched (reach api)
             assert spec.for_entry(entry).pipeline is None
             continue
         for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
@@ -736,3 +740,82 @@ def test_default_short_fuzz_covers_every_option_value(kinds_open):
     assert res.truncated_checked > 0
     failed = {p for p, n in res.failed.items() if n}
     assert not failed & CLEAN, failed  # no crash (no tool error), masked positions 0 under every option
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy loss: the RLVR actor's inline loss (roll/pipeline/rlvr/actor_worker.py:52-122, the same at the three pins)
+# compiled from the source text with ROLL's defaults (pg_clip 0.2, no dual clip, loss_agg_mode seq-mean-token-mean,
+# roll_kinds.load_policy). r = exp(logp - old_logp), l = -min(r A, clamp(r, 0.8, 1.2) A); rows 0 (2 tokens) and 1
+# (3 tokens) each their token mean, over global_valid_samples = 2; micro-batches {0}, {1}:
+#   (0, 0) r = 1, A = 1: l = -1;  (0, 1) r = e^0.3, A = 1: the clip binds, l = -1.2, slope 0;
+#   (1, 0) r = e^-0.3, A = 1: the unclipped term, l = -r;  (1, 1) r = e^1.5, A = -1: l = r (dual_clip_loss:
+#   -max(-l, (1 + 2 * 0.2) A) = 1.4, slope 0);  (1, 2) A = 0.  (0, 2) masked: 100 changes nothing, NaN leaks.
+# ---------------------------------------------------------------------------------------------
+def _policy_step(masked: float = 100.0) -> Case:
+    return Case.build(
+        trainable=[[1, 1, 0], [1, 1, 1]],
+        extra={
+            "logp": [[-1.0, -0.7, masked], [-1.3, 0.5, -1.0]],
+            "old_logp": [[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]],
+            "adv": [[1.0, 1.0, masked], [1.0, -1.0, 0.0]],
+        },
+        split=[0, 1],
+        dtype="float64",
+    )
+
+
+def test_policy_loss_declares_the_default_configuration():
+    d = roll.SPEC.for_entry("policy-loss")
+    assert d.kind == "policy-loss"
+    assert d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "seq-mean-token-mean",
+    }
+    assert [o.name for o in d.options] == ["dual_clip_loss"]
+    assert roll_kinds.POLICY_CONFIG["loss_agg_mode"] == "seq-mean-token-mean"
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD_PIN, SEED_PIN])
+def test_policy_loss_hand_computed(pin):
+    from maskfuzz.oracles.kinds.judge import judge as kind_judge
+
+    lo, hi = math.exp(-0.3), math.exp(1.5)
+    with _open(f"roll:policy-loss@{pin}") as h:
+        assert h.info["where"] == "roll/pipeline/rlvr/actor_worker.py::ActorWorker.loss_func (policy loss)"
+        case = _policy_step()
+        loss, grad = h.run(case)
+        assert loss[0, 0].item() == pytest.approx((-1.1 + (hi - lo) / 3) / 2, rel=1e-12)
+        assert grad.flatten().tolist() == pytest.approx([-0.25, 0.0, 0.0, -lo / 6, hi / 6, 0.0], rel=1e-12)
+        assert {v.property for v in kind_judge(h.run, case, h.declared.configured(case)) if v.failed} == set()
+        # dual_clip_loss: the constant is 1 + 2 * pg_clip = 1.4 (actor_worker.py:86), not the paper's 3
+        dual = case.replace(options={"dual_clip_loss": True})
+        loss, grad = h.run(dual)
+        assert loss[0, 0].item() == pytest.approx((-1.1 + (1.4 - lo) / 3) / 2, rel=1e-12)
+        assert grad[1, 1].item() == 0.0
+        assert {v.property for v in kind_judge(h.run, dual, h.declared.configured(dual)) if v.failed} == set()
+        # NaN under the mask: agg_loss's masked_mean sums tensor * mask (roll/utils/functionals.py:285-288 at 8eb)
+        loss, grad = h.run(_policy_step(math.nan))
+        assert math.isnan(loss[0, 0].item()) and math.isnan(grad[0, 2].item())
+        assert grad[1].tolist() == pytest.approx([-lo / 6, hi / 6, 0.0], rel=1e-12)
+
+
+@pytest.mark.needs_mirror
+def test_policy_loss_short_fuzz(kinds_open):
+    h = kinds_open("policy-loss")
+    res = fuzz_target(
+        h.run, h.declared, target="roll:policy-loss", pin=h.pin, max_examples=15, seed=0, derandomize=True, shrink=False
+    )
+    failed = {p for p, n in res.failed.items() if n}
+    # the loss is masked by multiplication (masked_mean: (tensor * mask).sum, functionals.py:285-288 at 8eb), so NaN
+    # under the mask reaches the loss and the gradient (poison-nonfinite, masked-zero), and so does a masked
+    # log-ratio whose exp overflows in float32 (logp 100, old_logp 0: r = inf, -A r * 0 = NaN: no-crash on finite
+    # inputs; actor_worker.py:72, :80-83); the CLI run adds empty-step (the same overflow in an all-masked step)
+    assert failed == POLICY_FUZZ, failed
+    assert res.checked["reference"] > 0  # split-invariance: the hand case (two micro-batches)
+
+
+POLICY_FUZZ = {"poison-nonfinite", "masked-zero", "no-crash"}

@@ -352,6 +352,33 @@ _KIND_OVERRIDES["whiten"] = dict(
     pipeline=None,
     pipeline_by_pin={},
 )
+# ClippedPGLossFn.__call__ whole (7ea: nemo_rl/algorithms/loss/loss_functions.py:374-788; 857b: :263-668; f6e9:
+# :256-644), its __init__ run on ClippedPGLossConfig's defaults read from the pin (nemo_rl_kinds.load_policy):
+# ratio_clip_min = ratio_clip_max = 0.2, ratio_clip_c None (no dual clip), token_level_loss True (7ea:
+# loss_functions.py:114, :122-125; 857b / f6e9: :95, :103-106; examples/configs/grpo_math_1B.yaml:86-88 at 7ea,
+# :62-64 at 857b / f6e9): max(-A r, -A clamp(r, 0.8, 1.2)) (7ea :537-552; 857b :423-435) aggregated by masked_mean
+# over token_mask * sample_mask with global_valid_toks (7ea :678-683; 857b :558-563; f6e9 :551-556): token-mean over
+# the step; the advantages are per token (data["advantages"][:, 1:], 7ea :385). reference_policy_kl_penalty is set to
+# 0 (the default 0.01 adds the KL term, judged by the `kl` entry), importance-sampling correction off (default,
+# 7ea :140, 857b :121).
+RATIO_CLIP_C = "loss_fn.ratio_clip_c"
+_DUAL_CLIP = Option(
+    RATIO_CLIP_C,
+    (None, 3.0),
+    None,
+    "nemo_rl/algorithms/loss/loss_functions.py:125 (used :554-561; 857b :106, :438-445); 3: 'usually set to 3 "
+    "empirically' (:124)",
+    "dual clip: where A < 0 the per-token loss is min(max(-A r, -A clamp(r)), -A c)",
+    effect={3.0: {"variant": {"dual_clip": 3.0}}},
+)
+_KIND_OVERRIDES["policy-loss"] = dict(
+    _loss(
+        {"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+        (_TOKEN_LEVEL, _DUAL_CLIP, _GRPO_OVERLONG),
+    ),
+    kind="policy-loss",
+    masked_zero=True,  # masked_mean multiplies the per-token loss by the mask (utils.py:219-224 at 7ea)
+)
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 
 

@@ -22,6 +22,9 @@ optimizer step by `load_value`.
 self.reference_policy_kl_penalty != 0:` block up to `kl = ... calculate_kl(...)`, compiled from the pin with
 NeMo-RL's `calculate_kl`), before its reduction (`load_kl`).
 
+`policy-loss`: `ClippedPGLossFn.__call__` whole, with its `__init__` on ClippedPGLossConfig's defaults read from
+the pin, compiled as plain functions (`load_policy`), driven over one optimizer step with respect to the log-probs.
+
 `whiten` (normalization): `GeneralizedAdvantageEstimator._reward_whiten`, the advantage whitening, compiled from
 the pin as a plain function with its `masked_mean` / `masked_var` (`load_whiten`).
 """
@@ -326,6 +329,105 @@ def load_kl(root: Path, entry: str) -> Loaded:
     return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__ (KL-to-reference term, per token)", notes)
 
 
+_POLICY_CONFIG = "ClippedPGLossConfig"
+
+
+def _config_defaults(tree: SourceTree, path: Path, name: str) -> dict:
+    """The field defaults of the pydantic config class `name` in `path`, read from the pin's source (every
+    `field: type = <literal>`); BlockNotFound for a field without a literal default."""
+    cls = find_class(tree.file(path).tree, name)
+    if cls is None:
+        raise NotPresent(f"{name} is not present at this pin")
+    out = {}
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            try:
+                out[node.target.id] = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError) as exc:
+                raise BlockNotFound(
+                    f"nemo-rl: {tree.rel(path)}:{node.lineno} {name}.{node.target.id} has no literal default"
+                ) from exc
+    return out
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """`ClippedPGLossFn.__call__(next_token_logprobs, data, global_valid_seqs, global_valid_toks)` over one optimizer
+    step, the gradient taken with respect to `next_token_logprobs` (NeMo-RL's loss takes log-probs,
+    `input_type = LossInputType.LOGPROB`, 7ea: nemo_rl/algorithms/loss/loss_functions.py:226; 857b :200; f6e9
+    :196: no logits needed). `__init__` and `__call__` are compiled from the pin as plain functions (as
+    `load_value` compiles MseValueLossFn); `self` is a namespace that the compiled `__init__` fills from
+    ClippedPGLossConfig's defaults read from the pin's source (`_config_defaults`), with three changes:
+    `reference_policy_kl_penalty = 0` (the KL-to-reference term is the `kl` entry; a kind input it does not
+    have), and `token_level_loss` / `ratio_clip_c` from the case's options (defaults True / None).
+
+    The data dict as the GRPO / PPO loops build it (7ea grpo.py:2135-2145): every [B, S] tensor is the flat
+    sequence, and `__call__` reads `[:, 1:]` of each (:383-390) against `next_token_logprobs` [B, S - 1]: the
+    case's columns are sequence tokens 1..T behind one masked prompt token (as for value-loss). token_mask int64
+    (`torch.ones_like(token_ids)`, grpo.py:1934-1937), sample_mask float32 (loss_multiplier, after the overlong-
+    filtering block compiled from grpo.py), advantages / prev_logprobs the case's, generation_logprobs =
+    prev_logprobs (read by metrics and the importance-sampling correction, off by default). Normalisers and
+    scaling as `load_loss`: global_valid_seqs = sum(sample_mask), global_valid_toks = sum(token_mask[:, 1:] *
+    sample_mask) over the step (nemo_rl/models/automodel/data.py:408-420), `loss * dp_size` per micro-batch
+    (automodel/train.py:545-548)."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("nemo_rl",))
+    path = tree.module_file(_LOSS_MODULE)
+    cls = None if path is None else find_class(tree.file(path).tree, _LOSS_CLASS)
+    if cls is None:
+        raise NotPresent(f"{_LOSS_MODULE}.{_LOSS_CLASS} is not present at this pin")
+    nodes = {name: find_method(cls, name) for name in ("__init__", "__call__")}
+    if any(n is None for n in nodes.values()):
+        raise NotPresent(f"{_LOSS_CLASS} lacks {[k for k, n in nodes.items() if n is None]} at this pin")
+    init, call = (tree.function(path, nodes[k]) for k in ("__init__", "__call__"))
+    defaults = _config_defaults(tree, path, _POLICY_CONFIG)
+    overlong = _overlong(tree, "nemo_rl.algorithms.grpo")
+    state: dict = {}  # the configured loss and the step's sample_mask, set per case by `run`
+
+    def micro(rows, logp, mask, step):
+        dev, dt = logp.device, logp.dtype
+        old = step.case.extra["old_logp"][rows].to(device=dev, dtype=dt)
+        adv = step.case.extra["adv"][rows].to(device=dev, dtype=dt)
+        pad = torch.zeros(logp.shape[0], 1, dtype=dt, device=dev)  # sequence token 0: a prompt token, never trained
+        sample_mask, to_reduce = _sample_mask(step, state["sample_mask"], rows, dev)
+        prev = torch.cat([pad, old], dim=1)
+        data = {
+            "token_mask": torch.cat([pad.to(torch.int64), mask.to(torch.int64)], dim=1),
+            "sample_mask": sample_mask,
+            "advantages": torch.cat([pad, adv], dim=1),
+            "prev_logprobs": prev,
+            "generation_logprobs": prev,
+            "reference_policy_logprobs": prev,
+        }
+        loss, _ = call(state["self"], logp, data, to_reduce[0], to_reduce[1])
+        return loss * step.ranks  # automodel/train.py:547, cp_size 1
+
+    def run(case: Case, device: str):
+        cfg = dict(defaults, reference_policy_kl_penalty=0.0)
+        cfg["token_level_loss"] = case.options.get(nemo_rl.TOKEN_LEVEL, defaults["token_level_loss"])
+        cfg["ratio_clip_c"] = case.options.get(nemo_rl.RATIO_CLIP_C, defaults["ratio_clip_c"])
+        this = SimpleNamespace()
+        init(this, nemo_rl._Config(cfg))
+        state["self"] = this
+        # grpo.py:3136-3145: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
+        on = case.options.get(nemo_rl.GRPO_OVERLONG, False)
+        state["sample_mask"] = nemo_rl.run_overlong(overlong, "grpo", on, case.truncated_rows())
+        return run_step(case, device, micro, leaf_name="logp")
+
+    rel = tree.rel(path)
+    c = nodes["__call__"]
+    clip = f"ratio_clip {defaults['ratio_clip_min']} / {defaults['ratio_clip_max']}, ratio_clip_c option"
+    notes = [
+        f"{rel}:{c.lineno}-{c.end_lineno} (__call__) and __init__ compiled from the pin; {_POLICY_CONFIG} defaults "
+        f"from the source ({clip}), token_level_loss from the options",
+        "reference_policy_kl_penalty 0 (the KL term is the kl entry); generation_logprobs = prev_logprobs; "
+        "importance-sampling correction off (default)",
+        "columns behind one masked prompt token ([:, 1:]); sample_mask after grpo.py's overlong filtering; "
+        "global_valid_toks / global_valid_seqs over the step; micro-batch loss * dp_size",
+    ]
+    return Loaded(run, f"{rel}::{_LOSS_CLASS}.__call__", notes)
+
+
 _WHITEN_CLASS = "GeneralizedAdvantageEstimator"
 
 
@@ -376,6 +478,8 @@ def load_kind(root: Path, entry: str) -> Loaded:
         return load_whiten(root, entry)
     if entry == "value-loss":
         return load_value(root, entry)
+    if entry == "policy-loss":
+        return load_policy(root, entry)
     if entry in LOSS:
         return load_loss(root, entry)
     if entry not in CONFIGS:

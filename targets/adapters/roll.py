@@ -58,6 +58,7 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.roll_kinds import (
     AGENTIC_TRUNCATION,
+    DUAL_CLIP_OPTION,
     GRPO_TRUNCATION,
     KIND_ENTRIES,
     MAX_LEN_MASK,
@@ -436,6 +437,20 @@ def _kind_overrides() -> dict:
         loss_entry({"clip": 0.5, "half": True, "mode": "seq-mean-token-mean"}),
         kind="value-loss",
         options=(VALUE_CLIP_OPTION,),
+    )
+    # ActorWorker.loss_func (roll/pipeline/rlvr/actor_worker.py:11-167, the same lines at the three pins), its inline
+    # policy loss compiled from the source text (roll_kinds.load_policy): ratio = exp(log_probs - old_log_probs)
+    # (importance_sampling "token", rlvr_config.py:141-143), surr1 / surr2 with pg_clip 0.2 on both sides
+    # (use_pg_clip_range False, base_config.py:515-516), loss = -min(surr1, surr2) (actor_worker.py:80-83); no dual
+    # clip (dual_clip_loss False, base_config.py:574); agg_loss with loss_agg_mode "seq-mean-token-mean"
+    # (base_config.py:571-573) and the strategies' global_valid_samples (:92-96); per-token advantages
+    # (data.batch["advantages"], :20). Lines at 8eb27cc2dc34.
+    out["policy-loss"] = dict(
+        loss_entry(
+            {"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "seq-mean-token-mean"}
+        ),
+        kind="policy-loss",
+        options=(DUAL_CLIP_OPTION,),
     )
     return out
 

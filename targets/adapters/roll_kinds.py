@@ -27,6 +27,9 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
 * `value-loss` (value-loss): `CriticWorker.loss_func` (roll/pipeline/base_worker.py), the critic's inline clipped
   value loss, compiled from the pin's source text (`targets.adapters.extract.SourceTree`; base_worker.py imports
   ray and the whole worker stack) with its `forward_func_values`, over one optimizer step (`load_value`).
+* `policy-loss` (policy-loss): the RLVR actor's inline policy loss, `ActorWorker.loss_func`
+  (roll/pipeline/rlvr/actor_worker.py), its statements from the sample weights through `agg_loss` compiled from the
+  pin's source text with ROLL's default config, over one optimizer step (`load_policy`).
 * `agentic-reinforce` (returns): `agentic_compute_advantage(adv_estimator="agentic_reinforce")`, which calls
   `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
   rewards placed as in the GAE `agentic` entry.
@@ -34,6 +37,8 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import inspect
 import os
 import tempfile
@@ -56,7 +61,16 @@ LOSS_ENTRIES = {
     "agg-seq-mean-token-mean": "seq-mean-token-mean",
     "agg-seq-mean-token-sum-norm": "seq-mean-token-sum-norm",
 }
-KIND_ENTRIES = ("grpo", "agentic-grpo", *KL_ENTRIES, "whiten", "agentic-reinforce", *LOSS_ENTRIES, "value-loss")
+KIND_ENTRIES = (
+    "grpo",
+    "agentic-grpo",
+    *KL_ENTRIES,
+    "whiten",
+    "agentic-reinforce",
+    *LOSS_ENTRIES,
+    "value-loss",
+    "policy-loss",
+)
 # value_clip: None in PPOConfig (roll/configs/base_config.py:524-526 at 8eb27cc2dc34), 0.5 in the shipped PPO
 # configs (examples/docs_examples/example_ppo.yaml and 50 other examples/*.yaml; two set `~`)
 VALUE_CLIP = 0.5
@@ -135,6 +149,18 @@ VALUE_CLIP_OPTION = Option(
     "default None; 0.5 in 51 shipped PPO configs, this entry's base configuration)",
     "'Range for clipping values in loss calculation': max((v - R)^2, (clip(v, v_old -+ c) - R)^2); None: (v - R)^2",
     effect={0.2: {"variant": {"clip": 0.2}}, "none": {"variant": {"clip": float("inf")}}},
+)
+
+# dual_clip_loss (PPOConfig field roll/configs/base_config.py:574, default False): where A < 0 the loss is
+# -max(-loss, (1 + 2 pg_clip) A) (roll/pipeline/rlvr/actor_worker.py:85-87): the dual-clip constant is 1 + 2 * 0.2
+DUAL_CLIP_OPTION = Option(
+    "dual_clip_loss",
+    (False, True),
+    False,
+    "roll/pipeline/rlvr/actor_worker.py:85-87 (field roll/configs/base_config.py:574, default False; c09bc8bc9f43 "
+    ":535)",
+    "'Use dual clip loss': where A < 0, min(max(-A r, -A clamp(r)), -(1 + 2 pg_clip) A), c = 1.4 at pg_clip 0.2",
+    effect={True: {"variant": {"dual_clip": 1.4}}},
 )
 
 
@@ -454,7 +480,163 @@ def load_value(root: Path) -> Loaded:
     return Loaded(run, f"{rel}::CriticWorker.loss_func", notes)
 
 
+# RLVRConfig / PPOConfig defaults of the fields the actor's loss_func block reads (lines at 8eb27cc2dc34; the same
+# values at c09bc8bc9f43 and 090ac94658ad): pg_clip 0.2, use_pg_clip_range False, pg_clip_low / pg_clip_high 0.2
+# (roll/configs/base_config.py:515-522), use_kl_loss False, kl_loss_coef 0, entropy_loss_coef 0, loss_agg_mode
+# "seq-mean-token-mean" (:568-573), dual_clip_loss False (:574), train_infer_correction.is_weight.enabled False
+# (:426-429); difficulty_loss_weight / length_loss_weight False, rl_loss_coef 1.0, importance_sampling "token"
+# (roll/pipeline/rlvr/rlvr_config.py:119-120, :137-143).
+POLICY_CONFIG = dict(
+    pg_clip=0.2,
+    use_pg_clip_range=False,
+    pg_clip_low=0.2,
+    pg_clip_high=0.2,
+    use_kl_loss=False,
+    kl_loss_coef=0.0,
+    entropy_loss_coef=0.0,
+    loss_agg_mode="seq-mean-token-mean",
+    dual_clip_loss=False,
+    difficulty_loss_weight=False,
+    length_loss_weight=False,
+    rl_loss_coef=1.0,
+    importance_sampling="token",
+)
+
+
+def _policy_block(tree, path, cls):
+    """The statements of `ActorWorker.loss_func` from `valid_samples = ...` (the sample weights, the KL loss, the
+    ratio, surr1 / surr2, the dual clip, agg_loss) through `if self.pipeline_config.entropy_loss_coef > 0:`: what
+    the method computes after the log-probs and masks are in hand and before its metrics."""
+    from maskfuzz.targets.adapters.extract import BlockNotFound, find_method
+
+    fn = find_method(cls, "loss_func")
+    if fn is None:
+        raise NotPresent("roll.pipeline.rlvr.actor_worker.ActorWorker has no loss_func at this pin")
+    body = fn.body
+    first = next(
+        (i for i, n in enumerate(body) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "valid_samples"),
+        None,
+    )
+    last = next(
+        (
+            i
+            for i, n in enumerate(body)
+            if isinstance(n, ast.If) and ast.unparse(n.test) == "self.pipeline_config.entropy_loss_coef > 0"
+        ),
+        None,
+    )
+    if first is None or last is None or last < first:
+        raise BlockNotFound(
+            f"roll: {tree.rel(path)}::ActorWorker.loss_func has no `valid_samples = ...` ... `if "
+            "self.pipeline_config.entropy_loss_coef > 0:` run of statements at this pin"
+        )
+    stmts = body[first : last + 1]
+    names = {ast.unparse(t) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Assign) for t in n.targets}
+    if not {"ratio", "surr1", "surr2", "loss", "weighted_pg_loss", "total_loss"} <= names:
+        raise BlockNotFound(f"roll: {tree.rel(path)}:{stmts[0].lineno} the block assigns {sorted(names)}")
+    bound = (
+        "self",
+        "data",
+        "output_tensor",
+        "response_mask",
+        "final_response_mask",
+        "ref_log_probs",
+        "advantages",
+        "batch_num_tokens",
+        "global_valid_samples",
+        "log_probs",
+        "old_log_probs",
+        "train_infer_is_weight",
+    )
+    return tree.block(path, stmts, bound), fn
+
+
+def load_policy(root: Path) -> Loaded:
+    """The policy loss of the RLVR actor, `ActorWorker.loss_func` (roll/pipeline/rlvr/actor_worker.py:11-167 at the
+    three pins): its statements from `valid_samples = ...` (:52) through the entropy term (:113-122) compiled from
+    the source text (`_policy_block`; actor_worker.py imports the worker stack), with the base worker's
+    `compute_sample_weights` (:169-203) compiled the same way, over one optimizer step with respect to `log_probs`.
+
+    Bound as `loss_func` has them before the block (:17-50): `log_probs` the leaf (what `op_compute_log_probs`
+    returns, :28-30), `old_log_probs` the case's, `advantages` the case's per-token advantages, `response_mask` =
+    `final_response_mask` the case's mask as int64 (`.long()`, :17, and `* filter_mask.long()`, :47-48, with the
+    default train_infer_correction: no filter), `ref_log_probs` = old_log_probs (read only by the KL loss, off:
+    use_kl_loss False), `train_infer_is_weight` ones (read only when is_weight.enabled, off), `output_tensor` None
+    (read only by the entropy term, entropy_loss_coef 0). `batch_num_tokens` / `global_valid_samples` hold the
+    strategies' step normalisers for both masks, as `load_loss` computes them (strategy.py:383-384, :426-427).
+    `self.pipeline_config` is `POLICY_CONFIG` (the dataclass defaults, cited there) with `dual_clip_loss` from the
+    case's options. Scaling as `load_loss`: micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps,
+    ranks averaged."""
+    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    tree = SourceTree(Path(root), ("roll",))
+    path = tree.module_file("roll.pipeline.rlvr.actor_worker")
+    cls = None if path is None else find_class(tree.file(path).tree, "ActorWorker")
+    if cls is None:
+        raise NotPresent("roll.pipeline.rlvr.actor_worker.ActorWorker is not present at this pin")
+    block, fn = _policy_block(tree, path, cls)
+    weights_node = find_method(cls, "compute_sample_weights")
+    if weights_node is None:
+        raise NotPresent("ActorWorker has no compute_sample_weights at this pin")
+    weights = tree.function(path, weights_node)
+    config = SimpleNamespace(
+        **POLICY_CONFIG,
+        train_infer_correction=SimpleNamespace(is_weight=SimpleNamespace(enabled=False)),
+    )
+    this = SimpleNamespace(pipeline_config=config, logger=None, strategy=None)
+    this.compute_sample_weights = lambda data, response_mask: weights(this, data, response_mask)
+    # `self` is the block's only attribute holder; Block.run takes bound names as keywords, so it goes in globals
+    block = dataclasses.replace(
+        block, globals={**block.globals, "self": this}, bound=tuple(b for b in block.bound if b != "self")
+    )
+
+    def micro(rows, logp, mask, step):
+        dev, dt = logp.device, logp.dtype
+        old = step.case.extra["old_logp"][rows].to(device=dev, dtype=dt)
+        adv = step.case.extra["adv"][rows].to(device=dev, dtype=dt)
+        m = mask.to(torch.int64)
+        tokens = torch.tensor(max(step.tokens, 1), dtype=torch.int64, device=dev)  # strategy.py:383-384
+        samples = torch.tensor(max(step.nonempty_rows, 1), dtype=torch.int64, device=dev)  # :426-427
+        data = SimpleNamespace(
+            batch={"response_mask": torch.cat([torch.zeros_like(m[:, :1]), m], 1)}, non_tensor_batch={}
+        )
+        out = block.run(
+            data=data,
+            output_tensor=None,
+            response_mask=m,
+            final_response_mask=m,
+            ref_log_probs=old,
+            advantages=adv,
+            batch_num_tokens={"response_mask": tokens, "final_response_mask": tokens},
+            global_valid_samples={"response_mask": samples, "final_response_mask": samples},
+            log_probs=logp,
+            old_log_probs=old,
+            train_infer_is_weight=torch.ones_like(logp),
+        )
+        k = step.rank_micro_batches  # mini_steps == gradient_accumulation_steps (one optimizer step)
+        return out["total_loss"] * (k * step.ranks) / k
+
+    def run(case: Case, device: str):
+        config.dual_clip_loss = bool(case.options.get("dual_clip_loss", False))  # actor_worker.py:85
+        return run_step(case, device, micro, leaf_name="logp")
+
+    rel = tree.rel(path)
+    notes = [
+        f"{rel}:{block.first_line}-{block.last_line} (ActorWorker.loss_func after its masks and log-probs) and "
+        f":{weights_node.lineno}-{weights_node.end_lineno} (compute_sample_weights) compiled from the pin",
+        "config: the dataclass defaults (pg_clip 0.2, loss_agg_mode seq-mean-token-mean, no KL / entropy loss, no "
+        "train-infer correction), dual_clip_loss from the options",
+        "ref_log_probs = old_log_probs (KL loss off), train_infer_is_weight ones, output_tensor None (entropy off)",
+        "batch_num_tokens / global_valid_samples = the step's trained tokens / rows with one (0 -> 1); micro-batch "
+        "loss * (mini_steps * dp_size) / gradient_accumulation_steps, ranks averaged",
+    ]
+    return Loaded(run, f"{rel}::ActorWorker.loss_func (policy loss)", notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
+    if entry == "policy-loss":
+        return load_policy(root)
     if entry == "value-loss":
         return load_value(root)
     if entry in LOSS_ENTRIES:
