@@ -8,7 +8,7 @@ For each kind, times the loop reference, the vectorised reference (`oracles/kind
 a `Case` in, [B, T] out) and the fastest upstream implementation maskfuzz targets that runs from a
 released wheel (verl's `compute_grpo_vectorized_outcome_advantage` and the loop
 `compute_grpo_outcome_advantage`, `masked_whiten`, `kl_penalty(low_var_kl)`, `agg_loss` forward and
-backward, `compute_value_loss` forward and backward), imported in this
+backward, `compute_value_loss` and `compute_policy_loss_vanilla` forward and backward), imported in this
 process with the adapter's stand-ins (the worker's pickling would otherwise be part of the time).
 Figures are medians of `--repeats` calls after a warm-up; the ratio reference / upstream is printed,
 so machine load cancels out to first order. The loop references are timed on a slice (`--loop-rows`)
@@ -30,7 +30,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from maskfuzz.oracles.case import Case  # noqa: E402
-from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, value_loss  # noqa: E402
+from maskfuzz.oracles.kinds import (  # noqa: E402
+    group_advantage,
+    kl,
+    loss_aggregation,
+    normalization,
+    policy_loss,
+    value_loss,
+)
 
 
 def timed(fn: Callable, repeats: int) -> float:
@@ -56,7 +63,7 @@ def load_verl(pin: str):
     sys.path.insert(0, str(checkout.root))
     core = import_from(checkout.root, "verl.trainer.ppo.core_algos")
     tf = import_from(checkout.root, "verl.utils.torch_functional")
-    return core, tf, checkout.resolved
+    return core, tf, checkout.resolved, checkout.root
 
 
 def group_case(rows: int, group: int, length: int, seed: int = 0) -> Case:
@@ -96,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    core, tf, resolved = load_verl(args.verl_pin)
+    core, tf, resolved, root = load_verl(args.verl_pin)
     print(f"verl from {resolved}; torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}")
     rows = []
 
@@ -119,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     x32, m32 = tc.extra["x"].float(), tc.trainable.float()
     up = timed(lambda: tf.masked_whiten(x32, m32), args.repeats)
     small_t = token_case(max(1, args.batch // 16), args.length)
-    loop = timed(lambda: normalization.reference(small_t), args.repeats) * tc.trainable.sum().item() / max(
-        1, small_t.trainable.sum().item()
+    loop = (
+        timed(lambda: normalization.reference(small_t), args.repeats)
+        * tc.trainable.sum().item()
+        / max(1, small_t.trainable.sum().item())
     )
     vec = timed(lambda: normalization.reference(tc, vectorised=True), args.repeats)
     rows.append(("normalization", f"{args.batch} x {args.length}, batch whitening", loop, vec, up))
@@ -128,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     # kl: k3 per token
     lp, rp = tc.extra["logp"].float(), tc.extra["ref_logp"].float()
     up = timed(lambda: core.kl_penalty(lp, rp, "low_var_kl"), args.repeats)
-    loop = timed(lambda: kl.reference(small_t, {"estimator": "k3"}), args.repeats) * tc.trainable.sum().item() / max(
-        1, small_t.trainable.sum().item()
+    loop = (
+        timed(lambda: kl.reference(small_t, {"estimator": "k3"}), args.repeats)
+        * tc.trainable.sum().item()
+        / max(1, small_t.trainable.sum().item())
     )
     vec = timed(lambda: kl.reference(tc, {"estimator": "k3"}, vectorised=True), args.repeats)
     rows.append(("kl (k3)", f"{args.batch} x {args.length}", loop, vec, up))
@@ -144,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         core.agg_loss(leaf, m32, "seq-mean-token-mean").backward()
 
     up = timed(verl_agg, args.repeats)
-    loop = timed(lambda: loss_aggregation.reference(small_l, va), args.repeats) * lc.trainable.sum().item() / max(
-        1, small_l.trainable.sum().item()
+    loop = (
+        timed(lambda: loss_aggregation.reference(small_l, va), args.repeats)
+        * lc.trainable.sum().item()
+        / max(1, small_l.trainable.sum().item())
     )
     vec = timed(lambda: loss_aggregation.reference(lc, va, vectorised=True), args.repeats)
     rows.append(("loss-aggregation", f"{args.batch} x {args.length}, seq-mean-token-mean", loop, vec, up))
@@ -163,11 +176,46 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
 
     up = timed(verl_value, args.repeats)
-    loop = timed(lambda: value_loss.reference(small_v), args.repeats) * vc.trainable.sum().item() / max(
-        1, small_v.trainable.sum().item()
+    loop = (
+        timed(lambda: value_loss.reference(small_v), args.repeats)
+        * vc.trainable.sum().item()
+        / max(1, small_v.trainable.sum().item())
     )
     vec = timed(lambda: value_loss.reference(vc, vectorised=True), args.repeats)
     rows.append(("value-loss", f"{args.batch} x {args.length}, clip 0.5", loop, vec, up))
+
+    # policy-loss: the clipped PPO objective with dual clip 3, token-mean, forward and backward (verl's vanilla
+    # policy loss with the actor config the adapter builds, targets/adapters/verl_kinds.py)
+    from maskfuzz.targets.adapters.verl_kinds import actor_config
+
+    px = {"old_logp": -tc.extra["x"].abs(), "adv": torch.randn(tc.shape, generator=g, dtype=torch.float64)}
+    px["logp"] = px["old_logp"] + 0.3 * torch.randn(tc.shape, generator=g, dtype=torch.float64)
+    pc = tc.replace(extra=px)
+    small_p = small_t.replace(extra={n: x[: small_t.shape[0]] for n, x in px.items()})
+    pv = {"dual_clip": 3.0}
+    config = actor_config(root, clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0,
+                          loss_agg_mode="token-mean")  # fmt: skip
+    bool_mask = tc.trainable
+    # the step's normalisers, as ppo_loss fills them per micro-batch (verl/workers/utils/losses.py:65-68 at 0.9.1)
+    config.global_batch_info.update(
+        dp_size=1, batch_num_tokens=int(bool_mask.sum()), global_batch_size=tc.shape[0], loss_scale_factor=None
+    )
+
+    def verl_policy():
+        leaf = px["logp"].float().requires_grad_(True)
+        loss, _ = core.compute_policy_loss_vanilla(
+            px["old_logp"].float(), leaf, px["adv"].float(), bool_mask, "token-mean", config, None
+        )
+        loss.backward()
+
+    up = timed(verl_policy, args.repeats)
+    loop = (
+        timed(lambda: policy_loss.reference(small_p, pv), args.repeats)
+        * pc.trainable.sum().item()
+        / max(1, small_p.trainable.sum().item())
+    )
+    vec = timed(lambda: policy_loss.reference(pc, pv, vectorised=True), args.repeats)
+    rows.append(("policy-loss", f"{args.batch} x {args.length}, dual clip 3", loop, vec, up))
 
     print(f"{'kind':18} {'shape':34} {'loop ref s':>11} {'vec ref s':>10} {'upstream s':>11} {'vec/upstream':>13}")
     for kind, shape, loop, vec, up in rows:
