@@ -433,6 +433,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-token-mean": "loss-aggregation",
         "value-loss": "value-loss",
+        "policy-loss": "policy-loss",
     }
     for entry in kinds:
         for pin in ("0.0.2", "3d2e0e411"):
@@ -768,3 +769,208 @@ def test_value_loss_short_fuzz(kinds_open):
     found = {f.property for f in res.findings}
     must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
     assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss: the actor's --loss-type policy_loss (the default) through loss_function, which dispatches to
+# policy_loss_function (0.0.2 miles/backends/training_utils/loss.py:565, :1016-1017): ppo_kl = old - logp (:659),
+# ppo_kl and the advantages zeroed off the loss mask with nan_to_num (:669-679), compute_policy_loss(ppo_kl,
+# advantages, eps_clip, eps_clip_high) (:681, miles/utils/ppo_utils.py:178-201), sum_of_sample_mean, / the step's
+# samples (:1048-1056). --eps-clip 0.2, --eps-clip-high = eps_clip (arguments.py:882-883, :2051-2052); :681 never
+# passes eps_clip_c, so --eps-clip-c (arguments.py:884-889) is silently ignored.
+# ---------------------------------------------------------------------------------------------
+# row 0: r = 1, A = 1: l = -1, dl/dlogp = -1; r = e^0.5, A = 1: the clip binds at 1.2, l = -1.2, 0; r = e^-0.5, A = 1:
+# the low clip does not bind (-r > -0.8), l = -e^-0.5, slope -e^-0.5; 7 (NaN) under the mask. row 1: r = e^0.5,
+# A = -1: the unclipped term is the larger, l = e^0.5, slope e^0.5; r = 1, A = 2: -2, -2.
+# per-sample mean: ((-1 - 1.2 - e^-0.5) / 3 + (e^0.5 - 2) / 2) / 2; grads / (3 * 2) and / (2 * 2)
+POLICY_EXTRA = {
+    "logp": [[-1.0, -0.5, -1.5, 7.0], [-0.5, -2.0, 0.0, 0.0]],
+    "old_logp": [[-1.0, -1.0, -1.0, -1.0], [-1.0, -2.0, 0.0, 0.0]],
+    "adv": [[1.0, 1.0, 1.0, 5.0], [-1.0, 2.0, 0.0, 0.0]],
+}
+POLICY_STEP = Case.build(trainable=[[1, 1, 1, 0], [1, 1, 0, 0]], extra=POLICY_EXTRA, split=[0, 1], dtype="float32")
+POLICY_NAN = POLICY_STEP.replace(  # NaN log-probs under the mask (a case with non-finite poison is judged for it alone)
+    extra={**POLICY_STEP.extra, "logp": torch.where(POLICY_STEP.trainable, POLICY_STEP.extra["logp"], float("nan"))}
+)
+_E, _EI = math.exp(0.5), math.exp(-0.5)
+POLICY_LOSS = ((-1 - 1.2 - _EI) / 3 + (_E - 2) / 2) / 2
+POLICY_GRAD = [-1 / 6, 0.0, -_EI / 6, 0.0, _E / 4, -0.5, 0.0, 0.0]
+# row 1's first token at r = e^1.5 (logp 0.5): with A = -1 the unclipped term e^1.5 = 4.48 is above the dual clip's
+# -c A = 3 (--eps-clip-c 3): 3, slope 0, if the clip reached compute_policy_loss
+POLICY_DUAL = Case.build(
+    trainable=[[1, 1, 1, 0], [1, 1, 0, 0]],
+    extra={**POLICY_EXTRA, "logp": [POLICY_EXTRA["logp"][0], [0.5, -2.0, 0.0, 0.0]]},
+    split=[0, 1],
+    dtype="float32",
+    options={"eps_clip_c": 3.0},
+)
+
+
+def test_policy_loss_is_declared_with_the_default_clip_and_its_options():
+    d = miles.SPEC.declared("policy-loss")
+    assert d.kind == "policy-loss" and d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "seq-mean-token-mean",
+    }
+    assert [(o.name, o.default) for o in d.options] == [
+        ("eps_clip_high", None),
+        ("eps_clip_c", None),
+        ("calculate_per_token_loss", False),
+    ]
+    assert "arguments.py:883" in d.options[0].cite and "loss.py:681" in d.options[1].cite
+    assert d.options[1].effect == {3.0: {"variant": {"dual_clip": 3.0}}}
+    assert miles.SPEC.for_entry("policy-loss").domain.dtypes == ("float32",)
+
+
+@pytest.mark.network
+def test_policy_loss_by_hand(kinds_open):
+    from kind_support import verdicts_by_property
+
+    h = kinds_open("policy-loss")
+    assert h.info["where"] == (
+        "miles/backends/training_utils/loss.py::policy_loss_function via miles/backends/training_utils/loss.py::"
+        "loss_function"
+    )
+    for ranks in (1, 2):
+        for case in (POLICY_STEP, POLICY_NAN):  # NaN under the mask zeroed by nan_to_num (loss.py:669-679)
+            loss, grad = h.run(case.replace(ranks=ranks))
+            assert float(loss[0, 0]) == pytest.approx(POLICY_LOSS, rel=1e-6)
+            assert grad.flatten().tolist() == pytest.approx(POLICY_GRAD, rel=1e-6, abs=1e-7)
+    v = verdicts_by_property(h, POLICY_STEP)
+    for prop in ("reference", "poison", "split-invariance", "permutation", "masked-zero"):
+        assert v[prop].status == "pass", (prop, v[prop].message)
+    assert "poison-nonfinite" not in kind_failed(h, POLICY_NAN)
+    per_token = POLICY_STEP.replace(options={"calculate_per_token_loss": True})  # the token mean over 5 tokens
+    loss, grad = h.run(per_token)
+    assert float(loss[0, 0]) == pytest.approx((-1 - 1.2 - _EI + _E - 2) / 5, rel=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([g * (6 if i < 4 else 4) / 5 for i, g in enumerate(POLICY_GRAD)])
+    high = POLICY_STEP.replace(options={"eps_clip_high": 0.28})  # the binding clip moves to 1.28
+    assert float(h.run(high)[0][0, 0]) == pytest.approx(((-1 - 1.28 - _EI) / 3 + (_E - 2) / 2) / 2, rel=1e-6)
+    for case in (per_token, high):
+        assert "reference" not in kind_failed(h, case)
+    # --eps-clip-c 3 never reaches compute_policy_loss (loss.py:681 passes eps_clip, eps_clip_high only): the
+    # unclipped e^1.5 stays, where the dual clip gives 3
+    loss, grad = h.run(POLICY_DUAL)
+    assert float(loss[0, 0]) == pytest.approx(((-1 - 1.2 - _EI) / 3 + (math.exp(1.5) - 2) / 2) / 2, rel=1e-6)
+    assert grad[1, 0].item() == pytest.approx(math.exp(1.5) / 4, rel=1e-6)
+    assert "reference" in kind_failed(h, POLICY_DUAL)
+
+
+@pytest.mark.network
+def test_policy_loss_short_fuzz(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("policy-loss")
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target="miles:policy-loss", pin=KIND_PIN, max_examples=12, seed=0)
+    print(f"\n[miles:policy-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    # the removed sample counted by global_batch_size (loss.py:1048-1056), as for value-loss; --eps-clip-c drawn:
+    # ignored (loss.py:681). nan_to_num (:669-679) keeps NaN under the mask out: no poison-nonfinite
+    must = {"pad-invariance"}
+    assert must <= found <= must | {"reference"}, found
+
+
+# The git pins (6ccdc7da6, 3d2e0e411, HEAD 31f1ca961): policy_loss_function and its compute_policy_loss import live
+# in loss_hub/losses.py (:62, :19), the log-softmax calculate_log_probs_and_entropy is called in
+# loss_hub/logit_processors.py (import :7, call :178 in get_log_probs_and_entropy, which losses.py imports at :13);
+# #1729 (9525fc77f, an ancestor of every git pin) passes eps_clip_c (losses.py:180-182, HEAD :207-209): dual clip on.
+POLICY_HEAD = "31f1ca961"
+POLICY_GIT_WHERE = (
+    "miles/backends/training_utils/loss_hub/losses.py::policy_loss_function via miles/backends/training_utils/loss.py::"
+    "loss_function"
+)
+
+
+def _fake_module(name: str, **attrs):
+    import types
+
+    mod = types.ModuleType(name)
+    for key, value in attrs.items():
+        if callable(value):
+            value.__module__ = name
+        setattr(mod, key, value)
+    sys.modules[name] = mod
+    return mod
+
+
+def test_policy_stand_ins_bind_where_each_function_is_called():
+    from maskfuzz.targets.adapters.miles_kinds import bind_policy_stand_ins, token_log_probs
+
+    def compiled(*a):
+        return "compiled"
+
+    def plain(*a):
+        return "eager"
+
+    compiled._torchdynamo_orig_callable = plain
+    try:
+        # 0.0.2: one module (loss.py) defines get_log_probs_and_entropy and calls both
+        def get_lp_w(*a):
+            return None
+
+        w = _fake_module("_mf_w_loss", get_log_probs_and_entropy=get_lp_w, compute_policy_loss=compiled)
+        w.calculate_log_probs_and_entropy = lambda *a: None
+        notes = bind_policy_stand_ins(w)
+        assert w.calculate_log_probs_and_entropy is token_log_probs and w.compute_policy_loss is plain
+        assert "called in _mf_w_loss" in notes[0]
+
+        # git: the log-softmax is called in logit_processors, compute_policy_loss in losses
+        def get_lp_g(*a):
+            return None
+
+        lp = _fake_module("_mf_g_lp", get_log_probs_and_entropy=get_lp_g)
+        lp.calculate_log_probs_and_entropy = lambda *a: None
+        g = _fake_module("_mf_g_losses", compute_policy_loss=compiled)
+        g.get_log_probs_and_entropy = lp.get_log_probs_and_entropy
+        notes = bind_policy_stand_ins(g)
+        assert lp.calculate_log_probs_and_entropy is token_log_probs and g.compute_policy_loss is plain
+        assert not hasattr(g, "calculate_log_probs_and_entropy")
+        assert "called in _mf_g_lp" in notes[0] and "called in _mf_g_losses" in notes[1]
+        # a caller without the log-softmax is not present
+        del lp.calculate_log_probs_and_entropy
+        with pytest.raises(Exception, match="_mf_g_lp has no calculate_log_probs_and_entropy"):
+            bind_policy_stand_ins(g)
+    finally:
+        for name in ("_mf_w_loss", "_mf_g_lp", "_mf_g_losses"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [POLICY_HEAD, FIX, BEFORE])
+def test_policy_loss_by_hand_at_the_git_pins(repos, pin):
+    """The hand example of test_policy_loss_by_hand (r = 1, a binding clip, a non-binding low clip, A < 0 unclipped,
+    a masked 7 / NaN) through the real policy_loss_function at the git pins, and the dual clip #1729 wired."""
+    import importlib.util
+
+    from kind_support import verdicts_by_property
+
+    if importlib.util.find_spec("pydantic") is None:
+        pytest.skip("miles' git pins import pydantic on the way to loss_function: pip install pydantic to run this")
+    with open_target(f"miles:policy-loss@{pin}", repos=repos) as h:
+        assert h.info["where"] == POLICY_GIT_WHERE
+        notes = "\n".join(h.info["notes"]) if isinstance(h.info["notes"], list) else h.info["notes"]
+        assert "called in miles.backends.training_utils.loss_hub.logit_processors" in notes
+        assert "called in miles.backends.training_utils.loss_hub.losses" in notes
+        for ranks in (1, 2):
+            for case in (POLICY_STEP, POLICY_NAN):  # masked 7 / NaN zeroed by nan_to_num (HEAD losses.py:196-205)
+                loss, grad = h.run(case.replace(ranks=ranks))
+                assert float(loss[0, 0]) == pytest.approx(POLICY_LOSS, rel=1e-6)
+                assert grad.flatten().tolist() == pytest.approx(POLICY_GRAD, rel=1e-6, abs=1e-7)
+        v = verdicts_by_property(h, POLICY_STEP)
+        for prop in ("reference", "poison", "split-invariance", "permutation", "masked-zero"):
+            assert v[prop].status == "pass", (prop, v[prop].message)
+        assert "poison-nonfinite" not in kind_failed(h, POLICY_NAN)
+        high = POLICY_STEP.replace(options={"eps_clip_high": 0.28})  # the binding clip moves to 1.28
+        assert float(h.run(high)[0][0, 0]) == pytest.approx(((-1 - 1.28 - _EI) / 3 + (_E - 2) / 2) / 2, rel=1e-6)
+        # --eps-clip-c 3 reaches compute_policy_loss (#1729): row 1's first token e^1.5 * 1 is capped at -c A = 3,
+        # slope 0 (0.0.2 keeps e^1.5, test_policy_loss_by_hand)
+        loss, grad = h.run(POLICY_DUAL)
+        assert float(loss[0, 0]) == pytest.approx(((-1 - 1.2 - _EI) / 3 + (3 - 2) / 2) / 2, rel=1e-6)
+        assert grad[1, 0].item() == 0.0
+        assert grad.flatten().tolist() == pytest.approx([-1 / 6, 0.0, -_EI / 6, 0.0, 0.0, -0.5, 0.0, 0.0], rel=1e-6)
+        for case in (high, POLICY_DUAL):
+            assert "reference" not in kind_failed(h, case)

@@ -285,6 +285,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-token-mean": "loss-aggregation",
         "agg-rollout-mean": "loss-aggregation",
         "value-loss": "value-loss",
+        "policy-loss": "policy-loss",
     }
     for entry in kinds:
         for pin in (HEAD, "166441911"):
@@ -671,3 +672,116 @@ def test_value_loss_short_fuzz(kinds_open):
     found = {f.property for f in res.findings}
     must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
     assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash: no tool error
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss: the actor's --loss-type policy_loss (the default, arguments.py:915-918) through loss_function, which
+# dispatches to policy_loss_function (loss.py:934, :1328-1329; 166441911 :442, :809-810): ppo_kl = old - logp (:1033),
+# compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high, eps_clip_c=args.eps_clip_c) (:1038-1044;
+# 166441911 :535 without eps_clip_c), sum_of_sample_mean (x_i * loss_mask_i, cp_utils.py:76), / step_global_batch_size
+# (:1353-1359). Nothing masks ppo_kl or the advantages before the reducer: a NaN log-prob under the mask gives a NaN
+# token loss, and NaN * 0 = NaN. --eps-clip 0.2, --eps-clip-high = eps_clip (arguments.py:899-900, :1876-1877).
+# ---------------------------------------------------------------------------------------------
+# row 0: r = 1, A = 1: l = -1, dl/dlogp = -1; r = e^0.5, A = 1: the clip binds at 1.2, l = -1.2, 0; r = e^-0.5, A = 1:
+# the low clip does not bind (-r > -0.8), l = -e^-0.5, slope -e^-0.5; masked. row 1: r = e^0.5, A = -1: the unclipped
+# term is the larger, l = e^0.5, slope e^0.5; r = 1, A = 2: -2, -2.
+# per-sample mean: ((-1 - 1.2 - e^-0.5) / 3 + (e^0.5 - 2) / 2) / 2; grads / (3 * 2) and / (2 * 2)
+POLICY_EXTRA = {
+    "logp": [[-1.0, -0.5, -1.5, 7.0], [-0.5, -2.0, 0.0, 0.0]],
+    "old_logp": [[-1.0, -1.0, -1.0, -1.0], [-1.0, -2.0, 0.0, 0.0]],
+    "adv": [[1.0, 1.0, 1.0, 5.0], [-1.0, 2.0, 0.0, 0.0]],
+}
+POLICY_STEP = Case.build(trainable=[[1, 1, 1, 0], [1, 1, 0, 0]], extra=POLICY_EXTRA, split=[0, 1], dtype="float32")
+POLICY_NAN = POLICY_STEP.replace(
+    extra={**POLICY_STEP.extra, "logp": torch.where(POLICY_STEP.trainable, POLICY_STEP.extra["logp"], float("nan"))}
+)
+_E, _EI = math.exp(0.5), math.exp(-0.5)
+POLICY_LOSS = ((-1 - 1.2 - _EI) / 3 + (_E - 2) / 2) / 2
+POLICY_GRAD = [-1 / 6, 0.0, -_EI / 6, 0.0, _E / 4, -0.5, 0.0, 0.0]
+# row 1's first token at r = e^1.5 (logp 0.5): with A = -1 the unclipped term e^1.5 = 4.48 is above the dual clip's
+# -c A = 3 (--eps-clip-c 3): l = 3, slope 0 where the clip reaches compute_policy_loss (HEAD :1043), not at 166441911
+POLICY_DUAL = Case.build(
+    trainable=[[1, 1, 1, 0], [1, 1, 0, 0]],
+    extra={**POLICY_EXTRA, "logp": [POLICY_EXTRA["logp"][0], [0.5, -2.0, 0.0, 0.0]]},
+    split=[0, 1],
+    dtype="float32",
+    options={"eps_clip_c": 3.0},
+)
+DUAL_BINDS = ((-1 - 1.2 - _EI) / 3 + (3.0 - 2) / 2) / 2
+DUAL_IGNORED = ((-1 - 1.2 - _EI) / 3 + (math.exp(1.5) - 2) / 2) / 2
+
+
+def test_policy_loss_is_declared_with_the_default_clip_and_its_options():
+    d = slime.SPEC.declared("policy-loss")
+    assert d.kind == "policy-loss" and d.variant == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "seq-mean-token-mean",
+    }
+    assert [(o.name, o.default) for o in d.options] == [
+        ("eps_clip_high", None),
+        ("eps_clip_c", None),
+        ("calculate_per_token_loss", False),
+    ]
+    assert "arguments.py:900" in d.options[0].cite and "loss.py:1043" in d.options[1].cite
+    assert d.options[1].effect == {3.0: {"variant": {"dual_clip": 3.0}}}
+    assert slime.SPEC.for_entry("policy-loss").domain.dtypes == ("float32",)
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD, OLDER])
+def test_policy_loss_by_hand(repos, pin):
+    with open_target(f"slime:policy-loss@{pin}", repos=repos) as h:
+        assert h.info["where"] == (
+            "slime/backends/megatron_utils/loss.py::policy_loss_function via slime/backends/megatron_utils/loss.py::"
+            "loss_function"
+        )
+        for ranks in (1, 2):
+            loss, grad = h.run(POLICY_STEP.replace(ranks=ranks))
+            assert float(loss[0, 0]) == pytest.approx(POLICY_LOSS, rel=1e-6)
+            assert grad.flatten().tolist() == pytest.approx(POLICY_GRAD, rel=1e-6, abs=1e-7)
+        v = verdicts_by_property(h, POLICY_STEP)
+        for prop in ("reference", "poison", "split-invariance", "permutation", "masked-zero"):
+            assert v[prop].status == "pass", (prop, v[prop].message)
+        # NaN under the mask: the token loss is NaN and (x_i * loss_mask_i).sum() keeps it (cp_utils.py:76)
+        loss, grad = h.run(POLICY_NAN)
+        assert math.isnan(float(loss[0, 0])) and math.isnan(grad[0, 3].item())
+        per_token = POLICY_STEP.replace(options={"calculate_per_token_loss": True})  # the token mean over 5 tokens
+        loss, grad = h.run(per_token)
+        assert float(loss[0, 0]) == pytest.approx((-1 - 1.2 - _EI + _E - 2) / 5, rel=1e-6)
+        assert grad.flatten().tolist() == pytest.approx(
+            [g * (6 if i < 4 else 4) / 5 for i, g in enumerate(POLICY_GRAD)]
+        )
+        high = POLICY_STEP.replace(options={"eps_clip_high": 0.28})  # the binding clip moves to 1.28
+        assert float(h.run(high)[0][0, 0]) == pytest.approx(((-1 - 1.28 - _EI) / 3 + (_E - 2) / 2) / 2, rel=1e-6)
+        for case in (per_token, high):
+            assert "reference" not in kind_failed(h, case)
+        # --eps-clip-c 3: HEAD passes it (loss.py:1043), 166441911 drops it (loss.py:535)
+        loss, grad = h.run(POLICY_DUAL)
+        if pin == HEAD:
+            assert float(loss[0, 0]) == pytest.approx(DUAL_BINDS, rel=1e-6) and grad[1, 0].item() == 0.0
+            assert "reference" not in kind_failed(h, POLICY_DUAL)
+        else:
+            assert float(loss[0, 0]) == pytest.approx(DUAL_IGNORED, rel=1e-6)
+            assert grad[1, 0].item() == pytest.approx(math.exp(1.5) / 4, rel=1e-6)
+            assert "reference" in kind_failed(h, POLICY_DUAL)
+
+
+@pytest.mark.needs_mirror
+def test_policy_loss_short_fuzz(kinds_open):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    h = kinds_open("policy-loss")
+    t0 = time.monotonic()
+    res = fuzz_target(h.run, h.declared, target="slime:policy-loss", pin=HEAD, max_examples=12, seed=0)
+    print(f"\n[slime:policy-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    # the removed sample counted by step_global_batch_size (loss.py:1353-1359), as for value-loss (pad-invariance,
+    # reference); the mask applied by multiplication after compute_policy_loss, nothing masked before it (:1033-1044,
+    # cp_utils.py:76): NaN under the mask, or a masked log-ratio > 88.7 whose float32 exp overflows, gives
+    # inf * 0 = NaN (poison-nonfinite, no-crash, empty-step, masked-zero)
+    must = {"pad-invariance"}
+    may = {"reference", "poison-nonfinite", "no-crash", "empty-step", "masked-zero"}
+    assert must <= found <= must | may, found

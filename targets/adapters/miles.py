@@ -50,7 +50,7 @@ from typing import Callable
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, VALUE_ENTRIES
+from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.adapters.slime import (
     FLOAT64_WHY,
     Samples,
@@ -338,6 +338,97 @@ KIND_OVERRIDES["value-loss"] = dict(
     options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
 )
 
+# policy-loss (loader: miles_kinds.load_policy): loss_function with --loss-type policy_loss (the argparse default),
+# dispatched to policy_loss_function (W miles/backends/training_utils/loss.py:565, dispatch :1016-1017): ppo_kl = old -
+# logp, zeroed with nan_to_num off the loss mask together with the advantages (:669-679), compute_policy_loss(ppo_kl,
+# advantages, args.eps_clip, args.eps_clip_high) (:681; miles/utils/ppo_utils.py:178-201: max(-A r, -A clamp(r, 1 -
+# eps_clip, 1 + eps_clip_high)), dual clip only when eps_clip_c is passed, which :681 never does), reduced by
+# get_sum_of_sample_mean (cp_utils.py:92-121): the per-sample token mean by default, the token mean with
+# --calculate-per-token-loss. Defaults: --eps-clip 0.2 (W miles/utils/arguments.py:882), --eps-clip-high None set to
+# eps_clip (:883, :2051-2052), --eps-clip-c None (:884-889). Advantages per token (batch["advantages"], :596).
+# G (6ccdc7da6 / 3d2e0e411; HEAD 31f1ca961 the same layout): policy_loss_function in loss_hub/losses.py:62 (dispatch
+# get_loss_function), masking :169-178 (HEAD :196-205), compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high,
+# eps_clip_c) :180-182 (HEAD :207-209; #1729 9525fc77f wired eps_clip_c), compute_policy_loss in
+# loss_hub/math_utils.py:253-277; the log-softmax is called in loss_hub/logit_processors.py:178
+# (miles_kinds.bind_policy_stand_ins binds each in the module that calls it).
+EPS_CLIP_HIGH_OPTION = Option(
+    "eps_clip_high",
+    (None, 0.28),
+    None,
+    "W miles/backends/training_utils/loss.py:681 (args.eps_clip_high; --eps-clip-high miles/utils/arguments.py:883, "
+    "default None = eps_clip, :2051-2052); G loss_hub/losses.py:180-182 (HEAD 31f1ca961 :207-209; --eps-clip-high "
+    "3d2e0e411 arguments.py:1114, :2693-2694)",
+    "PPO clip upper range (the flag's help): r is clamped to [1 - eps_clip, 1 + eps_clip_high] (DAPO's clip-higher)",
+    effect={0.28: {"variant": {"clip_high": 0.28}}},
+)
+EPS_CLIP_C_OPTION = Option(
+    "eps_clip_c",
+    (None, 3.0),
+    None,
+    "--eps-clip-c W miles/utils/arguments.py:884-889 (default None); compute_policy_loss's eps_clip_c "
+    "(miles/utils/ppo_utils.py:183, :191-197), which policy_loss_function never passes (W loss.py:681); G passes it "
+    "(#1729 9525fc77f: loss_hub/losses.py:180-182, HEAD 31f1ca961 :207-209; math_utils.py:267-275)",
+    "lower bound of the value for Dual-clip PPO (the flag's help, arXiv 1912.09729): where A < 0 the token loss is "
+    "min(l, -c A)",
+    effect={3.0: {"variant": {"dual_clip": 3.0}}},
+)
+
+
+def _policy_pipeline(base: Domain, pin: str) -> Domain:
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        empty_rows=False,
+        nonfinite_poison=False,
+        masked_logprobs=False,
+        why={
+            "masked_logprobs": "log-probs and old log-probs are the actor's log-softmax before and after an update, "
+            "under the mask as elsewhere",
+            "left_padding": base.why["left_padding"],
+            "empty_rows": base.why["empty_rows"],
+            "dtypes": f"miles {pin}: "
+            + (
+                "policy logits must be float32 outside --true-on-policy-mode (W miles/backends/training_utils/"
+                "loss.py:69-70, get_responses), so the log-probs are float32"
+                if pin == "0.0.2"
+                else "policy logits are float32 or bf16 outside --true-on-policy-mode (G miles/backends/training_utils/"
+                "loss_hub/logit_processors.py:45) and calculate_log_probs_and_entropy computes the log-probs on a "
+                "float32 copy (G loss_hub/math_utils.py:973, :983), so the log-probs are float32"
+            )
+            + "; the old log-probs are the same function's outputs (forward_only(get_log_probs_and_entropy))",
+            "nonfinite_poison": f"miles {pin}: old log-probs are the actor's own log-softmax at every response token "
+            "(W miles/backends/megatron_utils/actor.py compute_log_prob), masked tool tokens included, and the "
+            "advantages GAE / GRPO outputs over finite rewards (" + base.why["masked_values"] + "): nothing "
+            "non-finite under the mask",
+        },
+    )
+
+
+KIND_OVERRIDES["policy-loss"] = dict(
+    kind="policy-loss",
+    variant={
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "seq-mean-token-mean",
+    },
+    masked_zero=True,
+    masked_zero_why=_REDUCER_MASK + "; W also zeroes ppo_kl and the advantages off the mask (loss.py:669-679)",
+    documented_errors=(),
+    whitening=None,
+    domain=Domain(
+        dtypes=("float32",),
+        why={
+            "dtypes": "policy logits must be float32: W asserts it outside --true-on-policy-mode (miles/backends/"
+            "training_utils/loss.py:69-70, get_responses); float64 fails the assertion"
+        },
+    ),
+    pipeline=_policy_pipeline(PIPELINE_GIT, "6ccdc7da6 / 3d2e0e411"),
+    pipeline_by_pin={"0.0.2": _policy_pipeline(PIPELINE_0_0_2, "0.0.2")},
+    options=(EPS_CLIP_HIGH_OPTION, EPS_CLIP_C_OPTION, PER_TOKEN_LOSS_OPTION),
+)
+
 # ---------------------------------------------------------------------------------------------
 # Options and truncation.
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +466,7 @@ SPEC = TargetSpec(
         Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES, *POLICY_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -395,7 +486,8 @@ SPEC = TargetSpec(
         "and document no masked semantics; they are judged against the same contract so that the "
         "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
         "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False. "
-        "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++."
+        "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
+        "value-loss, policy-loss."
     ),
     entry_overrides=KIND_OVERRIDES,
     truncation=GAE_TRUNCATION,

@@ -1,5 +1,6 @@
 """miles entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns,
-loss-aggregation and value-loss (`load_loss`, `load_value`: the trainer's `loss_function`, Megatron path).
+loss-aggregation, value-loss and policy-loss (`load_loss`, `load_value`, `load_policy`: the trainer's
+`loss_function`, Megatron path).
 
 Every entry calls miles' own code at the pin; the layout moved between the release wheel and git:
 
@@ -226,6 +227,8 @@ def load(root: Path, entry: str) -> Loaded:
         return load_loss(root, entry)
     if entry in VALUE_ENTRIES:
         return load_value(root, entry)
+    if entry in POLICY_ENTRIES:
+        return load_policy(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -515,3 +518,147 @@ def load_value(root: Path, entry: str) -> Loaded:
     ]
     micros = {p: megatron_step(call, p) for p in (False, True)}
     return Loaded(value_runner(micros), f"{vwhere} via {where}", notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss: the actor's `--loss-type policy_loss` through the same loss_function, one optimizer step.
+# ---------------------------------------------------------------------------------------------
+POLICY_ENTRIES = ("policy-loss",)
+EPS_CLIP = 0.2  # --eps-clip default (W miles/utils/arguments.py:882; slime arguments.py:899, 166441911 :733)
+
+
+def policy_args(case: Case, global_batch_size: int) -> LossArgs:
+    """`loss_args` of the actor: `loss_type = "policy_loss"` (the argparse default), the PPO clip from the case's
+    options (`eps_clip_high` None = `eps_clip`, as the argument check sets it; `eps_clip_c` None = no dual clip),
+    `calculate_per_token_loss`, and every other switch policy_loss_function reads at its default: advantage
+    estimator grpo (per-token KL, not gspo's sequence KL, not cispo), entropy_coef 0, no KL loss, no TIS / OPSM /
+    mismatch metrics, old log-probs from the actor (not the rollout's), rollout temperature and top-p 1."""
+    per_token = bool(case.options.get("calculate_per_token_loss", False))
+    high = case.options.get("eps_clip_high")
+    args = loss_args(per_token, global_batch_size)
+    args.loss_type = "policy_loss"
+    args.custom_loss_function_path = None
+    args.eps_clip = EPS_CLIP
+    args.eps_clip_high = EPS_CLIP if high is None else float(high)
+    args.eps_clip_c = case.options.get("eps_clip_c")
+    args.advantage_estimator = "grpo"
+    args.entropy_coef = 0.0
+    args.use_kl_loss = False
+    args.kl_loss_coef = 0.0
+    args.use_rollout_logprobs = False
+    args.use_tis = False
+    args.use_opsm = False
+    args.get_mismatch_metrics = False
+    args.rollout_temperature = 1.0
+    args.rollout_top_p = 1.0
+    args.log_probs_chunk_size = -1
+    return args
+
+
+def token_log_probs(logits, tokens, tp_group, with_entropy: bool = False, **_ignored):
+    """Stands in for `calculate_log_probs_and_entropy` (the model's vocab-parallel log-softmax, megatron's
+    fused cross entropy): the packed `[R, 1]` "logits" ARE the response tokens' log-probs, returned as the
+    `[R, 1]` log-probs the caller squeezes; entropy zeros (entropy_coef is 0: it never reaches the loss)."""
+    entropy = logits.detach().new_zeros(logits.shape[:-1]) if with_entropy else None
+    return logits, entropy
+
+
+def policy_batch(case: Case, rows: torch.Tensor, x: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
+    """policy_loss_function's inputs for one micro-batch of `micro_batch` (x: the rows' log-probs on their response
+    tokens, concatenated): the packed `[1, sum(total_lengths), 1]` logits laid out as `value_batch` lays out the
+    value head (sample i's response read at `logits[start - 1 : end - 1]`, get_responses / _extract_per_sample at
+    CP 1), and the batch keys the function reads: "log_probs" (old, the actor's recomputed), "advantages"
+    (per token), "unconcat_tokens"."""
+    lengths = batch["response_lengths"]
+    att = case.attention[rows.cpu()]
+    parts, olds, advs, tokens = [], [], [], []
+    for i, (xi, n) in enumerate(zip(x.split(lengths), lengths)):
+        real = att[i].nonzero().flatten()
+        lo = int(real[0]) if real.numel() else 0
+        b = int(rows[i])
+        parts += [x.new_zeros(PROMPT_LEN - 1), xi, x.new_zeros(1)]
+        olds.append(case.extra["old_logp"][b, lo : lo + n].to(device=x.device, dtype=x.dtype))
+        advs.append(case.extra["adv"][b, lo : lo + n].to(device=x.device, dtype=x.dtype))
+        tokens.append(torch.zeros(PROMPT_LEN + n, dtype=torch.long, device=x.device))
+    logits = torch.cat(parts).reshape(1, -1, 1)
+    return logits, {**batch, "log_probs": olds, "advantages": advs, "unconcat_tokens": tokens}
+
+
+def bind_policy_stand_ins(loss_mod) -> list[str]:
+    """The log-prob stand-in (`token_log_probs`) in the module that calls `calculate_log_probs_and_entropy`, and the
+    eager `compute_policy_loss` under its `@torch.compile(dynamic=True)` (inductor is not under test, as for the kl
+    entries) in `loss_mod`, the module of policy_loss_function, which calls it. The caller of the log-softmax is the
+    module of the `get_log_probs_and_entropy` policy_loss_function calls: loss.py itself at 0.0.2 (W :154), G
+    loss_hub/logit_processors.py (import :7, call :178) at the git pins, where loss_hub/losses.py imports it (:13).
+    Returns notes."""
+    getter = getattr(loss_mod, "get_log_probs_and_entropy", None)
+    lp_mod = (inspect.getmodule(getter) if getter is not None else None) or loss_mod
+    for mod, name in ((lp_mod, "calculate_log_probs_and_entropy"), (loss_mod, "compute_policy_loss")):
+        if not hasattr(mod, name):
+            raise NotPresent(f"{mod.__name__} has no {name} at this pin")
+    compiled = loss_mod.compute_policy_loss
+    loss_mod.compute_policy_loss = eager(compiled)
+    lp_mod.calculate_log_probs_and_entropy = token_log_probs
+    return [
+        f"log-probs: calculate_log_probs_and_entropy (the vocab-parallel log-softmax), called in {lp_mod.__name__}, "
+        "stands as the identity on [1, T, 1] logits that hold the case's logp (the leaf), entropy 0 (entropy_coef "
+        "0); the real get_log_probs_and_entropy slices them per sample",
+        f"compute_policy_loss (called in {loss_mod.__name__}): the eager function under @torch.compile"
+        + (" (_torchdynamo_orig_callable)" if loss_mod.compute_policy_loss is not compiled else " (not compiled)"),
+        "defaults: eps_clip 0.2, eps_clip_high = eps_clip, eps_clip_c None, advantage_estimator grpo, entropy_coef "
+        "0, no KL loss / TIS / OPSM, old log-probs = batch['log_probs']; options eps_clip_high, eps_clip_c, "
+        "calculate_per_token_loss from the case",
+        "the case's logp as the [1, T, 1] logits, old_logp as batch['log_probs'], adv as batch['advantages'] "
+        "(per token); the gradient is d loss / d logp",
+    ]
+
+
+def policy_runner(micros: dict) -> Callable:
+    """`micros[per_token]` is the Megatron micro_loss of the case's `calculate_per_token_loss`."""
+    from maskfuzz.targets.adapters.loss_step import run_step
+
+    def run(case: Case, device: str):
+        per_token = bool(case.options.get("calculate_per_token_loss", False))
+        return run_step(case, device, micros[per_token], leaf_name="logp")
+
+    return run
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """miles' actor loss over one optimizer step: `loss_function(args, batch, num_microbatches, logits,
+    apply_megatron_loss_scaling=True)` (as `load_loss`) with `args.loss_type = "policy_loss"`, which dispatches to
+    `policy_loss_function` (W miles/backends/training_utils/loss.py:565, dispatch :1016-1017): log-probs from the
+    logits (get_log_probs_and_entropy :154, its log-softmax stood in by `token_log_probs`), ppo_kl = old - logp,
+    ppo_kl and advantages zeroed off the loss mask with nan_to_num (:669-679), compute_policy_loss(ppo_kl,
+    advantages, eps_clip, eps_clip_high) (:681; miles/utils/ppo_utils.py:178-201), then the reducer
+    (sum_of_sample_mean, or the token sum with --calculate-per-token-loss); normalisers and Megatron's scaling are
+    the loss entries'. At the git pins (6ccdc7da6, 3d2e0e411, HEAD 31f1ca961) policy_loss_function is in
+    loss_hub/losses.py:62 (get_loss_function), the log-softmax is called in loss_hub/logit_processors.py:178 and
+    compute_policy_loss gets eps_clip_c too (losses.py:180-182, HEAD :207-209, #1729); `bind_policy_stand_ins`
+    binds each stand-in in the module that calls it."""
+    from maskfuzz.targets.adapters.miles import provide_parallel_state
+
+    fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
+    if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
+        raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")
+    pfn, pwhere = function_from(
+        root, [(m, "policy_loss_function") for m in ("miles.backends.training_utils.loss_hub.losses", *VALUE_HOMES)]
+    )
+    parallel = import_from(root, "miles.backends.training_utils.parallel")
+    state, notes = provide_parallel_state(root)
+    if state is None or not hasattr(parallel, "set_parallel_state"):
+        raise NotPresent("no settable ParallelState at this pin")
+    notes += bind_policy_stand_ins(inspect.getmodule(pfn))
+
+    def call(x, batch, rows, num_microbatches, step):
+        parallel.set_parallel_state(with_dp(state, step.ranks))
+        logits, pbatch = policy_batch(step.case, rows, x, batch)
+        return fn(policy_args(step.case, step.rows), pbatch, num_microbatches, logits, apply_megatron_loss_scaling=True)
+
+    notes += [
+        f"--loss-type policy_loss: loss_function dispatches to {pwhere}",
+        "global_batch_size = the step's samples (all ranks); num_microbatches = the rank's; ParallelState "
+        "intra_dp / intra_dp_cp of the case's ranks, CP 1; Megatron's scaling after it (megatron_step)",
+    ]
+    micros = {p: megatron_step(call, p) for p in (False, True)}
+    return Loaded(policy_runner(micros), f"{pwhere} via {where}", notes)

@@ -259,6 +259,7 @@ KIND_OVERRIDES: dict = {
 # 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
 LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.LOSS_ENTRIES
 VALUE_ENTRIES = ("value-loss",)  # = slime_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
+POLICY_ENTRIES = ("policy-loss",)  # = slime_kinds.POLICY_ENTRIES (policy_loss_function through loss_function)
 
 
 def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
@@ -386,6 +387,81 @@ KIND_OVERRIDES["value-loss"] = dict(
     options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
 )
 
+# policy-loss (loader: slime_kinds.load_policy): loss_function with --loss-type policy_loss (the default, slime/utils/
+# arguments.py:915-918), dispatched to policy_loss_function (loss.py:934, :1328-1329; 166441911 :442, :809-810):
+# ppo_kl = old - logp (:1033; 166441911 :533), compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high,
+# eps_clip_c=args.eps_clip_c) (:1038-1044; slime/utils/ppo_utils.py compute_policy_loss: max(-A r, -A clamp(r, 1 -
+# eps_clip, 1 + eps_clip_high)), min with -c A where A < 0 when eps_clip_c is set); 166441911 calls it WITHOUT
+# eps_clip_c (:535). No masking before the reducer: sum_of_sample_mean's (x_i * loss_mask_i).sum(). Defaults:
+# --eps-clip 0.2 (arguments.py:899; 166441911 :733), --eps-clip-high None set to eps_clip (:900, :1876-1877; 166441911
+# :734, :1565-1566), --eps-clip-c None (:901-906; :735-740). Advantages per token (batch["advantages"], :964).
+EPS_CLIP_HIGH_OPTION = Option(
+    "eps_clip_high",
+    (None, 0.28),
+    None,
+    "slime/backends/megatron_utils/loss.py:1042 (args.eps_clip_high; --eps-clip-high slime/utils/arguments.py:900, "
+    "default None = eps_clip, :1876-1877; 166441911: loss.py:535, arguments.py:734, :1565-1566)",
+    "PPO clip upper range (the flag's help): r is clamped to [1 - eps_clip, 1 + eps_clip_high] (DAPO's clip-higher)",
+    effect={0.28: {"variant": {"clip_high": 0.28}}},
+)
+EPS_CLIP_C_OPTION = Option(
+    "eps_clip_c",
+    (None, 3.0),
+    None,
+    "slime/backends/megatron_utils/loss.py:1043 (eps_clip_c=args.eps_clip_c; --eps-clip-c slime/utils/arguments.py:"
+    "901-906, default None); 166441911: arguments.py:735-740, but loss.py:535 never passes it to compute_policy_loss",
+    "lower bound of the value for Dual-clip PPO (the flag's help, arXiv 1912.09729): where A < 0 the token loss is "
+    "min(l, -c A)",
+    effect={3.0: {"variant": {"dual_clip": 3.0}}},
+)
+
+
+def _policy_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
+    """The loss entries' pipeline, with old log-probs and advantages: nothing non-finite under the mask."""
+    dom = _loss_pipeline(base, pin, fp32)
+    why = dict(dom.why)
+    why["dtypes"] = (
+        f"slime {pin}: the policy logits are asserted float32 (slime/backends/megatron_utils/loss.py:{fp32}), so "
+        "the log-probs are float32, and the old log-probs are the same function's outputs"
+    )
+    why["nonfinite_poison"] = (
+        f"slime {pin}: old log-probs are the actor's own log-softmax at every response token (forward_only("
+        "get_log_probs_and_entropy), masked tool tokens included) and the advantages GAE / GRPO outputs over finite "
+        "rewards (" + base.why["masked_values"] + "): nothing non-finite under the mask"
+    )
+    why["masked_logprobs"] = (
+        "log-probs and old log-probs are the actor's log-softmax before and after an update, under the mask as "
+        "elsewhere"
+    )
+    return dataclasses.replace(dom, masked_logprobs=False, why=why)
+
+
+KIND_OVERRIDES["policy-loss"] = dict(
+    kind="policy-loss",
+    variant={
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "token",
+        "mode": "seq-mean-token-mean",
+    },
+    masked_zero=True,
+    masked_zero_why="(x_i * loss_mask_i).sum() (slime/backends/megatron_utils/cp_utils.py:76, :86 at 624b824a8; "
+    ":70, :78 at 166441911)",
+    documented_errors=(),
+    whitening=None,
+    domain=Domain(
+        dtypes=("float32",),
+        why={
+            "dtypes": "get_log_probs_and_entropy asserts float32 logits (slime/backends/megatron_utils/loss.py:535; "
+            "166441911 get_responses :59): float64 and half precision fail the assertion"
+        },
+    ),
+    pipeline=_policy_pipeline(PIPELINE_HEAD, "624b824a8", "535"),
+    pipeline_by_pin={"166441911": _policy_pipeline(PIPELINE_166441911, "166441911", "59")},
+    options=(EPS_CLIP_HIGH_OPTION, EPS_CLIP_C_OPTION, PER_TOKEN_LOSS_OPTION),
+)
+
 GRPO_STD_NORMALIZATION = Option(
     "grpo_std_normalization",
     (True, False),
@@ -429,7 +505,7 @@ SPEC = TargetSpec(
         Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES),
+    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES, *POLICY_ENTRIES),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -445,7 +521,8 @@ SPEC = TargetSpec(
         "two are comparable; the universal properties do not depend on this choice. Entries: default "
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
         "chunked=False (absent where the function has no such flag). Beyond GAE "
-        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss."
+        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
+        "policy-loss."
     ),
     entry_overrides=KIND_OVERRIDES,
     options=(NORMALIZE_ADVANTAGES,),

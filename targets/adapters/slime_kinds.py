@@ -1,6 +1,7 @@
 """slime entries beyond GAE (`shared/design/kinds.md`): group-advantage, kl, normalization, returns,
-loss-aggregation (`load_loss`) and value-loss (`load_value`: the critic's `--loss-type value_loss` through the
-same `loss_function`, which dispatches to `value_loss_function`, loss.py:1176 at 624b824a8).
+loss-aggregation (`load_loss`), value-loss (`load_value`: the critic's `--loss-type value_loss` through the
+same `loss_function`, which dispatches to `value_loss_function`, loss.py:1176 at 624b824a8) and policy-loss
+(`load_policy`: the actor's `--loss-type policy_loss`, `policy_loss_function`, loss.py:934).
 
 slime is miles' origin; the code and the way it is called are the same, at other homes (read at
 HEAD 624b824a8), so the runners are miles' (`targets.adapters.miles_kinds`):
@@ -43,6 +44,8 @@ def load(root: Path, entry: str) -> Loaded:
         return load_loss(root, entry)
     if entry in VALUE_ENTRIES:
         return load_value(root, entry)
+    if entry in POLICY_ENTRIES:
+        return load_policy(root, entry)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -351,3 +354,53 @@ def load_value(root: Path, entry: str) -> Loaded:
 
     micros = {p: mk.megatron_step(call, p) for p in (False, True)}
     return Loaded(mk.value_runner(micros), f"{vwhere} via {where}", notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# policy-loss: the actor's `--loss-type policy_loss` through the same loss_function (runners: miles_kinds).
+# ---------------------------------------------------------------------------------------------
+POLICY_ENTRIES = mk.POLICY_ENTRIES
+
+
+def load_policy(root: Path, entry: str) -> Loaded:
+    """slime's actor loss over one optimizer step: each micro-batch goes through `loss_function` (loss.py:1283;
+    166441911 :767) with `load_loss`'s normalisers (step_global_batch_size and rollout_mask_sums with rollout_id
+    None, or global_batch_size at 166441911) and `args.loss_type = "policy_loss"` (the default), which dispatches to
+    `policy_loss_function` (loss.py:934, :1328-1329; 166441911 :442, :809-810): log-probs from the logits
+    (get_log_probs_and_entropy, its vocab-parallel log-softmax `calculate_log_probs_and_entropy` stood in by
+    `miles_kinds.token_log_probs`), ppo_kl = old - logp (:1033), compute_policy_loss(ppo_kl, advantages, eps_clip,
+    eps_clip_high, eps_clip_c=...) (:1038-1044; 166441911 :535 without eps_clip_c), no masking before the reducer,
+    then sum_of_sample_mean (or the token sum with --calculate-per-token-loss); Megatron's scaling after it."""
+    from maskfuzz.targets.adapters.slime import install_mpu_state
+
+    mpu = install_mpu_state()
+    dp = {"size": 1}
+    mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
+    mpu.get_tensor_model_parallel_group = lambda *args, **kwargs: None  # TP 1: the stand-in log-softmax ignores it
+    fn, where = function_from(root, [("slime.backends.megatron_utils.loss", "loss_function")])
+    _, pwhere = function_from(root, [("slime.backends.megatron_utils.loss", "policy_loss_function")])
+    loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
+    if getattr(loss_mod, "mpu", mpu) is not mpu:
+        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
+    step_gbs = "step_global_batch_size" in inspect.signature(fn).parameters
+    notes = [
+        "state: megatron.core.mpu answers CP size 1, CP rank 0, TP group None, DP size = the case's ranks",
+        f"--loss-type policy_loss: loss_function dispatches to {pwhere}",
+        *mk.bind_policy_stand_ins(loss_mod),
+    ]
+    if step_gbs:
+        denominators, more = step_denominators(root, per_rollout=False)
+        notes += more
+
+    def call(x, batch, rows, num_microbatches, step):
+        dp["size"] = step.ranks
+        args = mk.policy_args(step.case, step.rows)
+        logits, pbatch = mk.policy_batch(step.case, rows, x, batch)
+        if not step_gbs:
+            return fn(args, pbatch, num_microbatches, logits)
+        sums, rollouts = denominators(step.case)
+        pbatch["rollout_mask_sums"] = sums[rows.cpu()].to(x.device)
+        return fn(args, pbatch, num_microbatches, rollouts, logits)
+
+    micros = {p: mk.megatron_step(call, p) for p in (False, True)}
+    return Loaded(mk.policy_runner(micros), f"{pwhere} via {where}", notes)
