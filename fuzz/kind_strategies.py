@@ -120,6 +120,9 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
             d = torch.tensor(ratios, dtype=torch.float64)[torch.randint(0, len(ratios), shape, generator=g)]
         else:
             d = _values(draw, shape, "log-ratio", pool=ratios, offsets=(0.0,))
+        # both are log-probabilities (<= 0): a positive log-prob moves both down, the log-ratio d kept
+        shift = (extra["old_logp"] + d).clamp(min=0.0)
+        extra["old_logp"] = extra["old_logp"] - shift
         extra["logp"] = extra["old_logp"] + d
         extra["adv"] = _values(draw, shape, "adv", pool=(0.0, 1.0, -1.0, 0.5, -2.0, 3.0))
         score = _values(draw, (b_rows,), "row advantage", pool=(0.0, 1.0, -1.0, 0.5, -2.0))
