@@ -1285,9 +1285,18 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
         out += [f"The same case also violates: {', '.join(f'`{p}`' for p in e.also)}.", ""]
     if kind in GAE_KINDS:
         out += [f"Contract declared for {t.target}: `{t.declared.contract}`" + _whitened(t.declared) + ".", ""]
-    else:
-        variant = ", ".join(f"{k}={v!r}" for k, v in sorted((t.declared.variant or {}).items())) or "its defaults"
-        out += [f"Kind `{kind}`, variant declared for {t.label}: {variant}.", ""]
+    else:  # the variant as the case's options configure it
+        configured = t.declared.configured(plan.check.case).variant or {}
+        variant = ", ".join(f"{k}={v!r}" for k, v in sorted(configured.items())) or "its defaults"
+        how = " with the options above" if plan.check.case.options else ""
+        out += [f"Kind `{kind}`, variant declared for {t.label}{how}: {variant}.", ""]
+    triage = e.triage or {}
+    if triage.get("mechanism"):
+        out += [
+            f"Root cause (maskfuzz's diagnosis): `{triage['mechanism']}`: {triage.get('evidence', '')}. "
+            f"Reach `{triage.get('reach', 'api')}`: {triage.get('reach_how', '')}.",
+            "",
+        ]
     if bisect:
         out += ["## Bisection", "", *_bisection(bisect), ""]
     out += ["## Environment", "", *_environment(plan, run, env), ""]

@@ -87,3 +87,34 @@ def test_a_masked_zero_test_asserts_the_masked_positions(tmp_path):
         prop="masked-zero",
     )
     assert "(advantages[~trainable] == 0).all()" in text
+
+
+def test_a_test_that_raises_inside_the_call_is_no_test_of_the_defect(tmp_path):
+    """A generated test that fails by raising (the recipe called the function wrongly) is "error", not
+    "fails": only an assertion shows the defect, or the raise itself for a no-crash finding."""
+    root = _checkout(tmp_path, leaky=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    test = out / "test_raises.py"
+    test.write_text(
+        "from fakefw.core import compute_gae_advantage_return\n\n\n"
+        "def test_raises():\n    compute_gae_advantage_return(0.5, None, None, 1.0, 1.0)\n"
+    )
+    script = out / "repro.py"
+    script.write_text(SCRIPT)
+    checked = upstream_test.check(test, script, root, timeout=300)
+    assert checked.status == "error" and "AttributeError" in checked.detail, checked
+    assert upstream_test.check(test, script, root, timeout=300, crash_ok=True).status == "fails"
+
+
+def test_kinds_beyond_gae_get_no_recipe():
+    case = Case.build(trainable=[[1, 1]], extra={"loss": [[1.0, 2.0]]})
+    try:
+        upstream_test.render(
+            case, Declared(kind="loss-aggregation"), target="verl", pin="0.9.1", resolved="verl==0.9.1",
+            where="verl/trainer/ppo/core_algos.py::agg_loss", mechanism="split-normaliser", prop="split-invariance",
+        )  # fmt: skip
+    except ValueError as exc:
+        assert "loss-aggregation finding is covered by the standalone reproducer" in str(exc)
+    else:
+        raise AssertionError("a loss-aggregation finding got a GAE recipe")

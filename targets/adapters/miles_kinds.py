@@ -50,10 +50,10 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
-from maskfuzz.targets.adapters import extract
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import Step
-from maskfuzz.targets.adapters.slime import Samples
+from maskfuzz.targets.adapters.slime import PROMPT_LEN, Samples  # total_lengths = prompt + response
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)
@@ -80,7 +80,7 @@ def math_function(root: Path, name: str, homes=MATH_HOMES) -> tuple[Callable, st
 
 def reward_postprocess(root: Path, own: tuple[str, ...], homes=REWARD_HOMES) -> tuple[Callable, str, bool]:
     """`_post_process_rewards` compiled from the source at the pin: (function, where, is_method)."""
-    tree = extract.SourceTree(Path(root), own)
+    tree = SourceTree(Path(root), own)
     for rel, cls_name in homes:
         path = Path(root, rel)
         if not path.is_file():
@@ -92,8 +92,8 @@ def reward_postprocess(root: Path, own: tuple[str, ...], homes=REWARD_HOMES) -> 
                 None,
             )
         else:
-            cls = extract.find_class(src.tree, cls_name)
-            node = extract.find_method(cls, "_post_process_rewards") if cls is not None else None
+            cls = find_class(src.tree, cls_name)
+            node = find_method(cls, "_post_process_rewards") if cls is not None else None
         if node is None:
             continue
         fn = tree.function(path, node)
@@ -273,7 +273,6 @@ def load(root: Path, entry: str) -> Loaded:
 # False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.LOSS_ENTRIES)
 LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
 CUSTOM_LOSS = "maskfuzz.targets.adapters.miles_kinds.reducer_loss"
-PROMPT_LEN = 1  # total_lengths = prompt + response; only read for CP slicing, which is off (CP size 1)
 
 
 def reducer_loss(args, batch, logits, sum_of_sample_mean):
