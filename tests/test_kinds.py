@@ -628,3 +628,23 @@ def test_remax_mutants_are_caught_and_the_correct_one_passes(run, prop):
         assert result.checked["reference"] > 0 and result.checked["gap-invariance"] > 0
     else:
         assert result.finding(prop) is not None, {p: n for p, n in result.failed.items() if n}
+
+
+def test_a_crash_from_masked_values_alone_is_nan_through_mask_not_a_degenerate_input():
+    """A masked log-ratio of 100 overflows exp in float32 and inf * 0 is NaN through a mask product:
+    the crash goes away with the masked inputs at 0, so it is `nan-through-mask` (low); an empty step
+    that divides 0 by 0 stays `crash-degenerate` (medium)."""
+    from maskfuzz.oracles.diagnosis import diagnose
+
+    case = Case.build(
+        trainable=[[1, 0]], extra={"logp": [[0.0, 0.0]], "old_logp": [[0.0, -100.0]], "adv": [[1.0, 0.0]]}
+    )
+    declared = Declared(kind="policy-loss", variant=zoo.PL, masked_zero=True)
+    (crash,) = [v for v in judge(zoo.policy_mask_by_multiply, case, declared) if v.property == "no-crash"]
+    assert crash.failed
+    found = diagnose(zoo.policy_mask_by_multiply, case, declared, "no-crash")
+    assert found.mechanism == "nan-through-mask" and found.severity == "low", found
+    losses = Case.build(trainable=[[1, 0]], extra={"loss": [[1.0, 0.0]]})
+    agg = Declared(kind="loss-aggregation", variant={}, masked_zero=True)
+    found = diagnose(zoo.agg_nan_on_empty_step, losses, agg, "empty-step")
+    assert found.mechanism == "crash-degenerate" and found.severity == "medium", found

@@ -74,6 +74,10 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
             return leak
     if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
         return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
+    if prop in ("no-crash", "empty-step"):
+        masked = _masked_overflow_probe(run, case, declared, prop)
+        if masked is not None:
+            return masked
     if prop in _BY_PROPERTY:
         return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
     if getattr(case, "split", None) is not None and prop != "split-invariance":
@@ -97,6 +101,29 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
 
 
 _SHIFTABLE = ("pad-invariance", "permutation", "group-isolation", "affine", "reference")
+
+
+def _masked_overflow_probe(run, case, declared: Declared, prop: str):
+    """A crash or non-finite output that goes away when every input under the mask is 0 comes from the
+    masked values (an exp of a masked log-ratio that overflows, a NaN through a mask product), not
+    from the edge case: `nan-through-mask`. None when the clean case fails too (a real crash)."""
+    from maskfuzz.oracles.diagnosis import Diagnosis
+
+    k = spec(declared.kind)
+    if not _carries_poison(case, k):
+        return None
+    clean = clean_twin(case, k)
+    try:
+        verdict = next(v for v in judge(run, clean, declared, only=(prop,)) if v.property == prop)
+    except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing
+        return None
+    if verdict.status != "pass":
+        return None
+    return Diagnosis(
+        "nan-through-mask",
+        f"{prop} holds with every input under the mask set to 0: a masked value overflows or is NaN and reaches "
+        "the outputs (inf * 0 = NaN through a mask product)",
+    )
 
 
 def _centred_probe(run, case, declared: Declared, prop: str):
