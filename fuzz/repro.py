@@ -14,7 +14,8 @@ The script is assembled from two kinds of source:
   preference (the adapter contract for reproducers):
 
   1. `repro_source() -> str`: Python source defining `prepare(root: Path) -> (run, where)`, where
-     `run(case, device) -> (advantages, returns)` takes the script's `Case` (the attributes of
+     `run(case, device) -> OUTPUTS` (advantages, returns for GAE; the kind's outputs otherwise)
+     takes the script's `Case` (the attributes of
      `oracles.case.Case` that adapters use: attention, trainable, token_rewards, values, score,
      gamma, lam, dtype, shape, torch_dtype, inputs(device), Case.build(...); methods nothing
      reads are left out of the script); it may use the script's `ENTRY`,
@@ -45,7 +46,8 @@ here with `oracles` and written into the script; for properties judged by compar
 (poison, poison-nonfinite, row-independence, gap-invariance, deterministic) the script runs the
 case and its twin and compares them itself; no-crash checks for finite outputs or a documented
 error. Each mirrors `oracles.properties.judge`, and `maskfuzz repro` checks that the script and
-the judge agree before it keeps the script.
+the judge agree before it keeps the script. The kinds beyond GAE get their checks from
+`fuzz/repro_kinds.py` (mirroring `oracles.kinds.judge`); the script's OUTPUTS are the kind's.
 """
 
 from __future__ import annotations

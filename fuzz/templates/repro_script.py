@@ -247,7 +247,7 @@ class NotPresent(Exception):
 
 @dataclass
 class Loaded:
-    """The function under test, ready: run(case, device) -> (advantages, returns), [B, T] each."""
+    """The function under test, ready: run(case, device) -> OUTPUTS, [B, T] each."""
 
     run: Callable
     where: str  # "path/in/checkout.py::function"
