@@ -74,6 +74,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import outputs as kind_outputs
+from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import (
     INVARIANT as GAE_INVARIANT,
 )
@@ -196,8 +197,9 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     live = case.trainable
     if prop in ("row-independence", "gap-invariance"):
         return _twin_check(case, prop, declared, bnd)
-    if prop == "reference":
-        outputs = {"advantages": (ref_adv, bnd.advantages, live), "returns": (ref_ret, bnd.returns, live)}
+    if prop == "reference":  # where the configured case trains (the judge's comparison)
+        trained = reference_case(case, declared).trainable
+        outputs = {"advantages": (ref_adv, bnd.advantages, trained), "returns": (ref_ret, bnd.returns, trained)}
         words = f"the float64 reference of the `{declared.contract}` contract" + _whitened(declared)
     elif prop == "masked-zero":
         if not declared.masked_zero:

@@ -158,8 +158,14 @@ def test_short_fuzz_finds_only_nan_poison(pinned):
     )
     failed = {p for p, n in result.failed.items() if n}
     # no-crash: the default whitening of an all-equal float16 batch: rsqrt(0 + 1e-8) with 1e-8 flushed to 0 in
-    # float16 is inf, times 0 is NaN (half precision only; the PPO loop's values are float32)
-    assert "poison-nonfinite" in failed and failed <= {"poison-nonfinite", "no-crash"}, failed
+    # float16 is inf, times 0 is NaN (half precision only; the PPO loop's values are float32). At 857b, when the
+    # draw has overlong filtering on and a cut row: the filtered row still enters the whitening (ppo.py:1244),
+    # fixed at 7ea (see test_gae_options_and_overlong_filtering_by_hand)
+    allowed = {"poison-nonfinite", "no-crash"} | ({"reference"} if pinned.pin.startswith("857b") else set())
+    assert "poison-nonfinite" in failed and failed <= allowed, failed
+    for f in result.findings:
+        if f.property == "reference":
+            assert f.case.options.get(nemo_rl.OVERLONG) and bool(f.case.truncated_rows().any()), f.verdict.message
     assert result.checked["gap-invariance"] and result.checked["poison"] and result.checked["score-kept"]
     # every value of both options was judged, and cut rows were drawn
     for name, per in result.options_checked.items():
@@ -433,7 +439,10 @@ def test_value_loss_hand_computed_global_token_mean():
         failed = {p for p, n in res.failed.items() if n}
         # sum(loss * mask) keeps NaN under the mask: the loss (poison-nonfinite) and its gradient (masked-zero)
         assert failed == {"poison-nonfinite", "masked-zero"}, failed
-        assert res.checked["split-invariance"] > 0
+        # the global token count makes the step split-invariant (one micro-batch per row, on two ranks too)
+        for split, ranks in (([0, 1], 1), ([0, 1], 2)):
+            cut = VALUE_STEP.replace(split=split, ranks=ranks)
+            assert _kind_verdicts(h, cut)["split-invariance"].status == "pass"
 
 
 @pytest.mark.needs_mirror
@@ -472,13 +481,18 @@ def test_gae_options_and_overlong_filtering_by_hand(pinned):
     white, _ = pinned.run(CUT)
     assert white.flatten().tolist() == pytest.approx([-0.57735, -0.57735, 1.1547, 0.0], abs=1e-4)
     filtered, _ = pinned.run(CUT.replace(options={**RAW, nemo_rl.OVERLONG: True}))
-    v = {
+    # the filtered row's own advantages are never trained (no expected value there): unwhitened, both pins pass;
+    # whitened (the default), 857b's statistics still count the filtered row, so the kept row gets -0.577, not 0
+    raw_v = {
         x.property: x for x in judge(pinned.run, CUT.replace(options={**RAW, nemo_rl.OVERLONG: True}), pinned.declared)
     }
+    white_v = {x.property: x for x in judge(pinned.run, CUT.replace(options={nemo_rl.OVERLONG: True}), pinned.declared)}
+    assert raw_v["reference"].status == "pass"
     if pinned.pin.startswith("7ea"):
-        assert filtered.tolist() == [[1.0, 1.0], [0.0, 0.0]] and v["reference"].status == "pass"
+        assert filtered.tolist() == [[1.0, 1.0], [0.0, 0.0]] and white_v["reference"].status == "pass"
     else:
-        assert filtered.tolist() == [[1.0, 1.0], [3.0, 0.0]] and v["reference"].failed
+        assert filtered.tolist() == [[1.0, 1.0], [3.0, 0.0]] and white_v["reference"].failed
+        assert white_v["reference"].observed == pytest.approx([-0.5773503, -0.5773503])
 
 
 @pytest.mark.needs_mirror
