@@ -128,6 +128,17 @@ def assigned_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
+def stored_names(stmt: ast.stmt) -> set[str]:
+    """Plain names a top-level assignment statement stores (not names inside nested blocks)."""
+    if isinstance(stmt, ast.Assign):
+        return {
+            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+        return {stmt.target.id}
+    return set()
+
+
 def attribute_reads(node: ast.AST, base: str) -> set[str]:
     """Attribute names read as `<base>.<attr>` inside `node` (e.g. the `args.*` a block needs);
     `base` may be dotted (`self.args`)."""

@@ -83,6 +83,7 @@ from maskfuzz.targets.adapters.extract import (
     find_class,
     find_gae_loop,
     find_method,
+    stored_names,
 )
 from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
@@ -829,7 +830,7 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
     """The statements from the padding masks through the final advantages of train()."""
     start = None
     for first_name in ("response_idxs", "padding_mask"):
-        start = next((i for i in range(loop_at - 1, -1, -1) if first_name in _targets(stmts[i])), None)
+        start = next((i for i in range(loop_at - 1, -1, -1) if first_name in stored_names(stmts[i])), None)
         if start is not None:
             break
     if start is None:
@@ -839,7 +840,7 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
     # "Response Processing 3": `contain_eos_token = ...` and `if self.args.missing_eos_penalty is not None: scores[...]
     # -= ...` right before the masks: the missing_eos_penalty option, applied by TRL's own statements
     near = range(start - 1, max(start - 4, -1), -1)
-    eos_at = next((i for i in near if "contain_eos_token" in _targets(stmts[i])), None)
+    eos_at = next((i for i in near if "contain_eos_token" in stored_names(stmts[i])), None)
     if eos_at is None:
         raise BlockNotFound(
             f"trl: {rel}:{stmts[start].lineno}: no `contain_eos_token = ...` (the missing_eos_penalty filter) right "
@@ -847,10 +848,10 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
         )
     start = eos_at
     end = loop_at
-    while end + 1 < len(stmts) and _targets(stmts[end + 1]) & {"advantages", "returns"}:
+    while end + 1 < len(stmts) and stored_names(stmts[end + 1]) & {"advantages", "returns"}:
         end += 1
     block = stmts[start : end + 1]
-    after = set().union(*(_targets(s) for s in stmts[loop_at + 1 : end + 1])) if end > loop_at else set()
+    after = set().union(*(stored_names(s) for s in stmts[loop_at + 1 : end + 1])) if end > loop_at else set()
     if not {"advantages", "returns"} <= after:
         raise BlockNotFound(
             f"trl: {rel}:{stmts[loop_at].lineno}: the GAE loop is not followed by assignments of advantages and returns"
@@ -887,7 +888,7 @@ def _gae_block(tree: SourceTree, path: Path, rel: str, stmts: list[ast.stmt], lo
 def _sequence_length_block(tree: SourceTree, path: Path, rel: str, train: ast.FunctionDef) -> Block:
     """TRL's `sequence_length = first_true_indices(... == pad_token_id) - 1` line of train()."""
     for node in ast.walk(train):
-        if isinstance(node, ast.Assign) and "sequence_length" in _targets(node):
+        if isinstance(node, ast.Assign) and "sequence_length" in stored_names(node):
             calls = {
                 c.func.id for c in ast.walk(node.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
             }
@@ -900,17 +901,6 @@ def _sequence_length_block(tree: SourceTree, path: Path, rel: str, train: ast.Fu
                     )
                 return tree.block(path, [node], bound)
     raise BlockNotFound(f"trl: {rel}: train() has no `sequence_length = first_true_indices(...)` line")
-
-
-def _targets(stmt: ast.stmt) -> set[str]:
-    """Plain names a top-level assignment statement stores (not names inside nested blocks)."""
-    if isinstance(stmt, ast.Assign):
-        return {
-            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }
-    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
-        return {stmt.target.id}
-    return set()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,7 +76,9 @@ from maskfuzz.targets.adapters.extract import (
     find_class,
     find_method,
     statement_lists,
+    stored_names,
 )
+from maskfuzz.targets.adapters.trl import EOS_ID, PAD_ID  # completion ids: tokens 1, an ended row's last EOS
 
 PACKAGES = ("trl",)
 METHOD = "_generate_and_score_completions"
@@ -124,23 +126,14 @@ class OptionNotAtPin(ValueError):
 
 
 RLOO_BETA = 0.05  # RLOOConfig.beta default (1.16.0 rloo_config.py:502)
-PAD_ID, EOS_ID = 0, 2  # completion token ids: tokens are 1, the last token of an ended completion is EOS
-
-
-def _targets(stmt: ast.stmt) -> set[str]:
-    if isinstance(stmt, ast.Assign):
-        return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
-        return {stmt.target.id}
-    return set()
 
 
 def advantage_block(tree: SourceTree, path: Path, rel: str, method: ast.FunctionDef) -> tuple[Block, list[ast.stmt]]:
     """The sibling statements of `method` after `rewards_per_func = ...` through the last assignment of
     `advantages` before `process_slice = ...`, compiled with their helpers from the source."""
     stmts = method.body
-    start = next((i for i, s in enumerate(stmts) if "rewards_per_func" in _targets(s)), None)
-    stop = next((i for i, s in enumerate(stmts) if "process_slice" in _targets(s)), None)
+    start = next((i for i, s in enumerate(stmts) if "rewards_per_func" in stored_names(s)), None)
+    stop = next((i for i, s in enumerate(stmts) if "process_slice" in stored_names(s)), None)
     if start is None or stop is None or stop <= start:
         raise BlockNotFound(
             f"trl: {rel}::{method.name}: no `rewards_per_func = ...` followed by `process_slice = ...` at the top "
@@ -153,12 +146,18 @@ def advantage_block(tree: SourceTree, path: Path, rel: str, method: ast.Function
     free = block_free_names(block)
     if "rewards_per_func" not in free:
         raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the block does not read rewards_per_func")
-    unknown = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(SELF_SET))
-    if unknown:
-        reads = ", ".join(f"self.{a}" for a in unknown)
-        raise BlockNotFound(f"trl: the block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set")
+    check_reads(block, f"{rel}:{block[0].lineno}", "the block", "self", SELF_SET)
     bound = [n for n in BOUND if n in free]
     return tree.block(path, block, bound), block
+
+
+def check_reads(block: list, where: str, what: str, base: str, allowed) -> None:
+    """Raise BlockNotFound when the statements of `block` read attributes of `base` ("self", "self.args",
+    "args") that the adapter does not set (`allowed`): a block that grew a new input cannot be run as it is."""
+    unknown = sorted(set().union(*(attribute_reads(s, base) for s in block)) - set(allowed))
+    if unknown:
+        reads = ", ".join(f"{base}.{a}" for a in unknown)
+        raise BlockNotFound(f"trl: {what} at {where} reads {reads}, which the adapter does not set")
 
 
 def run_block(block: Block, values: dict) -> dict:
@@ -340,20 +339,14 @@ def aggregation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef)
         for i, st in enumerate(stmts):
             if not (isinstance(st, ast.If) and _reads_loss_type(st.test)):
                 continue
-            if not any("loss" in _targets(b) for b in st.body):
+            if not any("loss" in stored_names(b) for b in st.body):
                 continue
-            start = i - 1 if i > 0 and "mode" in _targets(stmts[i - 1]) else i
+            start = i - 1 if i > 0 and "mode" in stored_names(stmts[i - 1]) else i
             block = stmts[start : i + 1]
             free = block_free_names(block)
-            unknown = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(AGG_SELF_SET))
-            if unknown:
-                reads = ", ".join(f"self.{a}" for a in unknown)
-                raise BlockNotFound(
-                    f"trl: the loss block at {rel}:{block[0].lineno} reads {reads}, which the adapter does not set"
-                )
-            args = sorted(set().union(*(attribute_reads(s, "args") for s in block)) - {"steps_per_generation"})
-            if args:
-                raise BlockNotFound(f"trl: the loss block at {rel}:{block[0].lineno} reads args.{args}")
+            where = f"{rel}:{block[0].lineno}"
+            check_reads(block, where, "the loss block", "self", AGG_SELF_SET)
+            check_reads(block, where, "the loss block", "args", ("steps_per_generation",))
             if "per_token_loss" not in free or not ({"mask", "completion_mask"} & free):
                 raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the block does not read per_token_loss and a mask")
             bound = [n for n in AGG_BOUND if n in free]
@@ -509,24 +502,18 @@ def kl_grpo_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> 
             continue
         block = [stmts[at]]
         if "coef_1" in block_free_names(block):
-            start = next((i for i in range(at - 1, -1, -1) if "log_ratio" in _targets(stmts[i])), None)
-            if start is None or not any("coef_1" in _targets(s) for s in stmts[start:at]):
+            start = next((i for i in range(at - 1, -1, -1) if "log_ratio" in stored_names(stmts[i])), None)
+            if start is None or not any("coef_1" in stored_names(s) for s in stmts[start:at]):
                 raise BlockNotFound(
                     f"trl: {rel}:{stmts[at].lineno}: the KL reads coef_1 but no `log_ratio = ...` ... `coef_1 = ...` "
                     "precedes it"
                 )
-            olds = [s for s in stmts[:start] if "old_per_token_logps" in _targets(s)]
+            olds = [s for s in stmts[:start] if "old_per_token_logps" in stored_names(s)]
             block = [*olds, *stmts[start : at + 1]]
         free = block_free_names(block)
-        unknown = sorted(set().union(*(attribute_reads(s, "self") for s in block)) - set(KL_SELF_SET))
-        if unknown:
-            reads = ", ".join(f"self.{a}" for a in unknown)
-            raise BlockNotFound(f"trl: the KL block at {rel}:{block[0].lineno} reads {reads}, not set by the adapter")
-        self_args = set().union(*(attribute_reads(s, "self.args") for s in block))
-        if self_args - set(KL_ARGS_SET):
-            raise BlockNotFound(
-                f"trl: the KL block at {rel}:{block[0].lineno} reads self.args.{sorted(self_args - set(KL_ARGS_SET))}"
-            )
+        where = f"{rel}:{block[0].lineno}"
+        check_reads(block, where, "the KL block", "self", KL_SELF_SET)
+        check_reads(block, where, "the KL block", "self.args", KL_ARGS_SET)
         extra = sorted(free - set(KL_BOUND) - {"torch"})
         if extra or "per_token_logps" not in free:
             raise BlockNotFound(
@@ -604,15 +591,15 @@ def kl_ppo_block(tree: SourceTree, path: Path, rel: str, train: ast.FunctionDef)
     """The sibling statements of train() from `response_idxs = ...` (the padding masks and their INVALID_LOGPROB
     fills) through `kl = ...`."""
     for stmts in statement_lists(train):
-        end = next((i for i, s in enumerate(stmts) if "kl" in _targets(s)), None)
+        end = next((i for i, s in enumerate(stmts) if "kl" in stored_names(s)), None)
         if end is None:
             continue
         start = next(
-            (i for i in range(end - 1, -1, -1) if {"response_idxs", "padding_mask"} & _targets(stmts[i])), None
+            (i for i in range(end - 1, -1, -1) if {"response_idxs", "padding_mask"} & stored_names(stmts[i])), None
         )
         if start is None:
             continue
-        while start > 0 and "response_idxs" in _targets(stmts[start - 1]):
+        while start > 0 and "response_idxs" in stored_names(stmts[start - 1]):
             start -= 1
         block = stmts[start : end + 1]
         free = block_free_names(block)
@@ -703,7 +690,7 @@ def truncation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) 
         raise BlockNotFound(f"trl: {rel}::{METHOD} has no `if self.mask_truncated_completions:` statement")
     block = [stmts[at]]
     if "is_eos" in block_free_names(block):
-        eos = next((st for st in stmts[:at] if "is_eos" in _targets(st)), None)
+        eos = next((st for st in stmts[:at] if "is_eos" in stored_names(st)), None)
         if eos is None:
             raise BlockNotFound(f"trl: {rel}:{stmts[at].lineno}: the statement reads is_eos, assigned nowhere before")
         block = [eos, *block]
@@ -792,12 +779,14 @@ def policy_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> t
         if method is None:
             continue
         stmts = method.body
-        start = next((i for i, s in enumerate(stmts) if "advantages" in _targets(s)), None)
+        start = next((i for i, s in enumerate(stmts) if "advantages" in stored_names(s)), None)
         end = next(
             (
                 i
                 for i, st in enumerate(stmts)
-                if isinstance(st, ast.If) and _reads_loss_type(st.test) and any("loss" in _targets(b) for b in st.body)
+                if isinstance(st, ast.If)
+                and _reads_loss_type(st.test)
+                and any("loss" in stored_names(b) for b in st.body)
             ),
             None,
         )
@@ -808,18 +797,9 @@ def policy_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> t
         if not {"coef_1", "per_token_loss", "loss"} <= names:
             raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the loss block assigns no coef_1 / per_token_loss")
         free = block_free_names(block)
-        unknown = sorted(
-            set().union(*(attribute_reads(s, "self") for s in block)) - set(POLICY_SELF_SET) - set(POLICY_SELF_UNSET)
-        )
-        if unknown:
-            reads = ", ".join(f"self.{a}" for a in unknown)
-            raise BlockNotFound(f"trl: the policy-loss block at {rel}:{block[0].lineno} reads {reads}, not set")
-        args = set().union(*(attribute_reads(s, "self.args") for s in block))
-        if args - set(POLICY_ARGS_SET) - set(POLICY_ARGS_UNSET):
-            raise BlockNotFound(
-                f"trl: the policy-loss block at {rel}:{block[0].lineno} reads self.args."
-                f"{sorted(args - set(POLICY_ARGS_SET) - set(POLICY_ARGS_UNSET))}"
-            )
+        where = f"{rel}:{block[0].lineno}"
+        check_reads(block, where, "the policy-loss block", "self", (*POLICY_SELF_SET, *POLICY_SELF_UNSET))
+        check_reads(block, where, "the policy-loss block", "self.args", (*POLICY_ARGS_SET, *POLICY_ARGS_UNSET))
         extra = sorted(free - set(POLICY_BOUND) - {"torch"})
         if extra or "per_token_logps" not in free:
             raise BlockNotFound(
