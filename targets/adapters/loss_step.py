@@ -57,21 +57,36 @@ def run_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`leaf_name` is the input the gradient is taken with respect to: the per-token loss, or the
     critic's predictions `v` of the `value-loss` kind (whose micro_loss reads the rest from step.case)."""
+    leaf, per_rank = _accumulate(case, device, micro_loss, leaf_name)
+    total = sum(x for x in per_rank if x is not None) / case.ranks
+    grad = _backward(total, leaf)
+    return total.detach().reshape(()).expand(case.shape).clone(), grad.detach()
+
+
+def _accumulate(case: Case, device: str, micro_loss: MicroLoss, leaf_name: str, rank: int | None = None):
+    """(the leaf, each rank's micro-batch losses summed, as gradient accumulation sums them; None for a rank
+    without a micro-batch); with `rank`, that rank's micro-batches only."""
     leaf, mask, steps = _prepare(case, device, leaf_name)
     per_rank = [None] * case.ranks
     for here, rows in steps:
+        if rank is not None and here.rank != rank:
+            continue
         idx = rows.to(device)
         out = micro_loss(idx, leaf[idx], mask[idx], here)
         per_rank[here.rank] = out if per_rank[here.rank] is None else per_rank[here.rank] + out
-    total = sum(x for x in per_rank if x is not None) / case.ranks
+    return leaf, per_rank
+
+
+def _backward(total, leaf: torch.Tensor) -> torch.Tensor:
+    """dtotal/dleaf: one backward pass of the step's scalar loss (zeros for a constant, e.g. 0 for an empty
+    micro-batch, which has no gradient)."""
     if not isinstance(total, torch.Tensor):
         raise RuntimeError(f"the aggregator returned {type(total).__name__}, not a tensor")
     if total.numel() != 1:
         raise RuntimeError(f"the aggregator returned a tensor of shape {list(total.shape)}, not a scalar loss")
-    if total.requires_grad:  # a constant (e.g. 0 for an empty micro-batch) has no gradient: zeros
+    if total.requires_grad:
         total.backward()
-    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-    return total.detach().reshape(()).expand(case.shape).clone(), grad.detach()
+    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
 
 
 def _prepare(case: Case, device: str, leaf_name: str) -> tuple[torch.Tensor, torch.Tensor, list]:
@@ -177,21 +192,11 @@ def _rank_step(rank, case, device, micro_loss, leaf_name) -> tuple[torch.Tensor,
     """This rank's micro-batches, backward, and the all-reduced (averaged) loss and gradient."""
     import torch.distributed as dist
 
-    leaf, mask, steps = _prepare(case, device, leaf_name)
-    total = None
-    for here, rows in steps:
-        if here.rank != rank:
-            continue
-        idx = rows.to(device)
-        part = micro_loss(idx, leaf[idx], mask[idx], here)
-        total = part if total is None else total + part
+    leaf, per_rank = _accumulate(case, device, micro_loss, leaf_name, rank)
+    total = per_rank[rank]
     if total is None:
         raise RuntimeError(f"rank {rank} has no micro-batch")
-    if not isinstance(total, torch.Tensor) or total.numel() != 1:
-        raise RuntimeError(f"the aggregator returned {type(total).__name__}, not a scalar loss tensor")
-    if total.requires_grad:
-        total.backward()
-    grad = (leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)).detach().to("cpu", torch.float64)
+    grad = _backward(total, leaf).detach().to("cpu", torch.float64)
     loss = total.detach().to("cpu", torch.float64).reshape(1).clone()
     for x in (loss, grad):  # data-parallel averaging
         dist.all_reduce(x)

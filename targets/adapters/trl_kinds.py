@@ -160,6 +160,16 @@ def check_reads(block: list, where: str, what: str, base: str, allowed) -> None:
         raise BlockNotFound(f"trl: {what} at {where} reads {reads}, which the adapter does not set")
 
 
+def logps_block(tree: SourceTree, path: Path, block: list, where: str, what: str, bound) -> Block:
+    """`block` compiled with the names of `bound` it reads as inputs; it must read per_token_logps and no
+    local name the adapter does not bind (torch comes from the module)."""
+    free = block_free_names(block)
+    extra = sorted(free - set(bound) - {"torch"})
+    if extra or "per_token_logps" not in free:
+        raise BlockNotFound(f"trl: {what} at {where} reads {extra or 'no per_token_logps'}; the adapter binds {bound}")
+    return tree.block(path, block, [n for n in bound if n in free])
+
+
 def run_block(block: Block, values: dict) -> dict:
     """`Block.run` for a block that reads `self` (a keyword `Block.run` itself takes): the compiled statements in
     a fresh namespace of their module globals plus `values`."""
@@ -510,17 +520,10 @@ def kl_grpo_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> 
                 )
             olds = [s for s in stmts[:start] if "old_per_token_logps" in stored_names(s)]
             block = [*olds, *stmts[start : at + 1]]
-        free = block_free_names(block)
         where = f"{rel}:{block[0].lineno}"
         check_reads(block, where, "the KL block", "self", KL_SELF_SET)
         check_reads(block, where, "the KL block", "self.args", KL_ARGS_SET)
-        extra = sorted(free - set(KL_BOUND) - {"torch"})
-        if extra or "per_token_logps" not in free:
-            raise BlockNotFound(
-                f"trl: the KL block at {rel}:{block[0].lineno} reads {extra or 'no per_token_logps'}; the adapter "
-                f"binds {KL_BOUND}"
-            )
-        return tree.block(path, block, [n for n in KL_BOUND if n in free]), block, name
+        return logps_block(tree, path, block, where, "the KL block", KL_BOUND), block, name
     raise BlockNotFound(
         f"trl: {rel}: no `if self.beta != 0.0:` statement assigning per_token_kl in {' / '.join(LOSS_METHODS)}; the "
         "adapter must learn the new shape before this pin can be tested"
@@ -796,17 +799,10 @@ def policy_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> t
         names = set().union(*(assigned_names(s) for s in block))
         if not {"coef_1", "per_token_loss", "loss"} <= names:
             raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the loss block assigns no coef_1 / per_token_loss")
-        free = block_free_names(block)
         where = f"{rel}:{block[0].lineno}"
         check_reads(block, where, "the policy-loss block", "self", (*POLICY_SELF_SET, *POLICY_SELF_UNSET))
         check_reads(block, where, "the policy-loss block", "self.args", (*POLICY_ARGS_SET, *POLICY_ARGS_UNSET))
-        extra = sorted(free - set(POLICY_BOUND) - {"torch"})
-        if extra or "per_token_logps" not in free:
-            raise BlockNotFound(
-                f"trl: the policy-loss block at {rel}:{block[0].lineno} reads {extra or 'no per_token_logps'}; the "
-                f"adapter binds {POLICY_BOUND}"
-            )
-        return tree.block(path, block, [n for n in POLICY_BOUND if n in free]), block, name
+        return logps_block(tree, path, block, where, "the policy-loss block", POLICY_BOUND), block, name
     raise BlockNotFound(
         f"trl: {rel}: no `advantages = ...` followed by an `if self.loss_type ...` chain assigning loss in "
         f"{' / '.join(LOSS_METHODS)}; the adapter must learn the new shape before this pin can be tested"
