@@ -180,7 +180,10 @@ def fuzz_target(
     )
     with _single_thread():
         if declared.kind in GAE_KINDS:
-            strategy = cases(declared.domain, sizes, nonfinite, baseline=bool(declared.variant.get("baseline")))
+            v = declared.variant
+            strategy = cases(
+                declared.domain, sizes, nonfinite, baseline=bool(v.get("baseline")), kl_reward=bool(v.get("kl_reward"))
+            )
         else:
             strategy = kind_cases(declared.kind, declared.domain, sizes, nonfinite)
         if declared.options or declared.truncation is not None:

@@ -228,13 +228,32 @@ def _length(draw, sizes: Sizes) -> int:
     return t_len
 
 
+KL_RATIOS = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0)
+
+
+def _kl_logprobs(draw, dead: torch.Tensor, dtype: str, nonfinite: bool, poison: bool) -> dict[str, torch.Tensor]:
+    """`logp` and `ref_logp` [B, T]: log-probs <= 0 whose log-ratio runs from 0 to +-5 nats (const, per row
+    or random); at masked positions the same kind of log-probs, or poison where the domain allows it."""
+    ref = -_fill(draw, tuple(dead.shape), "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
+    d = _fill(draw, tuple(dead.shape), "kl log-ratio", pool=KL_RATIOS)
+    logp = (ref + d).clamp(max=0.0)
+    if poison:
+        logp = torch.where(dead, _poison(draw, dead, dtype, nonfinite), logp)
+    return {"logp": logp, "ref_logp": ref}
+
+
 @st.composite
 def cases(
-    draw, domain: Domain | None = None, sizes: Sizes = Sizes(), nonfinite: bool = True, baseline: bool = False
+    draw,
+    domain: Domain | None = None,
+    sizes: Sizes = Sizes(),
+    nonfinite: bool = True,
+    baseline: bool = False,
+    kl_reward: bool = False,
 ) -> Case:
     """A canonical case inside `domain`, B <= sizes.max_b, T <= sizes.max_t; with `baseline`, a
     per-row baseline reward in `extra["baseline"]` (the row's value in every column: ReMax's greedy
-    rollout reward)."""
+    rollout reward); with `kl_reward`, the log-probs a KL in the reward reads (`oracles.kl_reward`)."""
     domain = domain or Domain()
     dtype = draw(st.sampled_from(domain.dtypes))
     event(f"dtype: {dtype}")
@@ -286,6 +305,8 @@ def cases(
         if dtype == "float16":
             per_row = per_row.clamp(-6e4, 6e4)
         extra["baseline"] = per_row[:, None].expand(shape).clone()
+    if kl_reward:
+        extra.update(_kl_logprobs(draw, dead, dtype, nonfinite, domain.masked_logprobs))
     return Case.build(  # rounds the floats to the run dtype
         trainable=trainable,
         attention=attention,

@@ -15,9 +15,11 @@ mechanism of `shared/design/kinds.md` (Root causes), and names the first that ex
 4. `extra-decay`: a `compressed` target on the clean case agrees with the `dense` reference;
 5. `masked-statistics`: a row's outputs depend on other rows on the clean case, or a whitening
    target agrees with the reference whitened over real tokens or every position;
-6. `score-lost`: score + 1 moves the advantage at the last trainable token differently from the
+6. `turn-reward-lost`: a `segment` target on the clean case agrees with the reference that keeps
+   only the reward at each turn's last token;
+7. `score-lost`: score + 1 moves the advantage at the last trainable token differently from the
    reference (the score sits on a masked position, is decayed, or is dropped);
-7. otherwise `unexplained` (reported as such, never forced into a mechanism).
+8. otherwise `unexplained` (reported as such, never forced into a mechanism).
 
 Severity (kinds.md): `high` a wrong finite training signal, `medium` a crash or error on valid
 input, `low` non-finite leaks and precision-only differences.
@@ -32,6 +34,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import (
     POISON_PROBE,
@@ -53,6 +56,7 @@ MECHANISMS: dict[str, str] = {
     "masked-reward-leak": "a reward (or KL term) at a non-trainable position reaches trainable outputs",
     "extra-decay": "each masked token between trainable ones adds a decay step and a zero bootstrap",
     "score-lost": "the outcome reward lands on a masked position, is decayed or is dropped",
+    "turn-reward-lost": "a per-turn return reads one token's reward per turn: rewards elsewhere in the turn are lost",
     "nan-through-mask": "NaN / inf under the mask reaches trainable outputs (a mask product keeps NaN)",
     "crash-degenerate": "an error or a non-finite output on a valid edge input (empty or all-masked rows, ...)",
     "masked-statistics": "a statistic (whitening mean / variance) counts non-trainable tokens, rows or groups",
@@ -149,6 +153,18 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             if moved.any():
                 where = moved.nonzero().tolist()[0]
                 return Diagnosis(mech, f"{field} = {probe:g} at the masked positions moved the output at {where}")
+        for name in (n for n in KL_EXTRAS if n in subject.extra):  # the log-probs of a KL in the reward
+            own = subject.extra[name][~live]
+            if prop != "poison" and not bool((own != clean.extra[name][~live]).any()):
+                continue
+            poked = clean.replace(extra={**clean.extra, name: torch.where(live, clean.extra[name], -probe)})
+            p_adv, p_ret = _call(run, poked)
+            moved = _moved(p_ret, c_ret, bnd.returns, slack, live) | _moved(p_adv, c_adv, bnd.advantages, slack, live)
+            if moved.any():
+                where = moved.nonzero().tolist()[0]
+                return Diagnosis(
+                    "masked-reward-leak", f"{name} = {-probe:g} at the masked positions moved the output at {where}"
+                )
     if case.dtype != "float64" and "float64" in declared.domain.dtypes:
         wide = case.replace(dtype="float64")
         verdict = next(v for v in judge(run, wide, declared, only=(prop,)) if v.property == prop)
@@ -180,6 +196,19 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
                 continue
             if not _moved(c_adv, other, bnd.advantages, slack, live).any():
                 return Diagnosis("masked-statistics", f"the output equals the reference whitened over {name}")
+    if declared.contract == "segment" and (wrong or wrong_ret):
+        ends = clean.trainable & ~torch.cat([clean.trainable[:, 1:], torch.zeros_like(clean.trainable[:, :1])], 1)
+        kept = clean.replace(token_rewards=torch.where(ends, clean.token_rewards, torch.zeros_like(c_adv)))
+        k_exp = expected_outputs(kept, declared)
+        if (
+            k_exp is not None
+            and not _moved(c_adv, k_exp[0], bnd.advantages, slack, live).any()
+            and not _moved(c_ret, k_exp[1], bnd.returns, slack, live).any()
+        ):
+            return Diagnosis(
+                "turn-reward-lost",
+                "on the clean case the output equals the reference of the rewards at each turn's last token only",
+            )
     moved = _score_misplaced(run, clean, declared, c_adv, c_ret, bnd, slack)
     if moved is not None:
         return Diagnosis("score-lost", moved)

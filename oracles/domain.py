@@ -24,6 +24,7 @@ WIDTH = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 # How far one policy update moves a token's log-prob at most, in a pipeline: verl clamps the log-ratio
 # to this span before the exp (verl/trainer/ppo/core_algos.py:1334 at 0.9.1)
 LOGRATIO_SPAN = 20.0
+LOGPROBS = ("logp", "old_logp", "ref_logp")  # the extras that are log-probabilities
 # Narrowings that state what an input *is* (log-probabilities), not what a pipeline chooses to build:
 # they need no upstream citation in a pipeline domain
 SELF_EVIDENT = ("masked_logprobs",)
@@ -65,8 +66,8 @@ class Domain:
     uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
     truncated_rows: bool = True  # rows cut by the length limit (where the target declares truncation)
     truncated_padded: bool = True  # a cut row followed by padding (the window wider than the length limit)
-    # masked log-probs (`logp`, `old_logp`) may be any finite number; False: they are log-probabilities of
-    # the rollout policy and of its next update, <= 0 and within LOGRATIO_SPAN of each other
+    # masked log-probs (`logp`, `old_logp`, `ref_logp`) may be any finite number; False: they are log-probabilities
+    # of the rollout policy and of its next update (or the reference policy), <= 0 and within LOGRATIO_SPAN
     masked_logprobs: bool = True
     why: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -159,7 +160,7 @@ class Domain:
             bad = ~_logprobs_ok(case.replace(extra=extra))
             if bool(bad.any()):
                 zero = lambda x: torch.where(bad, torch.zeros_like(x), x)  # noqa: E731
-                changes["extra"] = {n: zero(x) if n in ("logp", "old_logp") else x for n, x in extra.items()}
+                changes["extra"] = {n: zero(x) if n in LOGPROBS else x for n, x in extra.items()}
         if not self.masked_values:
             values = torch.where(dead, torch.zeros_like(values), values)
         if not self.masked_rewards or not self.token_rewards:
@@ -180,11 +181,13 @@ class Domain:
 
 def _logprobs_ok(case: Case) -> torch.Tensor:
     """bool [B, T]: positions where the case's finite log-probs could be those of a policy and its
-    next update (<= 0, |logp - old_logp| <= LOGRATIO_SPAN); trainable positions, cases without
-    both inputs and non-finite values (`nonfinite_poison`'s business) always pass."""
-    if "logp" not in case.extra or "old_logp" not in case.extra:
+    next update (<= 0, |logp - old_logp| <= LOGRATIO_SPAN; `ref_logp` in place of `old_logp` for a KL
+    in the reward); trainable positions, cases without both inputs and non-finite values
+    (`nonfinite_poison`'s business) always pass."""
+    other = next((n for n in ("old_logp", "ref_logp") if n in case.extra), None)  # the policy's update / reference
+    if "logp" not in case.extra or other is None:
         return torch.ones(case.shape, dtype=torch.bool)
-    lp, old = case.extra["logp"], case.extra["old_logp"]
+    lp, old = case.extra["logp"], case.extra[other]
     finite = torch.isfinite(lp) & torch.isfinite(old)
     fine = (lp <= 0) & (old <= 0) & ((lp - old).abs() <= LOGRATIO_SPAN)
     return case.trainable | ~finite | fine

@@ -164,9 +164,14 @@ def map_score(score: torch.Tensor, ops: tuple) -> torch.Tensor:
 
 
 def reference_case(case: Case, declared) -> Case:
-    """The inputs the float64 reference sees for `case` under `declared`'s score map and
-    truncation semantics; `case` itself when neither changes anything. Values are exact float64
-    (no rounding to the case's dtype: the framework computes these in its own precision)."""
+    """The inputs the float64 reference sees for `case` under `declared`'s KL in the reward
+    (`oracles.kl_reward`), score map and truncation semantics; `case` itself when none changes
+    anything. Values are exact float64 (no rounding to the case's dtype: the framework computes
+    these in its own precision)."""
+    from maskfuzz.oracles import kl_reward  # not at module level: a reproducer copies this module's Option
+
+    if declared.kind in ("gae", "returns") and declared.variant.get(kl_reward.KEY):
+        case = kl_reward.fold(case, declared.variant[kl_reward.KEY])  # a new object: changes_reference holds
     trunc = declared.truncation or Truncation()
     cut = case.truncated
     active = cut is not None and bool(cut.any()) and not trunc.terminal
@@ -185,7 +190,7 @@ def reference_case(case: Case, declared) -> Case:
             trainable = trainable & ~cut[:, None]
     if torch.equal(score, case.score) and torch.equal(trainable, case.trainable):
         return case  # e.g. a clip that clips nothing: the closed-form properties still apply
-    return dataclasses.replace(case, score=score, trainable=trainable, meta={})
+    return dataclasses.replace(case, score=score, trainable=trainable)
 
 
 def changes_reference(case: Case, declared) -> bool:

@@ -17,6 +17,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain, poison_cap
+from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
 from maskfuzz.oracles.options import Truncation, apply, changes_reference, reference_case
 from maskfuzz.oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
@@ -202,14 +203,19 @@ def sanitized(case: Case, fill: float = 0.0, rewards: bool = True) -> Case:
     token_rewards = case.token_rewards
     if rewards:
         token_rewards = torch.where(dead, torch.full_like(token_rewards, fill), token_rewards)
-    return case.replace(values=values, token_rewards=token_rewards)
+    extra = case.extra
+    if fill == 0.0 and any(n in extra for n in KL_EXTRAS):  # the log-probs of a KL in the reward: log 1 = 0
+        extra = {n: torch.where(dead, torch.zeros_like(x), x) if n in KL_EXTRAS else x for n, x in extra.items()}
+    return case.replace(values=values, token_rewards=token_rewards, extra=extra)
 
 
 def finite_twin(case: Case) -> Case:
     """`case` with its NaN / inf poison set to 0 and its finite poison kept."""
+    fix = lambda x: torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
     return case.replace(
-        values=torch.nan_to_num(case.values, nan=0.0, posinf=0.0, neginf=0.0),
-        token_rewards=torch.nan_to_num(case.token_rewards, nan=0.0, posinf=0.0, neginf=0.0),
+        values=fix(case.values),
+        token_rewards=fix(case.token_rewards),
+        extra={n: fix(x) if n in KL_EXTRAS else x for n, x in case.extra.items()},
     )
 
 
@@ -418,6 +424,8 @@ def _closed_form(check, prop: str, base: "_Base", declared: Declared) -> Verdict
         return _na(prop, "the options or a truncated row change the reference's inputs: judged by reference")
     if declared.variant.get("baseline"):
         return _na(prop, "a baseline is subtracted from the returns: judged by reference")
+    if declared.contract == "segment":
+        return _na(prop, "the segment contract gives each turn one value (a closed form per token does not apply)")
     return check(base, declared)
 
 

@@ -1,4 +1,4 @@
-"""Reference estimators for the contracts `compressed` and `dense`, all in float64.
+"""Reference estimators for the contracts `compressed`, `dense` and `segment`, all in float64.
 
 Two independent implementations of each contract:
 
@@ -15,6 +15,11 @@ Contract `compressed`, per row with idx = [t : trainable[t]], K = len(idx):
 Contract `dense`: the same recursion over all T positions with v'_t = values[t] if trainable else 0,
 r'_t = token_rewards[t] if trainable else 0, the score added at the last trainable position, and
 outputs kept only at trainable positions. Poison is *selected* out, never multiplied by 0.
+Contract `segment` (per-turn agentic returns): each maximal run of trainable positions is one
+transition (a turn). With runs S_0 .. S_{K-1} of a row in order:
+    r'_k = sum of token_rewards over S_k (+ score for k = K-1),  v'_k = values at the first token of S_k
+    the same recursion over k = 0 .. K-1, and every position of S_k gets A'_k / Ret'_k.
+So one discount per turn, however many tokens the turn has or masked tokens lie between turns.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import torch
 
 from maskfuzz.oracles.case import Case
 
-Contract = Literal["compressed", "dense"]
-CONTRACTS: tuple[str, ...] = ("compressed", "dense")
+Contract = Literal["compressed", "dense", "segment"]
+CONTRACTS: tuple[str, ...] = ("compressed", "dense", "segment")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +92,32 @@ def dense_loop(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
             if live[t]:
                 adv[b, t] = a_full[t]
                 ret[b, t] = r_full[t]
+    return adv, ret
+
+
+def segment_loop(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """Contract `segment` by serial loops. Returns (advantages, returns), float64 [B, T]."""
+    b_rows, t_len = case.shape
+    adv = torch.zeros(b_rows, t_len, dtype=torch.float64)
+    ret = torch.zeros(b_rows, t_len, dtype=torch.float64)
+    for b in range(b_rows):
+        live = case.trainable[b].tolist()
+        runs: list[list[int]] = []
+        for t in range(t_len):
+            if live[t]:
+                if t == 0 or not live[t - 1]:
+                    runs.append([])
+                runs[-1].append(t)
+        if not runs:
+            continue
+        rewards = [sum(float(case.token_rewards[b, t]) for t in run) for run in runs]
+        rewards[-1] += float(case.score[b])
+        values = [float(case.values[b, run[0]]) for run in runs]
+        a_turn, r_turn = classic_gae_loop(rewards, values, case.gamma, case.lam)
+        for k, run in enumerate(runs):
+            for t in run:
+                adv[b, t] = a_turn[k]
+                ret[b, t] = r_turn[k]
     return adv, ret
 
 
@@ -151,16 +182,25 @@ class Recursion:
     order[b, k]  the window position that packed slot k came from (a permutation of 0..T-1)
     live[b, k]   whether slot k is a trainable position (its output is kept)
     rewards, values  r' and v' of the spec, 0 at dead slots; v'_L = 0 is implied
+    slot[b, t]   `segment` only: the turn (slot) of window position t, -1 where t is not trainable;
+                 `order` is then unused and a slot's output goes to every position of its turn
+    magnitude    what computing r' rounds, in units of u: |r'| plus `meta["reward_rounding"]` (a KL
+                 term's rounding); for `segment` the turn's sum of it times 1 + log2(its tokens)
     """
 
     order: torch.Tensor
     live: torch.Tensor
     rewards: torch.Tensor
     values: torch.Tensor
+    magnitude: torch.Tensor
+    slot: torch.Tensor | None = None
 
     def scatter(self, packed: torch.Tensor) -> torch.Tensor:
         """Packed float64 [B, L] back to window positions, 0 where not live."""
         zero = torch.zeros((), dtype=packed.dtype)
+        if self.slot is not None:
+            out = torch.gather(packed, 1, self.slot.clamp(min=0))
+            return torch.where(self.slot >= 0, out, zero)
         return torch.zeros_like(packed).scatter(1, self.order, torch.where(self.live, packed, zero))
 
 
@@ -172,6 +212,9 @@ def recursion(case: Case, contract: str) -> Recursion:
     tr = case.trainable
     zero = torch.zeros((), dtype=torch.float64)
     rewards = case.token_rewards + torch.where(last_trainable(tr), case.score[:, None], zero)
+    magnitude = rewards.abs() + case.meta.get("reward_rounding", zero)  # what computing r' rounds (a KL term)
+    if contract == "segment":
+        return _segments(case, rewards, magnitude)
     if contract == "compressed":
         # a stable sort puts each row's trainable positions first, in order
         order = torch.sort((~tr).to(torch.int8), dim=1, stable=True).indices
@@ -180,7 +223,31 @@ def recursion(case: Case, contract: str) -> Recursion:
     live = torch.gather(tr, 1, order)
     packed_r = torch.where(live, torch.gather(rewards, 1, order), zero)
     packed_v = torch.where(live, torch.gather(case.values, 1, order), zero)
-    return Recursion(order, live, packed_r, packed_v)
+    mag = torch.where(live, torch.gather(magnitude, 1, order), zero)
+    return Recursion(order, live, packed_r, packed_v, magnitude=mag)
+
+
+def _segments(case: Case, rewards: torch.Tensor, magnitude: torch.Tensor) -> Recursion:
+    """Pack each row's turns (maximal trainable runs) into slots 0 .. K-1: r' the turn's reward sum,
+    v' the value at its first token."""
+    tr = case.trainable
+    b_rows, t_len = tr.shape
+    zero = torch.zeros((), dtype=torch.float64)
+    prev = torch.zeros_like(tr)
+    prev[:, 1:] = tr[:, :-1]
+    starts = tr & ~prev
+    slot = torch.where(tr, starts.long().cumsum(1) - 1, torch.full_like(tr, -1, dtype=torch.long))
+    index = slot.clamp(min=0)
+    packed_r = torch.zeros(b_rows, t_len, dtype=torch.float64).scatter_add(1, index, torch.where(tr, rewards, zero))
+    mag = torch.zeros(b_rows, t_len, dtype=torch.float64).scatter_add(1, index, torch.where(tr, magnitude, zero))
+    count = torch.zeros(b_rows, t_len, dtype=torch.float64).scatter_add(1, index, tr.double())
+    mag = mag * (1.0 + torch.log2(count.clamp(min=1.0)))  # a sum of n terms rounds ~ log2(n) times per term
+    packed_v = torch.zeros(b_rows, t_len, dtype=torch.float64).scatter_add(
+        1, index, torch.where(starts, case.values, zero)
+    )
+    live = torch.arange(t_len)[None, :] < starts.sum(1, keepdim=True)
+    order = torch.arange(t_len).expand_as(tr).contiguous()
+    return Recursion(order, live, packed_r, packed_v, mag, slot=slot)
 
 
 def _vectorised(contract: str):
@@ -196,10 +263,11 @@ def _vectorised(contract: str):
 
 compressed_vec = _vectorised("compressed")
 dense_vec = _vectorised("dense")
+segment_vec = _vectorised("segment")
 
 
-LOOPS = {"compressed": compressed_loop, "dense": dense_loop}
-VECTORISED = {"compressed": compressed_vec, "dense": dense_vec}
+LOOPS = {"compressed": compressed_loop, "dense": dense_loop, "segment": segment_loop}
+VECTORISED = {"compressed": compressed_vec, "dense": dense_vec, "segment": segment_vec}
 
 
 def reference(case: Case, contract: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -76,7 +76,7 @@ def bounds(
     nxt_v[:, :-1] = rec.values[:, 1:]
     nxt_a = torch.zeros_like(adv_p)
     nxt_a[:, :-1] = adv_p[:, 1:]
-    local = u * (rec.rewards.abs() + case.gamma * nxt_v.abs() + rec.values.abs() + c * nxt_a.abs() + adv_p.abs())
+    local = u * (rec.magnitude + case.gamma * nxt_v.abs() + rec.values.abs() + c * nxt_a.abs() + adv_p.abs())
     err_adv_p = discounted_suffix_sum(local, c)
     err_ret_p = err_adv_p + u * (2 * adv_p.abs() + 2 * rec.values.abs())
     err_adv = rec.scatter(err_adv_p)

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from maskfuzz.oracles.properties import Declared
+from maskfuzz.oracles.reference import CONTRACTS
 from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.acquire import AcquireError, Checkout, acquire
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.registry import TargetSpec
 
 CALLABLE_ADAPTER = "maskfuzz.targets.adapters.callable"
-CONTRACTS = ("compressed", "dense")
 
 
 class Skip(Exception):

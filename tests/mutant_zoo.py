@@ -15,7 +15,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import Whitening, compressed_vec, dense_vec
+from maskfuzz.oracles.reference import Whitening, compressed_vec, dense_vec, segment_vec
 
 
 # -- building blocks ----------------------------------------------------------------------------
@@ -178,6 +178,19 @@ def nondeterministic_noise(*, token_rewards, values, trainable, attention, score
     return adv * trainable, ret.to(values.dtype)
 
 
+def segment_reads_last_token_only(*, token_rewards, values, trainable, attention, score, gamma, lam):
+    """Per-turn returns that read one reward per turn, at the turn's last token: a reward (a per-token KL
+    penalty) anywhere else in the turn is lost (ROLL's compute_agentic_reinforce_return reads
+    `sample_rewards[end_idx - 1]` only)."""
+    m = trainable > 0
+    ends = m.clone()
+    ends[:, :-1] &= ~m[:, 1:]
+    kept = torch.where(ends, token_rewards, torch.zeros_like(token_rewards))
+    case = _case(kept, values, trainable, attention, score, gamma, lam)
+    adv, ret = segment_vec(case)
+    return adv.to(values.dtype), ret.to(values.dtype)
+
+
 # -- correct implementations (no finding allowed) ----------------------------------------------
 def correct_compressed(*, token_rewards, values, trainable, attention, score, gamma, lam):
     case = _case(token_rewards, values, trainable, attention, score, gamma, lam)
@@ -188,6 +201,12 @@ def correct_compressed(*, token_rewards, values, trainable, attention, score, ga
 def correct_dense(*, token_rewards, values, trainable, attention, score, gamma, lam):
     case = _case(token_rewards, values, trainable, attention, score, gamma, lam)
     adv, ret = dense_vec(case)
+    return adv.to(values.dtype), ret.to(values.dtype)
+
+
+def correct_segment(*, token_rewards, values, trainable, attention, score, gamma, lam):
+    case = _case(token_rewards, values, trainable, attention, score, gamma, lam)
+    adv, ret = segment_vec(case)
     return adv.to(values.dtype), ret.to(values.dtype)
 
 
@@ -228,8 +247,53 @@ CATCHES = {
     rows_coupled_by_batch_mean: (Declared("dense"), "row-independence"),
     carry_left_at_masked_positions: (Declared("compressed"), "masked-zero"),
     nondeterministic_noise: (Declared("compressed"), "deterministic"),
+    segment_reads_last_token_only: (Declared("segment"), "reference"),
 }
-CORRECT = {correct_compressed: Declared("compressed"), correct_dense: Declared("dense")}
+CORRECT = {
+    correct_compressed: Declared("compressed"),
+    correct_dense: Declared("dense"),
+    correct_segment: Declared("segment"),
+}
+
+
+# -- KL in the reward (`oracles.kl_reward`): mutants that read the case's log-probs ------------------
+KL_REWARD = {"coef": 0.1, "estimator": "k1"}
+_KL_DECLARED = Declared("compressed", variant={"kl_reward": KL_REWARD})
+
+
+def _kl_scan(case: Case, rewards: torch.Tensor):
+    dt = case.torch_dtype
+    adv, ret = compressed_vec(case.replace(token_rewards=rewards))
+    return adv.to(dt), ret.to(dt)
+
+
+def kl_reward_sign_flipped(case: Case):
+    """The KL penalty added with the wrong sign: a bonus for moving away from the reference."""
+    lp, ref = case.extra["logp"], case.extra["ref_logp"]
+    kl = torch.where(case.trainable, lp - ref, torch.zeros_like(lp))
+    return _kl_scan(case, case.token_rewards + KL_REWARD["coef"] * kl)
+
+
+def kl_reward_masked_by_multiply(case: Case):
+    """kl * mask keeps a NaN log-prob of a masked token, and a row sum of the penalty (a KL metric folded
+    back in) carries it to every token of the row."""
+    dt = case.torch_dtype
+    lp, ref = case.extra["logp"].to(dt), case.extra["ref_logp"].to(dt)
+    kl = (lp - ref) * case.trainable.to(dt)
+    adv, ret = kl_reward_correct(case)
+    leak = kl.sum(1, keepdim=True) * 0
+    return adv + leak, ret + leak
+
+
+def kl_reward_correct(case: Case):
+    """The penalty folded in float64 at trainable positions (what the reference does)."""
+    lp, ref = case.extra["logp"], case.extra["ref_logp"]
+    kl = torch.where(case.trainable, lp - ref, torch.zeros_like(lp))
+    return _kl_scan(case, case.token_rewards - KL_REWARD["coef"] * kl)
+
+
+KL_CATCHES = {kl_reward_sign_flipped: "reference", kl_reward_masked_by_multiply: "poison-nonfinite"}
+KL_CORRECT = kl_reward_correct
 
 
 def as_run(fn):
@@ -256,4 +320,5 @@ MECHANISM = {
     rows_coupled_by_batch_mean: "masked-statistics",
     carry_left_at_masked_positions: "masked-nonzero",
     nondeterministic_noise: "nondeterminism",
+    segment_reads_last_token_only: "turn-reward-lost",
 }

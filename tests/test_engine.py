@@ -87,3 +87,19 @@ def test_budget_runs_batches_until_spent():
     )
     assert 5 <= result.generated < 10_000
     assert result.findings == []
+
+
+@pytest.mark.parametrize("mutant,prop", list(zoo.KL_CATCHES.items()), ids=lambda x: getattr(x, "__name__", x))
+def test_kl_in_reward_mutants_are_caught(mutant, prop):
+    result = fuzz_target(
+        mutant, zoo._KL_DECLARED, target=mutant.__name__, max_examples=300, seed=0, derandomize=True, shrink=False
+    )
+    assert prop in [f.property for f in result.findings], (mutant.__name__, result.generated)
+
+
+def test_kl_in_reward_correct_has_no_finding():
+    result = fuzz_target(
+        zoo.KL_CORRECT, zoo._KL_DECLARED, target="kl_reward_correct", max_examples=150, seed=1, derandomize=True
+    )
+    assert result.findings == [], [(f.property, f.verdict.message, f.case.summary()) for f in result.findings]
+    assert result.checked["reference"] > 50 and result.checked["poison"] > 20

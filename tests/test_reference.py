@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.reference import (
+    CONTRACTS,
     LOOPS,
     VECTORISED,
     Whitening,
@@ -63,12 +66,35 @@ def test_all_masked_row_is_zero_and_drops_score():
         assert adv[1].tolist() == [1, 1, 0]
 
 
+@pytest.mark.parametrize("impl", [LOOPS["segment"], VECTORISED["segment"]], ids=lambda f: f.__name__)
+def test_segment_by_hand(impl):
+    """Two turns {0, 1} and {4, 5}: a turn's reward is the sum of its tokens' rewards (the score joins the
+    last), its value the value at its first token, one discount per turn; every token of a turn gets its value."""
+    case = _case(
+        trainable=[[1, 1, 0, 0, 1, 1, 0]],
+        token_rewards=[[0.5, 1, 9, 9, 0, 2, 9]],
+        score=[1],
+        values=[[1, 7, 9, 9, 2, 5, 9]],
+        gamma=0.9,
+        lam=0.5,
+    )
+    adv, ret = impl(case)
+    # turn 1: delta = 3 - 2 = 1; turn 0: delta = 1.5 + 0.9 * 2 - 1 = 2.3, A = 2.3 + 0.45 * 1
+    assert adv[0].tolist() == pytest.approx([2.75, 2.75, 0, 0, 1, 1, 0], abs=1e-12)
+    assert ret[0].tolist() == pytest.approx([3.75, 3.75, 0, 0, 3, 3, 0], abs=1e-12)
+    returns = impl(case.replace(values=torch.zeros(1, 7, dtype=torch.float64), lam=1.0))[1]
+    assert returns[0].tolist() == pytest.approx([4.2, 4.2, 0, 0, 3, 3, 0], abs=1e-12)  # 1.5 + 0.9 * 3
+    # masking token 1 drops its reward and leaves turn 0 one token: the returns at lam = 1 are 0.5 + 0.9 * 3
+    split = impl(case.replace(trainable=torch.tensor([[1, 0, 0, 0, 1, 1, 0]], dtype=torch.bool), lam=1.0))[1]
+    assert split[0].tolist() == pytest.approx([3.2, 0, 0, 0, 3, 3, 0], abs=1e-12)
+
+
 def test_nonfinite_poison_is_selected_out():
     nan, inf = float("nan"), float("inf")
     case = _case(
         trainable=[[1, 0, 1, 0]], values=[[1, nan, 2, -inf]], token_rewards=[[0, inf, 1, nan]], gamma=0.9, lam=0.9
     )
-    for contract in ("compressed", "dense"):
+    for contract in CONTRACTS:
         for impl in (LOOPS[contract], VECTORISED[contract]):
             adv, ret = impl(case)
             assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
@@ -104,7 +130,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> bool:
 @settings(max_examples=60, deadline=None)
 @given(random_cases())
 def test_vectorised_equals_loops(case):
-    for contract in ("compressed", "dense"):
+    for contract in CONTRACTS:
         la, lr = LOOPS[contract](case)
         va, vr = VECTORISED[contract](case)
         scale = case.values.abs().sum() + case.token_rewards.abs().sum() + case.score.abs().sum()
@@ -132,7 +158,7 @@ def test_vectorised_equals_loops_large(b, t):
         values=case.values[rows],
         score=case.score[rows],
     )
-    for contract in ("compressed", "dense"):
+    for contract in CONTRACTS:
         va, vr = VECTORISED[contract](case)
         la, lr = LOOPS[contract](sub)
         assert torch.allclose(va[rows], la, rtol=1e-11, atol=1e-9)
@@ -171,3 +197,27 @@ def test_masked_whiten_needs_two_positions_when_unbiased():
         masked_whiten(x, torch.tensor([[1, 0, 0]], dtype=torch.bool), Whitening(unbiased=True))
     biased = masked_whiten(x, torch.tensor([[1, 0, 0]], dtype=torch.bool), Whitening(unbiased=False))
     assert biased[0, 0] == 0
+
+
+def test_kl_in_reward_by_hand():
+    """r' = r - coef * k(logp - ref_logp) at trainable positions; a NaN log-prob under the mask is selected out."""
+    from maskfuzz.oracles.properties import Declared, expected_outputs
+
+    nan = float("nan")
+    case = _case(
+        trainable=[[1, 1, 0]],
+        token_rewards=[[0, 0, 7]],
+        score=[1],
+        gamma=1,
+        lam=1,
+        extra={"logp": [[-1.0, -0.5, nan]], "ref_logp": [[-1.5, -0.5, -2.0]]},
+    )
+    k1 = Declared("compressed", kind="returns", variant={"kl_reward": {"coef": 0.1, "estimator": "k1"}})
+    adv, ret = expected_outputs(case, k1)
+    assert ret[0].tolist() == pytest.approx([0.95, 1.0, 0.0], abs=1e-12)  # -0.1 * 0.5 + 1, then the score alone
+    k3 = Declared("compressed", kind="returns", variant={"kl_reward": {"coef": 0.1, "estimator": "k3"}})
+    _, ret3 = expected_outputs(case, k3)
+    d = 0.5
+    assert ret3[0, 0] == pytest.approx(1.0 - 0.1 * (math.exp(-d) - 1 + d), abs=1e-12)
+    with pytest.raises(ValueError, match="unknown kl option"):
+        expected_outputs(case, Declared("compressed", kind="returns", variant={"kl_reward": {"coef": 1, "x": 2}}))

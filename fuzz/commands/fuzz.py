@@ -26,6 +26,7 @@ from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
+from maskfuzz.oracles.reference import CONTRACTS
 
 
 def register(sub) -> None:
@@ -46,7 +47,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--contract",
-        choices=("compressed", "dense"),
+        choices=CONTRACTS,
         default="compressed",
         help="the contract a --callable intends (default: compressed)",
     )

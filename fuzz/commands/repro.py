@@ -19,6 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from maskfuzz.oracles.reference import CONTRACTS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -37,7 +39,7 @@ def register(subparsers) -> None:
         metavar="REPO",
         help="with --callable: the git repository it is imported from, at the commit the case records (else HEAD)",
     )
-    p.add_argument("--contract", default="compressed", choices=("compressed", "dense"), help="with --callable")
+    p.add_argument("--contract", default="compressed", choices=CONTRACTS, help="with --callable")
     p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
     p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR", help="where repro.py and report.md go")
     p.add_argument("--bisect", type=Path, metavar="JSON", help="a `maskfuzz bisect --json` result for the report")

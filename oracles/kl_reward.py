@@ -1,0 +1,56 @@
+"""KL in the reward: the per-token KL penalty a `gae` / `returns` target folds into its rewards.
+
+A declared variant `kl_reward = {"coef": c, "estimator": ..., "clamp_d": ..., "clamp": ...}` says
+the target computes, from `case.extra["logp"]` and `case.extra["ref_logp"]` [B, T] (log-probs of the
+policy that sampled and of the reference policy; anything at masked positions),
+
+    r'_t = token_rewards_t - c * k(logp_t - ref_logp_t)   at trainable positions t,
+
+with `k` the estimator of the `kl` kind (`oracles.kinds.kl`, its clamps included), and then runs its
+recursion on r' (the score joins at the last trainable token as usual). Masked positions keep their
+reward: the recursion selects them out, so a KL term under the mask is poison like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from maskfuzz.oracles.case import Case
+
+KEY = "kl_reward"
+EXTRAS = ("logp", "ref_logp")  # per-token inputs: poisoned under the mask, cleaned by the poison twins
+
+
+def options(variant: dict) -> tuple[float, dict]:
+    """(coef, the `kl` kind's variant) of a `kl_reward` variant; ValueError names a bad key."""
+    from maskfuzz.oracles.kinds import kl  # not at module level: the kinds package imports the GAE properties
+
+    spec = dict(variant)
+    coef = float(spec.pop("coef", 0.0))
+    return coef, kl.options(spec)
+
+
+def shaped(case: Case, variant: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r' float64 [B, T], its rounding in units of the dtype's u [B, T]) for `case` under `variant`."""
+    missing = [n for n in EXTRAS if n not in case.extra]
+    if missing:
+        raise ValueError(f"a kl_reward target reads extra {missing}: the case has {sorted(case.extra)}")
+    from maskfuzz.oracles.kinds import kl
+
+    coef, spec = options(variant)
+    penalty = kl.reference(case, spec, vectorised=True)["kl"]
+    live = case.trainable
+    rewards = torch.where(live, case.token_rewards - coef * penalty, case.token_rewards)
+    rounding = torch.where(live, abs(coef) * kl.condition(case, spec), torch.zeros_like(penalty))
+    return rewards, rounding
+
+
+def fold(case: Case, variant: dict | None) -> Case:
+    """`case` with the KL penalty folded into its token rewards (exact float64) and its rounding in
+    `meta["reward_rounding"]`; `case` itself without a `kl_reward` variant."""
+    if not variant:
+        return case
+    rewards, rounding = shaped(case, variant)
+    return dataclasses.replace(case, token_rewards=rewards, meta={"reward_rounding": rounding})
