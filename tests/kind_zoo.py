@@ -141,6 +141,25 @@ def k1_centred_over_all_positions(case: Case):
     return (torch.where(case.trainable, k, torch.zeros((), dtype=k.dtype)),)
 
 
+def _ratio(case: Case, sign: float):
+    """k3 times exp(sign * (logp - old_logp)) at trainable positions (old_logp absent: ratio 1)."""
+    dt = case.torch_dtype
+    d = _d(case)
+    logp = case.extra["logp"].to(dt)
+    x = logp - case.extra.get("old_logp", case.extra["logp"]).to(dt)
+    k = (torch.expm1(-d) + d) * torch.exp(sign * x)
+    return (torch.where(case.trainable, k, torch.zeros((), dtype=k.dtype)),)
+
+
+def k3_ratio_correct(case: Case):
+    return _ratio(case, 1.0)
+
+
+def kl_ratio_inverted(case: Case):
+    """k3 times exp(old_logp - logp): the inverse of the importance ratio (pi_old / pi)."""
+    return _ratio(case, -1.0)
+
+
 # -- normalization -----------------------------------------------------------------------------
 def _whiten(case: Case, x: torch.Tensor, mask: torch.Tensor, *, one_pass=False, unbiased=True) -> torch.Tensor:
     m = mask.to(x.dtype)
@@ -284,6 +303,7 @@ policy_min_not_max = _policy(
 
 GA = {"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "singleton": "raw"}
 K3 = {"estimator": "k3"}
+K3_RATIO = {"estimator": "k3", "ratio": "token"}
 WH = {"level": "batch", "unbiased": True, "eps": 1e-8}
 CATCHES = {
     grpo_correct: ("group-advantage", GA, ()),
@@ -298,6 +318,8 @@ CATCHES = {
     k3_mask_by_multiply: ("kl", K3, ("masked-zero",)),
     k3_wrong_sign: ("kl", K3, ("reference",)),
     k1_centred_over_all_positions: ("kl", {"estimator": "k1"}, ("poison",)),
+    k3_ratio_correct: ("kl", K3_RATIO, ()),
+    kl_ratio_inverted: ("kl", K3_RATIO, ("reference",)),
     whiten_correct: ("normalization", WH, ()),
     whiten_over_all_positions: ("normalization", WH, ("poison",)),
     whiten_one_pass: ("normalization", WH, ("affine",)),

@@ -346,7 +346,9 @@ VARIANTS = {
         {"estimator": "passk", "singleton": "zero"},
         {"estimator": "passk", "std": None, "singleton": "zero"},
     ],
-    "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")] + [{"estimator": "k3", "clamp": (-10.0, 10.0)}],
+    "kl": [{"estimator": e} for e in ("k1", "abs", "k2", "k3")]
+    + [{"estimator": "k3", "clamp": (-10.0, 10.0)}]
+    + [{"estimator": "k3", "ratio": "token"}, {"estimator": "k3", "ratio": "token", "ratio_level": "sequence"}],
     "loss-aggregation": [
         {},
         {"mode": "token-sum"},
@@ -648,3 +650,46 @@ def test_a_crash_from_masked_values_alone_is_nan_through_mask_not_a_degenerate_i
     agg = Declared(kind="loss-aggregation", variant={}, masked_zero=True)
     found = diagnose(zoo.agg_nan_on_empty_step, losses, agg, "empty-step")
     assert found.mechanism == "crash-degenerate" and found.severity == "medium", found
+
+
+def test_kl_ratio_weighted_k3_by_hand():
+    """ratio="token": k3 times exp(logp - old_logp) per trained token; the masked NaN stays out. d = logp - ref = 0.5,
+    -1; x = logp - old = 0.25, -2. ratio="sequence": one weight per row, exp of the masked mean of x ((0.25 - 2) / 2);
+    an old_logp that is absent means old = logp (ratio 1)."""
+    nan = float("nan")
+    case = Case.build(
+        trainable=[[1, 1, 0]],
+        extra={"logp": [[-1.0, -2.0, nan]], "ref_logp": [[-1.5, -1.0, 0.0]], "old_logp": [[-1.25, 0.0, nan]]},
+    )
+    k3 = [math.exp(-0.5) - 1 + 0.5, math.e - 1 - 1]
+    token = kl.reference(case, {"estimator": "k3", "ratio": "token"})["kl"]
+    assert token[0, :2].tolist() == pytest.approx([k3[0] * math.exp(0.25), k3[1] * math.exp(-2.0)]) and token[0, 2] == 0
+    seq = {"estimator": "k3", "ratio": "token", "ratio_level": "sequence"}
+    w = math.exp((0.25 - 2.0) / 2)
+    assert kl.reference(case, seq)["kl"][0, :2].tolist() == pytest.approx([k3[0] * w, k3[1] * w])
+    assert kl.reference(case, {"estimator": "k3", "ratio_level": "sequence"})["kl"][0, :2].tolist() == pytest.approx(k3)
+    for variant in ({"estimator": "k3", "ratio": "token"}, seq):
+        vec = kl.reference(case, variant, vectorised=True)["kl"]
+        assert torch.allclose(vec, kl.reference(case, variant)["kl"], rtol=1e-12, atol=0)
+    on_policy = case.replace(extra={n: x for n, x in case.extra.items() if n != "old_logp"})
+    assert kl.reference(on_policy, seq)["kl"][0, :2].tolist() == pytest.approx(k3)
+    assert kl.peak(case, seq) == pytest.approx(w) and kl.peak(case, {"estimator": "k3"}) == 0.0
+    assert bool((kl.condition(case, seq)[0, :2] > 0).all()) and kl.condition(case, seq)[0, 2] == 0
+    with pytest.raises(ValueError, match="ratio"):
+        kl.options({"ratio": "row"})
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_kl_ratio_loop_and_vectorised_agree(level):
+    """40 random cases with drawn old log-probs (ratios 1 to e^+-20): loop and vectorised references agree."""
+    variant = {"estimator": "k3", "ratio": "token", "ratio_level": level}
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(kind_cases("kl", sizes=Sizes(6, 16), nonfinite=True), st.just(0))
+    def check(case, _):
+        assert "old_logp" in case.extra
+        loop = kl.reference(case.replace(dtype="float64"), variant)["kl"]
+        vec = kl.reference(case.replace(dtype="float64"), variant, vectorised=True)["kl"]
+        assert torch.allclose(loop, vec, rtol=1e-9, atol=1e-9), (loop, vec)
+
+    check()

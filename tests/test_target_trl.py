@@ -953,3 +953,74 @@ def test_short_fuzz_of_the_policy_loss(group_entry):
     found = {f.property for f in res.findings}
     assert found <= {"poison-nonfinite", "no-crash", "empty-step", "masked-zero"}, found
     assert res.checked["reference"] > 0 and res.failed["reference"] == 0 and res.failed["poison"] == 0
+
+
+# kl-grpo with a real importance ratio: the case's old_logp is bound as inputs["old_per_token_logps"] (read at
+# grpo_trainer.py:3065 at 1.16.0, git f2cd577 :3036), so coef_1 = exp(logp - old) (:3083-3095; :3054-3066) is not 1.
+# x = logp - old = 0.25, -2 at the trained tokens; at the padding slot 1e4 - 0 (finite: (log_ratio * mask) is 0 there)
+KL_OFF = KL_CASE.replace(extra={**KL_CASE.extra, "old_logp": torch.tensor([[-1.25, -1.0, 0.0]])})
+W_TOKEN = [math.exp(0.25), math.exp(-2.0)]
+W_SEQ = math.exp((0.25 - 2.0) / 2)
+
+
+@pytest.mark.network
+def test_kl_grpo_bias_correction_with_a_real_ratio_by_hand(group_entry):
+    from maskfuzz.oracles.options import apply
+
+    h = group_entry("kl-grpo", NEWEST)
+    on = {"use_bias_correction_kl": True}
+    # per_token_kl * coef_1 (:3104-3105), coef_1 = exp(logp - old) per token, unclamped
+    (kl,) = h.run(KL_OFF.replace(options=on))
+    assert kl[0, :2].tolist() == pytest.approx([k * w for k, w in zip(K3, W_TOKEN)], rel=1e-6)
+    assert apply(h.declared, on).variant == {"estimator": "k3", "ratio": "token"}
+    assert apply(h.declared, {"importance_sampling_level": "sequence"}).variant["ratio_level"] == "sequence"
+    assert apply(h.declared, {"use_bias_correction_kl": False}).variant == {"estimator": "k3"}
+    v = kind_verdicts(h, KL_OFF.replace(options=on))
+    for prop in ("no-crash", "poison", "reference", "deterministic"):
+        assert v[prop].status == "pass", (prop, v[prop])
+    # sequence level: one weight per row, exp of the masked mean of the log-ratio (:3087)
+    seq = {**on, "importance_sampling_level": "sequence"}
+    assert h.run(KL_OFF.replace(options=seq))[0][0, :2].tolist() == pytest.approx([k * W_SEQ for k in K3], rel=1e-6)
+    assert kind_verdicts(h, KL_OFF.replace(options=seq))["reference"].status == "pass"
+    # the correction off: the plain k3 whatever old is (coef_1 is computed, not used by the KL)
+    off = {"use_bias_correction_kl": False, "importance_sampling_level": "sequence"}
+    assert h.run(KL_OFF.replace(options=off))[0][0, :2].tolist() == pytest.approx(K3, rel=1e-6)
+    assert kind_verdicts(h, KL_OFF.replace(options=off))["reference"].status == "pass"
+    # the inverse ratio (pi_old / pi) is what the reference rejects: the check is not vacuous
+    inverted = KL_OFF.replace(extra={**KL_OFF.extra, "old_logp": torch.tensor([[-0.75, -5.0, 0.0]])}, options=on)
+    assert h.run(inverted)[0][0, :2].tolist() == pytest.approx([k / w for k, w in zip(K3, W_TOKEN)], rel=1e-6)
+    # 0.19.1 has no coef_1: with old != logp the correction cannot be run (OptionNotAtPin); on-policy it can
+    old_pin = group_entry("kl-grpo", "0.19.1")
+    v = kind_verdicts(old_pin, KL_OFF)
+    assert v["no-crash"].status == "pass" and "OptionNotAtPin" in v["no-crash"].message
+    on_policy = KL_OFF.replace(extra={**KL_OFF.extra, "old_logp": KL_CASE.extra["logp"]})
+    assert kind_verdicts(old_pin, on_policy)["reference"].status == "pass"
+    # ... and use_bias_correction_kl=False is what 0.19.1 computes: the plain k3 whatever old is
+    v = kind_verdicts(old_pin, KL_OFF.replace(options={"use_bias_correction_kl": False}))
+    assert v["reference"].status == "pass"
+
+
+def test_git_head_kl_bias_correction_with_a_real_ratio():
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    with open_target(f"trl:kl-grpo@{GIT_PIN}", repos=repos) as h:  # :3075-3076, default False at this commit
+        (kl,) = h.run(KL_OFF.replace(options={"use_bias_correction_kl": True}))
+        assert kl[0, :2].tolist() == pytest.approx([k * w for k, w in zip(K3, W_TOKEN)], rel=1e-6)
+        assert h.run(KL_OFF.replace(options={"use_bias_correction_kl": False}))[0][0, :2].tolist() == pytest.approx(K3)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_short_fuzz_of_kl_grpo_with_the_bias_correction_on(group_entry, level):
+    """15 examples with use_bias_correction_kl on (the real ratio): token level finds nothing; sequence level at most
+    the known NaN through the masked mean of the log-ratio (poison-nonfinite, api reach)."""
+    h = group_entry("kl-grpo", NEWEST)
+    opts = {"use_bias_correction_kl": True, "importance_sampling_level": level}
+    res = fuzz_target(
+        h.run, h.declared, target="trl", pin=NEWEST, max_examples=15, seed=0, sizes=Sizes(3, 6), options=opts
+    )
+    found = {f.property for f in res.findings}
+    assert found <= ({"poison-nonfinite"} if level == "sequence" else set()), found
+    assert res.checked["reference"] > 0
+

@@ -509,7 +509,9 @@ for _name in AGG_ENTRIES:
 # ---- kl entries (targets/adapters/trl_kinds.py::load_kl_grpo / load_kl_ppo; docs/kinds/trl.md, "KL")
 # kl-grpo: `per_token_kl = exp(ref - logp) - (ref - logp) - 1` (grpo_trainer.py:3100-3102 at 1.16.0; 1.12.0
 # :3189-3191, git f2cd577 :3071-3073, 0.19.1 :1379-1381) is k3 of d = logp - ref (exp(-d) - 1 + d), no clamp.
-# `* coef_1` when use_bias_correction_kl (:3104-3105; absent at 0.19.1), coef_1 = exp(logp - old) from :3083-3095.
+# `* coef_1` when use_bias_correction_kl (:3104-3105; absent at 0.19.1), coef_1 = exp(logp - old) from :3083-3095
+# (git f2cd577 :3075-3076, :3054-3066): the kl variant's ratio="token" (ratio_level="sequence" under
+# importance_sampling_level="sequence"), old = the case's old_logp bound as inputs["old_per_token_logps"].
 # Computed at every position; masked by the loss (`per_token_loss * mask`, :3153-3184) and the metric (:3268).
 _KL_GRPO_PIPELINE = Domain(
     left_padding=False,
@@ -527,16 +529,19 @@ USE_BIAS_CORRECTION_KL = Option(
     True,
     f"{_GR}:3104-3105 (1.16.0; grpo_config.py:972-973 default True; 1.12.0 default True, git f2cd577 default False; "
     "absent at 0.19.1: OptionNotAtPin)",
-    "multiply the per-token KL by the importance ratio coef_1 = exp(logp - old_logp); with TRL's default old = "
-    "logp.detach() (num_iterations = 1, :3065-3066) coef_1 = 1, so the KL value is unchanged (its gradient is not)",
+    "multiply the per-token KL by the importance ratio coef_1 = exp(logp - old_logp) (:3083-3095, unclamped); the "
+    "adapter binds old_per_token_logps from the case's old_logp (:3065), so coef_1 is a real ratio (with TRL's "
+    "default old = logp.detach(), num_iterations = 1, :3066, it is 1)",
+    effect={True: {"variant": {"ratio": "token"}}},
 )
 IMPORTANCE_SAMPLING_LEVEL = Option(
     "importance_sampling_level",
     ("token", "sequence"),
     "token",
     f"{_GR}:3084-3093 (1.16.0; grpo_config.py:760-761 default 'token'; absent at 0.19.1: OptionNotAtPin)",
-    "coef_1 per token or per sequence ((log_ratio * mask).sum(-1) / mask.sum(-1)); with old = logp.detach() the "
-    "ratio is 1 either way, so the KL value is unchanged",
+    "coef_1 per token or per sequence (exp((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)), :3087-3088); "
+    "it weighs the KL only under use_bias_correction_kl (the kl variant's ratio_level)",
+    effect={"sequence": {"variant": {"ratio_level": "sequence"}}},
 )
 # kl-ppo: `logr = ref_logprobs - logprobs; kl = -logr if args.kl_estimator == "k1" else (logr.exp() - 1) - logr`
 # (trl/experimental/ppo/ppo_trainer.py:773-774 at 1.12.0 and f2cd577; 0.19.1 trl/trainer/ppo_trainer.py:510-511;

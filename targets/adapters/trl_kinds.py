@@ -533,9 +533,12 @@ def kl_grpo_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> 
 def load_kl_grpo(root: Path) -> Loaded:
     """GRPO's per-token k3 KL to the reference, as `GRPOTrainer._compute_loss` computes it (1.16.0
     grpo_trainer.py:3098-3106): `per_token_kl = exp(ref - logp) - (ref - logp) - 1`, times the importance ratio
-    `coef_1` when `args.use_bias_correction_kl` (3104-3105). Bound: `per_token_logps` = the case's logp, `inputs =
-    {"ref_per_token_logps": ref_logp}` (no "old_per_token_logps": TRL's own default `old = per_token_logps.detach()`,
-    3065-3066, the num_iterations == 1 path, so coef_1 = exp(0) = 1 at finite positions), `mask` = trainable
+    `coef_1` when `args.use_bias_correction_kl` (3104-3105), coef_1 = exp(log_ratio) per token or exp of its masked row
+    mean (`importance_sampling_level`, 3083-3095), unclamped. Bound: `per_token_logps` = the case's logp, `inputs =
+    {"ref_per_token_logps": ref_logp, "old_per_token_logps": old_logp}` (the num_iterations > 1 / vLLM path, read at
+    3065; a case without old_logp leaves TRL's own default `old = per_token_logps.detach()`, 3066, so coef_1 = 1; at
+    0.19.1, which has no coef_1, a case whose old_logp differs from logp at a trained token is OptionNotAtPin under
+    the correction (the declared `ratio` of use_bias_correction_kl=True cannot hold there)), `mask` = trainable
     (int64, the completion_mask of 3027 without a tool mask), `self.beta` = 0.04, `self.importance_sampling_level` and
     `self.args.use_bias_correction_kl` from the case's options. The output is per_token_kl at every position: TRL
     masks it in the loss (`per_token_loss * mask`, 3153-3184) and in the metric (`global_masked_mean`, 3268)."""
@@ -555,10 +558,18 @@ def load_kl_grpo(root: Path) -> Loaded:
         dt = case.torch_dtype
         bias = case.options.get("use_bias_correction_kl", USE_BIAS_CORRECTION_KL)
         level = case.options.get("importance_sampling_level", "token")
-        if bias is not USE_BIAS_CORRECTION_KL and not reads_bias:
-            raise OptionNotAtPin(f"{rel}:{block.first_line}: no use_bias_correction_kl at this pin (no KL correction)")
+        # a pin without coef_1 in the KL (0.19.1) computes the uncorrected KL: use_bias_correction_kl=False exactly,
+        # True only where the ratio is 1 (old_logp absent or equal to logp at every trained token)
         if level != "token" and not reads_level:
             raise OptionNotAtPin(f"{rel}:{block.first_line}: no importance_sampling_level at this pin")
+        off_policy = "old_logp" in case.extra and bool(
+            (case.extra["old_logp"] != case.extra["logp"])[case.trainable].any()
+        )
+        if bias and off_policy and not reads_bias:
+            raise OptionNotAtPin(
+                f"{rel}:{block.first_line}: no use_bias_correction_kl at this pin: the KL has no importance ratio, "
+                "so a case with old_logp != logp (a ratio != 1) cannot be run with the correction on"
+            )
         logp = case.extra["logp"].to(device=device, dtype=dt)
         ref = case.extra["ref_logp"].to(device=device, dtype=dt)
         me = types.SimpleNamespace(
@@ -566,9 +577,12 @@ def load_kl_grpo(root: Path) -> Loaded:
             importance_sampling_level=level,
             args=types.SimpleNamespace(use_bias_correction_kl=bias),
         )
+        inputs = {"ref_per_token_logps": ref}
+        if "old_logp" in case.extra:  # TRL's `inputs.get("old_per_token_logps")`: the real ratio, not 1
+            inputs["old_per_token_logps"] = case.extra["old_logp"].to(device=device, dtype=dt)
         values = dict(
             per_token_logps=logp,
-            inputs={"ref_per_token_logps": ref},
+            inputs=inputs,
             mask=case.trainable.to(device=device, dtype=torch.long),
             self=me,
         )
@@ -578,8 +592,9 @@ def load_kl_grpo(root: Path) -> Loaded:
     notes = [
         f"block {rel}:{block.first_line}-{block.last_line} of {cls_name}.{method} run from source"
         + (" (old_per_token_logps defaults, log_ratio through coef_1, the KL statement)" if reads_bias else ""),
-        f"self.beta = {KL_BETA} (the block runs only for beta != 0); per_token_logps = logp, "
-        "inputs = {'ref_per_token_logps': ref_logp} without old_per_token_logps (TRL's default old = logp.detach())",
+        f"self.beta = {KL_BETA} (the block runs only for beta != 0); per_token_logps = logp, inputs = "
+        "{'ref_per_token_logps': ref_logp, 'old_per_token_logps': old_logp} (without old_logp in the case, TRL's "
+        "default old = logp.detach(), ratio 1)",
         "use_bias_correction_kl and importance_sampling_level from the case's options; mask = trainable (int64)",
         "output: per_token_kl at every position (TRL masks it in the loss)",
     ]
