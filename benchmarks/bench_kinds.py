@@ -8,7 +8,8 @@ For each kind, times the loop reference, the vectorised reference (`oracles/kind
 a `Case` in, [B, T] out) and the fastest upstream implementation maskfuzz targets that runs from a
 released wheel (verl's `compute_grpo_vectorized_outcome_advantage` and the loop
 `compute_grpo_outcome_advantage`, `masked_whiten`, `kl_penalty(low_var_kl)`, `agg_loss` forward and
-backward, `compute_value_loss` and `compute_policy_loss_vanilla` forward and backward), imported in this
+backward, `compute_value_loss` and `compute_policy_loss_vanilla` forward and backward, `kl_penalty(kl)` into the
+REINFORCE++ returns loop `compute_reinforce_plus_plus_outcome_advantage`), imported in this
 process with the adapter's stand-ins (the worker's pickling would otherwise be part of the time).
 Figures are medians of `--repeats` calls after a warm-up; the ratio reference / upstream is printed,
 so machine load cancels out to first order. The loop references are timed on a slice (`--loop-rows`)
@@ -22,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -29,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from maskfuzz.oracles import kl_reward  # noqa: E402
 from maskfuzz.oracles.case import Case  # noqa: E402
 from maskfuzz.oracles.kinds import (  # noqa: E402
     group_advantage,
@@ -38,6 +41,7 @@ from maskfuzz.oracles.kinds import (  # noqa: E402
     policy_loss,
     value_loss,
 )
+from maskfuzz.oracles.reference import compressed_loop, compressed_vec, segment_loop, segment_vec  # noqa: E402
 
 
 def timed(fn: Callable, repeats: int) -> float:
@@ -216,6 +220,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     vec = timed(lambda: policy_loss.reference(pc, pv, vectorised=True), args.repeats)
     rows.append(("policy-loss", f"{args.batch} x {args.length}, dual clip 3", loop, vec, up))
+
+    # returns with the KL in the reward (k1, coef 0.1): fold + the compressed scan, against verl's kl_penalty, the
+    # trainer's `scores - beta * kld * mask` (apply_kl_penalty) and its REINFORCE++ returns loop
+    kr = {"coef": 0.1, "estimator": "k1"}
+    rc = tc.replace(score=torch.randn(tc.shape[0], dtype=torch.float64))
+    rows_small = rc.rows(list(range(min(args.loop_rows, rc.shape[0]))))
+    scores = torch.zeros(rc.shape, dtype=torch.float32)
+    scores[torch.arange(rc.shape[0]), rc.trainable.sum(1) - 1] = rc.score.float()
+    algo = SimpleNamespace(gamma=1.0)
+    mask_f = rc.trainable.float()
+
+    def verl_kl_returns():
+        kld = core.kl_penalty(lp, rp, "kl") * mask_f
+        return core.compute_reinforce_plus_plus_outcome_advantage(scores - 0.1 * kld, mask_f, config=algo)
+
+    up = timed(verl_kl_returns, args.repeats)
+    loop = timed(lambda: compressed_loop(kl_reward.fold(rows_small, kr)), 1) * rc.shape[0] / rows_small.shape[0]
+    vec = timed(lambda: compressed_vec(kl_reward.fold(rc, kr)), args.repeats)
+    rows.append(("returns + kl", f"{args.batch} x {args.length}, k1 in the reward", loop, vec, up))
+
+    # returns per turn (the `segment` contract) on rows of 16 turns; no released wheel has a per-turn return (ROLL's
+    # compute_agentic_reinforce_return is git-only), so the upstream column is verl's per-token REINFORCE++ loop on
+    # the same mask: the cost of one masked returns pass, not the same math
+    turns = (torch.arange(args.length)[None, :] // max(1, args.length // 32)) % 2 == 0
+    sc = rc.replace(trainable=rc.trainable & turns)
+    seg_small = sc.rows(list(range(min(args.loop_rows, sc.shape[0]))))
+    mask_t = sc.trainable.float()
+    up = timed(lambda: core.compute_reinforce_plus_plus_outcome_advantage(scores, mask_t, config=algo), args.repeats)
+    loop = timed(lambda: segment_loop(seg_small), 1) * sc.shape[0] / seg_small.shape[0]
+    vec = timed(lambda: segment_vec(sc), args.repeats)
+    rows.append(("returns (segment)", f"{args.batch} x {args.length}, 16 turns a row", loop, vec, up))
 
     print(f"{'kind':18} {'shape':34} {'loop ref s':>11} {'vec ref s':>10} {'upstream s':>11} {'vec/upstream':>13}")
     for kind, shape, loop, vec, up in rows:
