@@ -1,6 +1,7 @@
 """`maskfuzz fuzz`: fuzz targets (or a user's function) and report the shrunk findings.
 
-    maskfuzz fuzz [TARGET[:ENTRY][@PIN] ...] [--callable MODULE:FUNC[@REV] [--source REPO] --contract compressed|dense]
+    maskfuzz fuzz [TARGET[:ENTRY][@PIN] ...]
+                  [--callable MODULE:FUNC[@REV] [--source REPO] --contract compressed|dense|segment]
                   [--max-examples N] [--budget SECONDS] [--seed N] [--profile dev|ci|nightly]
                   [--json PATH] [--junit PATH] [--corpus DIR] [--repo NAME=PATH ...] [--jobs N]
 

@@ -1,7 +1,7 @@
 """`maskfuzz repro CASE --target T@PIN -o DIR`: a standalone reproducer and a maintainer report.
 
     maskfuzz repro CASE [--target T[:ENTRY][@PIN]] [--repo NAME=PATH] -o DIR [--bisect JSON]
-    maskfuzz repro CASE --callable MODULE:FUNC [--path DIR | --source REPO] [--contract compressed|dense] -o DIR
+    maskfuzz repro CASE --callable MODULE:FUNC [--path DIR | --source REPO] [--contract compressed|dense|segment] -o DIR
 
 Writes DIR/repro.py (plain Python + torch: `python repro.py /path/to/checkout` exits 1 while the
 bug reproduces, 0 once it is fixed) and DIR/report.md. The target defaults to the case's own
