@@ -425,10 +425,13 @@ class Source:
         path = inspect.getsourcefile(module)
         return cls(name, Path(path).read_text(encoding="utf-8"), str(path))
 
-    def segment(self, node: ast.stmt, drop: Iterable[str] = (), omit: Iterable[int] = ()) -> str:
+    def segment(
+        self, node: ast.stmt, drop: Iterable[str] = (), omit: Iterable[int] = (), strips: Iterable[tuple] = ()
+    ) -> str:
         """The node's source lines with its decorators and the comment lines right above it
         (section banners, `# ---` blocks, are left out); `drop` names methods of a class to omit,
-        `omit` 0-based line numbers (a local import of maskfuzz whose names the script defines)."""
+        `omit` 0-based line numbers (a local import of maskfuzz whose names the script defines),
+        `strips` (line, column, length) spans to cut (a `module.` prefix whose members the script defines)."""
         start = _first_line(node)
         first = start
         while first > 0 and self.lines[first - 1].lstrip().startswith("#"):
@@ -443,7 +446,18 @@ class Source:
                 lo = _first_line(method)
                 lo -= 1 if lo > 0 and not self.lines[lo - 1].strip() else 0  # and the blank line above
                 skip |= set(range(lo, method.end_lineno))
-        return "\n".join(comments + [text for i, text in lines if i not in skip])
+        cuts: dict[int, list[tuple[int, int]]] = {}
+        for line, col, length in strips:
+            cuts.setdefault(line, []).append((col, length))
+        out = []
+        for i, text in lines:
+            if i in skip:
+                continue
+            for col, length in sorted(cuts.get(i, ()), reverse=True):  # ast columns are UTF-8 byte offsets
+                raw = text.encode()
+                text = (raw[:col] + raw[col + length :]).decode()
+            out.append(text)
+        return "\n".join(comments + out)
 
 
 def _first_line(node: ast.stmt) -> int:
@@ -518,6 +532,7 @@ class Closure:
     used_overrides: set[str] = field(default_factory=set)
     missing: dict[str, list[str]] = field(default_factory=dict)  # maskfuzz module -> names a script lacks
     local_imports: dict[str, set[int]] = field(default_factory=dict)  # source -> lines of maskfuzz imports in defs
+    strips: dict[str, set[tuple[int, int, int]]] = field(default_factory=dict)  # source -> (line, col, len) cut
 
     def add_source(self, source: Source, chain: Iterable[str] = ()) -> None:
         self.sources[source.name] = source
@@ -571,8 +586,9 @@ class Closure:
 
     def _walk(self, source: Source, node: ast.AST, owner: str) -> None:
         self.dotted |= dotted_names(node)
-        for n in sorted(free_names(node)):
-            self.need(source, n, f"read by {owner} in {source.name}")
+        modules = {
+            bound: full for bound, lines in source.imports.items() for full in [_adapter_module(lines[0])] if full
+        }
         # `from maskfuzz... import x` inside a function (adapters import each other lazily): x is copied to
         # the script's top level like any other reached definition, and the import line is left out
         for imp in ast.walk(node):
@@ -583,9 +599,28 @@ class Closure:
             ):
                 why = f"imported inside {owner} in {source.name}"
                 for a in imp.names:
-                    self._imported(source, a.asname or a.name, [ImportLine(imp.module, a.name, a.asname)], why)
+                    line = ImportLine(imp.module, a.name, a.asname)
+                    if _adapter_module(line):
+                        modules[line.bound] = _adapter_module(line)
+                    else:
+                        self._imported(source, line.bound, [line], why)
                 lines = self.local_imports.setdefault(source.name, set())
                 lines |= set(range(imp.lineno - 1, imp.end_lineno))
+        for n in sorted(free_names(node) - set(modules)):
+            self.need(source, n, f"read by {owner} in {source.name}")
+        # an adapter module used as an object (`nemo_rl.KL_TYPE`, `mk.load_x`): its members are copied to the
+        # script's top level and the `module.` prefix is cut from the copied text
+        for a in ast.walk(node):
+            if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id in modules:
+                full = modules[a.value.id]
+                other = self.sources.get(full) or Source.of_module(full)
+                if full not in self.sources:
+                    self.add_source(other)
+                self.need(other, a.attr, f"read as {a.value.id}.{a.attr} by {owner} in {source.name}")
+                cut = (a.value.lineno - 1, a.value.col_offset, len(a.value.id) + 1)
+                self.strips.setdefault(source.name, set()).add(cut)
+            elif isinstance(a, ast.Name) and a.id in modules and not _is_attribute_base(node, a):
+                raise Unsupported(f"{source.name}: {owner} uses the module {a.id} itself, not a member of it")
 
     def _imported(self, source: Source, name: str, lines: list[ImportLine], why: str) -> None:
         for line in lines:
@@ -660,7 +695,7 @@ class Closure:
             drop: set[str] = set()
             if isinstance(node, ast.ClassDef) and node.name in prune:
                 drop = unused_methods(node, self.attributes(besides=node))
-            out.append(src.segment(node, drop, self.local_imports.get(src.name, ())))
+            out.append(src.segment(node, drop, self.local_imports.get(src.name, ()), self.strips.get(src.name, ())))
         return out
 
     def attributes(self, besides: ast.AST | None = None) -> set[str]:
@@ -668,6 +703,16 @@ class Closure:
         nodes = [node for src, node in self.picked.values() if node is not besides]
         nodes += [self.overrides[n].tree for n in self.used_overrides]
         return {a.attr for node in nodes for a in ast.walk(node) if isinstance(a, ast.Attribute)}
+
+
+def _adapter_module(line: ImportLine) -> str | None:
+    """The adapter module an import binds as an object (`from maskfuzz.targets.adapters import nemo_rl`), else None."""
+    full = f"{line.module}.{line.name}"
+    return full if line.module == "maskfuzz.targets.adapters" and line.name and _followed(full) else None
+
+
+def _is_attribute_base(node: ast.AST, name: ast.Name) -> bool:
+    return any(isinstance(a, ast.Attribute) and a.value is name for a in ast.walk(node))
 
 
 def _followed(module: str) -> bool:

@@ -486,6 +486,31 @@ def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
     assert f"\nPACKAGES = ({json.dumps(adapter.PACKAGES[0])},)" in text
 
 
+def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
+    """`from maskfuzz.targets.adapters import nemo_rl` then `nemo_rl.KL_TYPE` (NeMo-RL's and slime's kind
+    adapters): the member is copied to the script's top level and the `nemo_rl.` prefix is cut."""
+    template = repro.Source("maskfuzz.fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
+    closure = repro.Closure(template)
+    text = (
+        "from maskfuzz.targets.adapters import nemo_rl\n\n\n"
+        "def f():\n"
+        "    from maskfuzz.targets.adapters import nemo_rl as nr\n\n"
+        "    return nemo_rl.KL_TYPE, 'é', nr.KL_IN_CLAMP\n"
+    )
+    user = repro.Source("maskfuzz.targets.adapters.user_of_nemo", text)
+    closure.add_source(user)
+    closure.need(user, "f", "test")
+    code = "\n".join(closure.code("maskfuzz.targets.adapters.user_of_nemo"))
+    assert "return KL_TYPE, 'é', KL_IN_CLAMP" in code and "import" not in code
+    assert closure.bound["KL_TYPE"] == closure.bound["KL_IN_CLAMP"] == "maskfuzz.targets.adapters.nemo_rl"
+    assert not closure.missing
+    bare = repro.Source("maskfuzz.targets.adapters.bare", text.replace("nemo_rl.KL_TYPE", "getattr(nemo_rl, 'x')"))
+    closure = repro.Closure(template)
+    closure.add_source(bare)
+    with pytest.raises(repro.Unsupported, match="uses the module nemo_rl itself"):
+        closure.need(bare, "f", "test")
+
+
 def test_copied_helper_must_be_stdlib_and_torch():
     template = repro.Source("maskfuzz.fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
     closure = repro.Closure(template)

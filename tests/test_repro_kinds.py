@@ -8,6 +8,7 @@ written by `maskfuzz repro`, run in an interpreter without maskfuzz, and judged 
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -267,3 +268,33 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
     root = acquire(registry.get(ref.target), ref.pin, parse_repos(None)).root
     code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)
     assert code == 1 and data["status"] == "reproduced", data.get("message")
+
+
+NEMO_GROUP = Case.build(trainable=[[1]], score=[0.0], group=[0], dtype="float32")
+
+
+@pytest.mark.needs_mirror
+def test_nemo_rl_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python):
+    """NeMo-RL's kind adapter reads its GAE adapter as a module object (`nemo_rl.X`): the script copies those
+    members and cuts the prefix. A one-token group: the all-masked row of the padding twin joins the group's
+    statistics (7ea279abfbeb: the pad-invariance finding of `maskfuzz fuzz nemo-rl:grpo@main`, shrunk)."""
+    from maskfuzz.fuzz.repos import parse_repos
+    from maskfuzz.targets import registry
+    from maskfuzz.targets.acquire import acquire
+
+    if "nemo-rl" not in parse_repos(None):
+        pytest.skip("NeMo-RL is git only: needs MASKFUZZ_REPOS=nemo-rl=/path/to/a/clone/of/NVIDIA-NeMo/RL")
+    pin = "7ea279abfbeb"
+    found = Entry("nemo-rl", pin, "pad-invariance", NEMO_GROUP, Verdict("pad-invariance", "fail", "hand-made"),
+                  entry_point="grpo", found=Found.now(0))  # fmt: skip
+    path = save(found, tmp_path / "corpus")
+    code = cli(["repro", str(path), "-o", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 0 and "judge agrees (fail)" in captured.out, captured.err
+    tree = ast.parse((tmp_path / "out" / "repro.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "nemo_rl"]  # the prefix is cut
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and "maskfuzz" in (n.module or "")]
+    root = acquire(registry.get("nemo-rl"), pin, parse_repos(None)).root
+    code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)
+    assert data["status"] == "reproduced" and code == 1, data.get("message")
+    assert data["commit"].startswith(pin)
