@@ -232,8 +232,9 @@ KL_RATIOS = (0.0, 0.1, -0.1, 1.0, -1.0, 5.0, -5.0)
 
 
 def _kl_logprobs(draw, dead: torch.Tensor, dtype: str, nonfinite: bool, poison: bool) -> dict[str, torch.Tensor]:
-    """`logp` and `ref_logp` [B, T]: log-probs <= 0 whose log-ratio runs from 0 to +-5 nats (const, per row
-    or random); at masked positions the same kind of log-probs, or poison where the domain allows it."""
+    """`logp` and `ref_logp` [B, T]: log-probs <= 0 whose log-ratio is 0 to +-5 nats (a constant or per row from
+    the pool) or random at a scale of 0.01 to 10 (tens of nats: the estimators' clamps bind); at masked positions
+    the same kind of log-probs, or poison where the domain allows it."""
     ref = -_fill(draw, tuple(dead.shape), "ref_logp", pool=(0.0, 0.5, 1.0, 5.0)).abs()
     d = _fill(draw, tuple(dead.shape), "kl log-ratio", pool=KL_RATIOS)
     logp = (ref + d).clamp(max=0.0)

@@ -90,9 +90,9 @@ def reach(
 ) -> Reach:
     """Can the framework's own pipeline produce a case violating `prop` through `mechanism`?
     `known`: a witness recorded earlier, tried first; `examples` = 0 searches nothing (replay)."""
-    pipe = declared.pipeline
-    if pipe is None:
+    if declared.pipeline is None:
         return Reach("api", None, "the adapter declares no pipeline domain for this pin")
+    pipe = declared.pipeline.within(declared.domain)  # a witness is a valid input of the function first
     # judged as the pipeline would run it: the twins a property builds stay inside the pipeline too
     inside = dataclasses.replace(declared, domain=pipe)
     same = lambda c: diagnose(run, c, declared, prop).mechanism == mechanism  # noqa: E731

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from maskfuzz.oracles import kl_reward
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
 from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
@@ -198,8 +199,12 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
                 return Diagnosis("masked-statistics", f"the output equals the reference whitened over {name}")
     if declared.contract == "segment" and (wrong or wrong_ret):
         ends = clean.trainable & ~torch.cat([clean.trainable[:, 1:], torch.zeros_like(clean.trainable[:, :1])], 1)
-        kept = clean.replace(token_rewards=torch.where(ends, clean.token_rewards, torch.zeros_like(c_adv)))
-        k_exp = expected_outputs(kept, declared)
+        # the rewards the recursion reads (a KL in the reward folded in first), kept at each turn's last token
+        shaped = kl_reward.fold(clean, declared.variant.get(kl_reward.KEY))
+        at_ends = torch.where(ends, shaped.token_rewards, torch.zeros_like(c_adv))
+        kept = dataclasses.replace(shaped, token_rewards=at_ends)
+        plain = dataclasses.replace(declared, variant={k: v for k, v in declared.variant.items() if k != kl_reward.KEY})
+        k_exp = expected_outputs(kept, plain)
         if (
             k_exp is not None
             and not _moved(c_adv, k_exp[0], bnd.advantages, slack, live).any()

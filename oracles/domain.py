@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -70,6 +70,24 @@ class Domain:
     # of the rollout policy and of its next update (or the reference policy), <= 0 and within LOGRATIO_SPAN
     masked_logprobs: bool = True
     why: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def within(self, api: "Domain") -> "Domain":
+        """This (pipeline) domain read inside `api`: what the pipeline builds and the function also takes.
+        A pipeline domain declared field by field may leave permissive what the api domain narrows by the
+        kind (no critic for `returns`, no discount, a dtype the function rejects): the api's narrowing holds."""
+        changes: dict = {}
+        for f in fields(self):
+            if f.name in ("dtypes", "why"):
+                continue
+            if getattr(self, f.name) and not getattr(api, f.name):
+                changes[f.name] = False
+        dtypes = tuple(d for d in self.dtypes if d in api.dtypes) or api.dtypes
+        if dtypes != self.dtypes:
+            changes["dtypes"] = dtypes
+        if not changes:
+            return self
+        why = {**{k: api.why[k] for k in changes if k in api.why}, **self.why}
+        return replace(self, **changes, why=why)
 
     def cited(self) -> list[str]:
         """Narrowed fields whose reason cites no upstream file and line ("path.py:12" or

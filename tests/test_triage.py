@@ -8,6 +8,7 @@ import dataclasses
 
 import mutant_zoo as zoo
 import pytest
+import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import reach, triage
@@ -59,6 +60,30 @@ def test_reach_is_pipeline_only_with_a_witness_inside_the_pipeline_domain():
     )
     r = reach(run, leak, "poison", mech, dataclasses.replace(declared, pipeline=zeroed), examples=40)
     assert r.level == "api" and r.witness is None and "outside the pipeline domain" in r.how
+
+
+def test_a_witness_is_searched_inside_the_api_domain_too():
+    """A returns function (no critic: api `critic=False`) whose pipeline domain narrows gaps only: the witness
+    search must keep V = 0, or a function that rightly ignores values fails the reference on every draw (verl
+    reinforce++-kl 0.4.1 got reach pipeline from such a witness)."""
+    from maskfuzz.oracles.properties import Declared
+    from maskfuzz.oracles.reference import compressed_vec
+
+    def off_by_one_on_gaps(case: Case):
+        adv, ret = compressed_vec(case.replace(values=torch.zeros_like(case.values)))  # ignores the critic
+        gap = torch.tensor([len(set(r.nonzero().flatten().diff().tolist()) - {1}) > 0 for r in case.trainable])
+        wrong = gap[:, None] & case.trainable  # 1 too much on a row with a gap: no probe isolates it
+        return (adv + wrong).float(), (ret + wrong).float()
+
+    api = Domain(critic=False, why={"critic": "returns.py:1"})
+    pipe = Domain(gaps=False, why={"gaps": "rollout.py:2"})
+    assert pipe.within(api).critic is False and pipe.within(api).gaps is False and pipe.within(Domain()) is pipe
+    declared = Declared("compressed", kind="returns", domain=api, pipeline=pipe)
+    gapped = Case.build(trainable=[[1, 0, 1]], score=[1.0], gamma=1.0, lam=1.0)
+    mech = diagnose(off_by_one_on_gaps, gapped, declared, "reference").mechanism
+    assert mech == "unexplained"
+    r = reach(off_by_one_on_gaps, gapped, "reference", mech, declared, examples=60)
+    assert r.level == "api" and r.witness is None, r.how
 
 
 def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
