@@ -231,7 +231,8 @@ def kind_fuzz(handle, entry: str) -> set:
 def test_kind_entries_are_declared():
     spec = areal.SPEC
     assert spec.entries == (
-        "default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean", "value-loss", "policy-loss"
+        "default", "grpo", "adv-norm", "kl-k1", "kl-k2", "kl-k3", "agg-token-mean", "value-loss", "policy-loss",
+        "default-kl",
     )  # fmt: skip
     assert [spec.kind_of(e) for e in spec.entries[1:]] == [
         "group-advantage",
@@ -242,6 +243,7 @@ def test_kind_entries_are_declared():
         "loss-aggregation",
         "value-loss",
         "policy-loss",
+        "gae",
     ]
     assert spec.declared("value-loss").variant == {"clip": 0.5, "half": True, "mode": "token-mean"}
     assert spec.declared("agg-token-mean").variant == {"mode": "token-mean"}
@@ -547,7 +549,9 @@ def test_option_spaces_are_declared_per_entry():
     assert names["default"] == list(areal.OPTION_DEFAULTS)
     assert names["grpo"][0] == "actor.reward_norm.std_unbiased" and names["value-loss"] == ["critic.eps_clip"]
     assert names["kl-k1"] == names["agg-token-mean"] == []
-    assert all(spec.declared(e).truncation is None for e in spec.entries[1:])
+    # default-kl is the same method: the same options and truncation as default
+    assert names["default-kl"] == names["default"] and spec.declared("default-kl").truncation == areal.TRUNCATION
+    assert all(spec.declared(e).truncation is None for e in spec.entries[1:] if e != "default-kl")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,3 +636,71 @@ def test_policy_loss_at_git_pins(rev):
         pytest.skip("git pins: set MASKFUZZ_REPOS=areal=/path/to/AReaL-clone-or-mirror")
     with open_target(f"areal:policy-loss@{rev}", repos=repos) as h:
         _policy_by_hand(h)  # v0.3.4 (areal/utils/functional.py:160-161): the same masked exp
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles.kl_reward`): default-kl runs the same _compute_advantages with logprobs / ref_logp from
+# the case's logp / ref_logp and kl_ctl 0.1 (PPOActorConfig default, 1.0.4 areal/api/cli_args.py:1522): `ref_logp *=
+# loss_mask; old_logp *= loss_mask` (actor.py:195-196), `rewards = -kl_ctl * KLEstimator("k1")(old, ref)` (:202, the
+# estimate clamped to [-10, 10], data.py:1655), the score at seqlens - 2, then the masked GAE loop.
+# Row 0: d = [1, 0, 1] -> r = [-0.1, 0, -0.1] + score 1; row 1 (a gap): d = [0.5, -, -1] -> [-0.05, -, 0.1] + score 2.
+# V = 0, gamma = lam = 1: the advantages are the reverse sums over trainable tokens (the gap carries the next one).
+# ---------------------------------------------------------------------------------------------
+def _kl_case(masked: float) -> Case:
+    return Case.build(
+        trainable=[[1, 1, 1], [1, 0, 1]],
+        score=[1.0, 2.0],
+        gamma=1.0,
+        lam=1.0,
+        extra={
+            "logp": [[-1.0, -0.5, -0.25], [-1.0, masked, -2.0]],
+            "ref_logp": [[-2.0, -0.5, -1.25], [-1.5, -1.0, -1.0]],
+        },
+    )
+
+
+KL_ADV = [[0.8, 0.9, 0.9], [2.05, 2.1, 2.1]]
+
+
+def _kl_by_hand(h):
+    adv, ret = h.run(_kl_case(-3.0))  # a real masked log-prob: multiplied by loss_mask 0 before the estimator
+    assert adv.tolist() == [pytest.approx(r, abs=1e-6) for r in KL_ADV]
+    assert ret.tolist() == adv.tolist()  # V = 0
+    assert {v.property for v in judge(h.run, _kl_case(-3.0), h.declared) if v.failed} == set()
+    # NaN under the mask: `old_logp *= loss_mask` (actor.py:195-196 at 1.0.4) keeps NaN, the loop's
+    # `lastgaelam * (1 - mask) + newgaelam * mask` carries it to the tokens before the gap (api: log-probs finite)
+    adv, _ = h.run(_kl_case(math.nan))
+    assert adv[0].tolist() == pytest.approx(KL_ADV[0], abs=1e-6) and math.isnan(adv[1, 0].item())
+    assert {v.property for v in judge(h.run, _kl_case(math.nan), h.declared) if v.failed} == {"poison-nonfinite"}
+
+
+def test_default_kl_declares_the_kl_reward():
+    d = areal.SPEC.for_entry("default-kl")
+    assert d.kind == "gae" and d.contract == "compressed"
+    assert d.variant == {"kl_reward": {"coef": 0.1, "estimator": "k1", "clamp_d": None, "clamp": (-10.0, 10.0)}}
+    assert not d.domain.token_rewards and d.domain.masked_logprobs  # api: any masked log-prob
+    for pin in [p.rev for p in areal.SPEC.pins]:
+        dom = d.pipeline_at(pin)
+        assert dom.cited() == [] and not dom.masked_logprobs and not dom.token_rewards, pin
+
+
+@pytest.mark.network
+def test_default_kl_folds_the_kl_into_gae():
+    with open_target(f"areal:default-kl@{RELEASE}") as h:
+        assert h.info["where"] == "areal/trainer/ppo/actor.py::PPOActor._compute_advantages"
+        _kl_by_hand(h)
+        result = fuzz_target(h.run, h.declared, target="areal:default-kl", pin=RELEASE, max_examples=20, seed=0,
+                             derandomize=True, shrink=False)  # fmt: skip
+        # reference: the score on the last real token is lost behind a masked tail (actor.py:206-212, score-lost,
+        # reach pipeline) and mask_no_eos_with_zero drops the score of an ended full-width row (:200-201, 207-210);
+        # poison-nonfinite: NaN through `old_logp *= loss_mask` (:195-196, api). The KL itself is exact.
+        assert {p for p, n in result.failed.items() if n} == {"reference", "poison-nonfinite"}
+
+
+@pytest.mark.parametrize("rev", GIT_PINS)
+def test_default_kl_at_git_pins(rev):
+    repos = parse_repos(None)
+    if "areal" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=areal=/path/to/areal-clone-or-mirror to test areal at git commits")
+    with open_target(f"areal:default-kl@{rev}", repos=repos) as h:
+        _kl_by_hand(h)  # v0.3.4: areal/engine/ppo/actor.py:108-109, :115, the same statements

@@ -201,7 +201,7 @@ def test_registry_entry():
     spec = registry.get("roll")
     assert spec is roll.SPEC and spec.contract == "dense" and spec.whitening is None and spec.masked_zero
     assert [p.rev for p in spec.pins] == [SEED_PIN, HEAD_PIN, FIX_PIN]
-    assert spec.entries == ("default", "agentic", *roll_kinds.KIND_ENTRIES)
+    assert spec.entries == ("default", "agentic", *roll_kinds.KIND_ENTRIES, "default-kl")
     assert "tensordict" not in spec.stand_ins and "torch_npu" in spec.deny
 
 
@@ -263,10 +263,10 @@ def test_tree_without_roll_is_not_present(tmp_path):
 #   group (pad-invariance, pipeline); the observation tail loses the score (pipeline).
 # * kl entries: compute_approx_kl (:181-211) is exact, zeros by `* action_mask`, which NaN breaks (masked-zero).
 # * whiten: masked_whiten (:364-370) matches the two-pass reference; NaN under the mask leaks (values * mask).
-# * agentic-reinforce: compute_agentic_reinforce_return (agentic/utils.py:391-455) reads only the reward at the
-#   last token of each segment (a token-level KL reward inside a turn is dropped: telescoping, reference) and
-#   discounts once per segment with one value per segment (documented in its docstring; all-trainable,
-#   gap-invariance and reference with gamma < 1); the observation tail loses the score (score-kept).
+# * agentic-reinforce (contract `segment`: one discount per turn, a turn's reward the sum of its tokens' rewards):
+#   compute_agentic_reinforce_return (agentic/utils.py:391-455) reads only the reward at the last token of each
+#   segment (:447), so a token-level KL reward inside a turn is dropped (reference, turn-reward-lost); the
+#   observation tail loses the score (score-kept / reference, score-lost).
 # ---------------------------------------------------------------------------------------------
 from kind_support import failed_properties, handle_cache  # noqa: E402
 
@@ -292,12 +292,14 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "kl-k3": "kl",
         "whiten": "normalization",
         "agentic-reinforce": "returns",
+        "agentic-reinforce-kl": "returns",
         "agg-token-mean": "loss-aggregation",
         "agg-seq-mean-token-sum": "loss-aggregation",
         "agg-seq-mean-token-mean": "loss-aggregation",
         "agg-seq-mean-token-sum-norm": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "default-kl": "gae",
     }
     for entry in kinds:
         if entry.startswith("agg-") or entry in (
@@ -312,7 +314,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert spec.for_entry("agentic-grpo").variant == {"singleton": "zero"}
     assert spec.for_entry("kl-k3").variant == {"estimator": "k3", "clamp": (-10.0, 10.0)}
     ret = spec.for_entry("agentic-reinforce")
-    assert ret.contract == "compressed" and not ret.domain.critic and not ret.pipeline_at(HEAD_PIN).critic
+    assert ret.contract == "segment" and not ret.domain.critic and not ret.pipeline_at(HEAD_PIN).critic
     assert spec.for_entry("grpo").documented_errors == (r"GroupShapeError", r"TruncationShapeError")
 
 
@@ -441,11 +443,16 @@ def test_agentic_reinforce_reads_one_reward_per_segment(kinds_open):
     # masked 3 is multiplied away; every token of a segment gets its segment's value
     assert ret[0].tolist() == pytest.approx([0.75, 0.75, 0.0, 1.0, 1.0])
     assert adv[0].tolist() == ret[0].tolist()
-    assert {"reference", "gap-invariance"} <= kind_failed(h, case)  # compressed: [0.78125, 0.5625, -, 0.625, 1]
-    # gamma = 1: the per-segment discount is invisible, the dropped token rewards are not (telescoping)
+    # segment reference: turn sums 0.75 and 1.125, G = 1.125 and 0.75 + 0.5 * 1.125: [1.3125, 1.3125, -, 1.125, 1.125]
+    assert kind_failed(h, case) == {"reference"}
+    # gamma = 1: the dropped token rewards (0.5 and 0.125) still show: [1.875, 1.875, -, 1.125, 1.125] expected
     flat = case.replace(gamma=1.0)
     assert h.run(flat)[1][0].tolist() == pytest.approx([1.25, 1.25, 0.0, 1.0, 1.0])
-    assert "telescoping" in kind_failed(h, flat)
+    assert kind_failed(h, flat) == {"reference"}
+    # one-token turns: nothing to drop, the segment reference holds
+    single = Case.build(trainable=[[1, 0, 1]], token_rewards=[[0.5, 3, 0.25]], score=[1.0], gamma=0.5)
+    assert h.run(single)[1][0].tolist() == pytest.approx([1.125, 0.0, 1.25])
+    assert kind_failed(h, single) == set()
 
 
 ROLL_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may fail)
@@ -453,10 +460,8 @@ ROLL_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may f
     "agentic-grpo": ({"pad-invariance", "poison-nonfinite"}, {"affine", "masked-zero", "reference"}),
     "kl-k3": ({"masked-zero"}, set()),
     "whiten": ({"poison-nonfinite"}, set()),
-    "agentic-reinforce": (
-        {"reference"},
-        {"score-kept", "telescoping", "all-trainable", "gap-invariance"},
-    ),
+    # reference: turn-reward-lost (agentic/utils.py:447) and score-lost behind an observation tail
+    "agentic-reinforce": ({"reference"}, {"score-kept"}),
 }
 
 
@@ -819,3 +824,100 @@ def test_policy_loss_short_fuzz(kinds_open):
 
 
 POLICY_FUZZ = {"poison-nonfinite", "masked-zero", "no-crash"}
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles.kl_reward`): default-kl and agentic-reinforce-kl feed ROLL's own compute_token_reward
+# (roll/utils/functionals.py:615-627 at 8eb27cc2dc34) with old_log_probs = logp, ref_log_probs = ref_logp,
+# kl_penalty "kl" (k1, base_config.py:527-528) and FixedKLController(init_kl_coef = 0.2, base_config.py:535-536):
+# token_level_rewards = score on the last attended token - 0.2 * (logp - ref) * response_mask.
+# Row 0: d = [1, 0, 1] -> r = [-0.2, 0, -0.2] + score 1 at the end; row 1 (one padding slot): d = [0.5, -1] ->
+# [-0.1, 0.2] + score 2. V = 0, gamma = lam = 1: the returns are the reverse sums.
+# ---------------------------------------------------------------------------------------------
+def _kl_case(masked: float) -> Case:
+    return Case.build(
+        trainable=[[1, 1, 1], [1, 1, 0]],
+        attention=[[1, 1, 1], [1, 1, 0]],
+        score=[1.0, 2.0],
+        gamma=1.0,
+        lam=1.0,
+        extra={
+            "logp": [[-1.0, -0.5, -0.25], [-1.0, -2.0, masked]],
+            "ref_logp": [[-2.0, -0.5, -1.25], [-1.5, -1.0, -1.0]],
+        },
+    )
+
+
+KL_RETURNS = [[0.6, 0.8, 0.8], [2.1, 2.2, 0.0]]
+
+
+def test_kl_entries_declare_the_kl_reward():
+    spec = roll.SPEC
+    for entry in ("default-kl", "agentic-reinforce-kl"):
+        d = spec.for_entry(entry)
+        assert d.variant == {"kl_reward": {"coef": 0.2, "estimator": "k1", "clamp_d": None, "clamp": None}}
+        assert not d.domain.token_rewards and d.domain.masked_logprobs  # api: any masked log-prob
+        for pin in (SEED_PIN, HEAD_PIN, FIX_PIN):
+            dom = d.pipeline_at(pin)
+            assert dom.cited() == [] and not dom.masked_logprobs and not dom.token_rewards, (entry, pin)
+    assert spec.kind_of("default-kl") == "gae" and spec.for_entry("agentic-reinforce-kl").contract == "segment"
+
+
+@pytest.mark.needs_mirror
+def test_default_kl_folds_the_kl_into_gae(kinds_open):
+    h = kinds_open("default-kl")
+    assert h.info["where"].endswith("compute_advantage")
+    adv, ret = h.run(_kl_case(-3.0))  # a real masked log-prob: kld * response_mask is 0 there
+    assert ret.tolist() == [pytest.approx(r, abs=1e-6) for r in KL_RETURNS]
+    assert adv.tolist() == ret.tolist()  # V = 0
+    # the KL is exact; only the poison twin's masked critic value leaks at this pin (the seed report's defect,
+    # compute_advantage hands the unmasked values to GAE, functionals.py:1157-1170 at 8eb)
+    assert kind_failed(h, _kl_case(-3.0)) == {"poison"}
+    # a NaN masked log-prob: compute_approx_kl's `log_ratio * action_mask` (functionals.py:209) keeps it, the GAE
+    # loop over every position carries it into row 1 (api only: the pipeline's log-probs are finite)
+    adv, _ = h.run(_kl_case(math.nan))
+    assert adv[0].tolist() == pytest.approx(KL_RETURNS[0], abs=1e-6) and torch.isnan(adv[1]).all()
+    assert "poison-nonfinite" in kind_failed(h, _kl_case(math.nan))
+
+
+@pytest.mark.needs_mirror
+def test_agentic_reinforce_kl_drops_the_kl_inside_a_turn(kinds_open):
+    h = kinds_open("agentic-reinforce-kl")
+    adv, ret = h.run(_kl_case(math.nan))
+    # one turn per row: compute_agentic_reinforce_return reads the last token's reward only (agentic/utils.py:447):
+    # row 0 gets -0.2 + 1, row 1 0.2 + 2; the segment reference sums the turn: 0.6 and 2.1. The NaN is never read.
+    assert ret.tolist() == [pytest.approx(r, abs=1e-6) for r in [[0.8, 0.8, 0.8], [2.2, 2.2, 0.0]]]
+    assert adv.tolist() == ret.tolist()
+    assert kind_failed(h, _kl_case(-3.0)) == {"reference"}
+    # one-token turns keep their KL: turns [0] and [2], r = [-0.2, -0.1] + score 0.5; G = 0.4, then -0.2 + 0.5 * 0.4
+    single = Case.build(
+        trainable=[[1, 0, 1]],
+        score=[0.5],
+        gamma=0.5,
+        extra={"logp": [[-1.0, math.nan, -1.0]], "ref_logp": [[-2.0, -1.0, -1.5]]},
+    )
+    assert h.run(single)[1][0].tolist() == pytest.approx([0.0, 0.0, 0.4], abs=1e-6)
+    assert kind_failed(h, single) == set()
+
+
+ROLL_KL_FUZZ = {  # entry -> (properties that must fail, properties that may fail) on 20 examples, seed 0
+    # poison: the masked critic value bootstraps into GAE (functionals.py:1157-1170 at 8eb, the seed report's
+    # defect); poison-nonfinite: NaN through kld * mask (:209) and the GAE over every position; reference: the score
+    # on the last attended token is lost behind a masked tail (expand_to_token_level :553, * response_mask :1160;
+    # api in RLVR)
+    "default-kl": ({"poison"}, {"poison-nonfinite", "reference"}),
+    # reference: the KL inside a turn is dropped (agentic/utils.py:447) and the score behind a masked tail is lost
+    "agentic-reinforce-kl": ({"reference"}, set()),
+}
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(ROLL_KL_FUZZ))
+def test_kl_short_fuzz(kinds_open, entry):
+    h = kinds_open(entry)
+    must, may = ROLL_KL_FUZZ[entry]
+    res = fuzz_target(
+        h.run, h.declared, target=f"roll:{entry}", pin=h.pin, max_examples=20, seed=0, derandomize=True, shrink=False
+    )
+    failed = {p for p, n in res.failed.items() if n}
+    assert must <= failed <= must | may, failed

@@ -10,6 +10,10 @@ itself is not imported: it pulls in AReaL's controller / RPC / logging stack (co
 ...), whose import-time set-up fails with stand-ins. `KLEstimator` is AReaL's own class, compiled
 from `areal/utils/data.py` at the pin.
 
+Entry `default-kl` (KL in the reward, `oracles.kl_reward`): the same call with `logprobs` / `ref_logp` from the
+case's `logp` / `ref_logp` (0 on the prompt and padding) and `kl_ctl = KL_CTL` (0.1, the default), so the method's
+own KL reward is the whole token reward (`KL_VARIANT`, cited below `_KIND_OVERRIDES`).
+
 `self` (the attributes `__init__` derives from `PPOActorConfig`, with its defaults unless said):
   config.overlong_reward_penalty = False, config.use_decoupled_loss = False,
   config.recompute_logprob = False (old log-probs come rolled from `data["logprobs"]`),
@@ -464,6 +468,46 @@ _KIND_OVERRIDES = {
         truncation=None,
     ),
 }
+# ---- KL in the reward (`oracles.kl_reward`): `default-kl` is the GAE entry with real log-probs. The method makes
+# every token reward itself: `ref_logp *= loss_mask; old_logp *= loss_mask` (1.0.4 areal/trainer/ppo/actor.py:195-196;
+# git 4aef98d8 the same lines; git main cbff54d64 :246-247; v0.3.4 areal/engine/ppo/actor.py:108-109), then
+# `rewards = -self.kl_ctl * self.kl_estimator(old_logp, ref_logp)` (1.0.4 :202; cbff54d64 :253; v0.3.4 :115), old_logp
+# the rollout log-probs rolled by -1 (:188). kl_ctl = config.kl_ctl, default 0.1, kl_estimator = KLEstimator(
+# config.kl_estimator), default "k1" (actor.py:52-53, cli_args.py:1522-1525 at 1.0.4; 4aef98d8 cli_args.py:1458-1461;
+# v0.3.4 engine/ppo/actor.py:35-36, cli_args.py:379-382). KLEstimator("k1"): log_probs.float() - log_probs_base.float()
+# (1.0.4 areal/utils/data.py:1635-1636), then apply_clamp (default True, :1603) clamps the estimate to [-10, 10]
+# (:1655; 4aef98d8 :1655; cbff54d64 :1697; v0.3.4 :1363).
+KL_CTL = 0.1
+KL_VARIANT = {"kl_reward": {"coef": KL_CTL, "estimator": "k1", "clamp_d": None, "clamp": (-10.0, 10.0)}}
+_KL_LINES = {  # pin: (file, kl reward line, the mask products)
+    None: ("areal/trainer/ppo/actor.py", "202", "195-196"),
+    "b0ebd07b61d01122cf21579295c61863c969d3b1": ("areal/engine/ppo/actor.py", "115", "108-109"),
+}
+
+
+def kl_reward_domain(base: Domain, pin: str | None, pipeline: bool = True) -> Domain:
+    """`base` for `default-kl`: no token reward but the KL one; in a pipeline domain masked log-probs are real
+    log-probs (self-evident), the api domain keeps them any number."""
+    rel, line, mask = _KL_LINES.get(pin, _KL_LINES[None])
+    at = "v0.3.4: " if pin else "1.0.4 / git 4aef98d8: "
+    why = {
+        **base.why,
+        "token_rewards": f"{at}{rel}:{line} rewards = -self.kl_ctl * self.kl_estimator(old_logp, ref_logp) is "
+        f"the only token reward (log-probs * loss_mask first, :{mask}); the score joins at seqlens - 2",
+    }
+    if not pipeline:
+        return dataclasses.replace(base, token_rewards=False, why=why)
+    why["masked_logprobs"] = "logprobs / ref_logp are log-probs of the sampled tokens at every position"
+    return dataclasses.replace(base, token_rewards=False, masked_logprobs=False, why=why)
+
+
+_KIND_OVERRIDES["default-kl"] = dict(
+    kind="gae",
+    variant=dict(KL_VARIANT),
+    domain=kl_reward_domain(SPEC.domain, None, pipeline=False),
+    pipeline=kl_reward_domain(SPEC.pipeline, None),
+    pipeline_by_pin={pin: kl_reward_domain(dom, pin) for pin, dom in SPEC.pipeline_by_pin.items()},
+)
 SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
 
 
@@ -472,8 +516,9 @@ def declared_for(entry: str | None = None) -> Declared:
 
 
 def load(root: Path, entry: str | None) -> Loaded:
-    if entry not in (None, "", "default"):
-        raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from areal_kinds")
+    if entry not in (None, "", "default", "default-kl"):
+        raise ValueError(f"the GAE adapter loads 'default' and 'default-kl'; {entry!r} loads from areal_kinds")
+    with_kl = entry == "default-kl"  # logprobs / ref_logp from the case's logp / ref_logp, kl_ctl = KL_CTL
     tree = SourceTree(Path(root), PACKAGES)
     path, method = _locate(tree)
     rel = tree.rel(path)
@@ -497,7 +542,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         kl_estimator = ns["KLEstimator"]("k1")
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        data, kl_ctl = _data(case, device)
+        data, kl_ctl = _data(case, device, kl=with_kl)
         me = _self(case, kl_estimator, kl_ctl)
         out = fn(me, data)
         out = data if out is None else out  # 0.3 - 0.5 mutate `data` and return None
@@ -517,6 +562,12 @@ def load(root: Path, entry: str | None) -> Loaded:
         ),
         f"data: prompt of {PROMPT} tokens + window (L = {PROMPT} + T); window k = rolled index {PROMPT - 1} + k; the "
         "bootstrap value at the index of the last real token of full-width and truncated rows",
+        (
+            f"KL in the reward: logprobs[:, {PROMPT} + k] = logp[k], ref_logp[:, {PROMPT - 1} + k] = ref_logp[k] "
+            f"(0 on the prompt), kl_ctl = {KL_CTL}; the case's token rewards (0 in the domain) are not read"
+            if with_kl
+            else "token rewards as ref_logp = token_rewards / kl_ctl with logprobs 0 (kl_ctl a power of two)"
+        ),
         "helpers compiled from source: " + ", ".join(sorted(tree.provenance)),
     ]
     if tree.unresolved:
@@ -644,8 +695,10 @@ def kl_scale(token_rewards: torch.Tensor, trainable: torch.Tensor) -> float:
     return scale
 
 
-def _data(case: Case, device: str) -> tuple[dict, float]:
-    """AReaL's padded batch dict for `case` (see the module docstring) and the kl_ctl it needs."""
+def _data(case: Case, device: str, kl: bool = False) -> tuple[dict, float]:
+    """AReaL's padded batch dict for `case` (see the module docstring) and the kl_ctl it needs. With `kl`, the
+    log-probs are the case's logp (token coordinates, the method rolls them) and ref_logp (log-prob coordinates),
+    0 on the prompt and padding, and kl_ctl is KL_CTL: the method's KL reward is the whole token reward."""
     if case.attention.any(dim=1).logical_and(~case.attention[:, 0]).any():
         raise ValueError("AReaL cannot express a left-padded response window (outside its domain)")
     x = case.inputs(device)
@@ -673,11 +726,16 @@ def _data(case: Case, device: str) -> tuple[dict, float]:
         last = PROMPT + case.attention.to(device).sum(dim=1) - 1  # index of the last real token
         rows = cut.nonzero().flatten()
         values[rows, last[rows]] = boot[rows]
+    logprobs = torch.zeros(b_rows, length, dtype=torch.float32, device=device)
+    if kl:
+        scale = KL_CTL
+        logprobs[:, win] = case.extra["logp"].to(device=device, dtype=case.torch_dtype).float()
+        ref_logp[:, rolled] = case.extra["ref_logp"].to(device=device, dtype=case.torch_dtype).float()
     data = {
         "input_ids": att.long(),
         "attention_mask": att,
         "loss_mask": loss_mask,
-        "logprobs": torch.zeros(b_rows, length, dtype=torch.float32, device=device),
+        "logprobs": logprobs,
         "ref_logp": ref_logp,
         "values": values,
         # float32 whatever the case's dtype: every workflow builds torch.tensor(reward, dtype=torch.float32)

@@ -5,6 +5,9 @@ Entries
              call: `response_mask=` the final response mask, whitening off (ROLL's config default).
     agentic  `roll/pipeline/agentic/utils.py::agentic_compute_advantage`, the agentic pipeline's call: no
              `response_mask=` argument, so ROLL reads `data.batch["response_mask"][:, 1:]` itself.
+    default-kl  `default` with a real KL in the reward (`oracles.kl_reward`): old_log_probs = the case's logp,
+             ref_log_probs = its ref_logp, `FixedKLController(KL_COEF)` (`kl_penalty="kl"`, k1), so ROLL's own
+             `compute_token_reward` (compute_approx_kl * response_mask, `- beta * kld`) makes every token reward.
 
 How a canonical case becomes ROLL's inputs (everything below is ROLL's own code except the tensor layout):
 
@@ -390,14 +393,22 @@ def _kind_overrides() -> dict:
     out["agentic-reinforce"] = dict(
         kind="returns",
         # segment-level discount: each contiguous run of response_mask == 1 is one step, G = r[end - 1] + gamma G
-        # and every token of the segment gets G (agentic/utils.py:391-455, docstring :395-396); no contract
-        # expresses a turn-level step: "compressed" (masked tokens between turns cost nothing) is the nearest
-        contract="compressed",
+        # and every token of the segment gets G (agentic/utils.py:391-455, docstring :395-396): the `segment`
+        # contract (a turn's reward is the sum of its tokens' rewards; ROLL reads only the last one, :447)
+        contract="segment",
         whitening=None,  # whiten_advantages defaults to False (base_config.py:546)
         domain=dataclasses.replace(api, critic=False),
         masked_zero=True,  # returns written only on segments (agentic/utils.py:450); advantages * mask (:560)
         options=(whiten_option(WHITEN_AGENTIC_CITE, {"whitening": WHITEN}),),
         **by_pin(returns_pipeline),
+    )
+    # the same call after compute_token_reward with the KL term fed by real log-probs (agentic_pipeline.py:492 at
+    # 8eb27cc2dc34, :448 at the older pins; KL_VARIANT): the KL of every token but a turn's last is dropped (:447)
+    out["agentic-reinforce-kl"] = dict(
+        out["agentic-reinforce"],
+        variant=dict(KL_VARIANT),
+        domain=kl_reward_domain(out["agentic-reinforce"]["domain"], None),
+        **by_pin(lambda rev: kl_reward_domain(returns_pipeline(rev), rev)),
     )
 
     # agg_loss (roll/utils/functionals.py:228-282 at 8eb27cc2dc34, from :227 at 090ac94658ad, same body) with the
@@ -455,7 +466,68 @@ def _kind_overrides() -> dict:
     return out
 
 
+# ---- KL in the reward (`oracles.kl_reward`): ROLL's only token-level reward is its KL term. compute_token_reward
+# (roll/utils/functionals.py:615-627 at 8eb27cc2dc34, :612-624 at c09bc8bc9f43, :619-631 at 090ac94658ad) takes
+# kld = compute_approx_kl(old_log_probs, ref_log_probs, response_mask[:, 1:], kl_penalty) and, under
+# add_token_level_kl, token_level_rewards = expand_to_token_level(data) - kl_ctrl.value * kld. kl_penalty defaults to
+# "kl" (base_config.py:527-528; :488-489 at the older pins): log_probs - log_probs_base (functionals.py:192-193;
+# :191-192 / :190-191), no clamp, `* action_mask` (:209; :208 / :207). kl_ctrl = get_kl_controller(init_kl_coef,
+# target_kl) (rlvr_pipeline.py:188-189, agentic_pipeline.py:67-68), FixedKLController(init_kl_coef) for target_kl None
+# (roll/utils/kl_controller.py:34-36); init_kl_coef defaults to 0.2 (base_config.py:535-536; :496-497) and the
+# shipped examples/docs_examples/example_ppo.yaml:69 sets 0.2.
+KL_COEF = 0.2
+KL_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
+_BASE_CFG = {"c09bc8bc9f43": "488-497,524", "090ac94658ad": "488-497,524", "8eb27cc2dc34": "527-536,563"}
+_TOKEN_REWARD = {"c09bc8bc9f43": "612-624", "090ac94658ad": "619-631", "8eb27cc2dc34": "615-627"}
+
+
+def kl_reward_domain(base: Domain, rev: str | None) -> Domain:
+    """`base` for a KL-in-the-reward entry: the case's token rewards can only be 0 (ROLL's only token reward is the KL
+    term, which the entry feeds with the case's log-probs); in a pipeline domain (`rev` given) masked log-probs are
+    real log-probs of the sampled tokens (self-evident); the api domain keeps them any number."""
+    at = f"ROLL {rev}: " if rev else ""
+    line = _TOKEN_REWARD[rev or _SEED_REV]
+    why = {
+        "token_rewards": f"{at}roll/utils/functionals.py:{line} compute_token_reward builds token_level_rewards "
+        "from the score (expand_to_token_level) and - beta * kld only: no other token-level reward reaches the "
+        "advantage",
+    }
+    if rev is None:
+        return _narrow(base, token_rewards=False, why=why)
+    why["masked_logprobs"] = "old_log_probs / ref_log_probs are log-probs of the sampled tokens at every position"
+    return _narrow(base, token_rewards=False, masked_logprobs=False, why=why)
+
+
+def _kl_overrides() -> dict:
+    """`default-kl`: the RLVR GAE path with the KL term fed by real log-probs (the agentic-reinforce-kl entry is in
+    `_kind_overrides`)."""
+    return {
+        "default-kl": dict(
+            variant=dict(KL_VARIANT),
+            domain=kl_reward_domain(SPEC_DOMAIN, None),
+            pipeline=kl_reward_domain(RLVR_PIPELINE[_SEED_REV], _SEED_REV),
+            pipeline_by_pin={
+                rev: kl_reward_domain(dom, rev) for rev, dom in RLVR_PIPELINE.items() if rev != _SEED_REV
+            },
+            options=(whiten_option(WHITEN_RLVR_CITE, {"whitening": WHITEN}), MAX_LEN_MASK),
+            truncation=RLVR_TRUNCATION,
+            documented_errors=(r"TruncationShapeError",),
+            notes="kl_reward: coef = init_kl_coef 0.2 (base_config.py default, example_ppo.yaml:69), kl_penalty 'kl'",
+        )
+    }
+
+
 KIND_OVERRIDES = _kind_overrides()
+SPEC_DOMAIN = Domain(
+    dtypes=("float32", "bfloat16", "float16"),
+    left_padding=False,
+    why={
+        "dtypes": "compute_advantage casts rewards and values to float32 (`.float()`): a float64 case would be "
+        "judged at float64 tolerance on float32 arithmetic",
+        "left_padding": "postprocess_generate left-aligns every sequence (prompt, response, right padding), so "
+        "no batch reaching compute_advantage is left-padded",
+    },
+)
 
 SPEC = TargetSpec(
     id="roll",
@@ -474,7 +546,7 @@ SPEC = TargetSpec(
             kind="git",
         ),
     ),
-    entries=("default", "agentic", *KIND_ENTRIES),
+    entries=("default", "agentic", *KIND_ENTRIES, "default-kl"),
     whitening=None,  # whiten_advantages defaults to False in ROLL's PPOConfig; the adapter keeps it off
     masked_zero=True,  # both entries end with `advantages = advantages * response_mask`
     # tensordict is not stood in for: the batch must be a real TensorDict. imageio/requests are imported by the
@@ -482,16 +554,7 @@ SPEC = TargetSpec(
     stand_ins=tuple(n for n in COMMON_HEAVY if n != "tensordict") + ("imageio", "requests", "transfer_queue"),
     # a present torch_npu makes roll.platforms pick the NPU platform (and DataProto convert int64 to int32)
     deny=("torch_npu",),
-    domain=Domain(
-        dtypes=("float32", "bfloat16", "float16"),
-        left_padding=False,
-        why={
-            "dtypes": "compute_advantage casts rewards and values to float32 (`.float()`): a float64 case would be "
-            "judged at float64 tolerance on float32 arithmetic",
-            "left_padding": "postprocess_generate left-aligns every sequence (prompt, response, right padding), so "
-            "no batch reaching compute_advantage is left-padded",
-        },
-    ),
+    domain=SPEC_DOMAIN,
     pipeline=RLVR_PIPELINE[_SEED_REV],
     pipeline_by_pin={rev: dom for rev, dom in RLVR_PIPELINE.items() if rev != _SEED_REV},
     entry_overrides={
@@ -508,6 +571,7 @@ SPEC = TargetSpec(
             "truncation": AGENTIC_TRUNCATION,
         },
         **KIND_OVERRIDES,
+        **_kl_overrides(),
     },
     notes="score on the last attended token (ROLL's expand_to_token_level), token rewards through ROLL's KL term",
 )
@@ -515,6 +579,7 @@ SPEC = TargetSpec(
 _CANDIDATES = {
     "default": [("roll.utils.functionals", "compute_advantage")],
     "agentic": [("roll.pipeline.agentic.utils", "agentic_compute_advantage")],
+    "default-kl": [("roll.utils.functionals", "compute_advantage")],
 }
 
 
@@ -523,6 +588,8 @@ def load(root: Path, entry: str | None) -> Loaded:
     entry = entry or "default"
     if entry not in _CANDIDATES:
         raise ValueError(f"roll has entries {sorted(_CANDIDATES)}, not {entry!r}")
+    with_kl = entry.endswith("-kl")  # the KL term fed by the case's logp / ref_logp at beta = KL_COEF
+    entry = entry.removesuffix("-kl")
     # ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean.
     os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
     functionals = import_from(root, "roll.utils.functionals")
@@ -539,14 +606,15 @@ def load(root: Path, entry: str | None) -> Loaded:
         raise NotPresent(f"{where} is present but ROLL's score placement is not: {', '.join(missing)} missing")
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        data = _data_proto(case, device, protocol.DataProto, entry)
+        data = _data_proto(case, device, protocol.DataProto, entry, kl=with_kl)
         config = _pipeline_config()
         if entry == "default":  # rlvr_pipeline.py:687-721 (8eb27cc2dc34): the sample mask first
             final = _final_response_mask(case, data, config, helpers["get_sample_level_mask"])
             data, _ = helpers["reward_postprocess"](data, config, {})
         else:
             data, _ = helpers["compute_response_level_rewards"](batch=data, pipeline_config=config)
-        data, _ = helpers["compute_token_reward"](data, config, kl.FixedKLController(kl_coef=1.0))
+        beta = KL_COEF if with_kl else 1.0
+        data, _ = helpers["compute_token_reward"](data, config, kl.FixedKLController(kl_coef=beta))
         kwargs = dict(
             data=data,
             gamma=case.gamma,
@@ -566,6 +634,11 @@ def load(root: Path, entry: str | None) -> Loaded:
         "score placed by ROLL's compute_token_reward (last attended token); token rewards via its KL term, beta=1",
         "identity reward normalisation; clipping and OPD off; whiten_advantages from the case's options",
     ]
+    if with_kl:
+        notes[0] = (
+            "score placed by ROLL's compute_token_reward (last attended token); token rewards = its KL term on "
+            f"old_log_probs = logp, ref_log_probs = ref_logp, kl_penalty 'kl', beta = {KL_COEF}"
+        )
     if entry == "default":
         notes.append(
             "final_response_mask from ROLL's get_sample_level_mask (max_len_mask from the case's options; responses "
@@ -607,8 +680,10 @@ def _final_response_mask(case: Case, data, config, sample_mask) -> torch.Tensor:
     return data.batch["final_response_mask"]
 
 
-def _data_proto(case: Case, device: str, data_proto: type, entry: str):
-    """The canonical case as ROLL's DataProto: full-sequence masks [B, T+1], token-level tensors [B, T]."""
+def _data_proto(case: Case, device: str, data_proto: type, entry: str, kl: bool = False):
+    """The canonical case as ROLL's DataProto: full-sequence masks [B, T+1], token-level tensors [B, T]. With `kl`,
+    old_log_probs / ref_log_probs are the case's logp / ref_logp (its token rewards, 0 in a KL entry's domain, are
+    not read)."""
     inputs = case.inputs(device)
     att = case.attention.to(device=device, dtype=torch.int64)
     attention_mask = torch.cat([att[:, :1], att], dim=1)
@@ -625,6 +700,10 @@ def _data_proto(case: Case, device: str, data_proto: type, entry: str):
         "old_log_probs": -inputs["token_rewards"],
         "ref_log_probs": torch.zeros_like(inputs["token_rewards"]),
     }
+    if kl:
+        dt = inputs["token_rewards"].dtype
+        fields["old_log_probs"] = case.extra["logp"].to(device=device, dtype=dt)
+        fields["ref_log_probs"] = case.extra["ref_logp"].to(device=device, dtype=dt)
     if entry == "default":
         fields["response_level_rewards"] = inputs["score"].clone()
     else:  # compute_response_level_rewards sums token-level scores per row; the score sits on position 0

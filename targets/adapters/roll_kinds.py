@@ -33,6 +33,8 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
 * `agentic-reinforce` (returns): `agentic_compute_advantage(adv_estimator="agentic_reinforce")`, which calls
   `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
   rewards placed as in the GAE `agentic` entry.
+* `agentic-reinforce-kl` (returns, a KL in the reward): the same chain with the KL term fed by the case's log-probs:
+  old_log_probs = logp, ref_log_probs = ref_logp, `FixedKLController(roll.KL_COEF)` (0.2), `kl_penalty="kl"`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ KIND_ENTRIES = (
     *KL_ENTRIES,
     "whiten",
     "agentic-reinforce",
+    "agentic-reinforce-kl",
     *LOSS_ENTRIES,
     "value-loss",
     "policy-loss",
@@ -330,8 +333,8 @@ def load_whiten(root: Path) -> Loaded:
     return Loaded(run, where, ["masked_whiten(values, mask) as compute_advantage calls it; mask float32"])
 
 
-def load_agentic_reinforce(root: Path) -> Loaded:
-    from maskfuzz.targets.adapters.roll import _data_proto
+def load_agentic_reinforce(root: Path, with_kl: bool = False) -> Loaded:
+    from maskfuzz.targets.adapters.roll import KL_COEF, _data_proto
 
     functionals, protocol, kl = _modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
@@ -340,10 +343,10 @@ def load_agentic_reinforce(root: Path) -> Loaded:
     _need(agentic, "compute_agentic_reinforce_return")
 
     def run(case: Case, device: str):
-        data = _data_proto(case, device, protocol.DataProto, "agentic")
+        data = _data_proto(case, device, protocol.DataProto, "agentic", kl=with_kl)
         cfg = _config("agentic_reinforce")
         data, _ = levels(batch=data, pipeline_config=cfg)
-        data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
+        data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=KL_COEF if with_kl else 1.0))
         out = advantage(
             data=data,
             gamma=case.gamma,
@@ -361,6 +364,11 @@ def load_agentic_reinforce(root: Path) -> Loaded:
         "score by compute_response_level_rewards (identity) + compute_token_reward (last attended token); token "
         "rewards via ROLL's KL term, beta 1",
     ]
+    if with_kl:
+        notes[1] = (
+            "score by compute_response_level_rewards (identity) + compute_token_reward (last attended token); token "
+            f"rewards = ROLL's KL term on old_log_probs = logp, ref_log_probs = ref_logp, 'kl', beta {KL_COEF}"
+        )
     return Loaded(
         run, "roll/pipeline/agentic/utils.py::compute_agentic_reinforce_return (via agentic_compute_advantage)", notes
     )
@@ -651,4 +659,6 @@ def load(root: Path, entry: str) -> Loaded:
         return load_whiten(root)
     if entry == "agentic-reinforce":
         return load_agentic_reinforce(root)
+    if entry == "agentic-reinforce-kl":
+        return load_agentic_reinforce(root, with_kl=True)
     raise NotPresent(f"unknown entry {entry!r}")
