@@ -337,7 +337,7 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
     assert res.checked["reference"] > 0 and res.checked["poison"] > 0
 
 
-@pytest.mark.parametrize("name", [e for e in openrlhf.SPEC.entries[1:] if e != "value-loss"])
+@pytest.mark.parametrize("name", [e for e in openrlhf.SPEC.entries[1:] if e not in ("value-loss", "gae-kl")])
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = openrlhf.SPEC.for_entry(name)
     assert spec.kind in ("group-advantage", "kl", "normalization", "returns", "loss-aggregation", "policy-loss")
@@ -606,3 +606,76 @@ def test_policy_loss_short_fuzz(entry):
             dead = ~f.case.trainable
             assert any(not torch.isfinite(x[dead]).all() for x in f.case.extra.values()), f.verdict.message
     assert res.checked["reference"] > 0 and res.checked["split-invariance"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles/kl_reward.py`): make_experience's compute_approx_kl (k1, clamped to [-10, 10],
+# models/utils.py:93-113), compute_reward with kl_coef = --algo.kl.init_coef 0.01 (utils.py:144-157), then
+# get_cumulative_returns + the batch whitening ("reinforce-kl", through compute_advantages_and_returns) or
+# get_advantages_and_returns ("gae-kl"). Two rows: row 0 starts with a masked prompt token whose log-prob is
+# NaN, row 1 ends in a masked token with real log-probs. Log-ratios d: row 0 [NaN, 0.5, -1], row 1 [0, 1, -2].
+# ---------------------------------------------------------------------------------------------
+KL_CASE = Case.build(
+    trainable=[[0, 1, 1], [1, 1, 0]],
+    attention=[[1, 1, 1]] * 2,
+    score=[1.0, 2.0],
+    gamma=1.0,
+    lam=1.0,
+    dtype="float32",
+    extra={"logp": [[math.nan, -1.0, -2.0], [-0.5, -0.5, -3.0]], "ref_logp": [[-1.0, -1.5, -1.0], [-0.5, -1.5, -1.0]]},
+)
+# r' = -0.01 d at action tokens, the score at the last one: row 0 [., -0.005, 1 + 0.01], row 1 [0, 2 - 0.01, .];
+# dense returns (reverse sums of rewards * action_mask); the masked tail's KL (-0.01 * -2) is multiplied away
+KL_RETURNS = [[1.005, 1.01], [1.99, 1.99, 0.0]]
+
+
+def _kl_clean(case: Case) -> Case:
+    logp = case.extra["logp"].clone()
+    logp[0, 0] = -1.0  # a real log-prob of the sampled token (the pipeline's domain)
+    return case.replace(extra={**case.extra, "logp": logp})
+
+
+@pytest.mark.network
+def test_gae_kl_by_hand_and_the_masked_nan_log_prob():
+    with opened(f"openrlhf:gae-kl@{NEWEST}") as h:
+        adv, ret = h.run(KL_CASE)
+        # values 0, gamma = lam = 1: A = returns; the NaN KL of the masked head only reaches the head itself
+        # (rewards = action_mask * rewards keeps NaN * 0 = NaN, experience_maker.py:378, and the loop runs backwards)
+        assert ret[0, 1:].tolist() == pytest.approx(KL_RETURNS[0], rel=1e-6) and math.isnan(ret[0, 0].item())
+        assert ret[1].tolist() == pytest.approx(KL_RETURNS[1], rel=1e-6) and adv[1].tolist() == ret[1].tolist()
+        assert kind_verdicts(h, _kl_clean(KL_CASE))["reference"].status == "pass"
+        # the same NaN on a masked tail token flows back into the row's action tokens (api only: the pipeline's
+        # log-probs are finite and multiplied by the action mask, actor.py:298)
+        tail = KL_CASE.extra["logp"].clone()
+        tail[1, 2] = math.nan
+        nan = KL_CASE.replace(extra={**KL_CASE.extra, "logp": tail})
+        assert torch.isnan(h.run(nan)[1][1]).all() and kind_verdicts(h, nan)["poison-nonfinite"].failed
+        # short fuzz: only NaN through the mask (compute_approx_kl takes no mask, utils.py:69-113; the reward's
+        # rewards * action_mask keeps NaN, experience_maker.py:378) and the unmasked outputs the default entry shows
+        # (masked-zero: A in gaps and before the first action carries the later advantage, :377-388)
+        res = fuzz_target(h.run, h.declared, target="openrlhf", pin=NEWEST, max_examples=20, seed=0, sizes=Sizes(4, 6))
+        found = {f.property for f in res.findings}
+        assert found <= {"poison-nonfinite", "masked-zero"}, [(f.property, f.verdict.message) for f in res.findings]
+        assert res.checked["reference"] > 0
+
+
+@pytest.mark.network
+def test_reinforce_kl_by_hand_and_the_masked_nan_log_prob(entry):
+    h = entry("reinforce-kl")
+    adv, ret = h.run(KL_CASE)
+    assert ret[0, 1:].tolist() == pytest.approx(KL_RETURNS[0], rel=1e-6)
+    assert ret[1].tolist() == pytest.approx(KL_RETURNS[1], rel=1e-6)
+    # the whitening sums advantages * action_mask over the batch (experience_maker.py:330): the masked NaN return
+    # of row 0's head makes every advantage NaN (api only, as above)
+    assert torch.isnan(adv).all() and kind_verdicts(h, KL_CASE)["poison-nonfinite"].failed
+    adv, ret = h.run(_kl_clean(KL_CASE))
+    assert ret[0].tolist() == pytest.approx([1.005, 1.005, 1.01], rel=1e-6)
+    acts = torch.tensor([1.005, 1.01, 1.99, 1.99], dtype=torch.float64)
+    mean, var = acts.mean(), acts.var(unbiased=False)  # biased, floor 1e-8 (experience_maker.py:330-333)
+    want = ((ret.double() - mean) / var.sqrt()).tolist()
+    assert adv.tolist() == [pytest.approx(row, rel=1e-5) for row in want]
+    assert kind_verdicts(h, _kl_clean(KL_CASE))["reference"].status == "pass"
+    res = fuzz_target(h.run, h.declared, target="openrlhf", pin=NEWEST, max_examples=20, seed=0, sizes=Sizes(4, 6))
+    found = {f.property for f in res.findings}
+    assert found <= {"poison-nonfinite"}, [(f.property, f.verdict.message) for f in res.findings]
+    assert res.checked["reference"] > 0

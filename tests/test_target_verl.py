@@ -802,3 +802,60 @@ def test_policy_loss_before_global_normalisers_depends_on_the_split(kinds_at_new
         assert grad[0, 0].item() == pytest.approx(-1 / 2) and grad[1].tolist() == pytest.approx([-1 / 4, -1 / 4])
         v = verdicts(h.run, case, h.declared)
         assert v["split-invariance"].failed and v["reference"].failed
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles/kl_reward.py`), "reinforce++-kl": the trainer's apply_kl_penalty (ray_trainer.py:78-117
+# at 0.9.1, compiled from the pin's source) with kl_penalty "kl" (logprob - ref_logprob) and the fixed controller
+# (algorithm.kl_ctrl.kl_coef 0.001), then compute_reinforce_plus_plus_outcome_advantage. Row 0 starts with a
+# masked token whose log-prob is NaN; row 1 ends in padding. Log-ratios d: row 0 [NaN, 0.5, -1], row 1 [0, 1, .].
+# ---------------------------------------------------------------------------------------------
+KL_CASE = Case.build(
+    trainable=[[0, 1, 1], [1, 1, 0]],
+    attention=[[1, 1, 1], [1, 1, 0]],
+    score=[1.0, 2.0],
+    gamma=1.0,
+    lam=1.0,
+    extra={"logp": [[math.nan, -1.0, -2.0], [-0.5, -0.5, -3.0]], "ref_logp": [[-1.0, -1.5, -1.0], [-0.5, -1.5, -1.0]]},
+)
+
+
+@pytest.mark.network
+def test_reinforce_plus_plus_kl_by_hand_and_the_masked_nan_log_prob(kinds_at_new):
+    h = kinds_at_new("reinforce++-kl")
+    adv, ret = h.run(KL_CASE)
+    # token_level_rewards = scores - 0.001 * d * response_mask (ray_trainer.py:103-106), the score on the last
+    # attended token: row 0 [., -0.0005, 1 + 0.001], row 1 [0, 2 - 0.001, 0]; the compressed returns
+    assert ret[0, 1:].tolist() == pytest.approx([1.0005, 1.001], rel=1e-6)  # float32
+    assert ret[1].tolist() == pytest.approx([1.999, 1.999, 0.0], rel=1e-6)
+    # kld * response_mask keeps the NaN (ray_trainer.py:103): returns[:, 0] = NaN * 0 (core_algos.py:724) and the
+    # advantage there NaN * 0 (:729); masked_whiten's statistics (torch_functional.py) and every trained position stay
+    # finite, so only the masked output shows it (api only: the pipeline's log-probs are finite)
+    nan_adv = adv
+    assert math.isnan(ret[0, 0].item()) and math.isnan(adv[0, 0].item()) and torch.isfinite(adv.flatten()[1:]).all()
+    assert not [v.property for v in judge(h.run, KL_CASE, h.declared) if v.failed]  # no trained output moves
+    logp = KL_CASE.extra["logp"].clone()
+    logp[0, 0] = -1.0  # a real log-prob under the mask: the KL there is multiplied away
+    clean = KL_CASE.replace(extra={**KL_CASE.extra, "logp": logp})
+    adv, ret = h.run(clean)
+    assert ret[0].tolist() == pytest.approx([0.0, 1.0005, 1.001], rel=1e-6)
+    # masked_whiten (unbiased, eps 1e-8 under the sqrt) times the mask (core_algos.py:728-729)
+    want = masked_whiten(ret.double(), clean.trainable, verl.SPEC.whitening) * clean.trainable
+    assert adv.tolist() == [pytest.approx(row, rel=1e-5, abs=1e-6) for row in want.tolist()]
+    assert nan_adv.flatten()[1:].tolist() == adv.flatten()[1:].tolist()
+    assert not [v.property for v in judge(h.run, clean, h.declared) if v.failed]
+
+
+@pytest.mark.network
+def test_reinforce_plus_plus_kl_short_fuzz(kinds_at_new):
+    """What the reinforce++ entry shows (a score the reward manager puts on a masked observation tail is dropped:
+    naive.py:153 writes it at valid_response_length - 1, core_algos.py:724-726 skip masked positions) plus NaN
+    through the mask (kld * response_mask, ray_trainer.py:103, api only); nothing else."""
+    h = kinds_at_new("reinforce++-kl")
+    res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=20, seed=0, sizes=Sizes(3, 6))
+    found = {f.property for f in res.findings}
+    assert found <= {"poison-nonfinite", "reference", "score-kept", "telescoping"}, found
+    for f in res.findings:  # NaN only ever reaches through a non-finite log-prob under the mask (outside the pipeline)
+        if f.property == "poison-nonfinite":
+            assert h.declared.pipeline.rejects(f.case) is not None
+    assert res.checked["reference"] > 0

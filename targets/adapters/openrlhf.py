@@ -466,6 +466,66 @@ ENTRY_OVERRIDES["policy-loss"] = dict(
 )
 
 
+# ---- KL in the reward (openrlhf_kinds.load_estimator / load_gae_kl; `oracles/kl_reward.py`); lines at 0.11.2 ------
+# make_experience: kl = compute_approx_kl(action_log_probs, base_action_log_probs, kl_estimator=--algo.kl.estimator)
+# (experience_maker.py:205-210; default k1, cli/train_ppo_ray.py:449-451): k1 = the log-ratio in float32
+# (utils.py:93, 96), clamped to [-10, 10] (utils.py:113); compute_reward(r, kl_ctl.value, kl, action_mask, clip)
+# (experience_maker.py:284-290): reward = r at the last action token - kl_coef * kl (utils.py:144-157), kl_coef =
+# --algo.kl.init_coef 0.01 (cli/train_ppo_ray.py:438; ppo_trainer.py:176 FixedKLController(init_coef) without
+# --algo.kl.target).
+# 0.6.3: compute_approx_kl(..., action_mask, kl_estimator) multiplies the log-ratio by the mask and does not clamp
+# (0.6.3 utils.py:23-48): another variant (clamp None), so the entries skip that pin (NotPresent, with the reason).
+_KL_REWARD = {"coef": 0.01, "estimator": "k1", "clamp_d": None, "clamp": (-10.0, 10.0)}
+_ONLY_KL = (
+    f"{_UT}:144-157 compute_reward builds the per-token reward from the score at the last action token and "
+    "-kl_coef * kl only: OpenRLHF has no other token reward (the adapter passes none)"
+)
+_LOGP_REAL = (
+    "action_log_probs and base_action_log_probs are log-softmax outputs of the actor and of the initial model "
+    "(0.11.2: openrlhf/models/actor.py:298 then multiplies them by the action mask, so 0 there)"
+)
+
+
+def _kl_pipeline(dom: Domain) -> Domain:
+    why = {**dom.why, "masked_logprobs": _LOGP_REAL, "token_rewards": _ONLY_KL}
+    return dataclasses.replace(dom, masked_logprobs=False, token_rewards=False, why=why)
+
+
+ENTRY_OVERRIDES["reinforce-kl"] = {
+    **ENTRY_OVERRIDES["reinforce"],
+    "variant": {"kl_reward": _KL_REWARD},
+    "domain": dataclasses.replace(
+        ENTRY_OVERRIDES["reinforce"]["domain"],
+        token_rewards=False,
+        why={**ENTRY_OVERRIDES["reinforce"]["domain"].why, "token_rewards": _ONLY_KL},
+    ),
+    "pipeline": _kl_pipeline(ENTRY_OVERRIDES["reinforce"]["pipeline"]),
+    "notes": "reinforce with the KL in the reward: compute_approx_kl (k1, clamped to [-10, 10]) as make_experience "
+    "computes it, compute_reward with kl_coef 0.01 (--algo.kl.init_coef), get_cumulative_returns, the batch whitening.",
+}
+ENTRY_OVERRIDES["gae-kl"] = dict(
+    kind="gae",
+    contract="dense",
+    variant={"kl_reward": _KL_REWARD},
+    whitening=None,  # get_advantages_and_returns' own output, as the default entry (the batch whitening follows)
+    masked_zero=True,
+    masked_zero_why="",
+    documented_errors=(),
+    domain=Domain(
+        dtypes=_NO_F64,
+        token_rewards=False,
+        why={"dtypes": _F32_WHY + " (compute_reward's reward is zeros_like(kl), float32)", "token_rewards": _ONLY_KL},
+    ),
+    pipeline=_kl_pipeline(_PIPELINE_0112),
+    pipeline_by_pin={},
+    notes="the default entry (get_advantages_and_returns, dense) after compute_approx_kl (k1) and compute_reward "
+    "(kl_coef 0.01, the score at the last action token, clip range opened wide); skipped at 0.3.6.post1 (the KL is "
+    "computed inside compute_reward) and 0.6.3 (no clamp of the estimate: another variant).",
+    options=(),
+    truncation=_TRUNC_GAE,
+)
+
+
 SPEC = TargetSpec(
     id="openrlhf",
     adapter="maskfuzz.targets.adapters.openrlhf",
@@ -571,7 +631,70 @@ def _stop_properly(penalties, score: torch.Tensor, cut: torch.Tensor, coef: floa
     return exp.rewards
 
 
+# --algo.kl.init_coef's default (cli/train_ppo_ray.py:438 at 0.11.2): the FixedKLController value
+# (trainer/ppo_trainer.py:176) compute_reward gets as kl_coef (experience_maker.py:286)
+KL_INIT_COEF = 0.01
+KL_ESTIMATOR = "k1"  # --algo.kl.estimator's default (cli/train_ppo_ray.py:449-451)
+
+
+def _load_gae_kl(root: Path) -> Loaded:
+    """GAE with the KL in the reward ("gae-kl"), the functions the experience maker calls, in its order (0.11.2):
+    make_experience's `compute_approx_kl(action_log_probs, base_action_log_probs, kl_estimator=...)`
+    (experience_maker.py:205-210, no mask; 0.6.3 :415-420 also passes action_mask=samples.action_mask), then
+    `compute_reward(r, kl_ctl.value, kl, action_mask, reward_clip_range)` (models/utils.py:131-157, called at
+    experience_maker.py:284-290; 0.6.3 :533-540), then `get_advantages_and_returns(values, reward, action_mask, gamma,
+    lambd)` (:293-299; 0.6.3 :543-549), the default entry's function. The batch whitening that follows
+    (:326-338) is not applied, as for the default entry. NotPresent at 0.3.6.post1 (compute_reward computes the KL
+    itself and clamps the score to [-10, 10] unconditionally, models/utils.py:39-42 there) and at 0.6.3 (no clamp of
+    the estimate: another variant than the declared one)."""
+    gae, where = _find_gae(root)
+    mod = import_from(root, _PLACEMENT[0])
+    approx = getattr(mod, "compute_approx_kl", None)
+    reward_fn = getattr(mod, _PLACEMENT[1], None)
+    kl_params = inspect.signature(approx).parameters if approx else {}
+    r_params = inspect.signature(reward_fn).parameters if reward_fn else {}
+    if "kl_estimator" not in kl_params or not {"kl", "action_mask", "reward_clip_range"} <= set(r_params):
+        raise NotPresent(
+            f"compute_approx_kl {list(kl_params)} / compute_reward {list(r_params)}: no kl_estimator or no KL input "
+            "to compute_reward at this pin (0.3.6.post1 computes the KL inside compute_reward and clamps the score to "
+            "[-10, 10] unconditionally, models/utils.py:39-42)"
+        )
+    if "clamp(min=-10, max=10)" not in inspect.getsource(approx):
+        raise NotPresent(
+            "compute_approx_kl does not clamp the estimate at this pin (0.6.3: models/utils.py:23-48, the log-ratio "
+            "times the mask); the entry declares the clamp to [-10, 10] of 0.11.2 (models/utils.py:113) and an "
+            "entry holds one variant"
+        )
+    masked_kl = "action_mask" in kl_params
+    wide = (-float("inf"), float("inf"))  # --reward.clip_range opened wide, as the default entry keeps the score
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        dt = case.torch_dtype
+        action_mask = case.trainable.to(device)
+        logp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        mask_kw = {"action_mask": action_mask} if masked_kl else {}
+        kl = approx(logp, ref, kl_estimator=KL_ESTIMATOR, **mask_kw)
+        score = case.score.to(device=device, dtype=dt)
+        reward = reward_fn(score, KL_INIT_COEF, kl, action_mask=action_mask, reward_clip_range=wide)
+        values = case.values.to(device=device, dtype=dt)
+        return gae(None, values=values, rewards=reward, action_mask=action_mask, gamma=case.gamma, lambd=case.lam)
+
+    rel = Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve())
+    notes = [
+        f"{rel}::compute_approx_kl(logp, ref_logp, kl_estimator={KL_ESTIMATOR!r}"
+        + (", action_mask)" if masked_kl else ") (no mask, as make_experience calls it)"),
+        f"{rel}::compute_reward(score, kl_coef={KL_INIT_COEF}, kl, action_mask, reward_clip_range opened wide); the "
+        "shaped reward is float32 (zeros_like(kl))",
+        f"{where} called unbound with self=None; the case's token rewards are not passed (zero by the domain)",
+    ]
+    # `where` names the judged function alone (maskfuzz repro writes it as an import); the chain is in the notes
+    return Loaded(run, where, notes)
+
+
 def load(root: Path, entry: str | None) -> Loaded:
+    if entry == "gae-kl":
+        return _load_gae_kl(root)
     if entry not in (None, "default"):
         raise ValueError(f"openrlhf's GAE adapter loads the entry 'default'; {entry!r} loads from openrlhf_kinds")
     gae, where = _find_gae(root)

@@ -51,6 +51,12 @@ _LOSS = "openrlhf.models.loss"
 _LOSS_UTILS = "openrlhf.utils.loss_utils"
 # entry -> token_level_loss (ppo_actor.py:80 at 0.11.2: token_level_loss = loss_agg_mode == "token-mean")
 AGGREGATE = {"agg-token-mean": True, "agg-seq-mean-token-mean": False}
+# KL in the reward (`oracles/kl_reward.py`): entry -> (advantage estimator, --algo.kl.estimator)
+KL_IN_REWARD = {"reinforce-kl": ("reinforce", "k1")}
+# --algo.kl.init_coef (default 0.01, cli/train_ppo_ray.py:438 at 0.11.2) is the value of the fixed controller
+# without --algo.kl.target (FixedKLController, trainer/ppo_trainer.py:176), read as self.kl_ctl.value by
+# compute_advantages_and_returns (experience_maker.py:286); the same constant as openrlhf.KL_INIT_COEF
+KL_INIT_COEF = 0.01
 _WIDE = (-float("inf"), float("inf"))  # opened wide; +-1e30 overflows a float16 reward (git 3c3be623)
 
 
@@ -116,9 +122,12 @@ def _args(estimator: str, n: int, gamma: float, options: dict | None = None) -> 
     )
 
 
-def load_estimator(root: Path, estimator: str) -> Loaded:
+def load_estimator(root: Path, estimator: str, kl_estimator: str | None = None) -> Loaded:
     """`group_norm` / `dr_grpo` / `rloo` (group-advantage) or `reinforce` (returns) through the
-    real `compute_advantages_and_returns`."""
+    real `compute_advantages_and_returns`. With `kl_estimator` (the KL in the reward), `experience.kl` is the pin's
+    `compute_approx_kl(logp, ref_logp, kl_estimator=...)` as make_experience computes it (experience_maker.py:205-225
+    at 0.11.2) and `kl_ctl.value` is --algo.kl.init_coef (KL_INIT_COEF); the case's token rewards (zero by the
+    entry's domain) are then not passed: the KL is OpenRLHF's only per-token reward."""
     method, where = _method(root, "compute_advantages_and_returns")
     cumulative, _ = _method(root, "get_cumulative_returns")
     experience_cls = getattr(import_from(root, _EXPERIENCE), "Experience", None)
@@ -131,6 +140,7 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
     penalised = has_truncated and "apply_length_penalties" in src
     if f'"{estimator}"' not in src:
         raise NotPresent(f"{where} has no estimator {estimator!r} at this pin")
+    approx_kl = _approx_kl(root) if kl_estimator else None
 
     def run(case: Case, device: str):
         dt = case.torch_dtype
@@ -145,16 +155,20 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
         self = SimpleNamespace(
             strategy=SimpleNamespace(args=args),
             args=args,
-            kl_ctl=SimpleNamespace(value=1.0),
+            kl_ctl=SimpleNamespace(value=1.0 if approx_kl is None else KL_INIT_COEF),
             advantage_estimator=estimator,
         )
         self.get_cumulative_returns = cumulative.__get__(self)
         # samples_generator.py:278,307 (0.11.2): every experience carries finish_reason == "length" as `truncated`
         flags = {"truncated": case.truncated_rows().to(device)} if has_truncated else {}
+        if approx_kl is None:
+            kl = -case.token_rewards.to(device=device, dtype=dt)
+        else:
+            kl = approx_kl(case, device, kl_estimator)
         exp = experience_cls(
             action_mask=case.trainable.to(device),
             rewards=case.score.to(device=device, dtype=dt),
-            kl=-case.token_rewards.to(device=device, dtype=dt),
+            kl=kl,
             index=index,
             **flags,
         )
@@ -167,8 +181,13 @@ def load_estimator(root: Path, estimator: str) -> Loaded:
         "called unbound with a namespace self (strategy.args at the CLI defaults, kl_ctl.value = 1, the real "
         "get_cumulative_returns) on one real Experience",
         "experience.index numbers each group's rows in order of appearance (prompt order, n rows per prompt)",
-        "token rewards enter as kl = -token_rewards with kl_coef 1; reward clip range opened wide unless the "
-        "case sets reward.clip_range",
+        (
+            "token rewards enter as kl = -token_rewards with kl_coef 1"
+            if approx_kl is None
+            else f"experience.kl = compute_approx_kl(logp, ref_logp, kl_estimator={kl_estimator!r}), kl_ctl.value = "
+            f"{KL_INIT_COEF} (--algo.kl.init_coef)"
+        )
+        + "; reward clip range opened wide unless the case sets reward.clip_range",
         "the case's truncated rows as Experience.truncated; reward.stop_properly_penalty_coef in strategy.args",
     ]
     return Loaded(run, where, notes)
@@ -396,4 +415,42 @@ def load(root: Path, entry: str) -> Loaded:
         return load_value(root)
     if entry == "policy-loss":
         return load_policy(root)
+    if entry in KL_IN_REWARD:  # "gae-kl" is a kind "gae" entry: the GAE adapter (openrlhf.py) loads it
+        return load_estimator(root, *KL_IN_REWARD[entry])
     raise ValueError(f"openrlhf_kinds has no entry {entry!r}")
+
+
+def _approx_kl(root: Path):
+    """(case, device, kl_estimator) -> the per-token KL as the pin's experience maker computes it: 0.11.2
+    `compute_approx_kl(action_log_probs, base_action_log_probs, kl_estimator=...)` (no mask;
+    experience_maker.py:206-210), 0.6.3 the same with `action_mask=samples.action_mask` (:415-420, the mask
+    multiplies the log-ratio inside, models/utils.py:23-26). NotPresent where compute_approx_kl takes no
+    kl_estimator (0.3.6.post1 computes the KL inside compute_reward)."""
+    mod = import_from(root, _UTILS)
+    fn = getattr(mod, "compute_approx_kl", None)
+    if fn is None:
+        raise NotPresent(f"{_UTILS}.compute_approx_kl is not present at this pin")
+    params = inspect.signature(fn).parameters
+    if "kl_estimator" not in params:
+        raise NotPresent(
+            f"{_UTILS}.compute_approx_kl takes no kl_estimator at this pin ({list(params)}): the KL is computed "
+            "inside compute_reward(r, kl_coef, log_probs, log_probs_base, action_mask), which also clamps the score "
+            "to [-10, 10] unconditionally (models/utils.py:39-42 at 0.3.6.post1)"
+        )
+    if "clamp(min=-10, max=10)" not in inspect.getsource(fn):
+        raise NotPresent(
+            f"{_UTILS}.compute_approx_kl does not clamp the estimate at this pin: the entry declares the clamp to "
+            "[-10, 10] of 0.11.2 (models/utils.py:113)"
+        )
+    masked = "action_mask" in params
+
+    def kl(case: Case, device: str, estimator: str) -> torch.Tensor:
+        dt = case.torch_dtype
+        lp = case.extra["logp"].to(device=device, dtype=dt)
+        ref = case.extra["ref_logp"].to(device=device, dtype=dt)
+        if masked:
+            return fn(lp, ref, action_mask=case.trainable.to(device), kl_estimator=estimator)
+        return fn(lp, ref, kl_estimator=estimator)
+
+    return kl
+

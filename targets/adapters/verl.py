@@ -311,6 +311,14 @@ def _kl(variant: dict) -> dict:
     )
 
 
+def _kl_logprobs(dom: Domain) -> Domain:
+    """`dom` for an entry with the KL in the reward: masked log-probs are the rollout's real log-probs (old_log_probs
+    and ref_log_prob are computed for every response token by the actor and the reference model)."""
+    why = {**dom.why, "masked_logprobs": "old_log_probs and ref_log_prob are log-softmax outputs of the actor and of "
+           "the reference model at every response token, under the mask as elsewhere"}
+    return dataclasses.replace(dom, masked_logprobs=False, why=why)
+
+
 _WHITEN_MASKED_ZERO = (
     "masked_whiten returns (values - mean) * rsqrt(var + 1e-8) at every position (verl/utils/torch_functional.py:343 "
     "at 0.9.1), masked positions included; its callers multiply by the mask (core_algos.py:466, 582, 729)"
@@ -560,6 +568,35 @@ KIND_OVERRIDES: dict[str, dict] = {
         pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
         # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
         pipeline_by_pin=_per_pin("masked_values"),
+        truncation=REINFORCE_PP_TRUNCATION,
+    ),
+    # KL in the reward (`oracles/kl_reward.py`) before compute_reinforce_plus_plus_outcome_advantage, as the trainer
+    # runs it with algorithm.use_kl_in_reward=True (ray_trainer.py:1638-1642 at 0.9.1; verl_kinds.load_returns_kl):
+    # apply_kl_penalty (:78-117) takes kl_penalty(old_log_probs, ref_log_prob, algorithm.kl_penalty="kl") =
+    # logprob - ref_logprob, no clamp (core_algos.py:2228-2229 kl_penalty_forward; ppo_trainer.yaml:105), multiplies
+    # it by response_mask (:103) and subtracts kl_ctrl.value * kld from token_level_scores (:104-106); kl_ctrl is
+    # FixedKLController(algorithm.kl_ctrl.kl_coef = 0.001) (ppo_trainer.yaml:114-117, algorithm.py:37;
+    # get_kl_controller core_algos.py:193-211). The rest is the reinforce++ entry.
+    "reinforce++-kl": dict(
+        kind="returns",
+        contract="compressed",
+        variant={"kl_reward": {"coef": 0.001, "estimator": "k1", "clamp_d": None, "clamp": None}},
+        whitening=Whitening(unbiased=True, eps=1e-8),
+        masked_zero=True,
+        masked_zero_why="core_algos.py:729 (0.9.1) multiplies the whitened advantages by response_mask",
+        documented_errors=_MASKED_VAR_ERRORS,
+        domain=Domain(
+            dtypes=("float32", "float64"),
+            left_padding=False,
+            critic=False,
+            why={
+                "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
+                "left_padding": _GROUP_API.why["left_padding"],
+                "critic": "compute_reinforce_plus_plus_outcome_advantage takes no values (core_algos.py:694-695)",
+            },
+        ),
+        pipeline=_kl_logprobs(_without(_PIPELINE_0_5_0, "masked_values")),
+        pipeline_by_pin={pin: _kl_logprobs(dom) for pin, dom in _per_pin("masked_values").items()},
         truncation=REINFORCE_PP_TRUNCATION,
     ),
     # compute_remax_outcome_advantage: returns = reverse cumsum of rewards * mask (undiscounted), advantages =
