@@ -434,6 +434,8 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-token-mean": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "gae-kl": "gae",
+        "reinforce++-kl": "returns",
     }
     for entry in kinds:
         for pin in ("0.0.2", "3d2e0e411"):
@@ -974,3 +976,102 @@ def test_policy_loss_by_hand_at_the_git_pins(repos, pin):
         assert grad.flatten().tolist() == pytest.approx([-1 / 6, 0.0, -_EI / 6, 0.0, 0.0, -0.5, 0.0, 0.0], rel=1e-6)
         for case in (high, POLICY_DUAL):
             assert "reference" not in kind_failed(h, case)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (gae-kl, reinforce++-kl) through the trainer's compute_advantages_and_returns (W
+# miles/backends/training_utils/loss.py:291, G :19) with log_probs / ref_log_probs, kl_loss_type k1, kl_coef 0.1.
+# Verdicts by reading miles: compute_approx_kl = logp - ref at every response token (W miles/utils/ppo_utils.py:81-84);
+# * ppo at 0.0.2 / 6ccdc7da6: `k *= -kl_coef` unmasked, the score on the last response token (W loss.py:349-355;
+#   G advantages.py:59-77 + the function's `full_rewards[i, L - 1]`), GAE without the mask: the masked KL leaks
+#   (gap-invariance, reference); at 3d2e0e411 (#1827) GAE over the trainable subsequence drops it: no finding;
+# * reinforce_plus_plus: `token_level_rewards = -kl_coef * full_kl_response`, NOT masked (W ppo_utils.py:412, G
+#   math_utils.py:486), discounted over every response token (W :420-423): a tool token's KL reaches the returns of
+#   the tokens before it (poison, reference: masked-reward-leak, reach pipeline); the assert on a fully masked row
+#   (W :414, no-crash).
+# ---------------------------------------------------------------------------------------------
+_NAN = float("nan")
+KL_REWARD = dict(  # row 0: a NaN log-prob under the mask; row 1: a masked tail whose KL is -2 (k1)
+    trainable=[[1, 0, 1], [1, 1, 0]],
+    score=[1.0, 2.0],
+    gamma=0.5,
+    lam=1.0,
+    extra={"logp": [[-1.0, _NAN, -2.0], [-0.5, -1.0, -3.0]], "ref_logp": [[-1.5, -1.0, -1.0], [-1.0, -1.0, -1.0]]},
+)
+KL_REWARD_FINITE = Case.build(**{**KL_REWARD, "extra": {**KL_REWARD["extra"], "logp": [[-1.0, -7.0, -2.0]] * 2}})
+
+
+def test_kl_reward_entries_are_declared_with_the_trainer_defaults():
+    spec = miles.SPEC
+    for entry, kind, contract in (("gae-kl", "gae", "compressed"), ("reinforce++-kl", "returns", "dense")):
+        d = spec.declared(entry)
+        assert (d.kind, d.contract) == (kind, contract)
+        assert d.variant == {"kl_reward": {"coef": 0.1, "estimator": "k1", "clamp_d": None, "clamp": None}}
+        assert not d.domain.token_rewards and "float64" not in d.domain.dtypes
+        for pin in ("0.0.2", BEFORE, FIX):
+            dom = spec.declared(entry, pin).pipeline
+            assert dom.cited() == [] and not dom.masked_logprobs and not dom.token_rewards, (entry, pin)
+
+
+def _kl_reward_by_hand(h_rpp, h_gae, fixed: bool) -> None:
+    case = Case.build(**KL_REWARD)
+    # row 1: kl = logp - ref = [0.5, 0, -2]; r = -0.1 kl = [-0.05, 0, 0.2]
+    adv, ret = h_rpp.run(case)
+    # the masked KL 0.2 kept, the score at the last trainable token: G = [-0.05 + 0.5 * 2.1, 2 + 0.5 * 0.2, 0.2]
+    assert adv[1].tolist() == pytest.approx([1.0, 2.1, 0.2], rel=1e-6) and torch.equal(adv[1], ret[1])
+    assert torch.isnan(adv[0, :2]).all() and adv[0, 2].item() == pytest.approx(1.1, rel=1e-6)  # the serial loop
+    assert {"poison", "reference"} <= kind_failed(h_rpp, KL_REWARD_FINITE)
+    adv, ret = h_gae.run(case)
+    if fixed:  # #1827: the trainable subsequence, score at the last trainable token: the reference
+        assert adv.flatten().tolist() == pytest.approx([0.5, 0.0, 1.1, 0.95, 2.0, 0.0], rel=1e-6)
+        assert kind_failed(h_gae, KL_REWARD_FINITE) == set()
+    else:  # every response token a step, the masked KL kept, the score on the last (masked) response token
+        assert adv[1].tolist() == pytest.approx([0.5, 1.1, 2.2], rel=1e-6) and torch.isnan(adv[0]).all()
+        assert {"reference", "masked-zero"} <= kind_failed(h_gae, KL_REWARD_FINITE)
+
+
+@pytest.mark.network
+def test_kl_reward_by_hand_at_the_wheel():
+    with open_target("miles:reinforce++-kl@0.0.2") as rpp, open_target("miles:gae-kl@0.0.2") as gae:
+        _kl_reward_by_hand(rpp, gae, fixed=False)
+
+
+@pytest.mark.needs_mirror
+def test_kl_reward_by_hand_after_pr_1827(repos):
+    with (
+        open_target(f"miles:reinforce++-kl@{FIX}", repos=repos) as rpp,
+        open_target(f"miles:gae-kl@{FIX}", repos=repos) as gae,
+    ):
+        _kl_reward_by_hand(rpp, gae, fixed=True)
+
+
+MILES_KL_FUZZ = {  # (entry, pin) -> (must fail, may fail) in 20 unshrunk examples
+    # GAE without the mask (W loss.py:356-358): masked values and KL leak (poison, reference, gap-invariance,
+    # masked-zero); `k[-1]` of an empty response (W loss.py:354, no-crash, api); NaN under the mask (api)
+    ("gae-kl", "0.0.2"): ({"poison"}, {"reference", "gap-invariance", "masked-zero", "no-crash", "poison-nonfinite"}),
+    # the unmasked KL (W ppo_utils.py:412) leaks (poison, reference); the assert on a removed sample (:414)
+    ("reinforce++-kl", "0.0.2"): ({"poison"}, {"reference", "no-crash", "poison-nonfinite"}),
+    ("gae-kl", FIX): (set(), set()),  # #1827: the KL of a masked token is dropped with the token
+}
+
+
+@pytest.mark.parametrize(
+    "entry,pin",
+    [
+        pytest.param(e, p, marks=pytest.mark.network if p == "0.0.2" else pytest.mark.needs_mirror)
+        for e, p in MILES_KL_FUZZ
+    ],
+)
+def test_kl_reward_short_fuzz(entry, pin):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    repos = parse_repos(None)
+    if pin != "0.0.2" and "miles" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=miles=/path/to/miles-clone-or-mirror to test miles at commits")
+    must, may = MILES_KL_FUZZ[(entry, pin)]
+    with open_target(f"miles:{entry}@{pin}", repos=repos) as h:
+        t0 = time.monotonic()
+        res = fuzz_target(h.run, h.declared, target=f"miles:{entry}", pin=pin, max_examples=20, seed=0, shrink=False)
+        print(f"\n[miles:{entry}@{pin}] fuzz 20 (unshrunk): {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
+    assert must <= found <= must | may, found

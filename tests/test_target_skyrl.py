@@ -363,6 +363,8 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-prompt-mean": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "gae-kl": "gae",
+        "reinforce++-kl": "returns",
     }
     for e in spec.entries:
         if e.startswith("agg-") or e in ("value-loss", "policy-loss"):  # the losses: pipeline not researched
@@ -811,3 +813,85 @@ def test_policy_loss_short_fuzz():
         bad = {p for p, n in result.failed.items() if n}
         assert bad <= {"split-invariance", "reference", "poison-nonfinite", "masked-zero", "no-crash"}, bad
         assert "poison-nonfinite" in bad, bad
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (gae-kl, reinforce++-kl; use_kl_in_reward): the score on the last real token, then the trainer's
+# own apply_reward_kl_penalty (0.3.1 skyrl_train/trainer.py:1000-1030, compiled from the source) with the default
+# k3 estimator and kl_loss_coef 0.001 (ppo_base_config.yaml:103, :109), then compute_gae_advantage_return /
+# compute_reinforce_plus_plus_outcome_advantage. Verdicts by reading SkyRL: compute_approx_kl clamps k3 and
+# multiplies it by the loss mask (0.3.1 ppo_utils.py:116-126), so a finite masked KL is dropped, but NaN * 0 = NaN
+# reaches the rewards and, through the batch whitening, every advantage (poison-nonfinite, reach api: masked
+# log-probs are log-probabilities); git main routes masked positions to 0 with torch.where (ppo_utils.py:125).
+# Everything else is the default / reinforce++ entries' (values and rewards on masked real tokens, the score on
+# the last real token, loss-masked rows in the whitening).
+# ---------------------------------------------------------------------------------------------
+_NAN = float("nan")
+KL_REWARD = Case.build(  # row 0: a NaN log-prob on a masked token in a gap; row 1: every token trainable
+    trainable=[[1, 0, 1], [1, 1, 1]],
+    score=[1.0, 2.0],
+    gamma=0.5,
+    lam=1.0,
+    extra={"logp": [[-1.0, _NAN, -2.0], [-0.5, -1.0, -3.0]], "ref_logp": [[-1.5, -1.0, -1.0], [-1.0, -1.0, -1.0]]},
+)
+_K3 = [math.exp(-0.5) - 0.5, 0.0, math.exp(2.0) - 3.0]  # row 1: d = [0.5, 0, -2], k3 = exp(-d) - 1 + d
+_R1 = [-0.001 * _K3[0], 0.0, 2.0 - 0.001 * _K3[2]]  # r - 0.001 * kl, the score on the last token
+_RET1 = [_R1[0] + 0.5 * (_R1[1] + 0.5 * _R1[2]), _R1[1] + 0.5 * _R1[2], _R1[2]]  # V = 0, lam 1: discounted sums
+_R0 = [-0.001 * (math.exp(-0.5) - 0.5), 0.0, 1.0 - 0.001 * (math.exp(1.0) - 2.0)]  # row 0 at git main (masked -> 0)
+_RET0 = [_R0[0] + 0.5 * (_R0[1] + 0.5 * _R0[2]), _R0[1] + 0.5 * _R0[2], _R0[2]]
+
+
+def test_kl_reward_entries_are_declared_with_the_shipped_coefficient():
+    spec = skyrl.SPEC
+    for entry, kind in (("gae-kl", "gae"), ("reinforce++-kl", "returns")):
+        d = spec.declared(entry)
+        assert d.kind == kind and d.contract == "dense"
+        k3 = {"coef": 0.001, "estimator": "k3", "clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}
+        assert d.variant == {"kl_reward": k3}
+        assert [o.name for o in d.options] == ["trainer.algorithm.kl_estimator_type"]
+        for pin in (PIN, "a9564572eb8e"):
+            dom = spec.declared(entry, pin).pipeline
+            assert dom.cited() == [] and not dom.masked_logprobs, (entry, pin)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("entry", ["gae-kl", "reinforce++-kl"])
+def test_kl_reward_by_hand_at_the_release(entry):
+    with open_target(f"skyrl:{entry}@{PIN}") as h:
+        adv, ret = h.run(KL_REWARD)
+        assert ret[1].tolist() == pytest.approx(_RET1, rel=1e-5)
+        # kld * loss_mask: NaN * 0 (ppo_utils.py:126) enters the rewards, then masked_whiten's batch mean
+        assert torch.isnan(ret[0, :2]).all() and torch.isnan(adv).all()
+
+
+@pytest.mark.parametrize("entry", ["gae-kl", "reinforce++-kl"])
+def test_kl_reward_by_hand_at_git_main(entry):
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("git pins: set MASKFUZZ_REPOS=skyrl=/path/to/SkyRL-clone-or-mirror to test SkyRL's layouts")
+    with open_target(f"skyrl:{entry}@a9564572eb8e", repos=repos) as h:
+        adv, ret = h.run(KL_REWARD)
+        # torch.where(loss_mask.bool(), kld * loss_mask, 0.0) (ppo_utils.py:125): the NaN never reaches the rewards
+        assert ret.flatten().tolist() == pytest.approx(_RET0 + _RET1, rel=1e-5) and torch.isfinite(adv).all()
+
+
+SKYRL_KL_FUZZ = {  # entry -> (must fail, may fail), 20 unshrunk examples at 0.3.1
+    # the default entry's: masked values bootstrap and masked real-token rewards enter the dense GAE (poison,
+    # reference), loss-masked rows in masked_whiten(advantages, response_mask) (row-independence); NaN (api)
+    "gae-kl": ({"row-independence"}, {"poison", "reference", "poison-nonfinite", "score-kept", "telescoping"}),
+    # the reinforce++ entry's: rewards on observation tokens (poison, reference, telescoping), the whitening
+    "reinforce++-kl": (
+        {"poison"},
+        {"reference", "row-independence", "poison-nonfinite", "score-kept", "telescoping", "no-crash"},
+    ),
+}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("entry", list(SKYRL_KL_FUZZ))
+def test_kl_reward_short_fuzz(entry):
+    must, may = SKYRL_KL_FUZZ[entry]
+    with open_target(f"skyrl:{entry}@{PIN}") as h:
+        res = fuzz_target(h.run, h.declared, target=f"skyrl:{entry}", pin=PIN, max_examples=20, seed=0, shrink=False)
+    found = {f.property for f in res.findings}
+    assert must <= found <= must | may, found

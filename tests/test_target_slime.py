@@ -286,6 +286,8 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-rollout-mean": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "gae-kl": "gae",
+        "reinforce++-kl": "returns",
     }
     for entry in kinds:
         for pin in (HEAD, "166441911"):
@@ -784,4 +786,83 @@ def test_policy_loss_short_fuzz(kinds_open):
     # inf * 0 = NaN (poison-nonfinite, no-crash, empty-step, masked-zero)
     must = {"pad-invariance"}
     may = {"reference", "poison-nonfinite", "no-crash", "empty-step", "masked-zero"}
+    assert must <= found <= must | may, found
+
+
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (gae-kl, reinforce++-kl): the trainer's compute_advantages_and_returns (loss.py:704 at
+# 624b824a8, :222 at 166441911) with log_probs / ref_log_probs, kl_loss_type k1, kl_coef 0.1. Verdicts by reading
+# slime: compute_approx_kl(log_probs, ref_log_probs, "k1") = logp - ref at every response token (ppo_utils.py:28-31);
+# ppo shapes -kl_coef * kl unmasked and adds the score to the last RESPONSE token (loss.py:772-777), then GAE over
+# every response token without the mask: the KL of a masked token leaks (gap-invariance, reference, masked-reward-
+# leak at reach pipeline: the actor's and the reference's log-probs of a tool token differ); reinforce_plus_plus
+# masks the KL by multiplication (ppo_utils.py:416: finite masked KL dropped, NaN * 0 = NaN) and asserts on a fully
+# masked row (:415).
+# ---------------------------------------------------------------------------------------------
+_NAN = float("nan")
+KL_REWARD = dict(  # row 0: a NaN log-prob under the mask; row 1: a masked tail whose KL is -2 (k1)
+    trainable=[[1, 0, 1], [1, 1, 0]],
+    score=[1.0, 2.0],
+    gamma=0.5,
+    lam=1.0,
+    extra={"logp": [[-1.0, _NAN, -2.0], [-0.5, -1.0, -3.0]], "ref_logp": [[-1.5, -1.0, -1.0], [-1.0, -1.0, -1.0]]},
+)
+KL_REWARD_FINITE = Case.build(**{**KL_REWARD, "extra": {**KL_REWARD["extra"], "logp": [[-1.0, -7.0, -2.0]] * 2}})
+
+
+def test_kl_reward_entries_are_declared_with_the_trainer_defaults():
+    spec = slime.SPEC
+    for entry, kind, contract in (("gae-kl", "gae", "compressed"), ("reinforce++-kl", "returns", "dense")):
+        d = spec.declared(entry, HEAD)
+        assert (d.kind, d.contract) == (kind, contract)
+        assert d.variant == {"kl_reward": {"coef": 0.1, "estimator": "k1", "clamp_d": None, "clamp": None}}
+        assert not d.domain.token_rewards and "float64" not in d.domain.dtypes
+        for pin in (HEAD, OLDER):
+            dom = spec.declared(entry, pin).pipeline
+            assert dom.cited() == [] and not dom.masked_logprobs and not dom.token_rewards, (entry, pin)
+    assert spec.declared("gae-kl").truncation is not None and spec.declared("reinforce++-kl").truncation is None
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("pin", [HEAD, OLDER])
+def test_kl_reward_by_hand(repos, pin):
+    case = Case.build(**KL_REWARD)
+    # row 1: kl = logp - ref = [0.5, 0, -2]; r = -0.1 kl = [-0.05, 0, 0.2]
+    with open_target(f"slime:reinforce++-kl@{pin}", repos=repos) as h:
+        adv, ret = h.run(case)
+        # masked KL dropped (ppo_utils.py:416), the score at the last trainable token: G = [-0.05 + 0.5 * 2, 2, 0]
+        assert adv[1].tolist() == pytest.approx([0.95, 2.0, 0.0], rel=1e-6) and torch.equal(adv[1], ret[1])
+        # NaN * loss_mask (ppo_utils.py:416) reaches every earlier return (HEAD's chunked matmul, :430, every one)
+        assert torch.isnan(adv[0, :2]).all()
+        assert kind_failed(h, KL_REWARD_FINITE) == {"no-crash"}  # only the all-masked twin: the assert of :415
+    with open_target(f"slime:gae-kl@{pin}", repos=repos) as h:
+        adv, ret = h.run(case)
+        # every response token a step, the masked KL 0.2 kept and the score on the last response token (masked):
+        # r = [-0.05, 0, 2.2], V = 0, lam 1 -> A = [0.5, 1.1, 2.2]; the reference is [0.95, 2.0, 0]
+        assert adv[1].tolist() == pytest.approx([0.5, 1.1, 2.2], rel=1e-6) and torch.equal(adv[1], ret[1])
+        assert torch.isnan(adv[0]).all()
+        assert {"reference", "masked-zero"} <= kind_failed(h, KL_REWARD_FINITE)
+
+
+SLIME_KL_FUZZ = {  # entry -> (must fail, may fail) in 20 unshrunk examples at HEAD
+    # GAE without the loss mask (loss.py:779-781): masked values and the masked KL (:772-777) leak (poison, reference,
+    # gap-invariance, masked-zero); an empty response crashes on token_level_rewards[-1] (:777, no-crash, api); NaN
+    # under the mask (poison-nonfinite, api)
+    "gae-kl": ({"poison"}, {"reference", "gap-invariance", "masked-zero", "no-crash", "poison-nonfinite"}),
+    # the assert on a fully masked row (ppo_utils.py:415, no-crash), NaN * loss_mask (:416, poison-nonfinite)
+    "reinforce++-kl": ({"no-crash"}, {"poison-nonfinite"}),
+}
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("entry", list(SLIME_KL_FUZZ))
+def test_kl_reward_short_fuzz(repos, entry):
+    from maskfuzz.fuzz.engine import fuzz_target
+
+    must, may = SLIME_KL_FUZZ[entry]
+    with open_target(f"slime:{entry}@{HEAD}", repos=repos) as h:
+        t0 = time.monotonic()
+        res = fuzz_target(h.run, h.declared, target=f"slime:{entry}", pin=HEAD, max_examples=20, seed=0, shrink=False)
+        print(f"\n[slime:{entry}] fuzz 20 (unshrunk): {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    found = {f.property for f in res.findings}
     assert must <= found <= must | may, found

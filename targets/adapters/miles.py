@@ -53,11 +53,14 @@ from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, im
 from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.adapters.slime import (
     FLOAT64_WHY,
+    KL_COEF,
     Samples,
     bind_flavour,
     entry_name,
     install_mpu_state,
+    kl_smoke,
     run_caller,
+    run_kl_caller,
     smoke,
 )
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
@@ -454,6 +457,84 @@ for _name in KIND_OVERRIDES:
     KIND_OVERRIDES[_name].setdefault("truncation", None)  # no notion of a cut row outside GAE
 KIND_OVERRIDES["grpo"]["options"] = (GRPO_STD_NORMALIZATION,)
 
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order, through
+# compute_advantages_and_returns (W miles/backends/training_utils/loss.py:291, G loss.py:19): compute_approx_kl(
+# log_probs[i], ref_log_probs[i], kl_loss_type=args.kl_loss_type) per sample at every response token unless
+# kl_coef == 0 (W loss.py:326-337, G loss.py:54-65), then
+# * ppo: `k *= -args.kl_coef` at every response token; W adds the score at the last response token (`k[-1] +=
+#   reward`, loss.py:349-355) and calls get_advantages_and_returns_batch without a mask (:356-358); G hands the
+#   shaped KL and the scores as terminal_rewards to get_advantages_and_returns_batch (loss_hub/advantages.py:59-77),
+#   which places the score itself (6ccdc7da6: the last response token, no mask; 3d2e0e411 (#1827): the last
+#   trainable token, loss_masks passed, :74);
+# * reinforce_plus_plus: get_reinforce_plus_plus_returns(kl=kl, kl_coef=args.kl_coef, ...) (W loss.py:360-370,
+#   G advantages.py:78-88): `token_level_rewards = -kl_coef * full_kl_response`, NOT masked, the score at the last
+#   loss_mask == 1 token, G_t = r_t + gamma G_{t+1} over every response token (W miles/utils/ppo_utils.py:412-423,
+#   G loss_hub/math_utils.py:486-497).
+# The estimator: --kl-loss-type default "k1" (W miles/utils/arguments.py:917-921, G :1148-1152), k1 =
+# log_probs.float() - log_probs_base.float() unclamped (W miles/utils/ppo_utils.py:81-84, G math_utils.py:155-158;
+# only low_var_kl is clamped). The coefficient: --kl-coef "KL penalty coefficient for reward shaping" (W
+# arguments.py:892-896, G :1123-1127), default 0.00; 0.1 here.
+KL_REWARD_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
+KL_REWARD_ENTRIES = ("gae-kl", "reinforce++-kl")
+_KL_ONLY_GIT = (
+    "miles 6ccdc7da6 / 3d2e0e411: the per-token rewards are only -kl_coef * KL "
+    f"({_TB}/loss_hub/advantages.py:62-65; reinforce++ {_MU}:486); the rollout's reward is one scalar per sample "
+    "(the terminal reward)"
+)
+_KL_ONLY_WHEEL = (
+    f"miles-rl 0.0.2: the per-token rewards are only -kl_coef * KL ({_TB}/loss.py:349-355; reinforce++ "
+    "miles/utils/ppo_utils.py:412); the rollout's reward is one scalar per sample"
+)
+_KL_LOGPROBS = (
+    "log_probs are the actor's own log-softmax of the sampled tokens at every response token (tool tokens "
+    "included), ref_log_probs the reference model's: log-probabilities under the mask as elsewhere"
+)
+
+
+def _kl_pipeline(base: Domain, only: str, dtypes: tuple[str, ...] | None = None, why_dtypes: str = "") -> Domain:
+    """A KL-in-the-reward entry's pipeline: the entry's own, with no token reward beyond the KL and masked
+    log-probs that are log-probabilities."""
+    why = {**base.why, "token_rewards": only, "masked_logprobs": _KL_LOGPROBS}
+    if dtypes is not None:
+        why["dtypes"] = why_dtypes
+    return dataclasses.replace(base, dtypes=dtypes or base.dtypes, token_rewards=False, masked_logprobs=False, why=why)
+
+
+_KL_API_WHY = (
+    "miles' per-token rewards are only the KL the trainer computes from log_probs / ref_log_probs "
+    f"({_TB}/loss_hub/advantages.py:62-65 at the git pins): the case's token rewards are 0"
+)
+KL_OVERRIDES = {
+    "gae-kl": dict(
+        kind="gae",
+        variant=KL_REWARD_VARIANT,
+        domain=Domain(
+            dtypes=("float32", "bfloat16", "float16"),
+            token_rewards=False,
+            why={
+                "dtypes": "the PPO caller computes the KL .float() (W miles/utils/ppo_utils.py:81, G "
+                f"{_MU}:155); float64 is left out as for the GAE entries",
+                "token_rewards": _KL_API_WHY,
+            },
+        ),
+        pipeline=_kl_pipeline(PIPELINE_GIT, _KL_ONLY_GIT),
+        pipeline_by_pin={"0.0.2": _kl_pipeline(PIPELINE_0_0_2, _KL_ONLY_WHEEL)},
+    ),
+    "reinforce++-kl": dict(
+        KIND_OVERRIDES["reinforce++"],
+        variant=KL_REWARD_VARIANT,
+        domain=Domain(
+            critic=False,
+            token_rewards=False,
+            dtypes=_NO_F64,
+            why={"dtypes": F32_WHY["reinforce++"], "token_rewards": _KL_API_WHY},
+        ),
+        pipeline=_kl_pipeline(PIPELINE_GIT, _KL_ONLY_GIT, ("float32",), F32_WHY["reinforce++"]),
+        pipeline_by_pin={"0.0.2": _kl_pipeline(PIPELINE_0_0_2, _KL_ONLY_WHEEL, ("float32",), F32_WHY["reinforce++"])},
+    ),
+}
+
 SPEC = TargetSpec(
     id="miles",
     adapter="maskfuzz.targets.adapters.miles",
@@ -466,7 +547,15 @@ SPEC = TargetSpec(
         Pin("6ccdc7da6", "first parent of PR #1827: GAE over every response token, no loss mask", kind="git"),
         Pin("3d2e0e411", "PR #1827: run PPO GAE over trainable tokens only", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES, *POLICY_ENTRIES),
+    entries=(
+        "default",
+        "vanilla",
+        *KIND_ENTRIES,
+        *LOSS_ENTRIES,
+        *VALUE_ENTRIES,
+        *POLICY_ENTRIES,
+        *KL_REWARD_ENTRIES,
+    ),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -487,9 +576,9 @@ SPEC = TargetSpec(
         "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
         "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False. "
         "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
-        "value-loss, policy-loss."
+        "value-loss, policy-loss; KL in the reward: gae-kl (this adapter), reinforce++-kl."
     ),
-    entry_overrides=KIND_OVERRIDES,
+    entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     truncation=GAE_TRUNCATION,
 )
 
@@ -609,9 +698,49 @@ def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callabl
     return run
 
 
+def kl_caller(root: Path) -> tuple[Callable, str, list[str]]:
+    """The trainer's `compute_advantages_and_returns(args, rollout_data)` at every pin (it computes the KL,
+    shapes it and calls the estimator), with the single-rank state the pin needs: (call, where, notes)."""
+    notes = []
+    mpu = None
+    if needs_mpu(root):
+        mpu = install_mpu_state()
+        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
+    fn, where = function_from(root, FUNCTION_HOMES)
+    caller, caller_where = function_from(root, CALLER_HOMES)
+    state, more = provide_parallel_state(root)
+    notes += more
+    if "parallel_state" in inspect.signature(caller).parameters:
+        if state is None:
+            raise RuntimeError(f"{caller_where} takes a parallel_state, but this pin has no ParallelState")
+        call = lambda args, data: caller(args, parallel_state=state, rollout_data=data)  # noqa: E731
+    else:
+        call = caller
+    modules = []
+    for mod_name in CALLER_MODULES:
+        try:
+            modules.append(import_from(root, mod_name))
+        except NotPresent:
+            continue
+    check_mpu(modules + [inspect.getmodule(fn)], mpu)
+    notes.append(
+        f"KL in the reward through {caller_where}: log_probs = logp, ref_log_probs = ref_logp, kl_loss_type 'k1', "
+        f"kl_coef {KL_COEF}, qkv_format 'thd'; the caller computes compute_approx_kl and shapes it itself"
+    )
+    return call, caller_where, notes
+
+
 def load(root: Path, entry: str | None) -> Loaded:
     """Import miles' GAE from `root` (wheel or worktree) and the route that places the score; the
     entries of the other kinds load from `targets.adapters.miles_kinds`."""
+    if entry == "gae-kl":
+        call, caller_where, notes = kl_caller(root)
+        _, where = function_from(root, FUNCTION_HOMES)
+
+        def run_kl(case: Case, device: str):
+            return run_kl_caller(call, case, device, advantage_estimator="ppo", qkv_format="thd")
+
+        return Loaded(run_kl, f"{where} via {caller_where}", notes + kl_smoke(run_kl))
     name = entry_name(entry)
     notes = []
     mpu = None

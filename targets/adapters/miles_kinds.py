@@ -229,6 +229,8 @@ def load(root: Path, entry: str) -> Loaded:
         return load_value(root, entry)
     if entry in POLICY_ENTRIES:
         return load_policy(root, entry)
+    if entry == "reinforce++-kl":
+        return load_reinforce_kl(root)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -264,6 +266,27 @@ def load(root: Path, entry: str) -> Loaded:
     fn, where = math_function(root, "get_reinforce_plus_plus_returns")
     notes.append("token rewards enter as KL: compute_approx_kl(0, token_rewards, 'k1'), kl_coef = 1")
     return Loaded(reinforce_runner(fn, kl_eager, parallel_state=state), where, notes)
+
+
+def load_reinforce_kl(root: Path) -> Loaded:
+    """REINFORCE++ with the KL in the reward, through the trainer's compute_advantages_and_returns (W
+    miles/backends/training_utils/loss.py:291, G :19) with advantage_estimator reinforce_plus_plus:
+    compute_approx_kl(log_probs, ref_log_probs, 'k1') per sample (W :326-337, G :54-65), then
+    get_reinforce_plus_plus_returns(kl=kl, kl_coef=...) shapes -kl_coef * kl (unmasked), puts the score at the last
+    loss_mask == 1 token and discounts every response token (W miles/utils/ppo_utils.py:412-423, G
+    loss_hub/math_utils.py:486-497)."""
+    from maskfuzz.targets.adapters.miles import kl_caller
+    from maskfuzz.targets.adapters.slime import kl_smoke, run_kl_caller
+
+    call, caller_where, notes = kl_caller(root)
+    _, where = math_function(root, "get_reinforce_plus_plus_returns")
+
+    def run(case: Case, device: str):
+        return run_kl_caller(
+            call, case, device, critic=False, advantage_estimator="reinforce_plus_plus", qkv_format="thd"
+        )
+
+    return Loaded(run, f"{where} via {caller_where}", notes + kl_smoke(run))
 
 
 # ---------------------------------------------------------------------------------------------

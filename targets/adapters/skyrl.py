@@ -41,7 +41,9 @@ poison (value-head outputs, zero-filled float rewards and a clamped, masked KL a
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -443,6 +445,128 @@ SPEC = TargetSpec(
 )
 
 
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles/kl_reward.py`), with `trainer.algorithm.use_kl_in_reward` (0.3.1
+# skyrl_train/config/ppo_base_config.yaml:107, default false; git main skyrl/train/config/config.py:830). The trainer's
+# order (0.3.1 skyrl_train/trainer.py:248-259; git main skyrl/train/trainer.py:424-434): the per-token rewards with the
+# score on the last real token (convert_to_training_input), then `apply_reward_kl_penalty` (0.3.1 trainer.py:1000-1030;
+# 0.1.0 :1001-1028 on data["custom_rewards"]; v0.4.0 skyrl-train/skyrl_train/trainer.py:981; git main
+# skyrl/train/trainer.py:1409-1437): `kl = compute_approx_kl(action_log_probs, base_action_log_probs,
+# loss_mask=loss_mask, kl_estimator_type=...)`, `rewards = rewards - kl * max(0, kl_loss_coef)` with kl_loss_coef the
+# reward KL controller's value (get_kl_controller: FixedKLController(kl_coef=kl_loss_coef) for the default kl_ctrl.type
+# "fixed", 0.3.1 skyrl_train/utils/ppo_utils.py:70-72, git main :73-75; set at trainer.py:186-187 / :310-311), then
+# compute_advantages_and_returns (GAE or REINFORCE++ on those rewards, as the default / reinforce++ entries call them).
+# compute_approx_kl (0.3.1 skyrl_train/utils/ppo_utils.py:91-127, git main :88-126): k3 (the default,
+# ppo_base_config.yaml:103, git main config.py:828) clamps d = logp - ref to [-20, 20] and the estimate to [-10, 10]
+# (:115-122; git main :112-118); the estimate is multiplied by the loss mask (0.3.1 :125-126: NaN * 0 stays NaN) or
+# routed to 0 under it (git main :125, torch.where). The coefficient: kl_loss_coef, default 0.001 (0.3.1
+# ppo_base_config.yaml:109; git main config.py:836), the shipped value, used here.
+KL_COEF = 0.001
+_KL_CLAMPS = {"k3": {"clamp_d": (-20.0, 20.0), "clamp": (-10.0, 10.0)}}
+
+
+def kl_reward_variant(estimator: str) -> dict:
+    """The `kl_reward` variant of apply_reward_kl_penalty with SkyRL's estimator `estimator` (its clamps)."""
+    clamps = _KL_CLAMPS.get(estimator, {"clamp_d": None, "clamp": None})
+    return {"kl_reward": {"coef": KL_COEF, "estimator": estimator, **clamps}}
+
+
+KL_REWARD_ENTRIES = ("gae-kl", "reinforce++-kl")
+KL_REWARD_TYPE = Option(
+    KL_TYPE,
+    ("k3", "k1", "k2", "abs"),
+    "k3",
+    "skyrl_train/trainer.py:1015 (0.3.1, apply_reward_kl_penalty; compute_approx_kl skyrl_train/utils/ppo_utils.py:"
+    "91-127; default skyrl_train/config/ppo_base_config.yaml:103; git main skyrl/train/trainer.py:1425, config.py:828)",
+    "the KL estimator of the KL-in-reward term (k3 clamped as compute_approx_kl clamps it; k1, k2, abs unclamped)",
+    effect={e: {"variant": kl_reward_variant(e)} for e in ("k1", "k2", "abs")},
+)
+_KL_LOGPROBS = (
+    "action_log_probs are the policy's log-softmax of the sampled tokens at every response position, "
+    "base_action_log_probs the reference model's: log-probabilities under the loss mask as elsewhere"
+)
+
+
+def _kl_pipe(dom: Domain) -> Domain:
+    return dataclasses.replace(dom, masked_logprobs=False, why={**dom.why, "masked_logprobs": _KL_LOGPROBS})
+
+
+KL_OVERRIDES = {
+    "gae-kl": dict(
+        kind="gae",
+        variant=kl_reward_variant("k3"),
+        options=(KL_REWARD_TYPE,),
+        pipeline=_kl_pipe(SPEC.pipeline),
+        pipeline_by_pin={pin: _kl_pipe(dom) for pin, dom in SPEC.pipeline_by_pin.items()},
+    ),
+    "reinforce++-kl": dict(
+        _KIND_OVERRIDES["reinforce++"],
+        variant=kl_reward_variant("k3"),
+        options=(KL_REWARD_TYPE,),
+        pipeline=_kl_pipe(_KIND_OVERRIDES["reinforce++"]["pipeline"]),
+        pipeline_by_pin={pin: _kl_pipe(d) for pin, d in _KIND_OVERRIDES["reinforce++"]["pipeline_by_pin"].items()},
+    ),
+}
+SPEC = dataclasses.replace(
+    SPEC, entries=(*SPEC.entries, *KL_REWARD_ENTRIES), entry_overrides={**_KIND_OVERRIDES, **KL_OVERRIDES}
+)
+
+
+class _Batch(dict):
+    """A dict standing in for TrainingInputBatch: apply_reward_kl_penalty reads and writes keys and `.metadata`."""
+
+    metadata: dict
+
+
+def kl_penalty(root: Path) -> tuple:
+    """SkyRL's `apply_reward_kl_penalty` compiled from the pin's trainer source (a method of a Ray trainer class:
+    `self` stands in with cfg.trainer.algorithm and the reward KL controller of `get_kl_controller`), as
+    `shape(case, device, rewards) -> rewards - kl * coef`; and where it came from."""
+    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
+
+    ctrl_fn, _ = function_from(root, [(m, "get_kl_controller") for m, _ in _CANDIDATES])
+    module = sys.modules[ctrl_fn.__module__]
+    package = ctrl_fn.__module__.split(".")[0]
+    base = Path(module.__file__).resolve().parents[ctrl_fn.__module__.count(".")]
+    path = base / _TRAINERS[package]
+    tree = SourceTree(base, ("skyrl_train", "skyrl"))
+    parsed = tree.file(path).tree
+    classes = [find_class(parsed, n.name) for n in parsed.body if type(n).__name__ == "ClassDef"]
+    node = next((m for m in (find_method(c, "apply_reward_kl_penalty") for c in classes) if m is not None), None)
+    if node is None:
+        raise RuntimeError(f"{path} has no trainer method apply_reward_kl_penalty: update targets/adapters/skyrl.py")
+    fn = tree.function(path, node)
+
+    def shape(case: Case, device: str, rewards: torch.Tensor) -> torch.Tensor:
+        dt = case.torch_dtype
+        algo = types.SimpleNamespace(
+            kl_estimator_type=case.options.get(KL_TYPE, "k3"),
+            kl_loss_coef=KL_COEF,
+            kl_ctrl=types.SimpleNamespace(type="fixed", kl_target=0.1, horizon=10000),  # the config's defaults
+        )
+        me = types.SimpleNamespace(
+            cfg=types.SimpleNamespace(trainer=types.SimpleNamespace(algorithm=algo)),
+            reward_kl_controller=ctrl_fn(algo),  # the trainer's, with use_kl_in_reward (trainer.py:186-187)
+            all_metrics={},  # the method logs avg_kl there (metrics only)
+        )
+        data = _Batch(
+            loss_mask=case.trainable.to(device=device, dtype=dt),
+            rewards=rewards,
+            custom_rewards=rewards,  # 0.1.0 shapes data["custom_rewards"]
+            action_log_probs=case.extra["logp"].to(device=device, dtype=dt),
+            base_action_log_probs=case.extra["ref_logp"].to(device=device, dtype=dt),
+        )
+        data.metadata = {}
+        fn(me, data)
+        changed = [k for k in ("rewards", "custom_rewards") if data[k] is not rewards]
+        if len(changed) != 1:
+            raise RuntimeError(f"apply_reward_kl_penalty wrote {changed}, expected one rewards key")
+        return data[changed[0]]
+
+    rel = path.relative_to(base)
+    return shape, f"{rel}:{node.lineno}::apply_reward_kl_penalty (compiled from the source)"
+
+
 def _import_roots(root: Path) -> list[Path]:
     """The directories that make the pin's packages importable, most specific first."""
     roots = []
@@ -492,13 +616,28 @@ def framework_inputs(case: Case, device: str) -> dict:
 def load(root: Path, entry: str | None) -> Loaded:
     """Import SkyRL's GAE from the checkout / unpacked wheel at `root` (its monorepo subprojects put
     first on sys.path), check the pin's score-placement rule, and return the canonical run."""
-    if entry not in (None, "default"):
+    if entry not in (None, "default", "gae-kl"):
         raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from skyrl_kinds")
     import_roots = _import_roots(Path(root))
     for extra in reversed(import_roots):
         sys.path.insert(0, str(extra))
     fn, where = function_from(root, _CANDIDATES)
     trainer = _check_placement(fn)
+    if entry == "gae-kl":
+        shape, shape_where = kl_penalty(root)
+
+        def run_kl(case: Case, device: str):
+            kw = framework_inputs(case, device)
+            kw["token_level_rewards"] = shape(case, device, kw["token_level_rewards"])
+            return fn(**kw, gamma=case.gamma, lambd=case.lam)
+
+        notes = [
+            f"score placed on the last real response token, the rule of {trainer.relative_to(Path(root).resolve())}",
+            f"then {shape_where}: kl_estimator_type from the case's options (default k3), kl_loss_coef {KL_COEF} "
+            "through the fixed KL controller, loss_mask = trainable",
+            "then the GAE function on the shaped rewards; response_mask = attention",
+        ]
+        return Loaded(run=run_kl, where=f"{where} after {shape_where}", notes=notes)
 
     def run(case: Case, device: str):
         kw = framework_inputs(case, device)

@@ -34,6 +34,7 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
+from maskfuzz.targets.adapters.skyrl import KL_TYPE
 
 _MODULES = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
 
@@ -60,7 +61,6 @@ ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION, *VALUE)
 
 
 NORM_BY_STD = "trainer.algorithm.grpo_norm_by_std"  # = skyrl.NORM_BY_STD (the option names of the entries)
-KL_TYPE = "trainer.algorithm.kl_estimator_type"
 
 
 OVERLONG = "generator.apply_overlong_filtering"  # = skyrl.OVERLONG
@@ -440,8 +440,32 @@ def load_policy(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
+def load_reinforce_kl(root: Path) -> Loaded:
+    """REINFORCE++ with the KL in the reward, in the trainer's order: the score on the last real token, then
+    `apply_reward_kl_penalty` (compiled from the trainer source: `skyrl.kl_penalty`), then
+    compute_reinforce_plus_plus_outcome_advantage on the shaped rewards (as the reinforce++ entry calls it)."""
+    from maskfuzz.targets.adapters.skyrl import KL_COEF, kl_penalty
+
+    fn, where = _function(root, RETURNS["reinforce++"])
+    shape, shape_where = kl_penalty(root)
+
+    def run(case: Case, device: str):
+        x = outcome_inputs(case, device)
+        rewards = shape(case, device, x["token_level_rewards"])
+        return fn(token_level_rewards=rewards, response_mask=x["response_mask"], gamma=case.gamma)
+
+    notes = [
+        "score on the last real response token (trainer rule), token rewards at real tokens, 0 at padding",
+        f"then {shape_where}: kl_estimator_type from the case's options (default k3), kl_loss_coef {KL_COEF}, "
+        "loss_mask = trainable; response_mask = attention",
+    ]
+    return Loaded(run=run, where=f"{where} after {shape_where}", notes=notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry == "reinforce++-kl":
+        return load_reinforce_kl(root)
     if entry in VALUE:
         return load_value(root, entry)
     if entry in POLICY:

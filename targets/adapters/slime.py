@@ -495,6 +495,79 @@ KIND_OVERRIDES["grpo"]["options"] = (ADVANTAGE_ESTIMATOR, GRPO_STD_NORMALIZATION
 # (False) is kept as the default, so the unwhitened returns stay comparable with the earlier verdicts
 KIND_OVERRIDES["reinforce++"]["options"] = (NORMALIZE_ADVANTAGES,)
 
+# ---------------------------------------------------------------------------------------------
+# KL in the reward (`oracles/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order.
+# compute_advantages_and_returns (slime/backends/megatron_utils/loss.py:704 at 624b824a8, :222 at 166441911)
+# computes `compute_approx_kl(log_probs[i], ref_log_probs[i], kl_loss_type=args.kl_loss_type)` per sample at every
+# response token (:743-754; 166441911 :256-268), unless kl_coef == 0; then
+# * ppo: `token_level_rewards = per_token_kl * -args.kl_coef`, the score on the LAST RESPONSE token
+#   (`token_level_rewards[-1] += reward`), GAE over every response token, no mask (:769-781; 166441911 :276-288);
+# * reinforce_plus_plus: get_reinforce_plus_plus_returns(kl=kl, kl_coef=args.kl_coef, ...) masks the KL
+#   (`-kl_coef * (kl * loss_mask)`), the score at the last loss_mask == 1 token (slime/utils/ppo_utils.py:415-419;
+#   166441911 :255-259), then the discounted returns (:430).
+# The estimator: --kl-loss-type default "k1" (slime/utils/arguments.py:934-939; 166441911 :768-773), k1 =
+# log_probs.float() - log_probs_base.float() unclamped (slime/utils/ppo_utils.py:28-31, the same lines at 166441911;
+# only low_var_kl is clamped, :48-49). The coefficient: --kl-coef "KL penalty coefficient for reward shaping"
+# (slime/utils/arguments.py:909-913; 166441911 :743-747), default 0.00 (shaping off); no shipped script sets a
+# non-zero value (they pass --kl-coef 0.00, e.g. scripts/run-glm4.7-30B-A3B.sh:92), so 0.1.
+KL_COEF = 0.1
+KL_REWARD_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
+KL_REWARD_ENTRIES = ("gae-kl", "reinforce++-kl")
+_KL_ONLY = {
+    "624b824a8": "slime 624b824a8: the per-token rewards are only -kl_coef * KL (slime/backends/megatron_utils/"
+    "loss.py:772-777) or, for reinforce++, -kl_coef * masked KL (slime/utils/ppo_utils.py:416-417); the rollout's "
+    "reward is one scalar per sample (rollout_data['rewards'], loss.py:734)",
+    "166441911": "slime 166441911: the per-token rewards are only -kl_coef * KL (slime/backends/megatron_utils/"
+    "loss.py:279-284) or, for reinforce++, -kl_coef * masked KL (slime/utils/ppo_utils.py:256-257); the rollout's "
+    "reward is one scalar per sample",
+}
+_KL_LOGPROBS = (
+    "log_probs are the actor's own log-softmax of the sampled tokens at every response token (tool tokens "
+    "included), ref_log_probs the reference model's: log-probabilities under the mask as elsewhere"
+)
+
+
+def _kl_pipeline(base: Domain, pin: str, dtypes: tuple[str, ...] | None = None, why_dtypes: str = "") -> Domain:
+    """A KL-in-the-reward entry's pipeline: the entry's own, with no token reward beyond the KL and masked
+    log-probs that are log-probabilities."""
+    why = {**base.why, "token_rewards": _KL_ONLY[pin], "masked_logprobs": _KL_LOGPROBS}
+    if dtypes is not None:
+        why["dtypes"] = why_dtypes
+    return dataclasses.replace(base, dtypes=dtypes or base.dtypes, token_rewards=False, masked_logprobs=False, why=why)
+
+
+_KL_API_WHY = (
+    "slime's per-token rewards are only the KL the trainer computes from log_probs / ref_log_probs "
+    "(slime/backends/megatron_utils/loss.py:772-777 at 624b824a8): the case's token rewards are 0"
+)
+KL_OVERRIDES = {
+    "gae-kl": dict(
+        kind="gae",
+        variant=KL_REWARD_VARIANT,
+        domain=Domain(
+            dtypes=("float32", "bfloat16", "float16"),
+            token_rewards=False,
+            why={"dtypes": FLOAT64_WHY, "token_rewards": _KL_API_WHY},
+        ),
+        pipeline=_kl_pipeline(PIPELINE_HEAD, "624b824a8"),
+        pipeline_by_pin={"166441911": _kl_pipeline(PIPELINE_166441911, "166441911")},
+        options=(NORMALIZE_ADVANTAGES,),
+        truncation=GAE_TRUNCATION,
+    ),
+    "reinforce++-kl": dict(
+        KIND_OVERRIDES["reinforce++"],
+        variant=KL_REWARD_VARIANT,
+        domain=Domain(
+            critic=False,
+            token_rewards=False,
+            dtypes=_NO_F64,
+            why={"dtypes": _F32["reinforce++"], "token_rewards": _KL_API_WHY},
+        ),
+        pipeline=_kl_pipeline(PIPELINE_HEAD, "624b824a8", ("float32",), _F32["reinforce++"]),
+        pipeline_by_pin={"166441911": _kl_pipeline(PIPELINE_166441911, "166441911", ("float32",), _F32["reinforce++"])},
+    ),
+}
+
 SPEC = TargetSpec(
     id="slime",
     adapter="maskfuzz.targets.adapters.slime",
@@ -505,7 +578,15 @@ SPEC = TargetSpec(
         Pin("624b824a8", "HEAD of the snapshot (Aug 2026): chunked_gae, score on the last response token", kind="git"),
         Pin("166441911", "Jan 2026 (#1372): the older chunked_gae, mpu inside the call", kind="git"),
     ),
-    entries=("default", "vanilla", *KIND_ENTRIES, *LOSS_ENTRIES, *VALUE_ENTRIES, *POLICY_ENTRIES),
+    entries=(
+        "default",
+        "vanilla",
+        *KIND_ENTRIES,
+        *LOSS_ENTRIES,
+        *VALUE_ENTRIES,
+        *POLICY_ENTRIES,
+        *KL_REWARD_ENTRIES,
+    ),
     stand_ins=COMMON_HEAVY + ("httpx",),
     deny=("fla",),
     domain=Domain(
@@ -522,9 +603,9 @@ SPEC = TargetSpec(
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
         "chunked=False (absent where the function has no such flag). Beyond GAE "
         "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
-        "policy-loss."
+        "policy-loss; KL in the reward: gae-kl (this adapter), reinforce++-kl."
     ),
-    entry_overrides=KIND_OVERRIDES,
+    entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     options=(NORMALIZE_ADVANTAGES,),
     truncation=GAE_TRUNCATION,
 )
@@ -708,6 +789,60 @@ def run_caller(caller: Callable, case: Case, device: str, **fixed) -> tuple[torc
     return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
 
 
+def kl_rollout_data(case: Case, s: Samples, device: str, critic: bool = True) -> dict:
+    """The caller's `rollout_data` for a KL in the reward: the case's `logp` / `ref_logp` cut per sample as
+    `log_probs` / `ref_log_probs` (the case's dtype; compute_approx_kl casts .float()), the scores as the rewards;
+    the case's token rewards are 0 (the entries' domains): slime has no per-token reward besides the KL."""
+    dt = case.torch_dtype
+
+    def cut(x: torch.Tensor) -> list[torch.Tensor]:
+        return [x[b, lo:hi].to(device=device, dtype=dt).clone() for b, (lo, hi) in enumerate(s.spans)]
+
+    return {
+        "log_probs": cut(case.extra["logp"]),
+        "ref_log_probs": cut(case.extra["ref_logp"]),
+        "rewards": list(s.scores),
+        "values": [v.clone() for v in s.values] if critic else None,
+        "response_lengths": list(s.response_lengths),
+        "total_lengths": list(s.total_lengths),
+        "loss_masks": [m.clone() for m in s.loss_masks],
+    }
+
+
+def run_kl_caller(
+    caller: Callable, case: Case, device: str, critic: bool = True, **fixed
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One case through `caller(args, rollout_data)` with the KL in the reward: the caller computes
+    compute_approx_kl(log_probs, ref_log_probs, kl_loss_type) and shapes it with -kl_coef itself; `fixed`
+    namespace attributes (advantage_estimator, ...); lam = 1 without a critic. Canonical (advantages, returns)."""
+    s = Samples.from_case(case, device)
+    data = kl_rollout_data(case, s, device, critic)
+    options = {
+        "normalize_advantages": bool(case.options.get("normalize_advantages", False)),
+        "kl_coef": KL_COEF,
+        "kl_loss_type": KL_REWARD_VARIANT["kl_reward"]["estimator"],
+        **fixed,
+    }
+    caller(caller_args(case.gamma, case.lam if critic else 1.0, **options), data)
+    if "advantages" not in data or "returns" not in data:
+        raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
+    return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
+
+
+KL_SMOKE = Case.build(
+    trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5, extra={"logp": [[-1.0, -2.0]], "ref_logp": [[-1.5, -1.0]]}
+)
+
+
+def kl_smoke(run: Callable) -> list[str]:
+    """`smoke` for a KL-in-the-reward runner: one trivial case with log-probs, run at load."""
+    CallerArgs.unknown.clear()
+    run(KL_SMOKE, "cpu")
+    if CallerArgs.unknown:
+        return ["caller arguments left unset (None): " + ", ".join(sorted(CallerArgs.unknown))]
+    return []
+
+
 def smoke(run: Callable) -> list[str]:
     """Run one trivial case at load, so an adapter that cannot drive this pin fails loudly at load
     (never as a crash finding); returns a note naming the caller arguments left unset (None)."""
@@ -724,7 +859,7 @@ def smoke(run: Callable) -> list[str]:
 def load(root: Path, entry: str | None) -> Loaded:
     """Import slime's GAE and its PPO caller from `root`; run cases through the caller. The entries
     of the other kinds load from `targets.adapters.slime_kinds`."""
-    name = entry_name(entry)
+    name = "gae-kl" if entry == "gae-kl" else entry_name(entry)
     mpu = install_mpu_state()
     fn, where = function_from(root, [("slime.utils.ppo_utils", "get_advantages_and_returns_batch")])
     caller, caller_where = function_from(
@@ -738,6 +873,16 @@ def load(root: Path, entry: str | None) -> Loaded:
         "state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage (as slime's tests stub it)",
         "token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1",
     ]
+    if name == "gae-kl":
+        notes[-1] = (
+            f"KL in the reward: log_probs = logp, ref_log_probs = ref_logp, kl_loss_type 'k1', kl_coef {KL_COEF}; "
+            "the caller computes compute_approx_kl and -kl_coef * kl itself"
+        )
+
+        def run_kl(case: Case, device: str):
+            return run_kl_caller(caller, case, device, advantage_estimator="ppo")
+
+        return Loaded(run_kl, f"{where} via {caller_where}", notes + kl_smoke(run_kl))
     notes += bind_flavour([loss_mod], fn, name)
 
     def run(case: Case, device: str):

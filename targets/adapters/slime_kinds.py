@@ -46,6 +46,8 @@ def load(root: Path, entry: str) -> Loaded:
         return load_value(root, entry)
     if entry in POLICY_ENTRIES:
         return load_policy(root, entry)
+    if entry == "reinforce++-kl":
+        return load_reinforce_kl(root)
     if entry not in KIND_ENTRIES:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
@@ -101,6 +103,29 @@ def caller_of(root: Path):
     if getattr(import_from(root, "slime.backends.megatron_utils.loss"), "mpu", mpu) is not mpu:
         raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
     return caller, where
+
+
+def load_reinforce_kl(root: Path) -> Loaded:
+    """REINFORCE++ with the KL in the reward, through the trainer's compute_advantages_and_returns (loss.py:704 at
+    624b824a8, :222 at 166441911) with advantage_estimator reinforce_plus_plus: compute_approx_kl(log_probs,
+    ref_log_probs, 'k1') per sample (:743-754), then get_reinforce_plus_plus_returns(kl=kl, kl_coef=...) masks it,
+    shapes -kl_coef * masked_kl, puts the score at the last loss_mask == 1 token (ppo_utils.py:415-419) and
+    discounts (:430)."""
+    from maskfuzz.targets.adapters.slime import KL_COEF, kl_smoke, run_kl_caller
+
+    fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", MATH_HOMES)
+    caller, caller_where = caller_of(root)
+    notes = [
+        "state: megatron.core.mpu answers CP size 1, CP rank 0 (as slime's tests stub it)",
+        f"through {caller_where} (advantage_estimator reinforce_plus_plus): log_probs = logp, ref_log_probs = "
+        f"ref_logp, kl_loss_type 'k1', kl_coef {KL_COEF}; the caller computes compute_approx_kl, "
+        f"{where.split('::')[-1]} shapes -kl_coef * masked KL and adds the score",
+    ]
+
+    def run(case, device: str):
+        return run_kl_caller(caller, case, device, critic=False, advantage_estimator="reinforce_plus_plus")
+
+    return Loaded(run, f"{where} via {caller_where}", notes + kl_smoke(run))
 
 
 def grpo_runner(post, caller, sample_cls):
