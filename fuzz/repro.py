@@ -544,6 +544,10 @@ class Closure:
             self._override(name)
             return
         if name in source.defs:
+            origin = self._reexported(source, source.defs[name], name)
+            if origin is not None:  # `X = mk.X`: the script has one X, the module's
+                self.need(origin, name, why)
+                return
             self._pick(source, source.defs[name], name)
             return
         if name in source.imports:
@@ -555,6 +559,21 @@ class Closure:
                 self.need(other, name, why)
                 return
         raise Unsupported(f"{source.name}: the name {name!r} ({why}) is not defined at module level")
+
+    def _reexported(self, source: Source, node: ast.stmt, name: str) -> Source | None:
+        """The adapter module whose `name` the definition `name = module.name` re-exports, else None."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            return None
+        value = node.value
+        if not (isinstance(value, ast.Attribute) and value.attr == name and isinstance(value.value, ast.Name)):
+            return None
+        lines = source.imports.get(value.value.id, [])
+        full = _adapter_module(lines[0]) if lines else None
+        if full is None:
+            return None
+        if full not in self.sources:
+            self.add_source(Source.of_module(full))
+        return self.sources[full]
 
     def _override(self, name: str) -> None:
         if name in self.used_overrides:

@@ -173,12 +173,14 @@ class Domain:
             if case.extra:
                 fix = {n: torch.nan_to_num(x, nan=cap, posinf=cap, neginf=-cap) for n, x in case.extra.items()}
                 changes["extra"] = fix
-        if not self.masked_logprobs:  # a masked log-prob that is not one becomes 0 in both (what padding holds)
+        if not self.masked_logprobs:
+            # a masked log-prob that is not one becomes -min(|x|, SPAN / 2): a log-prob, the log-ratio kept
+            # non-zero where it was (a leak of a masked KL or ratio stays visible in the projection)
             extra = changes.get("extra", case.extra)
             bad = ~_logprobs_ok(case.replace(extra=extra))
             if bool(bad.any()):
-                zero = lambda x: torch.where(bad, torch.zeros_like(x), x)  # noqa: E731
-                changes["extra"] = {n: zero(x) if n in LOGPROBS else x for n, x in extra.items()}
+                fix = lambda x: torch.where(bad, -x.abs().clamp(max=LOGRATIO_SPAN / 2), x)  # noqa: E731
+                changes["extra"] = {n: fix(x) if n in LOGPROBS else x for n, x in extra.items()}
         if not self.masked_values:
             values = torch.where(dead, torch.zeros_like(values), values)
         if not self.masked_rewards or not self.token_rewards:

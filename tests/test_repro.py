@@ -504,6 +504,16 @@ def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
     assert "return KL_TYPE, 'é', KL_IN_CLAMP" in code and "import" not in code
     assert closure.bound["KL_TYPE"] == closure.bound["KL_IN_CLAMP"] == "maskfuzz.targets.adapters.nemo_rl"
     assert not closure.missing
+    # a re-export `KL_TYPE = nemo_rl.KL_TYPE` is the module's one definition, not a second one
+    again = repro.Source(
+        "maskfuzz.targets.adapters.reexporter",
+        "from maskfuzz.targets.adapters import nemo_rl\n\nKL_TYPE = nemo_rl.KL_TYPE\n\n\n"
+        "def g():\n    return KL_TYPE\n",
+    )
+    closure.add_source(again)
+    closure.need(again, "g", "test")
+    assert closure.bound["KL_TYPE"] == "maskfuzz.targets.adapters.nemo_rl"
+    assert "KL_TYPE = nemo_rl.KL_TYPE" not in "\n".join(closure.code("maskfuzz.targets.adapters.reexporter"))
     bare = repro.Source("maskfuzz.targets.adapters.bare", text.replace("nemo_rl.KL_TYPE", "getattr(nemo_rl, 'x')"))
     closure = repro.Closure(template)
     closure.add_source(bare)

@@ -95,6 +95,19 @@ def test_nan_poison_projects_to_finite_poison_when_the_pipeline_has_no_nan():
     assert Domain(gaps=False, why={"gaps": "no citation"}).cited() == ["gaps"]
 
 
+def test_a_masked_log_prob_projects_to_a_log_prob_with_its_log_ratio_kept():
+    """logp = 100 under the mask is no log-probability: projected to -10 (SPAN / 2), the masked KL term stays
+    non-zero, so a leak of it can still be witnessed inside the pipeline (miles reinforce++-kl)."""
+    case = Case.build(
+        trainable=[[1, 0]], score=[1.0], extra={"logp": [[0.0, 100.0]], "ref_logp": [[0.0, -3.0]]}, dtype="float32"
+    )
+    pipe = Domain(masked_logprobs=False)
+    assert pipe.rejects(case) is not None
+    projected = pipe.project(case)
+    assert projected is not None and pipe.rejects(projected) is None
+    assert projected.extra["logp"].tolist() == [[0.0, -10.0]] and projected.extra["ref_logp"].tolist() == [[0.0, -3.0]]
+
+
 def test_every_declared_pipeline_domain_cites_upstream_lines():
     """A pipeline narrowing without a file:line citation would be an unverifiable claim about
     someone else's code; a target without any pipeline domain reports every finding at reach api."""
