@@ -829,25 +829,16 @@ def run_kl_caller(
     return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
 
 
-KL_SMOKE = Case.build(
-    trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5, extra={"logp": [[-1.0, -2.0]], "ref_logp": [[-1.5, -1.0]]}
-)
-
-
 def kl_smoke(run: Callable) -> list[str]:
-    """`smoke` for a KL-in-the-reward runner: one trivial case with log-probs, run at load."""
-    CallerArgs.unknown.clear()
-    run(KL_SMOKE, "cpu")
-    if CallerArgs.unknown:
-        return ["caller arguments left unset (None): " + ", ".join(sorted(CallerArgs.unknown))]
-    return []
+    """`smoke` for a KL-in-the-reward runner: the trivial case with log-probs."""
+    return smoke(run, {"logp": [[-1.0, -2.0]], "ref_logp": [[-1.5, -1.0]]})
 
 
-def smoke(run: Callable) -> list[str]:
-    """Run one trivial case at load, so an adapter that cannot drive this pin fails loudly at load
-    (never as a crash finding); returns a note naming the caller arguments left unset (None)."""
+def smoke(run: Callable, extra: dict | None = None) -> list[str]:
+    """Run one trivial case (with `extra` inputs) at load, so an adapter that cannot drive this pin fails loudly
+    at load (never as a crash finding); returns a note naming the caller arguments left unset (None)."""
     CallerArgs.unknown.clear()
-    run(Case.build(trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5), "cpu")
+    run(Case.build(trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5, extra=extra), "cpu")
     if CallerArgs.unknown:
         return ["caller arguments left unset (None): " + ", ".join(sorted(CallerArgs.unknown))]
     return []
