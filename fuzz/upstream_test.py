@@ -154,6 +154,11 @@ def render(
             f"the upstream-test recipes call the framework's GAE function; a {declared.kind} finding is covered by "
             "the standalone reproducer"
         )
+    if declared.variant.get("kl_reward") or declared.contract == "segment":
+        raise ValueError(
+            "the upstream-test recipes call the framework's GAE function on rewards and values; a finding of the KL "
+            "in the reward or of per-turn returns is covered by the standalone reproducer"
+        )
     recipe = RECIPES[target]
     if case.options or bool(case.truncated_rows().any()):
         raise ValueError(

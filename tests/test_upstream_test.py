@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from maskfuzz.fuzz import upstream_test
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
@@ -118,3 +120,19 @@ def test_kinds_beyond_gae_get_no_recipe():
         assert "loss-aggregation finding is covered by the standalone reproducer" in str(exc)
     else:
         raise AssertionError("a loss-aggregation finding got a GAE recipe")
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [Declared("compressed", kind="returns", variant={"kl_reward": {"coef": 0.1}}), Declared("segment", kind="returns")],
+    ids=["kl-in-reward", "segment"],
+)
+def test_kl_in_reward_and_per_turn_returns_get_no_recipe(declared):
+    """The recipes call a GAE function on rewards and values: they would drop the log-probs of a KL in the reward."""
+    case = Case.build(trainable=[[1, 1]], extra={"logp": [[-1.0, -2.0]], "ref_logp": [[-1.0, -1.0]]})
+    with pytest.raises(ValueError, match="covered by the standalone reproducer"):
+        upstream_test.render(
+            case, declared, target="verl", pin="0.9.1", resolved="verl==0.9.1",
+            where="verl/trainer/ppo/core_algos.py::compute_reinforce_plus_plus_outcome_advantage",
+            mechanism="unexplained", prop="reference",
+        )  # fmt: skip
