@@ -347,8 +347,10 @@ def judge(
         # as an example of its own.
         if "poison-nonfinite" in want:
             verdicts["poison-nonfinite"] = _check_poison(run, case, declared, adv, ret, nonfinite=True)
+        if "masked-zero" in want:  # NaN kept at a masked advantage reaches the loss through `adv * mask`
+            verdicts["masked-zero"] = _check_masked_zero(_Base(case, adv, ret, adv, ret, None), declared)
         verdicts["no-crash"] = _ok("no-crash")
-        return _ordered(verdicts, "checked for non-finite poison only")
+        return _ordered(verdicts, "checked for non-finite poison (and masked zeros under it) only")
 
     live = case.trainable
     bad = live & ~(torch.isfinite(adv) & torch.isfinite(ret))
@@ -486,7 +488,7 @@ def _nonfinite_from_poison(run: Run, case: Case, declared: Declared, adv, ret) -
 def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
     if not declared.masked_zero:
         return _na("masked-zero", "the target documents non-zero advantages at masked positions")
-    dead = ~base.case.trainable
+    dead = ~base.case.trainable  # NaN / inf there fail too (`~(|x| <= atol)`)
     if not dead.any():
         return _na("masked-zero", "no non-trainable position")
     _, atol = FLOOR[base.case.dtype]

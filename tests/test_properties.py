@@ -86,8 +86,22 @@ def test_ignored_mask_is_caught_by_poison_at_the_leaking_positions():
 def test_nonfinite_poison_is_reported_separately():
     case = Case.build(trainable=[[1, 0]], values=[[0, float("nan")]], gamma=0.9, lam=0.9, score=[1])
     v = failures(judge(zoo.as_run(zoo.nan_leaks_through_multiply), case, Declared("dense")))
-    assert set(v) == {"poison-nonfinite"}
-    assert v["poison-nonfinite"].positions == [[0, 0]]
+    assert set(v) == {"poison-nonfinite", "masked-zero"}  # `adv * mask` keeps the NaN under the mask too
+    assert v["poison-nonfinite"].positions == [[0, 0]] and v["masked-zero"].positions == [[0, 1]]
+
+
+def test_a_nan_kept_at_a_masked_advantage_fails_masked_zero():
+    """Right at every trainable position, NaN * 0 under the mask: the loss's `adv * mask` would carry it."""
+
+    def right_but_nan_under_the_mask(**kw):
+        adv, ret = zoo.correct_dense(**kw)
+        keep = kw["values"] * (1 - kw["trainable"])  # 0, or NaN where a masked value is NaN
+        return adv + keep * 0, ret
+
+    case = Case.build(trainable=[[1, 0, 1]], values=[[0, float("nan"), 0]], gamma=0.9, lam=0.9, score=[1])
+    v = failures(judge(zoo.as_run(right_but_nan_under_the_mask), case, Declared("dense")))
+    assert set(v) == {"masked-zero"} and v["masked-zero"].positions == [[0, 1]]
+    assert not failures(judge(zoo.as_run(right_but_nan_under_the_mask), case, Declared("dense", masked_zero=False)))
 
 
 def test_finite_poison_that_overflows_is_a_poison_leak_not_a_crash():

@@ -830,10 +830,12 @@ def test_reinforce_plus_plus_kl_by_hand_and_the_masked_nan_log_prob(kinds_at_new
     assert ret[1].tolist() == pytest.approx([1.999, 1.999, 0.0], rel=1e-6)
     # kld * response_mask keeps the NaN (ray_trainer.py:103): returns[:, 0] = NaN * 0 (core_algos.py:724) and the
     # advantage there NaN * 0 (:729); masked_whiten's statistics (torch_functional.py) and every trained position stay
-    # finite, so only the masked output shows it (api only: the pipeline's log-probs are finite)
+    # finite, so only the masked output shows it: masked-zero, NaN kept at a masked advantage, which the loss's
+    # `adv * mask` would carry (api only: the pipeline's log-probs are finite)
     nan_adv = adv
     assert math.isnan(ret[0, 0].item()) and math.isnan(adv[0, 0].item()) and torch.isfinite(adv.flatten()[1:]).all()
-    assert not [v.property for v in judge(h.run, KL_CASE, h.declared) if v.failed]  # no trained output moves
+    failed = [v for v in judge(h.run, KL_CASE, h.declared) if v.failed]
+    assert [(v.property, v.positions) for v in failed] == [("masked-zero", [[0, 0]])]  # no trained output moves
     logp = KL_CASE.extra["logp"].clone()
     logp[0, 0] = -1.0  # a real log-prob under the mask: the KL there is multiplied away
     clean = KL_CASE.replace(extra={**KL_CASE.extra, "logp": logp})
@@ -850,12 +852,13 @@ def test_reinforce_plus_plus_kl_by_hand_and_the_masked_nan_log_prob(kinds_at_new
 def test_reinforce_plus_plus_kl_short_fuzz(kinds_at_new):
     """What the reinforce++ entry shows (a score the reward manager puts on a masked observation tail is dropped:
     naive.py:153 writes it at valid_response_length - 1, core_algos.py:724-726 skip masked positions) plus NaN
-    through the mask (kld * response_mask, ray_trainer.py:103, api only); nothing else."""
+    through the mask (kld * response_mask, ray_trainer.py:103, api only: into trained outputs and kept at masked
+    advantages); nothing else."""
     h = kinds_at_new("reinforce++-kl")
     res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=20, seed=0, sizes=Sizes(3, 6))
     found = {f.property for f in res.findings}
-    assert found <= {"poison-nonfinite", "reference", "score-kept", "telescoping"}, found
+    assert found <= {"poison-nonfinite", "masked-zero", "reference", "score-kept", "telescoping"}, found
     for f in res.findings:  # NaN only ever reaches through a non-finite log-prob under the mask (outside the pipeline)
-        if f.property == "poison-nonfinite":
+        if f.property in ("poison-nonfinite", "masked-zero"):
             assert h.declared.pipeline.rejects(f.case) is not None
     assert res.checked["reference"] > 0
