@@ -795,13 +795,15 @@ def prepare(root: Path) -> tuple[Callable, str]:
     return CallSource(glue, (adapter,), f"{_adapter_file(adapter)} ({', '.join(names)}), copied")
 
 
-CHECK_FUNCTIONS = {"finite": "check_finite", "expected": "check_expected", "twin": "check_twin", "same": "check_same"}
-CHECK_WORDS = {
+CHECK_WORDS = {  # the check kinds `build_check` / `build_kind_check` make, each a `check_<kind>` of the template
     "finite": "finite outputs at trainable positions, or a documented error",
     "expected": "the numbers maskfuzz computed, within tolerance",
     "twin": "the outputs on the case and on its twin agree",
+    "at-least": "the outputs on the case do not lie below those on its twin",
+    "zero": "a finite 0 everywhere, or a documented error",
     "same": "a second run gives the same bits",
 }
+CHECK_FUNCTIONS = {kind: f"check_{kind.replace('-', '_')}" for kind in CHECK_WORDS}
 
 
 def _judge_source(kind: str) -> str:

@@ -270,31 +270,55 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
     assert code == 1 and data["status"] == "reproduced", data.get("message")
 
 
-NEMO_GROUP = Case.build(trainable=[[1]], score=[0.0], group=[0], dtype="float32")
+ONE_ROW_GROUP = Case.build(trainable=[[1]], score=[0.0], group=[0], dtype="float32")
+GIT_KIND_FINDINGS = [
+    # (target, pin, the module its kind adapter reads as an object, case): a one-token group whose padding twin's
+    # all-masked row joins the group statistics (the shrunk pad-invariance findings of `maskfuzz fuzz <t>:grpo@main`;
+    # slime's at its default grpo_std_normalization=True)
+    ("nemo-rl", "7ea279abfbeb", "nemo_rl", ONE_ROW_GROUP),
+    ("slime", "624b824a8", "mk", ONE_ROW_GROUP.replace(options={"grpo_std_normalization": False})),
+]
 
 
 @pytest.mark.needs_mirror
-def test_nemo_rl_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python):
-    """NeMo-RL's kind adapter reads its GAE adapter as a module object (`nemo_rl.X`): the script copies those
-    members and cuts the prefix. A one-token group: the all-masked row of the padding twin joins the group's
-    statistics (7ea279abfbeb: the pad-invariance finding of `maskfuzz fuzz nemo-rl:grpo@main`, shrunk)."""
+@pytest.mark.parametrize("target,pin,alias,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
+def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, case):
+    """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
+    mk`): the script copies those members and cuts the prefix."""
     from maskfuzz.fuzz.repos import parse_repos
     from maskfuzz.targets import registry
     from maskfuzz.targets.acquire import acquire
 
-    if "nemo-rl" not in parse_repos(None):
-        pytest.skip("NeMo-RL is git only: needs MASKFUZZ_REPOS=nemo-rl=/path/to/a/clone/of/NVIDIA-NeMo/RL")
-    pin = "7ea279abfbeb"
-    found = Entry("nemo-rl", pin, "pad-invariance", NEMO_GROUP, Verdict("pad-invariance", "fail", "hand-made"),
+    if target not in parse_repos(None):
+        pytest.skip(f"{target} is git only: needs MASKFUZZ_REPOS={target}=/path/to/a/clone")
+    found = Entry(target, pin, "pad-invariance", case, Verdict("pad-invariance", "fail", "hand-made"),
                   entry_point="grpo", found=Found.now(0))  # fmt: skip
     path = save(found, tmp_path / "corpus")
     code = cli(["repro", str(path), "-o", str(tmp_path / "out")])
     captured = capsys.readouterr()
     assert code == 0 and "judge agrees (fail)" in captured.out, captured.err
     tree = ast.parse((tmp_path / "out" / "repro.py").read_text())
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "nemo_rl"]  # the prefix is cut
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias]  # the prefix is cut
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and "maskfuzz" in (n.module or "")]
-    root = acquire(registry.get("nemo-rl"), pin, parse_repos(None)).root
+    root = acquire(registry.get(target), pin, parse_repos(None)).root
     code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)
     assert data["status"] == "reproduced" and code == 1, data.get("message")
     assert data["commit"].startswith(pin)
+
+
+def test_every_check_kind_renders_a_script_judge():
+    """Each check kind the builders make has its `check_<kind>` in the template; an empty-step (`zero`) and a
+    clip-bound (`at-least`) finding get a script (a KeyError in `maskfuzz repro` before)."""
+    from maskfuzz.targets import registry
+
+    template = repro.TEMPLATE.read_text(encoding="utf-8")
+    for kind, fn in repro.CHECK_FUNCTIONS.items():
+        assert f"\ndef {fn}(run: Callable, case: Case, device: str) -> dict:" in template, kind
+        assert f"    return {fn}(run, Case.from_dict(CASE), device)" in repro._judge_source(kind)
+    steps = Case.build(trainable=[[1, 1], [1, 0]], extra={"v": [[1.0, 3.0], [2.0, 0.0]], "v_old": [[0.75, 0.0],
+                       [2.0, 0.0]], "ret": [[0.0, 0.0], [1.0, 0.0]]}, dtype="float32")  # fmt: skip
+    for prop, fn in (("empty-step", "check_zero"), ("clip-bound", "check_at_least")):
+        found = Entry("verl", "0.9.1", prop, steps, Verdict(prop, "fail", "hand-made"), entry_point="value-loss",
+                      found=Found.now(0))  # fmt: skip
+        plan = repro.make_plan(found, repro.TargetInfo.from_spec(registry.get("verl"), "value-loss", "0.9.1"))
+        assert f"    return {fn}(run, Case.from_dict(CASE), device)" in repro.render_script(plan, "verl==0.9.1")

@@ -293,7 +293,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
 # loss-aggregation: the trainer's loss_function with slime's / miles' own reducer, one optimizer step.
 # ---------------------------------------------------------------------------------------------
 # entry -> calculate_per_token_loss (the reducer get_sum_of_sample_mean hands back: sum_of_sample_mean for
-# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.LOSS_ENTRIES)
+# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.SLIME_LOSS_ENTRIES)
 LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
 CUSTOM_LOSS = "maskfuzz.targets.adapters.miles_kinds.reducer_loss"
 

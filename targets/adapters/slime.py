@@ -257,7 +257,7 @@ KIND_OVERRIDES: dict = {
 
 # loss-aggregation (loaders: slime_kinds.load_loss): loss_function (slime/backends/megatron_utils/loss.py:1283 at
 # 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
-LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.LOSS_ENTRIES
+LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.SLIME_LOSS_ENTRIES
 VALUE_ENTRIES = ("value-loss",)  # = slime_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
 POLICY_ENTRIES = ("policy-loss",)  # = slime_kinds.POLICY_ENTRIES (policy_loss_function through loss_function)
 

@@ -33,14 +33,14 @@ from maskfuzz.targets.adapters import miles_kinds as mk
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 KIND_ENTRIES = mk.KIND_ENTRIES
-MATH_HOMES = ("slime.utils.ppo_utils",)
-REWARD_HOMES = (("slime/ray/rollout.py", "RolloutManager"),)
+SLIME_MATH_HOMES = ("slime.utils.ppo_utils",)
+SLIME_REWARD_HOMES = (("slime/ray/rollout.py", "RolloutManager"),)
 
 
 def load(root: Path, entry: str) -> Loaded:
     from maskfuzz.targets.adapters.slime import install_mpu_state
 
-    if entry in LOSS_ENTRIES:
+    if entry in SLIME_LOSS_ENTRIES:
         return load_loss(root, entry)
     if entry in VALUE_ENTRIES:
         return load_value(root, entry)
@@ -52,8 +52,8 @@ def load(root: Path, entry: str) -> Loaded:
         raise NotPresent(f"unknown entry {entry!r}")
     notes: list[str] = []
     if entry == "grpo":
-        post, post_where, is_method = mk.reward_postprocess(root, ("slime",), REWARD_HOMES)
-        ret, ret_where = mk.math_function(root, "get_grpo_returns", MATH_HOMES)
+        post, post_where, is_method = mk.reward_postprocess(root, ("slime",), SLIME_REWARD_HOMES)
+        ret, ret_where = mk.math_function(root, "get_grpo_returns", SLIME_MATH_HOMES)
         types_mod = import_from(root, "slime.utils.types")
         notes += [
             f"{post_where} compiled from the source text (self = args + custom_reward_post_process_func None)",
@@ -74,7 +74,7 @@ def load(root: Path, entry: str) -> Loaded:
         notes.append(mk.init_one_rank_gloo())
         notes.append("per-sample advantages and loss masks concatenated (loss.py normalize_advantages)")
         return Loaded(mk.whiten_runner(fn), where, notes)
-    kl_fn, kl_where = mk.math_function(root, "compute_approx_kl", MATH_HOMES)
+    kl_fn, kl_where = mk.math_function(root, "compute_approx_kl", SLIME_MATH_HOMES)
     kl_eager = mk.eager(kl_fn)
     if kl_eager is not kl_fn:
         notes.append("compute_approx_kl: the eager function under @torch.compile (_torchdynamo_orig_callable)")
@@ -83,7 +83,7 @@ def load(root: Path, entry: str) -> Loaded:
         return Loaded(mk.kl_runner(kl_eager, mk.KL_ENTRIES[entry]), kl_where, notes)
     install_mpu_state()
     notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0 (as slime's tests stub it)")
-    fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", MATH_HOMES)
+    fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", SLIME_MATH_HOMES)
     caller, caller_where = caller_of(root)
     notes.append(
         f"through {caller_where} (advantage_estimator reinforce_plus_plus); token rewards enter as KL: "
@@ -113,7 +113,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
     discounts (:430)."""
     from maskfuzz.targets.adapters.slime import KL_COEF, kl_smoke, run_kl_caller
 
-    fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", MATH_HOMES)
+    fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", SLIME_MATH_HOMES)
     caller, caller_where = caller_of(root)
     notes = [
         "state: megatron.core.mpu answers CP size 1, CP rank 0 (as slime's tests stub it)",
@@ -201,7 +201,7 @@ def reinforce_runner(caller):
 # ---------------------------------------------------------------------------------------------
 # entry -> calculate_per_token_loss; "agg-rollout-mean": the per-rollout mean of Sample.rollout_id (the case's
 # group ids), the sum_of_sample_mean reducer with the precomputed rollout_mask_sums denominators
-LOSS_ENTRIES = {**mk.LOSS_ENTRIES, "agg-rollout-mean": False}
+SLIME_LOSS_ENTRIES = {**mk.LOSS_ENTRIES, "agg-rollout-mean": False}
 
 
 def train_data_converter(root: Path):
@@ -289,7 +289,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
     from maskfuzz.targets.adapters.loss_step import run_step
     from maskfuzz.targets.adapters.slime import install_mpu_state
 
-    per_token = LOSS_ENTRIES[entry]
+    per_token = SLIME_LOSS_ENTRIES[entry]
     mpu = install_mpu_state()
     dp = {"size": 1}
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
@@ -333,7 +333,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
 # value-loss: the critic's `--loss-type value_loss` through the same loss_function (runners: miles_kinds).
 # ---------------------------------------------------------------------------------------------
 VALUE_ENTRIES = mk.VALUE_ENTRIES
-VALUE_HOMES = ("slime.backends.megatron_utils.loss",)
+SLIME_VALUE_HOMES = ("slime.backends.megatron_utils.loss",)
 
 
 def load_value(root: Path, entry: str) -> Loaded:
@@ -351,7 +351,7 @@ def load_value(root: Path, entry: str) -> Loaded:
     dp = {"size": 1}
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
     fn, where = function_from(root, [("slime.backends.megatron_utils.loss", "loss_function")])
-    _, vwhere = mk.value_function(root, VALUE_HOMES)
+    _, vwhere = mk.value_function(root, SLIME_VALUE_HOMES)
     loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
     if getattr(loss_mod, "mpu", mpu) is not mpu:
         raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
