@@ -698,18 +698,18 @@ def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callabl
     return run
 
 
-def kl_caller(root: Path) -> tuple[Callable, str, list[str]]:
-    """The trainer's `compute_advantages_and_returns(args, rollout_data)` at every pin (it computes the KL,
-    shapes it and calls the estimator), with the single-rank state the pin needs: (call, where, notes)."""
-    notes = []
-    mpu = None
-    if needs_mpu(root):
-        mpu = install_mpu_state()
-        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
-    fn, where = function_from(root, FUNCTION_HOMES)
+def _single_rank(root: Path) -> tuple[object, list[str]]:
+    """The single-rank megatron mpu state where the pin needs one: (state or None, notes)."""
+    if not needs_mpu(root):
+        return None, []
+    return install_mpu_state(), ["state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage"]
+
+
+def _trainer_call(root: Path, fn: Callable, mpu: object) -> tuple[Callable, str, list, list[str]]:
+    """The trainer's `compute_advantages_and_returns(args, rollout_data)` bound to the pin's parallel state:
+    (call, where, the caller's modules, notes); the modules and `fn`'s must see the single-rank `mpu`."""
     caller, caller_where = function_from(root, CALLER_HOMES)
-    state, more = provide_parallel_state(root)
-    notes += more
+    state, notes = provide_parallel_state(root)
     if "parallel_state" in inspect.signature(caller).parameters:
         if state is None:
             raise RuntimeError(f"{caller_where} takes a parallel_state, but this pin has no ParallelState")
@@ -723,6 +723,16 @@ def kl_caller(root: Path) -> tuple[Callable, str, list[str]]:
         except NotPresent:
             continue
     check_mpu(modules + [inspect.getmodule(fn)], mpu)
+    return call, caller_where, modules, list(notes)
+
+
+def kl_caller(root: Path) -> tuple[Callable, str, list[str]]:
+    """The trainer's `compute_advantages_and_returns(args, rollout_data)` at every pin (it computes the KL,
+    shapes it and calls the estimator), with the single-rank state the pin needs: (call, where, notes)."""
+    mpu, notes = _single_rank(root)
+    fn, _ = function_from(root, FUNCTION_HOMES)
+    call, caller_where, _, more = _trainer_call(root, fn, mpu)
+    notes += more
     notes.append(
         f"KL in the reward through {caller_where}: log_probs = logp, ref_log_probs = ref_logp, kl_loss_type 'k1', "
         f"kl_coef {KL_COEF}, qkv_format 'thd'; the caller computes compute_approx_kl and shapes it itself"
@@ -742,11 +752,7 @@ def load(root: Path, entry: str | None) -> Loaded:
 
         return Loaded(run_kl, f"{where} via {caller_where}", notes + kl_smoke(run_kl))
     name = entry_name(entry)
-    notes = []
-    mpu = None
-    if needs_mpu(root):
-        mpu = install_mpu_state()
-        notes.append("state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage")
+    mpu, notes = _single_rank(root)
     fn, where = function_from(root, FUNCTION_HOMES)
     params = inspect.signature(fn).parameters
     if name == "vanilla" and "chunked" not in params:
@@ -761,23 +767,8 @@ def load(root: Path, entry: str | None) -> Loaded:
         notes.append("loss_masks passed" if "loss_masks" in params else "the function takes no loss mask")
         return Loaded(run, where, notes + smoke(run))
 
-    caller, caller_where = function_from(root, CALLER_HOMES)
-    state, more = provide_parallel_state(root)
+    call, caller_where, modules, more = _trainer_call(root, fn, mpu)
     notes += more
-    caller_params = inspect.signature(caller).parameters
-    if "parallel_state" in caller_params:
-        if state is None:
-            raise RuntimeError(f"{caller_where} takes a parallel_state, but this pin has no ParallelState")
-        call = lambda args, data: caller(args, parallel_state=state, rollout_data=data)  # noqa: E731
-    else:
-        call = caller
-    modules = []
-    for mod_name in CALLER_MODULES:
-        try:
-            modules.append(import_from(root, mod_name))
-        except NotPresent:
-            continue
-    check_mpu(modules + [inspect.getmodule(fn)], mpu)
     notes.insert(0, f"called through {caller_where} (it places the score on the last response token)")
     notes.append("token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1")
     notes += bind_flavour(modules, fn, name)

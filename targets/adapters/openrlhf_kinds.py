@@ -193,14 +193,21 @@ def load_estimator(root: Path, estimator: str, kl_estimator: str | None = None) 
     return Loaded(run, where, notes)
 
 
-def load_kl(root: Path, estimator: str) -> Loaded:
+def _kl_function(root: Path, why: str = ""):
+    """(module, compute_approx_kl, its parameters); NotPresent where it is absent or takes no kl_estimator (`why`
+    says what the pin does instead)."""
     mod = import_from(root, _UTILS)
     fn = getattr(mod, "compute_approx_kl", None)
     if fn is None:
         raise NotPresent(f"{_UTILS}.compute_approx_kl is not present at this pin")
     params = inspect.signature(fn).parameters
     if "kl_estimator" not in params:
-        raise NotPresent(f"{_UTILS}.compute_approx_kl takes no kl_estimator at this pin ({list(params)})")
+        raise NotPresent(f"{_UTILS}.compute_approx_kl takes no kl_estimator at this pin ({list(params)}){why}")
+    return mod, fn, params
+
+
+def load_kl(root: Path, estimator: str) -> Loaded:
+    mod, fn, _ = _kl_function(root)
 
     def run(case: Case, device: str):
         dt = case.torch_dtype
@@ -426,17 +433,11 @@ def _approx_kl(root: Path):
     experience_maker.py:206-210), 0.6.3 the same with `action_mask=samples.action_mask` (:415-420, the mask
     multiplies the log-ratio inside, models/utils.py:23-26). NotPresent where compute_approx_kl takes no
     kl_estimator (0.3.6.post1 computes the KL inside compute_reward)."""
-    mod = import_from(root, _UTILS)
-    fn = getattr(mod, "compute_approx_kl", None)
-    if fn is None:
-        raise NotPresent(f"{_UTILS}.compute_approx_kl is not present at this pin")
-    params = inspect.signature(fn).parameters
-    if "kl_estimator" not in params:
-        raise NotPresent(
-            f"{_UTILS}.compute_approx_kl takes no kl_estimator at this pin ({list(params)}): the KL is computed "
-            "inside compute_reward(r, kl_coef, log_probs, log_probs_base, action_mask), which also clamps the score "
-            "to [-10, 10] unconditionally (models/utils.py:39-42 at 0.3.6.post1)"
-        )
+    _, fn, params = _kl_function(
+        root,
+        ": the KL is computed inside compute_reward(r, kl_coef, log_probs, log_probs_base, action_mask), which also "
+        "clamps the score to [-10, 10] unconditionally (models/utils.py:39-42 at 0.3.6.post1)",
+    )
     if "clamp(min=-10, max=10)" not in inspect.getsource(fn):
         raise NotPresent(
             f"{_UTILS}.compute_approx_kl does not clamp the estimate at this pin: the entry declares the clamp to "
@@ -453,4 +454,3 @@ def _approx_kl(root: Path):
         return fn(lp, ref, kl_estimator=estimator)
 
     return kl
-

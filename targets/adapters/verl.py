@@ -314,8 +314,11 @@ def _kl(variant: dict) -> dict:
 def _kl_logprobs(dom: Domain) -> Domain:
     """`dom` for an entry with the KL in the reward: masked log-probs are the rollout's real log-probs (old_log_probs
     and ref_log_prob are computed for every response token by the actor and the reference model)."""
-    why = {**dom.why, "masked_logprobs": "old_log_probs and ref_log_prob are log-softmax outputs of the actor and of "
-           "the reference model at every response token, under the mask as elsewhere"}
+    why = {
+        **dom.why,
+        "masked_logprobs": "old_log_probs and ref_log_prob are log-softmax outputs of the actor and of "
+        "the reference model at every response token, under the mask as elsewhere",
+    }
     return dataclasses.replace(dom, masked_logprobs=False, why=why)
 
 
@@ -460,6 +463,34 @@ REINFORCE_PP_TRUNCATION = Truncation(
 )
 
 
+# compute_reinforce_plus_plus_outcome_advantage: a discounted return carried through masked positions
+# (core_algos.py:718-726 at 0.9.1, #7300 "carry running_return through observation spans"): the compressed
+# contract; 0.4.1 ... 0.7.0 reset the carry at every masked position ("Reset after EOS"). The advantages are
+# masked_whiten(returns, response_mask) * response_mask (:728-729); the returns are not whitened.
+_REINFORCE_PP = dict(
+    kind="returns",
+    contract="compressed",
+    whitening=Whitening(unbiased=True, eps=1e-8),
+    masked_zero=True,
+    masked_zero_why="core_algos.py:729 (0.9.1) multiplies the whitened advantages by response_mask",
+    documented_errors=_MASKED_VAR_ERRORS,
+    domain=Domain(
+        dtypes=("float32", "float64"),
+        left_padding=False,
+        critic=False,
+        why={
+            "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
+            "left_padding": _GROUP_API.why["left_padding"],
+            "critic": "compute_reinforce_plus_plus_outcome_advantage takes no values (core_algos.py:694-695)",
+        },
+    ),
+    pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
+    # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
+    pipeline_by_pin=_per_pin("masked_values"),
+    truncation=REINFORCE_PP_TRUNCATION,
+)
+
+
 KIND_OVERRIDES: dict[str, dict] = {
     # compute_grpo_outcome_advantage: torch.std, unbiased (core_algos.py:321); (s - mean) / (std + epsilon), eps
     # outside the std (:326), epsilon=1e-6 by default and never passed by ray_trainer.py:240-245; a singleton gets
@@ -544,32 +575,7 @@ KIND_OVERRIDES: dict[str, dict] = {
         pipeline_by_pin={},
         truncation=None,
     ),
-    # compute_reinforce_plus_plus_outcome_advantage: a discounted return carried through masked positions
-    # (core_algos.py:718-726 at 0.9.1, #7300 "carry running_return through observation spans"): the compressed
-    # contract; 0.4.1 ... 0.7.0 reset the carry at every masked position ("Reset after EOS"). The advantages are
-    # masked_whiten(returns, response_mask) * response_mask (:728-729); the returns are not whitened.
-    "reinforce++": dict(
-        kind="returns",
-        contract="compressed",
-        whitening=Whitening(unbiased=True, eps=1e-8),
-        masked_zero=True,
-        masked_zero_why="core_algos.py:729 (0.9.1) multiplies the whitened advantages by response_mask",
-        documented_errors=_MASKED_VAR_ERRORS,
-        domain=Domain(
-            dtypes=("float32", "float64"),
-            left_padding=False,
-            critic=False,
-            why={
-                "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
-                "left_padding": _GROUP_API.why["left_padding"],
-                "critic": "compute_reinforce_plus_plus_outcome_advantage takes no values (core_algos.py:694-695)",
-            },
-        ),
-        pipeline=_without(_PIPELINE_0_5_0, "masked_values"),
-        # the same rewards and response_mask as GAE (ray_trainer.py:248-281 at 0.9.1); no critic values
-        pipeline_by_pin=_per_pin("masked_values"),
-        truncation=REINFORCE_PP_TRUNCATION,
-    ),
+    "reinforce++": _REINFORCE_PP,  # above
     # KL in the reward (`oracles/kl_reward.py`) before compute_reinforce_plus_plus_outcome_advantage, as the trainer
     # runs it with algorithm.use_kl_in_reward=True (ray_trainer.py:1638-1642 at 0.9.1; verl_kinds.load_returns_kl):
     # apply_kl_penalty (:78-117) takes kl_penalty(old_log_probs, ref_log_prob, algorithm.kl_penalty="kl") =
@@ -578,26 +584,10 @@ KIND_OVERRIDES: dict[str, dict] = {
     # FixedKLController(algorithm.kl_ctrl.kl_coef = 0.001) (ppo_trainer.yaml:114-117, algorithm.py:37;
     # get_kl_controller core_algos.py:193-211). The rest is the reinforce++ entry.
     "reinforce++-kl": dict(
-        kind="returns",
-        contract="compressed",
+        _REINFORCE_PP,
         variant={"kl_reward": {"coef": 0.001, "estimator": "k1", "clamp_d": None, "clamp": None}},
-        whitening=Whitening(unbiased=True, eps=1e-8),
-        masked_zero=True,
-        masked_zero_why="core_algos.py:729 (0.9.1) multiplies the whitened advantages by response_mask",
-        documented_errors=_MASKED_VAR_ERRORS,
-        domain=Domain(
-            dtypes=("float32", "float64"),
-            left_padding=False,
-            critic=False,
-            why={
-                "dtypes": "as the GAE entry: verl's token_level_rewards are float32 (reward managers) or wider",
-                "left_padding": _GROUP_API.why["left_padding"],
-                "critic": "compute_reinforce_plus_plus_outcome_advantage takes no values (core_algos.py:694-695)",
-            },
-        ),
-        pipeline=_kl_logprobs(_without(_PIPELINE_0_5_0, "masked_values")),
-        pipeline_by_pin={pin: _kl_logprobs(dom) for pin, dom in _per_pin("masked_values").items()},
-        truncation=REINFORCE_PP_TRUNCATION,
+        pipeline=_kl_logprobs(_REINFORCE_PP["pipeline"]),
+        pipeline_by_pin={pin: _kl_logprobs(dom) for pin, dom in _REINFORCE_PP["pipeline_by_pin"].items()},
     ),
     # compute_remax_outcome_advantage: returns = reverse cumsum of rewards * mask (undiscounted), advantages =
     # returns - reward_baselines * mask (core_algos.py:764-765 at 0.9.1); reward_baselines is the greedy rollout's
