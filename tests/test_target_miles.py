@@ -37,6 +37,7 @@ from maskfuzz.targets.adapters import miles
 from maskfuzz.targets.adapters.slime import Samples
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
 from maskfuzz.targets.session import Skip, open_target
+from tests.test_target_slime import KL_REWARD, KL_REWARD_FINITE
 
 FIX = "3d2e0e411"  # PR #1827: run PPO GAE over trainable tokens only
 BEFORE = "6ccdc7da6"  # its first parent
@@ -990,15 +991,8 @@ def test_policy_loss_by_hand_at_the_git_pins(repos, pin):
 #   the tokens before it (poison, reference: masked-reward-leak, reach pipeline); the assert on a fully masked row
 #   (W :414, no-crash).
 # ---------------------------------------------------------------------------------------------
-_NAN = float("nan")
-KL_REWARD = dict(  # row 0: a NaN log-prob under the mask; row 1: a masked tail whose KL is -2 (k1)
-    trainable=[[1, 0, 1], [1, 1, 0]],
-    score=[1.0, 2.0],
-    gamma=0.5,
-    lam=1.0,
-    extra={"logp": [[-1.0, _NAN, -2.0], [-0.5, -1.0, -3.0]], "ref_logp": [[-1.5, -1.0, -1.0], [-1.0, -1.0, -1.0]]},
-)
-KL_REWARD_FINITE = Case.build(**{**KL_REWARD, "extra": {**KL_REWARD["extra"], "logp": [[-1.0, -7.0, -2.0]] * 2}})
+# the cases of slime's KL tests (the same trainer code path): row 0 a NaN log-prob under the mask, row 1 a masked tail
+# whose KL is -2 (k1)
 
 
 def test_kl_reward_entries_are_declared_with_the_trainer_defaults():
