@@ -10,8 +10,9 @@ version 1; `corpus/README.md` is the full description):
     how it was found     seed, date, Hypothesis / torch / maskfuzz versions, device
 
 `id` is a hash of the case content, the target (with its entry point) and the property, so the
-same counterexample found twice has one name. `record` de-duplicates findings by
-(target, property, `signature`) and keeps the smallest case of each signature.
+same counterexample found twice has one name. The corpus holds defects, one entry each: `record`
+de-duplicates a triaged finding by (target, root cause) (`identity`), an untriaged one by
+(target, property, `signature`), and keeps the smallest case of each identity.
 
 Loading parses JSON only (no pickle, no torch.load): a corrupt, truncated or newer file raises
 `CorpusError` naming the file and the field, and is never rewritten.
@@ -43,7 +44,9 @@ from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 from maskfuzz.oracles.properties import Verdict
 
 FORMAT = "maskfuzz-corpus"
-VERSION = 2  # 2 adds "triage" (defect, mechanism, severity, reach, witness); version 1 files still load
+# 2 adds "triage" (defect, mechanism, severity, reach, witness); 3 adds the promise a defect breaks to the triage
+# ("promise", "promise_text", "reach_evidence"); version 1 and 2 files still load
+VERSION = 3
 REACHES = ("pipeline", "api")
 SEVERITY_LEVELS = ("high", "medium", "low")
 LEDGER_NAME = "ledger.json"
@@ -571,6 +574,11 @@ def _triage_from_json(t: Any) -> dict | None:
             raise CorpusError(f"{t.get(key)!r} is not one of {', '.join(allowed)}", field=f"triage.{key}")
     for key in ("defect", "mechanism"):
         _get(t, key, str, "triage")
+    for key in ("promise", "promise_text"):
+        if key in t:
+            _get(t, key, str, "triage")
+    if "promise" in t and not t.get("promise_text", "").strip():
+        raise CorpusError("a promise without its words: quote them in promise_text", field="triage.promise_text")
     return dict(t)
 
 
@@ -729,13 +737,13 @@ def load_all(paths: Iterable[Path | str]) -> tuple[list[Entry], list[CorpusError
 # The store (after Hypothesis' database.py: save / fetch / delete) and de-duplicating `record`.
 # ---------------------------------------------------------------------------------------------
 class Store(ABC):
-    """Where corpus entries live. `fetch` yields the entries of one (target key, property)."""
+    """Where corpus entries live. `fetch` yields the entries of one target key (of one property)."""
 
     @abstractmethod
     def save(self, entry: Entry) -> Path: ...
 
     @abstractmethod
-    def fetch(self, key: str, prop: str) -> Iterator[Entry]: ...
+    def fetch(self, key: str, prop: str | None = None) -> Iterator[Entry]: ...
 
     @abstractmethod
     def delete(self, entry: Entry) -> None: ...
@@ -758,15 +766,15 @@ class DirectoryStore(Store):
     def save(self, entry: Entry) -> Path:
         return save(entry, self.root)
 
-    def fetch(self, key: str, prop: str) -> Iterator[Entry]:
+    def fetch(self, key: str, prop: str | None = None) -> Iterator[Entry]:
         target = key.split(":", 1)[0]
-        for f in sorted((self.root / target).glob(f"{prop}-*.json")):
+        for f in sorted((self.root / target).glob(f"{prop}-*.json" if prop else "*.json")):
             try:
                 entry = load(f)
             except CorpusError as exc:  # a corrupt neighbour must not stop a fuzzing night
                 warnings.warn(f"skipping unreadable corpus file: {exc}", stacklevel=2)
                 continue
-            if entry.key == key and entry.property == prop:
+            if entry.key == key and prop in (None, entry.property):
                 yield entry
 
     def delete(self, entry: Entry) -> None:
@@ -828,13 +836,27 @@ def _finding_triage(finding: Any) -> dict | None:
     if not getattr(finding, "mechanism", ""):
         return None
     keys = ("defect", "mechanism", "evidence", "severity", "reach", "reach_how")
-    return {k: getattr(finding, k, "") for k in keys}
+    out = {k: getattr(finding, k, "") for k in keys}
+    promise = getattr(finding, "promise", None)
+    if promise is not None:
+        out |= promise.to_json() | {"reach_evidence": "cited" if out["reach"] == "pipeline" else ""}
+    return out
+
+
+def identity(entry: Entry) -> tuple:
+    """What makes two entries one defect: (target key, root cause) once triaged, so the properties one
+    mechanism breaks are one entry (the others in `also`); else (target key, property, signature)."""
+    mechanism = (entry.triage or {}).get("mechanism")
+    if mechanism:
+        return (entry.key, "mechanism", mechanism)
+    return (entry.key, "signature", entry.property, entry.signature)
 
 
 def record(finding: Any, root: Path | str | Store) -> Recorded:
-    """Store a finding unless one with the same (target, property, signature) is there already.
+    """Store a finding unless one with the same identity (`identity`: the target and root cause of a
+    triaged finding) is there already.
 
-    - no entry with that signature: write it ('new');
+    - no entry with that identity: write it ('new');
     - one with a larger case (by `case_size`: fewer B*T, then fewer non-zero floats) that no
       ledger names: write the new one and delete the old ('replaced');
     - otherwise keep what is there ('duplicate'; the path is the existing entry's).
@@ -847,8 +869,8 @@ def record(finding: Any, root: Path | str | Store) -> Recorded:
 
 
 def _record(entry: Entry, store: Store) -> Recorded:
-    sig = entry.signature
-    same = [e for e in store.fetch(entry.key, entry.property) if e.id == entry.id or e.signature == sig]
+    ident = identity(entry)
+    same = [e for e in store.fetch(entry.key) if e.id == entry.id or identity(e) == ident]
     if not same:
         return Recorded("new", store.save(entry), entry)
     best = min(same, key=lambda e: case_size(e.case))

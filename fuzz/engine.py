@@ -16,7 +16,7 @@ import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
@@ -49,7 +49,8 @@ class Finding:
     verdict: Verdict
     also: list[str] = field(default_factory=list)  # other properties the case violates
     seed: int | None = None
-    # filled by fuzz.triage: the root cause, how bad, and whether the framework's pipeline reaches it
+    # filled by fuzz.triage: the root cause, whether the framework's pipeline reaches it, the promise it
+    # breaks and how bad (a defect), or what kind of fact it is and why it breaks no promise
     mechanism: str = ""
     evidence: str = ""
     severity: str = ""
@@ -57,6 +58,13 @@ class Finding:
     reach_how: str = ""
     witness: Case | None = None
     defect: str = ""
+    promise: Any = None  # oracles.promises.Promise, or None: a fact
+    fact: str = ""  # "semantics" | "robustness" when it breaks no promise
+    why_fact: str = ""
+
+    @property
+    def is_defect(self) -> bool:
+        return self.promise is not None
 
     def to_dict(self) -> dict:
         from maskfuzz.fuzz.corpus import case_to_json
@@ -68,8 +76,12 @@ class Finding:
             "mechanism": self.mechanism,
             "evidence": self.evidence,
             "reach": self.reach,
+            "reach_evidence": "cited" if self.reach == "pipeline" else "",
             "severity": self.severity,
             "reach_how": self.reach_how,
+            "class": "defect" if self.promise is not None else (self.fact or ""),
+            **(self.promise.to_json() if self.promise is not None else {}),
+            **({"why_not_a_defect": self.why_fact} if self.promise is None and self.why_fact else {}),
             "witness": None if self.witness is None or self.witness is self.case else case_to_json(self.witness),
             "shape": [b, t],
             "output": self.verdict.output,
@@ -94,6 +106,7 @@ class FuzzResult:
     first_failure_at: dict[str, float] = field(default_factory=dict)  # property -> seconds to its first failure
     stopped: bool = False  # `stop_when` ended the search
     findings: list[Finding] = field(default_factory=list)
+    facts: list = field(default_factory=list)  # fuzz.triage.Fact: findings that break no promise
     checked: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     failed: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROPERTIES})
     notes: list[str] = field(default_factory=list)

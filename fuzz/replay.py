@@ -260,28 +260,15 @@ def judge_entry(run: Any, declared: Any, entry: Entry, device: str = "cpu", dtyp
 
 
 def retriage(handle: Any, entry: Entry, verdict: Verdict, dtype: str | None) -> dict:
-    """Root cause, severity and reach recomputed at this pin (reach without a search: the case,
-    the recorded witness or its projection into the pipeline domain)."""
-    from maskfuzz.fuzz.triage import reach
-    from maskfuzz.oracles.diagnosis import diagnose
+    """Root cause, reach, promise and severity recomputed at this pin (reach without a search: the
+    case, the recorded witness or its projection into the pipeline domain)."""
+    from maskfuzz.fuzz.triage import retriage as triage_again
 
     case = entry.case if dtype is None else entry.case.replace(dtype=dtype)
-    case = verdict.case or case  # a crashing twin: the finding is about the twin's own case
-    prop = verdict.property
-    declared = handle.declared
-    if not hasattr(declared, "pipeline"):  # a fake handle of the tests without the triage fields
+    case = verdict.case or case  # a twin (a crash, the poisoned case): the finding is about the twin's own case
+    if not hasattr(handle.declared, "pipeline"):  # a fake handle of the tests without the triage fields
         return {}
-    d = diagnose(handle.run, case, declared, prop)
-    r = reach(handle.run, case, prop, d.mechanism, declared, examples=0, known=entry.witness)
-    defect = f"{entry.key}/{d.mechanism}"
-    return {
-        "defect": defect,
-        "mechanism": d.mechanism,
-        "evidence": d.evidence,
-        "severity": d.severity,
-        "reach": r.level,
-        "reach_how": r.how,
-    }
+    return triage_again(handle.run, case, verdict, handle.declared, entry.key, known=entry.witness)
 
 
 def classify(state: str, expect: Expectation | None) -> str:

@@ -299,7 +299,7 @@ def _twin_check(case: Case, prop: str, declared: Declared, bnd) -> Check:
     if prop == "row-independence":
         twin, where = with_extra_row(case, declared.domain)
         rows, columns = [int(i) for i in where], list(range(t_len))
-        twin_is = "the same rows in reverse order with a row without trainable tokens inserted"
+        twin_is = "the same rows in reverse order with a padding column (and a padding row where the batch has one)"
     else:
         if declared.contract != "compressed":
             raise Unsupported("gap-invariance applies to the compressed contract only")
@@ -1303,7 +1303,7 @@ TITLES = {
     "no-crash": "a valid masked batch crashes or gives non-finite outputs",
     "deterministic": "two runs of the same input give different bits",
     # the kinds beyond GAE (oracles/kinds): `reference` and `masked-zero` get the kind's own words
-    "pad-invariance": "a padding column or an all-masked row changes the outputs at trained positions",
+    "pad-invariance": "padding (a column, a padding row) changes the outputs at trained positions",
     "permutation": "reordering the rows of the batch changes a row's outputs",
     "group-isolation": "a group's outputs depend on the other groups of the batch",
     "affine": "outputs at a moved input (a x + b) differ from the reference",

@@ -21,8 +21,8 @@ mechanism of `shared/design/kinds.md` (Root causes), and names the first that ex
    reference (the score sits on a masked position, is decayed, or is dropped);
 8. otherwise `unexplained` (reported as such, never forced into a mechanism).
 
-Severity (kinds.md): `high` a wrong finite training signal, `medium` a crash or error on valid
-input, `low` non-finite leaks and precision-only differences.
+Whether a mechanism breaks a promise is `oracles.promises`' question, and how bad a defect is
+`oracles.severity`'s: a diagnosis names the mechanism only.
 """
 
 from __future__ import annotations
@@ -67,42 +67,23 @@ MECHANISMS: dict[str, str] = {
     "nondeterminism": "the same input gives different bits on CPU",
     "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
     "group-mixing": "a group statistic crosses group boundaries (rows assumed contiguous or of one size)",
+    "row-order": "a row's output depends on the order of the rows",
     "variant-mismatch": "the output is another variant's (std, eps, singleton rule, estimator): documented or not",
     "implementations-disagree": "two implementations of one computation in the framework give different outputs",
     "unexplained": "no single-mechanism probe isolates it",
 }
-SEVERITIES = ("high", "medium", "low")
 _BY_PROPERTY = {
     "no-crash": "crash-degenerate",
     "poison-nonfinite": "nan-through-mask",
     "deterministic": "nondeterminism",
     "masked-zero": "masked-nonzero",
 }
-_LOW = {"nan-through-mask", "precision", "nondeterminism", "masked-nonzero"}
-
-
-def severity(mechanism: str) -> str:
-    """`high` a wrong finite training signal; `medium` a crash or error on valid input; `low`
-    non-finite leaks, precision-only differences and outputs the loss never reads."""
-    if mechanism == "crash-degenerate":
-        return "medium"
-    return "low" if mechanism in _LOW else "high"
-
-
-def worst(levels) -> str:
-    """The most severe of `levels` ('low' for none)."""
-    levels = list(levels)
-    return next((s for s in SEVERITIES if s in levels), "low")
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     mechanism: str
     evidence: str  # what the probe that decided it saw
-
-    @property
-    def severity(self) -> str:
-        return severity(self.mechanism)
 
 
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
@@ -182,12 +163,20 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             and not _moved(c_ret, d_exp[1], bnd.returns, slack, live).any()
         ):
             return Diagnosis("extra-decay", "on the clean case the output equals the dense reference (a decay per gap)")
+    if prop == "row-independence" and clean.shape[0] > 1:
+        moved = _row_order(run, sanitized(case, rewards=True).replace(lam=probe_lam), declared)
+        if moved is not None:
+            return Diagnosis("row-order", moved)
     if clean.shape[0] > 1 or prop == "row-independence":
         rows = next(
             v for v in judge(run, clean, declared, only=("row-independence",)) if v.property == "row-independence"
         )
         if rows.failed:
-            return Diagnosis("masked-statistics", f"a row's outputs depend on the other rows: {rows.message}")
+            return Diagnosis("masked-statistics", f"a row's outputs depend on padding: {rows.message}")
+    if clean.shape[0] > 1 and declared.whitening is None:
+        alone = _row_alone(run, clean, c_adv, c_ret, bnd, slack)
+        if alone is not None:
+            return Diagnosis("masked-statistics", alone)
     if declared.whitening is not None and wrong:
         raw, _ = reference(reference_case(clean, declared), declared.contract)
         for name, mask in (("real tokens", clean.attention), ("every position", torch.ones_like(clean.attention))):
@@ -218,6 +207,37 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     if moved is not None:
         return Diagnosis("score-lost", moved)
     return Diagnosis("unexplained", "no single-mechanism probe isolates it")
+
+
+def _row_alone(run: Run, clean: Case, c_adv, c_ret, bnd, slack) -> str | None:
+    """Whether a row run by itself gives other outputs than in the batch (a statistic over the rows)."""
+    for b in range(clean.shape[0]):
+        a_adv, a_ret = _call(run, clean.rows([b]))
+        live = clean.trainable[b : b + 1]
+        moved = _moved(a_adv, c_adv[b : b + 1], bnd.advantages[b : b + 1], slack, live) | _moved(
+            a_ret, c_ret[b : b + 1], bnd.returns[b : b + 1], slack, live
+        )
+        if moved.any():
+            return f"row {b} run alone gives other outputs than in the batch (a statistic over the rows)"
+    return None
+
+
+def _row_order(run: Run, clean: Case, declared: Declared) -> str | None:
+    """Whether reversing the rows alone (no row added) moves a row's output on the clean case."""
+    perm = list(reversed(range(clean.shape[0])))
+    adv, ret = _call(run, clean)
+    r_adv, r_ret = _call(run, clean.rows(perm))
+    back = torch.tensor(perm)  # its own inverse
+    exp = expected_outputs(clean, declared)
+    if exp is None:
+        return None
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    slack = self_slack(clean.dtype, adv[clean.trainable], ret[clean.trainable])
+    live = clean.trainable
+    moved = _moved(r_adv[back], adv, bnd.advantages, slack, live) | _moved(r_ret[back], ret, bnd.returns, slack, live)
+    if moved.any():
+        return f"reversing the rows alone moved the output at {moved.nonzero().tolist()[0]}"
+    return None
 
 
 def _moved(a: torch.Tensor, b: torch.Tensor, bound: torch.Tensor, slack: float, where: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,11 @@ the reason, so what is not tested is recorded, not hidden.
 `pipeline`: what the framework's own rollout, reward, KL and batching code can hand the function
 at a pin (`shared/design/kinds.md`, Reachability). Every narrowing of a pipeline domain cites the
 upstream file and lines (`cited`); a finding is `reach: pipeline` only with a witness inside it.
+A narrowing is not enough: a field the pipeline domain leaves permissive is only what nobody
+ruled out, so a witness counts only when every feature it exercises (`features`: a gap, an
+observation tail, a masked critic value, a bfloat16 run, ...) is cited as *produced* by the
+framework's own code (`produces`: the env manager that ends a response on an observation, the
+critic whose values under tool tokens reach the function); `unproduced` names what is missing.
 """
 
 from __future__ import annotations
@@ -28,6 +33,25 @@ LOGPROBS = ("logp", "old_logp", "ref_logp")  # the extras that are log-probabili
 # Narrowings that state what an input *is* (log-probabilities), not what a pipeline chooses to build:
 # they need no upstream citation in a pipeline domain
 SELF_EVIDENT = ("masked_logprobs",)
+# The Domain fields a case can exercise beyond the plain batch (right-padded responses, trainable real tokens,
+# finite values and a score, float32): each needs a production citation before a witness may use it
+FEATURES = (
+    "gaps",
+    "masked_real_tail",
+    "leading_mask",
+    "left_padding",
+    "all_masked_rows",
+    "empty_rows",
+    "masked_rewards",
+    "token_rewards",
+    "masked_values",
+    "nonfinite_poison",
+    "truncated_rows",
+    "truncated_padded",
+    "uneven_splits",
+    "dtypes",
+)
+_CITES = re.compile(r"[\w/.-]+\.\w+:\d+")
 
 
 def poison_cap(dtype: str) -> float:
@@ -69,7 +93,12 @@ class Domain:
     # masked log-probs (`logp`, `old_logp`, `ref_logp`) may be any finite number; False: they are log-probabilities
     # of the rollout policy and of its next update (or the reference policy), <= 0 and within LOGRATIO_SPAN
     masked_logprobs: bool = True
+    # the batch holds rows that are not samples (batch padding: a sample mask of 0, its own group); only then
+    # does pad-invariance add a padding row (an empty row in a group of its own), never a sample of a group
+    padding_rows: bool = False
     why: dict = field(default_factory=dict, compare=False, hash=False)
+    # feature -> the upstream file:line that produces such an input (a pipeline domain; see `unproduced`)
+    produces: dict = field(default_factory=dict, compare=False, hash=False)
 
     def within(self, api: "Domain") -> "Domain":
         """This (pipeline) domain read inside `api`: what the pipeline builds and the function also takes.
@@ -77,7 +106,7 @@ class Domain:
         kind (no critic for `returns`, no discount, a dtype the function rejects): the api's narrowing holds."""
         changes: dict = {}
         for f in fields(self):
-            if f.name in ("dtypes", "why"):
+            if f.name in ("dtypes", "why", "produces"):
                 continue
             if getattr(self, f.name) and not getattr(api, f.name):
                 changes[f.name] = False
@@ -98,12 +127,86 @@ class Domain:
             if k not in SELF_EVIDENT and not re.search(r"[\w/.-]+\.py:\d+", why)
         ]
 
+    def features(self, case: Case) -> list[str]:
+        """The fields of `FEATURES` that `case` exercises (a gap, a masked tail, masked values, ...)."""
+        att, tr = case.attention, case.trainable
+        pos = torch.arange(case.shape[1])
+        used: set[str] = set()
+        for b in range(case.shape[0]):
+            a_idx, t_idx = att[b].nonzero().flatten(), tr[b].nonzero().flatten()
+            if not a_idx.numel():
+                used.add("empty_rows")
+                continue
+            if int(a_idx[0]) > 0:
+                used.add("left_padding")
+            if not t_idx.numel():
+                used.add("all_masked_rows")
+                continue
+            first, last = int(t_idx[0]), int(t_idx[-1])
+            if int(tr[b, first : last + 1].sum()) != last - first + 1:
+                used.add("gaps")
+            if bool((att[b] & (pos > last)).any()):
+                used.add("masked_real_tail")
+            if bool((att[b] & (pos < first)).any()):
+                used.add("leading_mask")
+        dead = case.poison_mask()
+        if bool((case.token_rewards[dead] != 0).any()):
+            used.add("masked_rewards")
+        if bool((case.token_rewards[tr] != 0).any()):
+            used.add("token_rewards")
+        if bool((case.values[dead] != 0).any()):
+            used.add("masked_values")
+        if case.has_nonfinite_poison():
+            used.add("nonfinite_poison")
+        cut = case.truncated_rows()
+        if bool(cut.any()):
+            used.add("truncated_rows")
+            if bool((cut & ~case.attention[:, -1]).any()):
+                used.add("truncated_padded")
+        if case.split is not None and not even_split(case):
+            used.add("uneven_splits")
+        if case.dtype != "float32":
+            used.add("dtypes")
+        return [f for f in FEATURES if f in used]
+
+    def unproduced(self, case: Case) -> list[str]:
+        """The features `case` exercises that this (pipeline) domain does not cite as produced by the
+        framework's code (`produces`, or for the dtype its narrowing's citation): a witness with any of
+        them is a case nobody showed the pipeline builds."""
+        out = []
+        for f in self.features(case):
+            cite = self.produces.get(f, "")
+            if f == "dtypes" and self.dtypes != tuple(DTYPES):
+                cite = cite or self.why.get("dtypes", "")
+            if not _CITES.search(cite):
+                out.append(f)
+        return out
+
+    def produced_only(self) -> "Domain":
+        """This (pipeline) domain with every feature it does not cite as produced turned off: what a
+        witness may use. The dtype stays where its narrowing cites a line, else float32 alone."""
+        changes: dict = {}
+        why = dict(self.why)
+        for f in FEATURES:
+            if f == "dtypes":
+                cited = _CITES.search(self.produces.get(f, "")) or (
+                    self.dtypes != tuple(DTYPES) and _CITES.search(self.why.get("dtypes", ""))
+                )
+                if not cited and self.dtypes != ("float32",) and "float32" in self.dtypes:
+                    changes["dtypes"] = ("float32",)
+                    why["dtypes"] = "float32: no other dtype is cited as produced by the pipeline"
+                continue
+            if getattr(self, f) and not _CITES.search(self.produces.get(f, "")):
+                changes[f] = False
+                why[f] = f"not cited as produced by the pipeline (no file:line in `produces[{f!r}]`)"
+        return replace(self, **changes, why=why) if changes else self
+
     def restrictions(self) -> dict[str, str]:
         """Each narrowed field mapped to the reason the target gives for it."""
         out = {}
         full = Domain()
         for f in fields(self):
-            if f.name == "why":
+            if f.name in ("why", "produces"):
                 continue
             if getattr(self, f.name) != getattr(full, f.name):
                 out[f.name] = self.why.get(f.name, "(no reason recorded)")

@@ -42,7 +42,8 @@ INVARIANT = {
     "reference": "outputs at trainable positions equal the float64 reference of the declared contract",
     "poison": "finite values / token rewards at non-trainable positions never change trainable outputs",
     "poison-nonfinite": "NaN / inf values at non-trainable positions never reach trainable outputs",
-    "row-independence": "a row's outputs do not depend on the other rows (permuting rows, adding an all-masked row)",
+    "row-independence": "a row's outputs do not depend on the order of the rows or on padding (a column; a padding "
+    "row where the batch holds rows that are not samples)",
     "score-kept": "with gamma = 0 the advantage at the last trainable token is r' + score - V there",
     "telescoping": "with gamma = lam = 1, A_t = sum of r' over trainable positions >= t, minus V_t",
     "all-trainable": "with every position real and trainable, outputs equal classic GAE",
@@ -101,6 +102,11 @@ class Declared:
     truncation: Truncation | None = None  # None: not declared (no truncated row is drawn; terminal)
     score_map: tuple = ()
     applied: tuple | None = None  # the options this promise is configured with (None: not yet)
+    # the framework's own words at the pin (`oracles.promises.Promise`, each with the properties it covers):
+    # what turns a difference from our reference into a defect, beside the universal invariants
+    promises: tuple = field(default=(), hash=False)
+    # the function's inputs are its caller's own (a --callable): its api domain stands for its pipeline
+    own_inputs: bool = False
 
     def configured(self, case: Case) -> "Declared":
         """This promise under the options `case` runs with (`oracles.options.apply`); a promise
@@ -131,6 +137,8 @@ class Verdict:
     # information beside the verdict, name -> number (e.g. what the split would change without the
     # framework's global normalisers); the engine keeps the largest per name
     info: dict = field(default_factory=dict, compare=False)
+    # a failure where every output is the expected one times one factor c: that c (a rescale of one term)
+    scale: float | None = field(default=None, compare=False)
 
     @property
     def failed(self) -> bool:
@@ -220,29 +228,44 @@ def finite_twin(case: Case) -> Case:
 
 
 def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
-    """Rows reversed plus one poisoned row without trainable tokens in the middle; returns the twin
-    and, for each original row, its index in the twin."""
+    """The row twin: rows reversed plus what the framework treats as padding, poisoned: one padding
+    column and, only where the batch holds rows that are not samples (`Domain.padding_rows`), one
+    empty padding row in the middle. Never a sample: a row without trainable tokens is one, and
+    whether a statistic counts it is a variant. Returns the twin and, for each original row, its
+    index in the twin (the original columns are the twin's first T)."""
     b_rows, t_len = case.shape
     perm = list(reversed(range(b_rows)))
-    insert_at = b_rows // 2
-    real = domain.all_masked_rows
-    extra_att = torch.full((1, t_len), real, dtype=torch.bool)
     probe = min(POISON_PROBE, poison_cap(case.dtype))
-    extra_val = torch.full((1, t_len), probe, dtype=torch.float64)
-    extra_rew = extra_val.clone() if domain.masked_rewards else torch.zeros(1, t_len, dtype=torch.float64)
+    rew_fill = probe if domain.masked_rewards else 0.0
+    twin = case.rows(perm)
 
-    extra_row = Case.build(
-        trainable=torch.zeros(1, t_len, dtype=torch.bool),
-        attention=extra_att,
-        token_rewards=extra_rew,
-        values=extra_val,
-        score=[probe],
-        dtype=case.dtype,
+    def col(x: torch.Tensor, fill) -> torch.Tensor:
+        return torch.cat([x, torch.full((x.shape[0], 1), fill, dtype=x.dtype)], dim=1)
+
+    twin = twin.replace(
+        attention=col(twin.attention, False),
+        trainable=col(twin.trainable, False),
+        values=col(twin.values, probe),
+        token_rewards=col(twin.token_rewards, rew_fill),
+        # a log-prob at padding: log 1 (no KL); a per-row input (ReMax's baseline) keeps the row's value
+        extra={
+            n: torch.cat([x, torch.zeros_like(x[:, -1:]) if n in KL_EXTRAS else x[:, -1:]], dim=1)
+            for n, x in twin.extra.items()
+        },
     )
-    twin = case.rows(perm).with_rows(extra_row, at=insert_at)
-    where = torch.empty(b_rows, dtype=torch.long)
-    for new_pos, old in enumerate(perm):
-        where[old] = new_pos if new_pos < insert_at else new_pos + 1
+    where = torch.tensor([perm.index(b) for b in range(b_rows)], dtype=torch.long)
+    if domain.padding_rows:
+        insert_at = b_rows // 2
+        pad = Case.build(
+            trainable=torch.zeros(1, t_len + 1, dtype=torch.bool),
+            attention=torch.zeros(1, t_len + 1, dtype=torch.bool),
+            token_rewards=torch.full((1, t_len + 1), rew_fill, dtype=torch.float64),
+            values=torch.full((1, t_len + 1), probe, dtype=torch.float64),
+            score=[probe],
+            dtype=case.dtype,
+        )
+        twin = twin.with_rows(pad, at=insert_at)
+        where = torch.where(where < insert_at, where, where + 1)
     return twin, where
 
 
@@ -522,6 +545,8 @@ def _check_poison(
         clean = sanitized(case, rewards=poison_rewards)
         fill = min(POISON_PROBE, poison_cap(case.dtype))
         probe = case if has_poison else sanitized(case, fill, poison_rewards)
+        if not declared.domain.critic and probe is not case:  # no critic: the probe poisons the rewards only
+            probe = probe.replace(values=case.values)
         if case.lam == 1.0 and declared.domain.critic:  # a value leak telescopes away at lam = 1: probe at 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
     if probe is case and case.lam < 1.0:
@@ -543,7 +568,7 @@ def _check_poison(
         bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
     what = "non-finite" if nonfinite else "finite"
     slack = self_slack(case.dtype, c_adv[where], c_ret[where])
-    return _compare(
+    verdict = _compare(
         prop,
         c_adv,
         c_ret,
@@ -555,6 +580,9 @@ def _check_poison(
         2.0,
         slack,
     )
+    if verdict.failed and probe is not case:  # the finding is the poisoned case itself: it carries what leaks
+        verdict.case = probe
+    return verdict
 
 
 def _base_slack(base: _Base) -> float:
@@ -565,15 +593,16 @@ def _base_slack(base: _Base) -> float:
 def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
     twin, where = with_extra_row(base.case, declared.domain)
     t_adv, t_ret = _call_twin(run, twin)
+    t_len = base.case.shape[1]
     return _compare(
         "row-independence",
         base.adv,
         base.ret,
         base.bounds,
-        t_adv[where],
-        t_ret[where],
+        t_adv[where, :t_len],
+        t_ret[where, :t_len],
         base.case.trainable,
-        "reversing the rows and adding a row without trainable tokens changed a row's output",
+        "reversing the rows and adding padding changed a row's output",
         2.0,
         _base_slack(base),
     )

@@ -69,6 +69,10 @@ class TargetSpec:
     options: tuple[Option, ...] = field(default=(), hash=False)
     truncation: Truncation | None = None
     score_map: tuple = ()  # a transform of the score the framework applies with no option to turn it off
+    # the framework's own contract (`oracles.promises.Promise`: a docstring, config help, docs page, its own
+    # test, the paper it says it implements; quoted, with file:line and the pins that say it): a finding that
+    # no universal invariant covers is a defect only where one of these covers its property (set per entry)
+    promises: tuple = field(default=(), hash=False)
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:
@@ -104,6 +108,7 @@ class TargetSpec:
             options=tuple(spec.options),
             truncation=spec.truncation,
             score_map=tuple(spec.score_map),
+            promises=tuple(p for p in spec.promises if p.at(pin)),
         )
 
     def adapter_for(self, entry: str | None) -> str:

@@ -215,7 +215,7 @@ def open_callable(
         raise RefError(f"--callable expects MODULE:FUNC (e.g. mypkg.gae:compute), got {target!r}")
     if contract not in CONTRACTS:
         raise RefError(f"--contract must be one of {', '.join(CONTRACTS)}, got {contract!r}")
-    declared = declared or Declared(contract=contract)
+    declared = declared or Declared(contract=contract, own_inputs=True)
     spec = TargetSpec(id="callable", adapter=CALLABLE_ADAPTER, own=(module.split(".")[0],), contract=declared.contract)
     ref = TargetRef("callable", target, "local")
     worker = Worker(

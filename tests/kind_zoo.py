@@ -308,7 +308,8 @@ WH = {"level": "batch", "unbiased": True, "eps": 1e-8}
 CATCHES = {
     grpo_correct: ("group-advantage", GA, ()),
     grpo_unmasked_reward_sum: ("group-advantage", GA, ("poison",)),
-    grpo_counts_empty_rows: ("group-advantage", GA, ("pad-invariance",)),
+    # counting rows without a trainable token is a variant (empty_rows="counted"), not padding: the reference shows it
+    grpo_counts_empty_rows: ("group-advantage", GA, ("reference",)),
     grpo_fixed_group_size: ("group-advantage", GA, ("group-isolation",)),
     grpo_biased_std: ("group-advantage", GA, ("reference",)),
     grpo_one_pass_variance: ("group-advantage", GA, ("affine",)),
@@ -332,7 +333,7 @@ CATCHES = {
     agg_nan_on_empty_step: ("loss-aggregation", {}, ("empty-step",)),
     agg_forgets_ranks: ("loss-aggregation", {}, ("split-invariance",)),
     agg_seq_mean_correct: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ()),
-    agg_seq_mean_counts_empty_rows: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ("pad-invariance",)),
+    agg_seq_mean_counts_empty_rows: ("loss-aggregation", {"mode": "seq-mean-token-mean"}, ("reference",)),
     value_correct: ("value-loss", {}, ()),
     value_min_not_max: ("value-loss", {}, ("clip-bound",)),
     value_clipped_around_returns: ("value-loss", {}, ("reference",)),

@@ -230,35 +230,35 @@ def _case(token_rewards, values, trainable, attention, score, gamma, lam) -> Cas
     )
 
 
-_WHITENED = Declared("compressed", whitening=Whitening(unbiased=True, eps=1e-8), documented_errors=("whitening needs",))
+_WHITENED = Declared("compressed", own_inputs=True, whitening=Whitening(unbiased=True, eps=1e-8), documented_errors=("whitening needs",))
 
 # mutant -> (what it declares, the property that must catch it)
 CATCHES = {
-    values_masked_for_storage_only: (Declared("dense"), "poison"),
-    mask_ignored: (Declared("dense"), "poison"),
-    score_on_last_real_token: (Declared("dense"), "score-kept"),
-    extra_decay_per_masked_token: (Declared("compressed"), "gap-invariance"),
-    nan_leaks_through_multiply: (Declared("dense"), "poison-nonfinite"),
-    off_by_one_bootstrap: (Declared("dense"), "all-trainable"),
-    crash_on_all_masked_row: (Declared("dense"), "no-crash"),
+    values_masked_for_storage_only: (Declared("dense", own_inputs=True), "poison"),
+    mask_ignored: (Declared("dense", own_inputs=True), "poison"),
+    score_on_last_real_token: (Declared("dense", own_inputs=True), "score-kept"),
+    extra_decay_per_masked_token: (Declared("compressed", own_inputs=True), "gap-invariance"),
+    nan_leaks_through_multiply: (Declared("dense", own_inputs=True), "poison-nonfinite"),
+    off_by_one_bootstrap: (Declared("dense", own_inputs=True), "all-trainable"),
+    crash_on_all_masked_row: (Declared("dense", own_inputs=True), "no-crash"),
     whitening_not_mask_weighted: (_WHITENED, "row-independence"),
-    crash_at_zero_decay: (Declared("compressed"), "no-crash"),
-    chunked_scan_drops_carry: (Declared("dense"), "reference"),
-    rows_coupled_by_batch_mean: (Declared("dense"), "row-independence"),
-    carry_left_at_masked_positions: (Declared("compressed"), "masked-zero"),
-    nondeterministic_noise: (Declared("compressed"), "deterministic"),
-    segment_reads_last_token_only: (Declared("segment"), "reference"),
+    crash_at_zero_decay: (Declared("compressed", own_inputs=True), "no-crash"),
+    chunked_scan_drops_carry: (Declared("dense", own_inputs=True), "reference"),
+    rows_coupled_by_batch_mean: (Declared("dense", own_inputs=True), "all-trainable"),
+    carry_left_at_masked_positions: (Declared("compressed", own_inputs=True), "masked-zero"),
+    nondeterministic_noise: (Declared("compressed", own_inputs=True), "deterministic"),
+    segment_reads_last_token_only: (Declared("segment", own_inputs=True), "reference"),
 }
 CORRECT = {
-    correct_compressed: Declared("compressed"),
-    correct_dense: Declared("dense"),
-    correct_segment: Declared("segment"),
+    correct_compressed: Declared("compressed", own_inputs=True),
+    correct_dense: Declared("dense", own_inputs=True),
+    correct_segment: Declared("segment", own_inputs=True),
 }
 
 
 # -- KL in the reward (`oracles.kl_reward`): mutants that read the case's log-probs ------------------
 KL_REWARD = {"coef": 0.1, "estimator": "k1"}
-_KL_DECLARED = Declared("compressed", variant={"kl_reward": KL_REWARD})
+_KL_DECLARED = Declared("compressed", own_inputs=True, variant={"kl_reward": KL_REWARD})
 
 
 def _kl_scan(case: Case, rewards: torch.Tensor):
@@ -305,6 +305,24 @@ def as_run(fn):
     run.__name__ = fn.__name__
     return run
 
+# mutant -> the promise its CATCHES finding breaks (None: a fact; the variant, not a promise, differs)
+PROMISE = {
+    values_masked_for_storage_only: "universal:poison",
+    mask_ignored: "universal:poison",
+    score_on_last_real_token: "universal:score-kept",
+    extra_decay_per_masked_token: None,  # dense instead of compressed: a variant unless the framework says otherwise
+    nan_leaks_through_multiply: "universal:poison-nonfinite",
+    off_by_one_bootstrap: "https://arxiv.org/abs/1506.02438",  # unmasked, GAE is the paper's formula
+    crash_on_all_masked_row: "universal:no-crash",
+    whitening_not_mask_weighted: "universal:pad-invariance",
+    crash_at_zero_decay: "universal:no-crash",
+    chunked_scan_drops_carry: None,  # a wrong recursion under masks: only the framework's own words make it a defect
+    rows_coupled_by_batch_mean: "https://arxiv.org/abs/1506.02438",
+    carry_left_at_masked_positions: None,  # masked positions' contents: a defect only where a consumer reads them
+    nondeterministic_noise: "universal:deterministic",
+    segment_reads_last_token_only: None,
+}
+
 # mutant -> the mechanism `oracles.diagnosis` must name for the finding of its CATCHES property
 MECHANISM = {
     values_masked_for_storage_only: "masked-value-bootstrap",
@@ -317,7 +335,7 @@ MECHANISM = {
     whitening_not_mask_weighted: "masked-statistics",
     crash_at_zero_decay: "crash-degenerate",
     chunked_scan_drops_carry: "unexplained",
-    rows_coupled_by_batch_mean: "masked-statistics",
+    rows_coupled_by_batch_mean: "score-lost",  # shrunk to one row, centring on the batch mean drops the score
     carry_left_at_masked_positions: "masked-nonzero",
     nondeterministic_noise: "nondeterminism",
     segment_reads_last_token_only: "turn-reward-lost",

@@ -71,7 +71,9 @@ def test_callable_with_a_bug_exits_1_and_writes_json_and_corpus(user_module, cap
     assert "poison" in props
     finding = next(f for f in target["findings"] if f["property"] == "poison")
     assert set(finding) >= {"property", "shape", "positions", "expected", "observed", "case", "corpus_file"}
-    assert finding["reach"] == "api" and finding["severity"] == "high"  # no pipeline for a callable
+    # a callable's inputs are its caller's own: its api domain is its pipeline
+    assert finding["reach"] == "pipeline" and finding["severity"] == "high"
+    assert finding["class"] == "defect" and finding["promise"] == "universal:poison" and finding["promise_text"]
     assert finding["defect"] == "usergae:leaky/masked-value-bootstrap"
     (leak,) = [d for d in target["defects"] if d["mechanism"] == "masked-value-bootstrap"]
     assert "poison" in leak["properties"] and set(leak) >= {
@@ -81,7 +83,12 @@ def test_callable_with_a_bug_exits_1_and_writes_json_and_corpus(user_module, cap
         "severity",
         "properties",
         "case",
+        "promise",
+        "promise_text",
     }
+    # one defect, one corpus entry: every property the leak explains shares the defect's file
+    files = {f["corpus_file"] for f in target["findings"] if f["mechanism"] == "masked-value-bootstrap"}
+    assert len(files) == 1 and len(list((user_module / "corpus").rglob("*.json"))) == len(target["defects"])
     assert finding["corpus_file"] and (user_module / "corpus").exists()
     text = capsys.readouterr().out
     assert text.index("Defects") < text.index("Property findings")

@@ -187,7 +187,7 @@ def _mutate(key_path: str, value):
 
 _DELETE = object()
 DATA_CASES = [
-    ("future version", _mutate("version", 3), "version", "newer"),
+    ("future version", _mutate("version", 4), "version", "newer"),
     ("version as text", _mutate("version", "1"), "version", "expected int"),
     ("other format", _mutate("format", "something-else"), "format", "not a maskfuzz corpus entry"),
     ("missing case", _mutate("case", _DELETE), "case", "expected an object"),

@@ -459,30 +459,39 @@ def test_a_crashing_twin_is_a_no_crash_finding_on_the_twin():
 
 
 def test_kind_findings_are_diagnosed_and_grouped_into_defects():
+    """A masked reward summed into the score breaks `poison` only where the pipeline can put a reward under
+    the mask: with a pipeline that writes only the score it is a robustness fact, no defect. Counting the
+    rows without a trainable token is a variant (empty_rows='counted'): a semantics fact, never padding."""
     from maskfuzz.fuzz.triage import triage
     from maskfuzz.oracles.diagnosis import diagnose
     from maskfuzz.oracles.domain import Domain
 
-    declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
+    declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True, own_inputs=True)
     biased = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
     d = diagnose(zoo.grpo_biased_std, biased, declared, "reference")
     assert d.mechanism == "variant-mismatch" and "std='biased'" in d.evidence
     result = fuzz_target(zoo.grpo_unmasked_reward_sum, declared, target="zoo", max_examples=120, sizes=Sizes(6, 8))
     defects = triage(result, zoo.grpo_unmasked_reward_sum, declared, witness_examples=0)
     leak = next(f for f in result.findings if f.property == "poison")
-    assert leak.mechanism == "masked-reward-leak" and leak.severity == "high" and leak.reach == "api"
-    assert len(defects) < len(result.findings)
-    # a pipeline whose rewards are never non-zero under the mask cannot build the leak
-    scores_only = Domain(masked_rewards=False, why={"masked_rewards": "reward.py:1 score at the last token"})
+    assert leak.mechanism == "masked-reward-leak" and leak.severity == "high" and leak.reach == "pipeline"
+    assert leak.promise.id == "universal:poison" and len(defects) < len(result.findings)
+    # a pipeline whose rewards are never non-zero under the mask cannot build the leak: a robustness fact
+    scores_only = Domain(
+        masked_rewards=False, why={"masked_rewards": "reward.py:1 score at the last token"},
+        produces={"all_masked_rows": "filter.py:3"},
+    )  # fmt: skip
     piped = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True, pipeline=scores_only)
-    triage(result, zoo.grpo_unmasked_reward_sum, piped, witness_examples=20)
-    assert next(f for f in result.findings if f.property == "poison").reach == "api"
-    # its pad-invariance twin puts rewards under the padding: outside that pipeline too
-    assert next(f for f in result.findings if f.property == "pad-invariance").reach == "api"
+    defects = triage(result, zoo.grpo_unmasked_reward_sum, piped, witness_examples=20)
+    leak = next(f for f in result.findings if f.property == "poison")
+    assert leak.reach == "api" and leak.promise is None and leak.fact == "robustness", leak.why_fact
+    assert not any(d.mechanism == "masked-reward-leak" for d in defects)
+    assert any(f.mechanism == "masked-reward-leak" and f.kind == "robustness" for f in result.facts)
     counted = fuzz_target(zoo.grpo_counts_empty_rows, piped, target="zoo", max_examples=120, sizes=Sizes(6, 8))
+    assert counted.finding("pad-invariance") is None  # the padding twin adds no sample to a group
     triage(counted, zoo.grpo_counts_empty_rows, piped, witness_examples=20)
-    pad = next(f for f in counted.findings if f.property == "pad-invariance")
-    assert pad.mechanism == "masked-statistics" and pad.reach == "pipeline"
+    ref = counted.finding("reference")
+    assert ref.mechanism == "variant-mismatch" and "empty_rows='counted'" in ref.evidence, ref.evidence
+    assert ref.promise is None and ref.fact == "semantics"
 
 
 def test_cancellation_at_a_large_offset_is_precision_not_grouping():
@@ -635,8 +644,9 @@ def test_remax_mutants_are_caught_and_the_correct_one_passes(run, prop):
 def test_a_crash_from_masked_values_alone_is_nan_through_mask_not_a_degenerate_input():
     """A masked log-ratio of 100 overflows exp in float32 and inf * 0 is NaN through a mask product:
     the crash goes away with the masked inputs at 0, so it is `nan-through-mask` (low); an empty step
-    that divides 0 by 0 stays `crash-degenerate` (medium)."""
+    that divides 0 by 0 stays `crash-degenerate` (low: a degenerate configuration)."""
     from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.severity import grade
 
     case = Case.build(
         trainable=[[1, 0]], extra={"logp": [[0.0, 0.0]], "old_logp": [[0.0, -100.0]], "adv": [[1.0, 0.0]]}
@@ -645,11 +655,14 @@ def test_a_crash_from_masked_values_alone_is_nan_through_mask_not_a_degenerate_i
     (crash,) = [v for v in judge(zoo.policy_mask_by_multiply, case, declared) if v.property == "no-crash"]
     assert crash.failed
     found = diagnose(zoo.policy_mask_by_multiply, case, declared, "no-crash")
-    assert found.mechanism == "nan-through-mask" and found.severity == "low", found
+    assert found.mechanism == "nan-through-mask" and grade(found.mechanism, "no-crash", "pipeline") == "low", found
     losses = Case.build(trainable=[[1, 0]], extra={"loss": [[1.0, 0.0]]})
     agg = Declared(kind="loss-aggregation", variant={}, masked_zero=True)
     found = diagnose(zoo.agg_nan_on_empty_step, losses, agg, "empty-step")
-    assert found.mechanism == "crash-degenerate" and found.severity == "medium", found
+    assert found.mechanism == "crash-degenerate", found
+    # an all-empty step is a degenerate configuration (low); a crash on a step that trains is medium
+    assert grade(found.mechanism, "empty-step", "pipeline", degenerate=True) == "low"
+    assert grade(found.mechanism, "no-crash", "pipeline") == "medium"
 
 
 def test_kl_ratio_weighted_k3_by_hand():

@@ -184,7 +184,8 @@ LOSSES = Case.build(
 )
 FINDINGS = [
     # (target, entry, property, case, status at 0.9.1, what the report says)
-    ("grpo", "pad-invariance", GROUP, "reproduced", "a padding column or an all-masked row changes the outputs"),
+    # an all-masked row is a sample, and verl's GRPO counting it in its group is a variant: padding is a column
+    ("grpo", "pad-invariance", GROUP, "fixed", "padding (a column, a padding row) changes the outputs"),
     ("grpo", "poison", MASKED_REWARD, "reproduced", "values at masked positions change the outputs"),
     ("agg-seq-mean-token-sum", "poison-nonfinite", LOSSES, "reproduced", "NaN / inf at masked positions reach"),
     ("agg-token-mean", "poison-nonfinite", LOSSES, "fixed", "NaN / inf at masked positions reach"),

@@ -1,6 +1,6 @@
-"""Root causes, reach and severity: every mutant's finding is diagnosed as its own mechanism, its
-findings group into fewer defects, and reach is `pipeline` only with a witness inside the
-pipeline domain."""
+"""Root causes, promises, reach and severity: every mutant's finding is diagnosed as its own mechanism,
+a defect names the promise it breaks (a finding that breaks none is a fact), its findings group into
+fewer defects, and reach is `pipeline` only with a witness the pipeline is cited to produce."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import reach, triage
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.diagnosis import diagnose, severity
+from maskfuzz.oracles.diagnosis import diagnose
 from maskfuzz.oracles.domain import Domain
 
 MUTANTS = list(zoo.CATCHES.items())
@@ -28,9 +28,16 @@ def test_each_mutant_is_diagnosed_as_its_mechanism(mutant, want):
     mine = result.finding(prop)
     assert mine is not None
     assert mine.mechanism == zoo.MECHANISM[mutant], (mine.mechanism, mine.evidence)
-    assert mine.severity == severity(mine.mechanism) and mine.reach == "api"  # the zoo declares no pipeline
-    assert len(defects) <= len(result.findings)
-    assert all(d.properties and d.id.endswith("/" + d.mechanism) for d in defects)
+    want_promise = zoo.PROMISE[mutant]
+    if want_promise is None:  # no promise covers it: a fact, neither graded nor filed
+        assert mine.promise is None and mine.severity == "" and mine.fact, (mine.promise, mine.fact)
+        assert any(mine in f.findings for f in result.facts)
+    else:  # the zoo's functions are their caller's own: every input of the api domain is theirs
+        assert mine.promise is not None and mine.promise.id == want_promise, mine.promise
+        assert mine.reach == "pipeline" and mine.severity in ("high", "medium", "low")
+        assert any(mine in d.findings and d.promise is not None for d in defects)
+    assert len(defects) + len(result.facts) <= len(result.findings)
+    assert all(d.properties and d.id.endswith("/" + d.mechanism) and d.promise for d in defects)
 
 
 def test_value_leak_findings_group_into_one_defect():
@@ -47,18 +54,24 @@ def test_value_leak_findings_group_into_one_defect():
 def test_reach_is_pipeline_only_with_a_witness_inside_the_pipeline_domain():
     declared, _ = zoo.CATCHES[zoo.mask_ignored]
     run = zoo.as_run(zoo.mask_ignored)
-    leak = Case.build(trainable=[[1, 0]], values=[[0.0, 100.0]], gamma=1.0, lam=0.5, score=[1.0])
+    leak = Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0.0, 100.0]], gamma=1.0, lam=0.5, score=[1.0])
     mech = diagnose(run, leak, declared, "poison").mechanism
     assert mech == "masked-value-bootstrap"
-    assert reach(run, leak, "poison", mech, declared).level == "api"  # no pipeline declared
-    inside = dataclasses.replace(declared, pipeline=Domain(why={}))
+    registered = dataclasses.replace(declared, own_inputs=False)  # a framework's function, not the caller's own
+    assert reach(run, leak, "poison", mech, registered).level == "api"  # no pipeline declared
+    # a pipeline domain that leaves masked values permissive without citing the critic that produces them
+    # proves nothing: the witness would be "pipeline by reasoning"
+    silent = dataclasses.replace(registered, pipeline=Domain(why={}))
+    r = reach(run, leak, "poison", mech, silent, examples=20)
+    assert r.level == "api" and r.witness is None, r.how
+    inside = dataclasses.replace(registered, pipeline=Domain(produces={"masked_values": "critic.py:12"}))
     r = reach(run, leak, "poison", mech, inside)
     assert r.level == "pipeline" and r.witness is leak
     # a pipeline whose critic values are zeroed under the mask cannot leak values: no witness
     zeroed = Domain(
         masked_values=False, masked_rewards=False, why={"masked_values": "x.py:1", "masked_rewards": "x.py:2"}
     )
-    r = reach(run, leak, "poison", mech, dataclasses.replace(declared, pipeline=zeroed), examples=40)
+    r = reach(run, leak, "poison", mech, dataclasses.replace(registered, pipeline=zeroed), examples=40)
     assert r.level == "api" and r.witness is None and "outside the pipeline domain" in r.how
 
 
@@ -151,8 +164,8 @@ def test_a_twin_built_finding_is_api_when_the_pipeline_cannot_build_its_twin():
     case = Case.build(trainable=[[1, 1]], gamma=1.0, lam=0.9, score=[1.0])
     mech = diagnose(run, case, declared, "gap-invariance").mechanism
     assert mech == "extra-decay"
-    anywhere = dataclasses.replace(declared, pipeline=Domain())
+    anywhere = dataclasses.replace(declared, own_inputs=False, pipeline=Domain(produces={"gaps": "env.py:3"}))
     assert reach(run, case, "gap-invariance", mech, anywhere).level == "pipeline"
     no_gaps = Domain(gaps=False, why={"gaps": "rollout.py:1"})
-    r = reach(run, case, "gap-invariance", mech, dataclasses.replace(declared, pipeline=no_gaps), examples=20)
+    r = reach(run, case, "gap-invariance", mech, dataclasses.replace(anywhere, pipeline=no_gaps), examples=20)
     assert r.level == "api" and r.witness is None and "twin" in r.how

@@ -94,7 +94,7 @@ def setup(args, entry):
             raise _usage("--callable needs --source PATH (the git repository the function is imported from)")
         name = args.callable.partition(":")[0].split(".")[0] or "callable"
         history = bisect_env.CommitHistory(bisect_env.local_history(args.source, name))
-        declared = Declared(contract=args.contract)
+        declared = Declared(contract=args.contract, own_inputs=True)
         evaluator = bisect_env.CallableEvaluator(
             entry,
             history.history,

@@ -8,13 +8,14 @@
 With no target and no --callable it fuzzes the default set: every registered release pin marked
 default (no git access needed). A --callable is imported from the working directory or PYTHONPATH,
 or with --source from a git repository at REV (default HEAD: a moving pin, resolved to its commit
-when the run starts). Exit code 1 when there are findings, 0 when clean, 2 on usage or
+when the run starts). Exit code 1 when there are defects (findings that break a promise), 0 when none, 2 on usage or
 set-up errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -174,7 +175,7 @@ def main(args) -> int:
     _next_steps(results, results_dir, args.corpus)
     if any(r["status"] == "error" for r in results):
         return 2
-    return 1 if any(r["findings"] for r in results) else 0
+    return 1 if any(r.get("defects") for r in results) else 0
 
 
 def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -> None:
@@ -353,23 +354,39 @@ def run_job(job: Job) -> dict:
             "interactions_checked": dict(sorted(result.interactions_checked.items())),
         }
     out["notes"] += result.notes
+    out["facts"] = [f.to_dict() for f in result.facts]
+    saved = _save_defects(defects, job, out) if job.corpus else {}
     for finding in result.findings:
         item = finding.to_dict()
-        item["corpus_file"] = None
-        if job.corpus:
-            try:
-                item["corpus_file"] = _save(finding, Path(job.corpus))
-            except Exception as exc:  # noqa: BLE001 - a finding that cannot be stored is still reported
-                item["corpus_error"] = f"{type(exc).__name__}: {exc}"
-                out["notes"].append(f"{finding.property}: not saved to the corpus: {item['corpus_error']}")
-                _say(f"[{job.label}] ERROR: the {finding.property} finding could not be saved: {item['corpus_error']}")
+        item["corpus_file"] = saved.get(finding.mechanism) if finding.is_defect else None
         out["findings"].append(item)
+        what = (
+            f"DEFECT {finding.property} ({finding.mechanism}, breaks {finding.promise.id}, reach {finding.reach}, "
+            f"{finding.severity})"
+            if finding.is_defect
+            else f"{finding.fact.upper()} FACT {finding.property} ({finding.mechanism}: {finding.why_fact})"
+        )
         _say(
-            f"[{job.label}] FINDING {finding.property} ({finding.mechanism}, reach {finding.reach}, "
-            f"{finding.severity}): {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
+            f"[{job.label}] {what}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
             f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else "")
         )
     return out
+
+
+def _save_defects(defects: list, job: Job, out: dict) -> dict[str, str]:
+    """One corpus entry per defect: its first finding (the property that names it), the other properties
+    it explains in `also`. Returns mechanism -> the file. A defect that cannot be stored is still reported."""
+    saved = {}
+    for d in defects:
+        head = d.findings[0]
+        rep = dataclasses.replace(head, also=[p for p in d.properties if p != head.property])
+        try:
+            saved[d.mechanism] = _save(rep, Path(job.corpus))
+        except Exception as exc:  # noqa: BLE001 - a finding that cannot be stored is still reported
+            why = f"{type(exc).__name__}: {exc}"
+            out["notes"].append(f"{d.id}: not saved to the corpus: {why}")
+            _say(f"[{job.label}] ERROR: the defect {d.id} could not be saved: {why}")
+    return saved
 
 
 def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]:
@@ -449,16 +466,21 @@ SHORT = {
 def summary_table(results: list[dict]) -> str:
     """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
     width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
-    lines = ["", "Defects (root cause [reach, severity] explains properties; smallest case)"]
+    lines = ["", "Defects: the promise broken, root cause [reach, severity], the properties it explains, smallest case"]
     for r in results:
         for d in r.get("defects", []):
             b, t = d["case"]["shape"]
             lines.append(
-                f"  {d['id']}: {d['mechanism']} [{d['reach']}, {d['severity']}] "
+                f"  {d['id']}: breaks {d.get('promise', '?')} ({d['mechanism']}) [{d['reach']}, {d['severity']}] "
                 f"explains {', '.join(d['properties'])}; B={b} T={t}"
             )
     if len(lines) == 2:
         lines.append("  none")
+    facts = [f for r in results for f in r.get("facts", [])]
+    if facts:
+        lines += ["", "Facts (no promise broken: semantics = the variant the code implements, robustness = input its "
+                      "pipeline never builds)"]  # fmt: skip
+        lines += [f"  {f['id']}: {f['kind']}: {f['evidence']}" for f in facts]
     lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)"]
     kinds = list(dict.fromkeys(r.get("kind", "gae") for r in results))
     for kind in kinds:
@@ -481,10 +503,11 @@ def summary_table(results: list[dict]) -> str:
             lines.append(row + " ".join(cells))
     n_find = sum(len(r["findings"]) for r in results)
     n_def = sum(len(r.get("defects", [])) for r in results)
+    n_fact = len(facts)
     n_skip = sum(r["status"] == "skipped" for r in results)
     n_err = sum(r["status"] == "error" for r in results)
     lines.append(
-        f"{len(results)} target(s): {n_def} defect(s) from {n_find} property finding(s), "
+        f"{len(results)} target(s): {n_def} defect(s) and {n_fact} fact(s) from {n_find} property finding(s), "
         f"{n_skip} skipped, {n_err} error(s)"
     )
     return "\n".join(lines)

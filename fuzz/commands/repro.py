@@ -219,7 +219,7 @@ def _callable(args, entry):
         root = (args.path or Path.cwd()).resolve()
     if not root.is_dir():
         raise _usage(f"--path {root} is not a directory")
-    declared = Declared(contract=args.contract)
+    declared = Declared(contract=args.contract, own_inputs=True)
     target = rp.TargetInfo.of_callable(args.callable, declared)
     env = rp.Environment(root, resolved, "git" if resolved else "local", {})
 

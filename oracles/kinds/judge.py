@@ -28,6 +28,7 @@ from maskfuzz.oracles.properties import (
     _na,
     _ok,
 )
+from maskfuzz.oracles.severity import RESCALE_RTOL, uniform_factor
 from maskfuzz.oracles.tolerance import kind_bound, mismatches, self_slack
 
 Outputs = dict[str, torch.Tensor]
@@ -156,8 +157,20 @@ def _compare(prop, exp: Outputs, obs: Outputs, bound: Outputs, where, msg, slack
     for name in exp:
         bad = mismatches(obs[name], exp[name], bound[name] + slack, where)
         if bad.any():
-            return _diff(prop, name, bad, exp[name], obs[name], msg)
+            verdict = _diff(prop, name, bad, exp[name], obs[name], msg)
+            factor = _one_factor(exp, obs, where)
+            if factor is not None:  # every output off by one factor: a rescale of the term (severity medium)
+                verdict.scale = factor
+            return verdict
     return _ok(prop)
+
+
+def _one_factor(exp: Outputs, obs: Outputs, where) -> float | None:
+    """The factor c with obs = c * exp for every output at `where`, when there is one (else None)."""
+    factors = [uniform_factor(exp[n], obs[n], where) for n in exp]
+    if any(c is None for c in factors) or max(factors) - min(factors) > RESCALE_RTOL * abs(factors[0]):
+        return None
+    return factors[0]
 
 
 def _twin_compare(prop, k, v, case, mine: Outputs, theirs: Outputs, where, msg) -> Verdict:
@@ -228,17 +241,22 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
         )
     mine = mine_out if mine_out is not None else _twin(run, clean, k)
     theirs = out if poisoned is case else _twin(run, poisoned, k)
-    return _twin_compare("poison", k, v, clean, mine, theirs, case.trainable, msg)
+    verdict = _twin_compare("poison", k, v, clean, mine, theirs, case.trainable, msg)
+    if verdict.failed and poisoned is not case:  # the finding is the poisoned case itself: it carries what leaks
+        verdict.case = poisoned
+    return verdict
 
 
 def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
-    """`case` plus one padding column and, where the api allows, one all-masked row (in row 0's
-    group), every input there at the poison probe."""
+    """`case` plus what the framework treats as padding, every input there at the poison probe: one
+    padding column, and, only where the batch holds rows that are not samples (`Domain.padding_rows`:
+    a sample mask of 0), one padding row, empty and in a group of its own. Never a new sample in an
+    existing group: a row without trainable tokens is a sample the policy produced, and whether a
+    statistic counts it is a variant (`empty_rows`), not padding."""
     dom = declared.domain
     probe = min(POISON_PROBE, poison_cap(case.dtype))
     b, t = case.shape
-    # a variant that documents counting empty rows (empty_rows="counted") gets the column only
-    add_row = (dom.all_masked_rows or dom.empty_rows) and declared.variant.get("empty_rows") != "counted"
+    add_row = dom.padding_rows
 
     def grow(x: torch.Tensor, fill) -> torch.Tensor:
         x = torch.cat([x, torch.full((b, 1), fill, dtype=x.dtype)], dim=1)
@@ -247,11 +265,8 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
             x = torch.cat([x, row], dim=0)
         return x
 
-    att = grow(case.attention, False)
-    if add_row and dom.all_masked_rows:
-        att[b, :t] = True
     changes = {
-        "attention": att,
+        "attention": grow(case.attention, False),
         "trainable": grow(case.trainable, False),
         "token_rewards": grow(case.token_rewards, probe if dom.masked_rewards else 0.0),
         "values": grow(case.values, 0.0),
@@ -260,11 +275,11 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
     }
     if add_row:
         changes["score"] = torch.cat([case.score, torch.tensor([probe], dtype=torch.float64)])
-        if case.group is not None:
-            changes["group"] = torch.cat([case.group, case.group[:1]])
-        if case.split is not None:  # the empty row joins row 0's micro-batch
+        if case.group is not None:  # a group of its own
+            changes["group"] = torch.cat([case.group, case.group.max()[None] + 1])
+        if case.split is not None:  # the padding row joins row 0's micro-batch
             changes["split"] = torch.cat([case.split, case.split[:1]])
-        if case.truncated is not None:  # an empty row ended (never cut)
+        if case.truncated is not None:  # padding is never cut
             changes["truncated"] = torch.cat([case.truncated, torch.zeros(1, dtype=torch.bool)])
             changes["bootstrap"] = torch.cat([case.bootstrap_values(), torch.zeros(1, dtype=torch.float64)])
     return case.replace(**changes)
@@ -275,7 +290,7 @@ def _pad(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
     b, t = case.shape
     got = {n: x[:b, :t] for n, x in _twin(run, twin, k).items()}
     return _twin_compare(
-        "pad-invariance", k, v, case, out, got, case.trainable, "a padding column / all-masked row changed the output"
+        "pad-invariance", k, v, case, out, got, case.trainable, "padding (a column, a padding row) changed the output"
     )
 
 
