@@ -365,9 +365,17 @@ def counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     return c
 
 
+def _class_of(o: Outcome) -> str:
+    """What a failing replay is at its pin: 'defect <promise>' or '<kind> fact' ('' for a pass)."""
+    t = o.triaged or {}
+    if not t.get("class"):
+        return ""
+    return f"defect {t.get('promise', '')}".strip() if t["class"] == "defect" else f"{t['class']} fact"
+
+
 def summary(outcomes: list[Outcome], errors: list[CorpusError] = (), device: str = "cpu") -> str:
     """The table printed at the end of `maskfuzz replay`, then the counts and loud warnings."""
-    rows = [("STATUS", "TARGET@PIN", "PROPERTY", "ID", "DTYPE", "TIME", "NOTE")]
+    rows = [("STATUS", "TARGET@PIN", "PROPERTY", "ID", "DTYPE", "TIME", "CLASS", "NOTE")]
     for o in outcomes:
         e = o.job.entry
         rows.append(
@@ -378,6 +386,7 @@ def summary(outcomes: list[Outcome], errors: list[CorpusError] = (), device: str
                 e.id,
                 o.dtype,
                 f"{o.seconds:.1f}s",
+                _class_of(o),
                 o.message[:100],
             )
         )

@@ -45,7 +45,8 @@ def _param(job: rp.Job):
     if job.expect and job.expect.fails:
         where = f"{job.entry.key}@{job.pin}"
         why = f"ledger: fails at {where}: {job.expect.reason} (if this passes it was fixed: update {LEDGER_NAME})"
-        marks.append(pytest.mark.xfail(strict=True, reason=why))
+        # only the expected failure is an xfail: an entry that fails as a fact (no promise broken) is a real failure
+        marks.append(pytest.mark.xfail(strict=True, reason=why, raises=AssertionError))
     return pytest.param(job, id=f"{job.entry.key}@{job.pin}-{job.entry.property}-{job.entry.id}", marks=marks)
 
 
@@ -101,7 +102,19 @@ def test_replay(job: rp.Job, open_targets: rp.HandleCache):
     judged = rp.judge_entry(handle.run, handle.declared, e, device=DEVICE)
     if judged.state == "n/a":
         pytest.skip(judged.message)
+    if judged.state == "fail":  # the corpus holds defects: what fails must still break a promise here
+        triaged = rp.retriage(handle, e, judged.verdict, None)
+        if triaged and triaged.get("class") != "defect":
+            raise NotADefect(
+                f"{job.name} ({e.path}) fails as a {triaged.get('class')} fact, not a defect: "
+                f"{triaged.get('why_not_a_defect')} ({triaged.get('mechanism')}: {triaged.get('evidence')}); "
+                "retire it (docs/audit/retired.md) or declare the promise it breaks"
+            )
     assert judged.state == "pass", f"{job.name} ({e.path}) fails: {judged.message}\n{_detail(judged)}"
+
+
+class NotADefect(Exception):
+    """A corpus entry whose failure breaks no promise at this pin: not what the corpus is for."""
 
 
 def _detail(judged: rp.Judged) -> str:

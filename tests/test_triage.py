@@ -5,6 +5,7 @@ fewer defects, and reach is `pipeline` only with a witness the pipeline is cited
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import mutant_zoo as zoo
 import pytest
@@ -14,7 +15,7 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import reach, triage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import diagnose
-from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.domain import FEATURES, Domain
 
 MUTANTS = list(zoo.CATCHES.items())
 
@@ -135,7 +136,28 @@ def test_every_declared_pipeline_domain_cites_upstream_lines():
                     continue
                 declared += 1
                 assert dom.cited() == [], f"{tid}:{entry} {where}: uncited narrowing of {dom.cited()}"
+                unknown = set(dom.produces) - set(FEATURES)
+                assert not unknown, f"{tid}:{entry} {where}: produces names no feature: {unknown}"
+                uncited = [f for f, why in dom.produces.items() if not re.search(r"[\w/.-]+\.\w+:\d+", why)]
+                assert not uncited, f"{tid}:{entry} {where}: production without a file:line: {uncited}"
     assert declared >= 1
+
+
+def test_every_declared_promise_covers_properties_of_its_entry():
+    """A framework's promise quotes its words with a file:line (or a docs URL) and covers properties its
+    entry is judged on; a promise that covers nothing the entry checks would make no finding a defect."""
+    from maskfuzz.oracles.kinds import properties
+    from maskfuzz.oracles.promises import Promise
+    from maskfuzz.targets.registry import registry
+
+    for tid, spec in registry().items():
+        for entry in spec.entries:
+            s = spec.for_entry(entry)
+            props = set(properties(s.kind))
+            for p in s.promises:
+                assert isinstance(p, Promise) and not p.universal, (tid, entry, p)
+                covered = {c for c in p.covers if not c.startswith("mechanism:")}
+                assert covered <= props, f"{tid}:{entry} {p.id}: covers {covered - props}, not properties of {s.kind}"
 
 
 def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
