@@ -58,6 +58,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.roll_kinds import (
     AGENTIC_TRUNCATION,
@@ -77,7 +78,22 @@ from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 
 def _rlvr_pipeline(rev: str, fn: dict[str, str]) -> Domain:
-    """The RLVR pipeline's domain at `rev`; `fn` gives that pin's line references."""
+    """The RLVR pipeline's domain at `rev`; `fn` gives that pin's line references. `produces` cites, for every
+    feature it leaves permissive that ROLL's own RLVR code builds, the lines that build it (`Domain.produces`);
+    the rest is narrowed with the lines that rule it out, or left uncited (no witness may use it)."""
+    values = (
+        f"ROLL {rev}: roll/pipeline/base_worker.py:{fn['values']} forward_func_values: values = "
+        "output_tensor[:, :-1], the critic's output at every position of the sequence, unmasked (in the [:, 1:] "
+        "layout the slot after the last response token holds the critic's value of that last real token, the "
+        "later padding slots its outputs at pad tokens); roll/pipeline/rlvr/rlvr_pipeline.py:"
+        f"{fn['cv']} critic.compute_values(batch) -> batch.union(values); roll/utils/functionals.py:{fn['gae']} "
+        + (
+            "compute_advantage masks them (values * response_mask) before compute_gae_advantage_return"
+            if fn.get("gae_masks")
+            else "compute_advantage stores values * response_mask but hands the unmasked values to "
+            f"compute_gae_advantage_return, whose nextvalues = values[:, t + 1] (:{fn['boot']}) reads them"
+        )
+    )
     return Domain(
         gaps=False,
         masked_real_tail=False,
@@ -101,23 +117,76 @@ def _rlvr_pipeline(rev: str, fn: dict[str, str]) -> Domain:
             f"roll/utils/functionals.py:{fn['kl']} kld = log-prob difference * response_mask (finite "
             "log-probs, 0 under the mask)",
         },
+        produces={
+            "masked_values": values,
+            "leading_mask": f"ROLL {rev}: roll/utils/functionals.py:{fn['resp']} postprocess_generate: attention 1 on "
+            "[0, valid_length), response mask 1 on [prompt_len, valid_length) only: in the [:, 1:] layout the "
+            "prompt's tokens 1 .. prompt_len - 1 are real masked tokens before the response",
+            "all_masked_rows": f"ROLL {rev}: roll/utils/functionals.py:{fn['maxlen']} get_sample_level_mask with "
+            f"max_len_mask (and difficulty_mask / error_max_len_clip) zeroes a sample, :{fn['final']} "
+            "final_response_mask = response_mask * the sample mask, the row's attention unchanged; "
+            f"roll/pipeline/rlvr/rlvr_pipeline.py:{fn['call']} hands final_response_mask to compute_advantage",
+            "masked_rewards": f"ROLL {rev}: in a row that get_sample_level_mask zeroes "
+            f"(roll/utils/functionals.py:{fn['final']}) compute_token_reward (:{fn['kl']}) still places the score "
+            "on the last attended token and the KL under response_mask[:, 1:] (not the final mask): token rewards "
+            "under final_response_mask = 0",
+            "token_rewards": f"ROLL {rev}: roll/utils/functionals.py:{fn['kl']} compute_token_reward with "
+            "add_token_level_kl: token_level_rewards = score - kl_ctrl.value * kld at every response token "
+            f"(called at roll/pipeline/rlvr/rlvr_pipeline.py:{fn['trcall']})",
+            "truncated_rows": f"ROLL {rev}: roll/utils/functionals.py:{fn['rl']} postprocess_generate: the response "
+            "mask ends at EOS or at the generation limit (a response without EOS fills responses.shape[-1] = "
+            f"max_new_tokens); get_sample_level_mask tests that length at :{fn['maxlen']}",
+            "truncated_padded": f"ROLL {rev}: roll/utils/functionals.py:{fn['shift']} postprocess_generate left-"
+            "aligns each row in a window of prompt_length + response_length: a cut response after a prompt "
+            "shorter than the longest is followed by padding",
+        },
     )
 
 
 def _agentic_pipeline(rev: str, fn: dict[str, str]) -> Domain:
-    """The agentic pipeline's domain at `rev`; `fn` gives that pin's line references."""
+    """The agentic pipeline's domain at `rev`; `fn` gives that pin's line references (see `_rlvr_pipeline`).
+    Every env manager shipped at the pin ends a sample on a response token: the trajectory managers pop the
+    trailing observation, the step managers build one prompt + response per step, the VL manager cuts after the
+    last response token, the proxy manager's message tracker (8eb27cc2dc34) ends a trajectory on its last recorded
+    response. So no pipeline builds an observation tail (a masked real tail)."""
+    tail = (
+        f"ROLL {rev}: every shipped env manager ends a sample on a response token: "
+        f"roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pop']} pops the trailing observation before "
+        f":{fn['turns']} concatenates prompt/observation + response per turn; step_env_manager.py:{fn['step_pop']} "
+        f"pops it and :{fn['step_mask']} builds [0] * prompt + [1] * response per step (StepConcatEnvManager "
+        f"inherits it); agent_native_env_manager.py:{fn['native_pop']} pops it and :{fn['native_mask']} builds "
+        f"prompt + response per step; vl_traj_env_manager.py:{fn['vl_pop']} pops it and :{fn['vl_cut']} cuts the "
+        "sequence after the last response token"
+        + (
+            f"; message_tracker.py:{fn['mt_leaf']} (ProxyEnvManager, traj mode) builds each sample from the root "
+            f"to its last recorded response, :{fn['mt_step']} (step mode) prompt + response"
+            if "mt_leaf" in fn
+            else ""
+        )
+    )
+    empty = (
+        f"ROLL {rev}: roll/pipeline/agentic/env_manager/agent_native_env_manager.py:{fn['ph']} "
+        "create_placeholder_rollout (sandbox reset failure, :51) has attention_mask and response_mask all 0; "
+        f"GroupFilter.filter keeps its group once half the groups were filtered (:{fn['filt']})"
+        + (
+            f"; proxy_env_manager.py:{fn['proxy_ph']} a trajectory with no samples becomes one pad token with "
+            "response mask 0 (no real token in the [:, 1:] layout)"
+            if "proxy_ph" in fn
+            else ""
+        )
+    )
     return Domain(
         left_padding=False,
+        masked_real_tail=False,
         masked_rewards=False,
         nonfinite_poison=False,
         why={
             "gaps": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['turns']} concatenates "
             "[0] * prompt/observation + [1] * response per turn (kept permissive)",
-            "masked_real_tail": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pop']} drops "
-            "a trailing observation, but env managers are pluggable (VL, proxy/message-tracker ones re-tokenise "
-            "chat templates): kept permissive",
-            "all_masked_rows": f"ROLL {rev}: roll/pipeline/agentic/env_manager/agent_native_env_manager.py:"
-            f"{fn['placeholder']} placeholder rollouts have response_mask all 0 (kept permissive)",
+            "masked_real_tail": tail,
+            "all_masked_rows": "not cited as produced: the placeholder rollouts have no real token at all "
+            "(attention 0 too: `empty_rows`); the shipped managers raise on a sample without a response token "
+            f"(response_masks.index(1), traj_env_manager.py:{fn['first']})",
             "left_padding": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pad']} right-pads "
             f"the token list with pad_to_length (roll/utils/functionals.py:{fn['padfn']} appends)",
             "masked_rewards": f"ROLL {rev}: the only token reward is -beta * kld, roll/utils/functionals.py:{fn['kl']} "
@@ -132,6 +201,29 @@ def _agentic_pipeline(rev: str, fn: dict[str, str]) -> Domain:
             f"roll/utils/functionals.py:{fn['kl']} kld = log-prob difference * response_mask (finite "
             "log-probs, 0 under the mask)",
         },
+        produces={
+            "gaps": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['turns']} concatenates "
+            "[0] * prompt/observation + [1] * response for every turn of a trajectory",
+            "leading_mask": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['turns']} (and "
+            f"step_env_manager.py:{fn['step_mask']}) a sample starts with [0] * len(prompt_ids): real masked "
+            "tokens before the first response token in the [:, 1:] layout",
+            "empty_rows": empty,
+            "masked_values": f"ROLL {rev}: roll/pipeline/base_worker.py:{fn['values']} forward_func_values: values = "
+            "output_tensor[:, :-1], the critic's output at every position (observation tokens, the slot after a "
+            "turn's last token, padding), unmasked; roll/pipeline/agentic/agentic_pipeline.py:"
+            f"{fn['cv']} critic.compute_values(batch) -> batch.union(values); roll/pipeline/agentic/utils.py:"
+            f"{fn['gae']} agentic_compute_advantage stores values * response_mask but hands the unmasked values to "
+            "compute_gae_advantage_return",
+            "token_rewards": f"ROLL {rev}: roll/utils/functionals.py:{fn['kl']} compute_token_reward with "
+            "add_token_level_kl: token_level_rewards = score - kl_ctrl.value * kld at every response token "
+            f"(called at roll/pipeline/agentic/agentic_pipeline.py:{fn['trcall']})",
+            "truncated_rows": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['ml']} "
+            f"make_decision stops at the sequence length (GenerateStopReason.MAX_LENGTH) and :{fn['mlf']} "
+            "formulates the trajectory cut there",
+            "truncated_padded": f"ROLL {rev}: roll/pipeline/agentic/env_manager/traj_env_manager.py:{fn['pad']} "
+            "pads every trajectory to sequence_length after its last response token (the cut turn's observation "
+            f"is popped, :{fn['pop']})",
+        },
     )
 
 
@@ -140,40 +232,101 @@ _VALUES = {"c09bc8bc9f43": "675-678", "090ac94658ad": "675-678", "8eb27cc2dc34":
 RLVR_PIPELINE = {
     rev: _rlvr_pipeline(rev, dict(fn, kl=_KL[rev], values=_VALUES[rev]))
     for rev, fn in {
-        "c09bc8bc9f43": dict(resp="930", sample="728-729", call="652-662", tail="925-930", shift="919-928"),
-        "090ac94658ad": dict(resp="941", sample="735-736", call="652-662", tail="936-941", shift="930-939"),
-        "8eb27cc2dc34": dict(resp="1292", sample="731-732", call="710-721", tail="1287-1292", shift="1281-1290"),
+        "c09bc8bc9f43": dict(
+            resp="930",
+            sample="728-729",
+            call="652-662",
+            tail="925-930",
+            shift="919-928",
+            cv="574,616",
+            gae="819-822",
+            boot="527",
+            maxlen="692-694",
+            final="729",
+            trcall="645",
+            rl="890-892",
+        ),
+        "090ac94658ad": dict(
+            resp="941",
+            sample="735-736",
+            call="652-662",
+            tail="936-941",
+            shift="930-939",
+            cv="574,616",
+            gae="828-832",
+            gae_masks=True,  # PR #447: values = values * response_mask before the GAE call
+            boot="534",
+            maxlen="699-701",
+            final="736",
+            trcall="645",
+            rl="901-903",
+        ),
+        "8eb27cc2dc34": dict(
+            resp="1292",
+            sample="731-732",
+            call="710-721",
+            tail="1287-1292",
+            shift="1281-1290",
+            cv="623,665",
+            gae="1163-1166",
+            boot="530",
+            maxlen="695-697",
+            final="732",
+            trcall="703",
+            rl="1235-1237",
+        ),
     }.items()
 }
+_ENV_C09 = dict(
+    turns="303-307",
+    pop="289-290",
+    first="315",
+    step_pop="71-72",
+    step_mask="78",
+    native_pop="235-237",
+    native_mask="258",
+    vl_pop="413-414",
+    vl_cut="453",
+    ph="441-444",
+    filt="514-516",
+    ml="204",
+    mlf="125",
+    pad="338-341",
+    call="454-463",
+    mask="469-470",
+    cv="413,417",
+    gae="503-507",
+    trcall="448",
+)
 AGENTIC_PIPELINE = {
     rev: _agentic_pipeline(rev, dict(fn, kl=_KL[rev], values=_VALUES[rev]))
     for rev, fn in {
-        "c09bc8bc9f43": dict(
-            turns="303-307",
-            pop="289-290",
-            placeholder="444",
-            pad="338-341",
-            padfn="455-465",
-            call="454-463",
-            mask="469-470",
-        ),
-        "090ac94658ad": dict(
-            turns="303-307",
-            pop="289-290",
-            placeholder="444",
-            pad="338-341",
-            padfn="462-472",
-            call="454-463",
-            mask="469-470",
-        ),
+        "c09bc8bc9f43": dict(_ENV_C09, padfn="455-465"),
+        "090ac94658ad": dict(_ENV_C09, padfn="462-472"),
         "8eb27cc2dc34": dict(
             turns="325-329",
             pop="311-312",
-            placeholder="443",
+            first="337",
+            step_pop="71-72",
+            step_mask="78",
+            native_pop="234-236",
+            native_mask="257",
+            vl_pop="413-414",
+            vl_cut="453",
+            mt_leaf="404-406",
+            mt_step="432-433",
+            ph="441-443",
+            filt="514-515",
+            proxy_ph="399-406",
+            ml="226",
+            mlf="129",
             pad="360-363",
             padfn="456-466",
             call="499-508",
             mask="469-470",
+            cv="448,452",
+            gae="535-539",
+            trcall="492",
         ),
     }.items()
 }
@@ -271,8 +424,10 @@ _F32 = ("float32", "bfloat16", "float16")
 
 
 def _narrow(base: Domain, **changes) -> Domain:
+    """`base` with `changes`; a feature narrowed here loses its production citation (no witness may use it)."""
     why = changes.pop("why", {})
-    return dataclasses.replace(base, **changes, why={**base.why, **why})
+    produces = {k: v for k, v in base.produces.items() if changes.get(k, True) is not False}
+    return dataclasses.replace(base, **changes, why={**base.why, **why}, produces=produces)
 
 
 def _kl_pipeline(rev: str) -> Domain:
@@ -287,6 +442,49 @@ def _kl_pipeline(rev: str) -> Domain:
             f"({_FN}:{ln['logits']}), finite",
         },
     )
+
+
+# WorkerConfig.apply_loss_scale (default True), the same help text at the three pins: what every worker's training loss
+# promises under data parallelism and gradient accumulation (the strategies multiply each micro-batch loss by
+# DP x GA, megatron_strategy.py:1295, fsdp2_strategy.py:1588 at 8eb27cc2dc34).
+_LOSS_SCALE_TEXT = (
+    "Whether to multiply the aggregated loss by the global loss_scale (typically the total number of micro-batches in "
+    "a global step, i.e., DP×GA) to cancel the backend’s default gradient-mean behavior under Data Parallel + Gradient "
+    "Accumulation. This restores a sum-over-microbatches semantics so the resulting gradients are equivalent to "
+    "computing the loss on the full global batch at once with the global denominator"
+)
+_LOSS_SCALE_NOTE = (
+    "apply_loss_scale defaults to True and the strategies apply it to the loss every worker's loss_func returns (the "
+    "actor's agg_loss, the critic's CriticWorker.loss_func): the step's loss and gradient must not depend on its "
+    "micro-batch split"
+)
+LOSS_SCALE_PROMISES = (
+    Promise(
+        id="upstream:roll/configs/worker_config.py:218-223",
+        text=_LOSS_SCALE_TEXT,
+        covers=("split-invariance",),
+        note=_LOSS_SCALE_NOTE,
+        pins=("c09bc8bc9f43", "090ac94658ad"),
+    ),
+    Promise(
+        id="upstream:roll/configs/worker_config.py:234-239",
+        text=_LOSS_SCALE_TEXT,
+        covers=("split-invariance",),
+        note=_LOSS_SCALE_NOTE,
+        pins=("8eb27cc2dc34",),
+    ),
+)
+# PR #447's own regression test (tests/utils/test_functionals.py, at its head only): a masked critic value of 100 must
+# not move the valid advantages of compute_advantage's GAE branch, on the api (no pipeline needed).
+PR447_TEST = Promise(
+    id="upstream:tests/utils/test_functionals.py:66-93",
+    text='response_mask = torch.tensor([[1.0, 1.0, 0.0]]) ... values = torch.tensor([[0.0, 0.0, 100.0]]) ... '
+    'expected = torch.tensor([[0.95, 1.0, 0.0]]) ... torch.testing.assert_close(data.batch["advantages"], expected)',
+    covers=("poison",),
+    note="test_compute_advantage_masks_values_before_gae_bootstrap calls compute_advantage(adv_estimator='gae', "
+    "response_mask=...) as the RLVR pipeline does: a masked value must not bootstrap into valid advantages",
+    pins=("090ac94658ad",),
+)
 
 
 def _kind_overrides() -> dict:
@@ -311,8 +509,10 @@ def _kind_overrides() -> dict:
         kind="group-advantage",
         # estimator grpo; torch.std (unbiased) per (-1, n_sample) block; (r - mean) / (std + 1e-6): the defaults
         # (functionals.py:586, :593 at 8eb27cc2dc34). n_sample = 1 gives std NaN: no singleton rule, left canonical.
-        # Rows zeroed by get_sample_level_mask still count in the group statistics: undocumented, left canonical.
-        variant={},
+        # Rows without a trained token count in the group statistics by design: reward_postprocess normalises every
+        # row's score (reward_norm reshapes all of them, functionals.py:569 at 8eb27cc2dc34), whatever the sample mask
+        # get_sample_level_mask made (rlvr_pipeline.py:687-696): empty_rows "counted"
+        variant={"empty_rows": "counted"},
         domain=api,
         masked_zero=True,  # compute_advantage ends with advantages * response_mask (functionals.py:1184)
         documented_errors=(r"GroupShapeError", r"TruncationShapeError"),
@@ -327,8 +527,11 @@ def _kind_overrides() -> dict:
         kind="group-advantage",
         # std unbiased (scores_float.std(), agentic/utils.py:133), eps 1e-6 outside (:140); a group of one element
         # or with |std| <= 1e-6 gets zeros, the code's own comment: "avoid division by zero for a single element
-        # or zero std" (agentic/utils.py:138-142): singleton "zero"
-        variant={"singleton": "zero"},
+        # or zero std" (agentic/utils.py:138-142): singleton "zero". Rows without a trained token (the agent-native
+        # placeholder rollout keeps its episode's traj_group_id, agent_native_env_manager.py:475-477 at 8eb27cc2dc34) count in their
+        # group: agentic_reward_norm takes every row of batch.group_by(grouping) (agentic/utils.py:117-135), whatever
+        # its response_mask: empty_rows "counted"
+        variant={"singleton": "zero", "empty_rows": "counted"},
         domain=api,
         masked_zero=True,  # agentic_compute_advantage ends with advantages * response_mask (agentic/utils.py:560)
         options=(whiten_option(WHITEN_AGENTIC_CITE, {"variant": {"whiten_tokens": True}}), NORM_STD),
@@ -427,9 +630,12 @@ def _kind_overrides() -> dict:
             masked_zero_why="",
             whitening=None,
             documented_errors=(),
+            # micro-batches may hold different row counts (use_dynamic_batching_in_train, worker_config.py:148 at
+            # 8eb27cc2dc34, :140 at c09bc8bc9f43): uneven_splits stays in the api domain
             domain=Domain(),
             pipeline=None,  # not researched as a Domain: every finding is reach api (docs/kinds/roll.md: reach)
             pipeline_by_pin={},
+            promises=LOSS_SCALE_PROMISES,
         )
 
     out["agg-token-mean"] = loss_entry({"mode": "token-mean"})
@@ -444,8 +650,13 @@ def _kind_overrides() -> dict:
     # micro-batch loss by DP x GA, worker_config.py:230-238 documenting "sum-over-microbatches semantics ...
     # with the global denominator"), and rows without a trained token count in it (masked_mean(dim=-1) gives 0
     # for them, functionals.py:285-288, then `.mean()` over all rows).
+    # Variant as the critic implements it: a row without a trained token gets masked_mean(dim=-1) = 0 (functionals.py
+    # :285-288) and counts in `.mean()` over the micro-batch's rows (base_worker.py:678 at 8eb27cc2dc34, :663 at the
+    # older pins): empty_rows "counted". The scope stays "step": apply_loss_scale's help promises gradients "equivalent
+    # to computing the loss on the full global batch at once with the global denominator" (LOSS_SCALE_PROMISES), which
+    # the critic's per-micro-batch row mean breaks (split-invariance, a defect naming that promise).
     out["value-loss"] = dict(
-        loss_entry({"clip": 0.5, "half": True, "mode": "seq-mean-token-mean"}),
+        loss_entry({"clip": 0.5, "half": True, "mode": "seq-mean-token-mean", "empty_rows": "counted"}),
         kind="value-loss",
         options=(VALUE_CLIP_OPTION,),
     )
@@ -512,6 +723,7 @@ def _kl_overrides() -> dict:
             options=(whiten_option(WHITEN_RLVR_CITE, {"whitening": WHITEN}), MAX_LEN_MASK),
             truncation=RLVR_TRUNCATION,
             documented_errors=(r"TruncationShapeError",),
+            promises=(PR447_TEST,),
             notes="kl_reward: coef = init_kl_coef 0.2 (base_config.py default, example_ppo.yaml:69), kl_penalty 'kl'",
         )
     }
@@ -560,6 +772,7 @@ SPEC = TargetSpec(
     entry_overrides={
         # options and truncation per entry (roll_kinds "Options and truncation"); the kind entries declare theirs
         "default": {
+            "promises": (PR447_TEST,),
             "options": (whiten_option(WHITEN_RLVR_CITE, {"whitening": WHITEN}), MAX_LEN_MASK),
             "truncation": RLVR_TRUNCATION,
             "documented_errors": (r"TruncationShapeError",),
