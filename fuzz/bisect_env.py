@@ -325,13 +325,49 @@ class TargetEvaluator:
             pin = f"=={revision.id}" if self.releases else revision.id
             ref = make_ref(self.target, self.target_entry, pin)
             with opener(ref, repos=self.repos, device=self.device, timeout=self.timeout) as handle:
-                return _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
+                return self.verdict(handle)
         except Exception as exc:  # noqa: BLE001 - Skip / SetupError / anything else: not judged here
             return Outcome(SKIP, _skip_reason(exc))
+
+    def verdict(self, handle) -> Outcome:
+        """Good / bad / skip of the opened target at one revision: the case's property."""
+        return _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
 
     def done(self, revision: Revision) -> None:
         if self.worktrees is not None:
             self.worktrees.done(revision.id)
+
+
+class SemanticsEvaluator(TargetEvaluator):
+    """Bisects a behaviour change: good where one dimension of the entry's semantics card
+    (`oracles.semantics`) has the value it has at the old end (`old_value`, as `Dimension.value()`
+    prints it), bad where it differs, skip where the cases cannot tell. `entry` is unused (None): no
+    corpus case, the card draws its own clean cases (`card`, injectable: fuzz.semantics.card)."""
+
+    def __init__(self, target: str, dimension: str, old_value: str | None = None, *, card=None, **kw):
+        super().__init__(None, target, **kw)
+        self.dimension = dimension
+        self.old_value = old_value
+        self._card = card
+
+    def value(self, handle) -> str | None:
+        """The dimension's value at the opened revision, or None when the card has no such told dimension."""
+        if self._card is None:
+            from maskfuzz.fuzz.semantics import card
+
+            self._card = card
+        d = self._card(handle.run, handle.declared).dimension(self.dimension)
+        return None if d is None or not d.told else d.value()
+
+    def verdict(self, handle) -> Outcome:
+        got = self.value(handle)
+        if got is None:
+            return Outcome(SKIP, f"{self.dimension}: not told apart (or not a dimension of this entry) here")
+        if self.old_value is None:
+            self.old_value = got
+        if got == self.old_value:
+            return Outcome(GOOD)
+        return Outcome(BAD, f"{self.dimension}: {got} (was {self.old_value})")
 
 
 def _skip_reason(exc: BaseException) -> str:

@@ -192,13 +192,7 @@ def fuzz_target(
         stop_when=stop_when,
     )
     with _single_thread():
-        if declared.kind in GAE_KINDS:
-            v = declared.variant
-            strategy = cases(
-                declared.domain, sizes, nonfinite, baseline=bool(v.get("baseline")), kl_reward=bool(v.get("kl_reward"))
-            )
-        else:
-            strategy = kind_cases(declared.kind, declared.domain, sizes, nonfinite)
+        strategy = draws(declared, sizes, nonfinite)
         if declared.options or declared.truncation is not None:
             strategy = configured(strategy, declared, fixed=options)
         for opt in declared.options:
@@ -213,6 +207,16 @@ def fuzz_target(
             )
             result.findings.append(Finding(target, pin, resolved, prop, case, verdict, also, used_seed))
     return result
+
+
+def draws(declared: Declared, sizes: Sizes, nonfinite: bool):
+    """The strategy of the cases of `declared`'s kind inside its api domain (options not yet drawn)."""
+    if declared.kind in GAE_KINDS:
+        v = declared.variant
+        return cases(
+            declared.domain, sizes, nonfinite, baseline=bool(v.get("baseline")), kl_reward=bool(v.get("kl_reward"))
+        )
+    return kind_cases(declared.kind, declared.domain, sizes, nonfinite)
 
 
 def _simplest_configuration(

@@ -27,6 +27,11 @@ Comparison (tonight = RESULTS, previous = PREVIOUS):
                    errored or not run, the property never applied, or the property still fails with
                    another signature (the fuzzer shrank to a different bug; the old one is not cleared)
 
+Only defects (findings that break a promise, `oracles.promises`) are findings here; a finding that
+breaks none is a *fact* (semantics or robustness), listed apart and never "new" or "fixed". Each
+target's semantics card (`oracles.semantics`) is shown, and a card that differs from the previous
+night's is a *behaviour change* (with the command that bisects it), never a defect.
+
 A previous `report.json` lists its open findings (failing and unknown), so a finding not checked
 for a night is carried forward instead of being forgotten. The report copies the corpus entry and
 reproducer (`<repro dir>/<corpus id>/`) of every open finding next to itself, so the output
@@ -48,6 +53,7 @@ from urllib.parse import quote
 
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 from maskfuzz.oracles.properties import SEVERITY, Verdict
+from maskfuzz.oracles.semantics import changes as semantic_changes
 
 FORMAT = "maskfuzz-report"
 VERSION = 1
@@ -151,6 +157,8 @@ class Night:
     files: list[tuple[str, str]] = field(default_factory=list)  # (path, kind)
     date: str | None = None  # when the previous report was generated
     repro_dirs: list[Path] = field(default_factory=list)  # a previous report's copied reproducers
+    facts: list[dict] = field(default_factory=list)  # findings that break no promise: where, kind, mechanism, ...
+    semantics: dict[str, dict] = field(default_factory=dict)  # target@pin -> its semantics card (JSON)
 
     def add_failure(self, f: Failure) -> None:
         old = self.failures.get(f.identity)
@@ -271,9 +279,15 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
                 cov.status, cov.reason = status, t.get("reason") or ""
             night.skips.append((f"{key}@{pin}", status, "fuzz", t.get("reason") or ""))
         cov.notes += [n for n in t.get("notes") or [] if n not in cov.notes]
+        if isinstance(t.get("semantics"), dict):
+            night.semantics[f"{key}@{pin}"] = t["semantics"] | {"resolved": t.get("resolved") or ""}
+        for fact in t.get("facts") or []:
+            night.facts.append(_fact(fact, f"{key}@{pin}", "fuzz"))
         for j, f in enumerate(_field(t, "findings", list, path, where)):
             fw = f"{where}findings[{j}]."
             prop = _field(f, "property", str, path, fw)
+            if f.get("class") and f["class"] != "defect":  # a fact: listed with the target's facts, not a finding
+                continue
             try:
                 case = case_from_json(_field(f, "case", dict, path, fw), "case")
             except CorpusError as exc:
@@ -301,7 +315,21 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
 
 
 def _triage_of(d: dict) -> dict:
-    return {k: d[k] for k in ("defect", "mechanism", "severity", "reach") if d.get(k)}
+    keys = ("defect", "mechanism", "severity", "reach", "reach_evidence", "class", "promise", "promise_text")
+    return {k: d[k] for k in keys if d.get(k)}
+
+
+def _fact(d: dict, where: str, source: str) -> dict:
+    """One fact of a night: where, its kind, mechanism, properties, what was seen, why it is no defect."""
+    return {
+        "where": where,
+        "kind": d.get("kind") or d.get("class") or "fact",
+        "mechanism": d.get("mechanism") or "",
+        "properties": list(d.get("properties") or ([d["property"]] if d.get("property") else [])),
+        "evidence": d.get("evidence") or "",
+        "why": d.get("why_not_a_defect") or "",
+        "source": source,
+    }
 
 
 def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
@@ -345,6 +373,9 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
                 str(v.get("output") or ""),
                 [list(p) for p in v.get("positions") or []],
             )
+            if r.get("class") and r["class"] != "defect":  # the entry fails here as a fact: no finding
+                night.facts.append(_fact(r, f"{key}@{pin}", f"replay of {cid}"))
+                continue
             if entry is not None:
                 case = entry.case
                 if r.get("dtype") and r["dtype"] != case.dtype:
@@ -381,6 +412,9 @@ def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             corpus_file=(base / cf) if cf and (base / cf).is_file() else None,
             first_seen=o.get("first_seen"), last_seen=o.get("last_seen"), triage=_triage_of(o),
         ))  # fmt: skip
+    for where, card in (data.get("semantics") or {}).items():
+        if isinstance(card, dict):
+            night.semantics[where] = card
     for c in data.get("coverage") or []:
         cov = night.cover(c["target"], c["pin"])
         cov.status, cov.reason, cov.resolved = c.get("status", ""), c.get("reason", ""), c.get("resolved", "")
@@ -441,6 +475,8 @@ class Comparison:
     unknown: list[tuple[Failure, str]]  # (previous failure, why it was not checked)
     had_previous: bool
     previous_date: str | None = None
+    # (target@pin, dimension, the previous night's value, tonight's, previous resolved, tonight's resolved)
+    behaviour: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
 
 
 def compare(tonight: Night, previous: Night | None) -> Comparison:
@@ -460,7 +496,17 @@ def compare(tonight: Night, previous: Night | None) -> Comparison:
         old = prev[ident]
         verdict, why = _cleared(tonight, ident)
         (fixed if verdict else unknown).append((old, why))
-    return Comparison(new, still, fixed, unknown, previous is not None, previous.date if previous else None)
+    behaviour = []
+    for where, card in sorted(tonight.semantics.items()):
+        before = previous.semantics.get(where) if previous else None
+        if before is not None:
+            behaviour += [
+                (where, dim, a, b, before.get("resolved", ""), card.get("resolved", ""))
+                for dim, a, b in semantic_changes(before, card)
+            ]
+    return Comparison(
+        new, still, fixed, unknown, previous is not None, previous.date if previous else None, behaviour
+    )
 
 
 def _cleared(tonight: Night, ident: Identity) -> tuple[bool, str]:
@@ -616,9 +662,31 @@ def build(
             "Failing tonight, grouped by root cause: one line per defect (mechanism, reach, severity, the "
             "properties it explains, the smallest case).",
             Table(
-                ["defect", "mechanism", "reach", "severity", "target@pin", "properties", "smallest B x T", "state"],
+                ["defect", "promise", "mechanism", "reach", "severity", "target@pin", "properties", "smallest B x T",
+                 "state"],
                 _defect_rows(cmp.new + cmp.still, state),
-            ),
+            ),  # fmt: skip
+        ),
+        Section(
+            "Behaviour changes",
+            "A dimension of a target's semantics card that differs from the previous night's: what the code "
+            "implements changed (a fact, never a defect), with the command that finds the commit or release.",
+            Table(["target@pin", "dimension", "previous", "tonight", "resolved", "bisect"], _behaviour_rows(cmp)),
+        ),
+        Section(
+            "Facts",
+            "Findings that break no promise: `semantics`, the variant the code implements differs from one of "
+            "ours; `robustness`, an invariant fails only on input the framework's own pipeline never builds.",
+            Table(
+                ["target@pin", "kind", "mechanism", "properties", "what was seen", "why it is not a defect"],
+                [[f["where"], f["kind"], f["mechanism"], ", ".join(f["properties"]), _first_line(f["evidence"]),
+                  _first_line(f["why"])] for f in tonight.facts],
+            ),  # fmt: skip
+        ),
+        Section(
+            "Semantics",
+            "Each target's semantics card: which variant its code implements, inferred on clean cases.",
+            Table(["target@pin", "kind", "declared variant agrees", "dimensions"], _semantics_rows(tonight)),
         ),
         *([_bisect_section(bisections, links, out)] if bisections is not None else []),
         Section(
@@ -735,12 +803,49 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
         reach = "pipeline" if any(f.triage.get("reach") == "pipeline" for f in fs) else t.get("reach", "unknown")
         sev = min((f.severity for f in fs), key=lambda x: rank.get(x, 3))
         small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
+        promise = next((f.triage["promise"] for f in fs if f.triage.get("promise")), "(not triaged)")
         rows.append([
-            defect, t.get("mechanism", "(not triaged)"), reach, sev,
+            defect, promise, t.get("mechanism", "(not triaged)"), reach, sev,
             ", ".join(sorted({f.identity.where for f in fs})), ", ".join(sorted({f.identity.property for f in fs})),
             "x".join(map(str, small.shape)) if small else "", ", ".join(sorted({state.get(id(f), "") for f in fs})),
         ])  # fmt: skip
-    rows.sort(key=lambda r: (rank.get(r[3], 3), r[2] != "pipeline", r[0]))
+    rows.sort(key=lambda r: (rank.get(r[4], 3), r[3] != "pipeline", r[0]))
+    return rows
+
+
+def _behaviour_rows(cmp: "Comparison") -> list[list[str]]:
+    """One row per changed dimension of a card, with the command that bisects it."""
+    rows = []
+    for where, dim, old, new, r_old, r_new in cmp.behaviour:
+        target, _, pin = where.rpartition("@")
+        revs = _bisect_ends(r_old, r_new)
+        cmd = (
+            f"maskfuzz bisect --semantics '{dim}' --target {target} --old {revs[0]} --new {revs[1]}"
+            if revs else "the pin did not move: the same code gave another card (look at the cases)"
+        )  # fmt: skip
+        rows.append([where, dim, old, new, f"{_short_rev(r_old)} .. {_short_rev(r_new)}", cmd])
+    return rows
+
+
+def _bisect_ends(old: str, new: str) -> tuple[str, str] | None:
+    """The two revisions to bisect between (commits, or versions of 'NAME==VERSION'); None when equal."""
+    strip = lambda r: r.partition("==")[2] or r  # noqa: E731
+    if not old or not new or strip(old) == strip(new):
+        return None
+    return strip(old), strip(new)
+
+
+def _semantics_rows(tonight: "Night") -> list[list[str]]:
+    """One row per target@pin: whether the declared variant agrees, then each dimension's value."""
+    rows = []
+    for where, card in sorted(tonight.semantics.items()):
+        dims = []
+        for d in card.get("dimensions", []):
+            value = (" | ".join(map(str, d["observed"])) or "none of ours") if d["told"] else "not told apart"
+            flag = "" if d.get("as_declared") or not d["told"] else f" (declared {d['declared']})"
+            dims.append(f"{d['name']}: {value}{flag}")
+        agrees = "yes" if card.get("matches_declared") else "no"
+        rows.append([where, card.get("kind", ""), agrees, "; ".join(dims)])
     return rows
 
 
@@ -949,10 +1054,16 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str, bisections
             for c in tonight.coverage.values()
         ],
         "defects": [
-            dict(zip(("id", "mechanism", "reach", "severity", "where", "properties", "smallest", "state"), row))
+            dict(zip(("id", "promise", "mechanism", "reach", "severity", "where", "properties", "smallest", "state"), row))
             for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
         ],
         "findings": items,
+        "facts": tonight.facts,
+        "semantics": tonight.semantics,
+        "behaviour_changes": [
+            dict(zip(("where", "dimension", "previous", "tonight", "previous_resolved", "resolved"), b))
+            for b in cmp.behaviour
+        ],
         "open": [d for d in items if d["state"] in ("new", "still-failing", "unknown")],
     } | ({"bisections": list(bisected.values())} if bisections is not None else {})
 

@@ -1,5 +1,10 @@
 """`maskfuzz bisect CASE --old REV --new REV`: the first revision whose verdict on a corpus case differs.
 
+`maskfuzz bisect --semantics DIMENSION --target T[:ENTRY] --old REV --new REV` bisects a behaviour
+change instead (no case): the first revision where that dimension of the entry's semantics card
+(`maskfuzz targets --semantics`) differs from its value at --old. A behaviour change is a fact about
+the code, never a defect.
+
 The case is judged (its property only) at `--old` and `--new`; when it passes at old and fails at
 new the answer is the commit that caused the failure, when it fails at old and passes at new the
 commit that fixed it. Revisions are git commits (a `--repo` clone or mirror, or the target's
@@ -27,7 +32,9 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("case", metavar="CASE", help="a corpus file (JSON)")
+    p.add_argument("case", metavar="CASE", nargs="?", help="a corpus file (JSON); none with --semantics")
+    p.add_argument("--semantics", metavar="DIMENSION",
+                   help="bisect a behaviour change: a dimension of the entry's semantics card (needs --target)")
     p.add_argument("--target", metavar="T[:ENTRY]", help="the target to bisect (default: the case's own target)")
     p.add_argument("--old", required=True, metavar="REV", help="the older end: commit, tag, branch or release version")
     p.add_argument("--new", required=True, metavar="REV", help="the newer end (must come after --old)")
@@ -142,9 +149,7 @@ def setup(args, entry):
         history = bisect_env.CommitHistory(cached)
         worktrees = bisect_env.Worktrees(cached)
         where = f"{spec.id} commits from {cached.source}"
-    evaluator = bisect_env.TargetEvaluator(
-        entry,
-        spec.id,
+    common = dict(
         target_entry=target_entry,
         repos=repos,
         releases=releases,
@@ -152,6 +157,10 @@ def setup(args, entry):
         timeout=args.timeout,
         worktrees=worktrees,
     )
+    if getattr(args, "semantics", None):
+        evaluator = bisect_env.SemanticsEvaluator(spec.id, args.semantics, **common)
+    else:
+        evaluator = bisect_env.TargetEvaluator(entry, spec.id, **common)
     return history, evaluator, "version" if releases else "commit", where
 
 
@@ -172,17 +181,32 @@ def run(args) -> int:
 
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")
-    entry = _load_case(args.case)
-    prop = args.property or entry.property
-    if prop not in PROPERTIES:
-        raise _usage(f"unknown property {prop!r}; known: {', '.join(PROPERTIES)}")
-    entry = _Entry(entry, prop)
+    if args.semantics:
+        from maskfuzz.oracles.semantics import MASKED, SCORE_TAIL, DIMENSIONS
+
+        known = sorted({d for dims in DIMENSIONS.values() for d in dims} | {MASKED, SCORE_TAIL})
+        if args.case or args.callable or args.property:
+            raise _usage("--semantics bisects a card's dimension: give no CASE, --callable or --property")
+        if not args.target:
+            raise _usage("--semantics needs --target T[:ENTRY] (the entry whose card changed)")
+        if args.semantics not in known:
+            raise _usage(f"unknown semantics dimension {args.semantics!r}; known: {', '.join(known)}")
+        entry, prop, what = None, args.semantics, f"semantics dimension {args.semantics!r}"
+    else:
+        if not args.case:
+            raise _usage("give a CASE (a corpus file), or --semantics DIMENSION --target T to bisect a behaviour change")
+        entry = _load_case(args.case)
+        prop = args.property or entry.property
+        if prop not in PROPERTIES:
+            raise _usage(f"unknown property {prop!r}; known: {', '.join(PROPERTIES)}")
+        entry = _Entry(entry, prop)
+        what = f"property {prop}, case {args.case}"
     try:
         history, evaluator, unit, where = setup(args, entry)
     except BisectError as exc:
         raise _usage(str(exc)) from None
 
-    print(f"bisecting {where}: {args.old} .. {args.new}, property {prop}, case {args.case}", flush=True)
+    print(f"bisecting {where}: {args.old} .. {args.new}, {what}", flush=True)
     warnings = []
     if not args.first_parent and hasattr(history, "merges"):
         try:
@@ -221,10 +245,11 @@ def run(args) -> int:
         close = getattr(evaluator, "close", None)
         if close:
             close()
-    _summary(result, unit)
+    _summary(result, unit, args.semantics)
     if args.json:
         data = result.to_dict(unit) | {
-            "case": str(args.case),
+            "case": str(args.case) if args.case else None,
+            "semantics": args.semantics,
             "target": getattr(evaluator, "target", "callable"),
             "property": prop,
             "history": where,
@@ -237,16 +262,19 @@ def run(args) -> int:
     return 0 if result.result == FOUND else 1
 
 
-def _summary(result: BisectResult, unit: str) -> None:
+def _summary(result: BisectResult, unit: str, dimension: str | None = None) -> None:
     n = max(result.evaluations, 1)
     stats = (
         f"{result.evaluations} evaluations ({result.skips} skipped) over {result.revisions} {unit}s, "
         f"bound {result.bound()}; {result.seconds:.1f} s, {result.seconds / n:.2f} s per evaluation "
         f"({result.cpu / n:.2f} s cpu)"
     )
-    if result.result == FOUND:
+    if result.result == FOUND and dimension:
+        print(f"first {unit} where {dimension} changed (a behaviour change, not a defect): {result.new_outcome.reason}")
+    elif result.result == FOUND:
         what = "fixed" if result.kind == FIX else "caused"
         print(f"first {unit} where the case's verdict changed ({result.kind}; it {what} the failure):")
+    if result.result == FOUND:
         c = result.commit
         print("  " + "  ".join(x for x in (c.id, c.date, c.subject) if x))
     elif result.result == INCONCLUSIVE:

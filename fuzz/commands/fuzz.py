@@ -304,6 +304,7 @@ def run_job(job: Job) -> dict:
             if job.options is not None:
                 _check_options(handle.declared, job.options)
                 out["fixed_options"] = job.options
+            out["semantics"] = _card(handle, job)
             progress = None if job.quiet else _progress_printer(job.label)
             result = fuzz_target(
                 handle.run,
@@ -387,6 +388,19 @@ def _save_defects(defects: list, job: Job, out: dict) -> dict[str, str]:
             out["notes"].append(f"{d.id}: not saved to the corpus: {why}")
             _say(f"[{job.label}] ERROR: the defect {d.id} could not be saved: {why}")
     return saved
+
+
+def _card(handle, job: Job) -> dict | None:
+    """The entry's semantics card (which variant its code implements, on clean cases), or None with a note
+    when it cannot be inferred: a card is information, it never stops a fuzz job. Drawn with a fixed seed,
+    whatever the night's: two nights' cards differ only where the code does."""
+    from maskfuzz.fuzz.semantics import card
+
+    try:
+        return card(handle.run, handle.declared, job.label, seed=0).to_json()
+    except Exception as exc:  # noqa: BLE001 - the card is a side dish: report why it is missing
+        _say(f"[{job.label}] no semantics card: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]:

@@ -1,0 +1,57 @@
+"""Semantics cards of targets: clean cases drawn for an entry, then `oracles.semantics.infer`.
+
+The cases come from the entry's own strategy inside its api domain (so they carry what tells the
+variants apart: groups of one, rows without a trainable token, gaps, observation tails, splits),
+without NaN, with the poison under the masks cleared and the options at their defaults: a card
+describes the default configuration on valid input.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hyp_seed
+
+from maskfuzz.fuzz.engine import draws
+from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds.judge import clean_twin
+from maskfuzz.oracles.properties import Declared, Run, sanitized
+from maskfuzz.oracles.semantics import Card, infer
+
+CASES = 32  # clean cases per card: enough to draw singletons, empty rows, gaps and tails at these sizes
+SIZES = Sizes(6, 12)
+
+
+def clean_cases(declared: Declared, n: int = CASES, seed: int = 0, sizes: Sizes = SIZES) -> list[Case]:
+    """`n` clean cases of `declared`'s kind, drawn reproducibly from its strategy (see the module docstring)."""
+    if n < 1:
+        raise ValueError(f"a card needs at least one case, got n={n}")
+    out: list[Case] = []
+
+    @settings(
+        max_examples=n,
+        database=None,
+        derandomize=False,
+        deadline=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(draws(declared, sizes, nonfinite=False))
+    def collect(case: Case) -> None:
+        out.append(_clean(case, declared))
+
+    hyp_seed(seed)(collect)()
+    return out[:n]
+
+
+def _clean(case: Case, declared: Declared) -> Case:
+    case = case.replace(options={}, truncated=None, bootstrap=None)
+    if declared.kind in GAE_KINDS:
+        return sanitized(case, rewards=True)
+    return clean_twin(case, spec(declared.kind))
+
+
+def card(run: Run, declared: Declared, target: str = "", n: int = CASES, seed: int = 0) -> Card:
+    """The semantics card of `run` (a target's Run) as `declared`, on `n` clean cases."""
+    return infer(run, clean_cases(declared, n, seed), declared, target)
