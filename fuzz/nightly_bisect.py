@@ -5,8 +5,10 @@ When a finding is **new** tonight at such a pin, or **fixed** tonight, the chang
 previous night's resolved revision and tonight's, and `maskfuzz bisect` finds it with the corpus
 entry as the test:
 
-    new    cause bisection: the entry (tonight's) at the previous night's revision, then tonight's
-    fixed  fix bisection: the entry (the previous night's) at the previous night's revision, then tonight's
+    new        cause bisection: the entry (tonight's) at the previous night's revision, then tonight's
+    fixed      fix bisection: the entry (the previous night's) at the previous night's revision, then tonight's
+    behaviour  a dimension of a target's semantics card changed (`maskfuzz bisect --semantics`): the
+               first revision where the code implements the other variant (a fact, not a defect)
 
 `plan` decides from the two nights' coverage which findings can be bisected, and says why the
 others cannot (the revision did not move, the previous night did not run the pin, no corpus entry,
@@ -29,19 +31,19 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
-CAUSE, FIX = "cause", "fix"
+CAUSE, FIX, BEHAVIOUR = "cause", "fix", "behaviour"
 
 
 @dataclass(frozen=True)
 class Job:
     """One bisection: `case` between the previous night's revision `old` and tonight's `new`."""
 
-    kind: str  # CAUSE for a new finding, FIX for a fixed one
+    kind: str  # CAUSE for a new finding, FIX for a fixed one, BEHAVIOUR for a changed semantics card
     target: str  # the target key as in the report ("verl:grpo", "fakefw:compute")
     pin: str  # the pin as asked ("main", "latest", "HEAD")
-    property: str
+    property: str  # the property; for BEHAVIOUR the card's dimension
     signature: str
-    case: Path  # the corpus entry
+    case: Path | None  # the corpus entry (None for BEHAVIOUR: the card draws its own cases)
     old: str  # commit hash or release version
     new: str
     unit: str  # "commit" | "version"
@@ -51,11 +53,14 @@ class Job:
     @property
     def name(self) -> str:
         """A file name for the job's log and JSON."""
+        if self.case is None:
+            return f"{self.kind}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.target}-{self.pin}-{self.property}")
         return f"{self.kind}-{self.case.stem}"
 
     def argv(self, json_path: Path, timeout: float) -> list[str]:
         """The `maskfuzz bisect` arguments (without the program) that run this job."""
-        args = ["bisect", str(self.case), "--old", self.old, "--new", self.new, "--json", str(json_path)]
+        head = [str(self.case)] if self.case is not None else ["--semantics", self.property]
+        args = ["bisect", *head, "--old", self.old, "--new", self.new, "--json", str(json_path)]
         if self.callable:
             return args + ["--callable", self.callable, "--source", self.source, "--timeout", str(timeout)]
         args += ["--target", self.target, "--timeout", str(timeout)]
@@ -85,7 +90,7 @@ class Result:
             "pin": j.pin,
             "property": j.property,
             "signature": j.signature,
-            "case": str(j.case),
+            "case": None if j.case is None else str(j.case),
             "old": j.old,
             "new": j.new,
             "unit": j.unit,
@@ -129,7 +134,21 @@ def plan(cmp, tonight, previous) -> tuple[list[Job], list[tuple[object, str, str
         else:
             first[key] = f
             jobs.append(job)
+    jobs += behaviour_jobs(cmp, tonight, previous)
     return jobs, skipped
+
+
+def behaviour_jobs(cmp, tonight, previous) -> list[Job]:
+    """One job per changed card dimension at a pin whose revision moved (same unit at both nights); a
+    change at an unmoved pin or across units is listed by the report without a job."""
+    jobs = []
+    for where, dim, _old, _new, r_old, r_new in getattr(cmp, "behaviour", ()):
+        target, _, pin = where.rpartition("@")
+        a, b = revision_of(r_old), revision_of(r_new)
+        if a is None or b is None or a == b or a[1] != b[1]:
+            continue
+        jobs.append(Job(BEHAVIOUR, target, pin, dim, "", None, a[0], b[0], a[1]))
+    return jobs
 
 
 def _job(f, kind: str, tonight, previous) -> tuple[Job | None, str]:
@@ -226,7 +245,7 @@ def read_result(job: Job, js: Path, log: Path, code: int, seconds: float) -> Res
     if res.status == "found":
         c = d.get("commit") or d.get("version") or {}
         res.revision = {k: c.get(k, "") for k in ("id", "date", "subject")}
-        what = "introduced" if job.kind == CAUSE else "fixed"
+        what = {CAUSE: "introduced", FIX: "fixed", BEHAVIOUR: f"{job.property} changed"}[job.kind]
         res.summary = f"{what} by {_short(res.revision['id'])}" + "".join(
             f" {x}" for x in (res.revision["date"][:10], res.revision["subject"]) if x
         )

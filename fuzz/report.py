@@ -754,7 +754,7 @@ def _bisect_section(b: Bisections, links: "_Linker", out: Path) -> Section:
         j = res.job
         f = _failure_for(links, j)
         rows.append([
-            "new" if j.kind == "cause" else "fixed", f"{j.target}@{j.pin}", j.property,
+            {"cause": "new", "fix": "fixed"}.get(j.kind, j.kind), f"{j.target}@{j.pin}", j.property,
             f"{_short_rev(j.old)} .. {_short_rev(j.new)}", res.status, res.summary,
             f"{res.evaluations} ({res.skips} skipped) over {res.revisions} {j.unit}s" if res.evaluations else "",
             links.repro(f) if f else "", links.upstream_test(f) if f else "",

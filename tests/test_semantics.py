@@ -151,3 +151,20 @@ def test_the_report_shows_a_changed_card_as_a_behaviour_change_with_its_bisect_c
 def test_bad_semantics_arguments_are_usage_errors_before_any_work(argv, message, capsys):
     assert cli(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_nightly_bisects_a_behaviour_change_at_a_pin_that_moved(tmp_path):
+    from maskfuzz.fuzz import nightly_bisect
+    from maskfuzz.fuzz.report import compare, load_night
+
+    a = card(kz.grpo_correct, GA, "zoo:grpo@main").to_json()
+    b = card(kz.grpo_counts_empty_rows, GA, "zoo:grpo@main").to_json()
+    prev = load_night([_night(tmp_path / "prev.json", a, "a" * 40)])
+    now = load_night([_night(tmp_path / "now.json", b, "b" * 40)])
+    jobs, not_bisected = nightly_bisect.plan(compare(now, prev), now, prev)
+    (job,) = jobs
+    assert job.kind == nightly_bisect.BEHAVIOUR and job.case is None and not not_bisected
+    argv = job.argv(tmp_path / "j.json", 60.0)
+    assert argv[:3] == ["bisect", "--semantics", "empty_rows"] and "a" * 40 in argv and "--commits" in argv
+    same = load_night([_night(tmp_path / "same.json", b, "a" * 40)])  # the pin did not move: nothing to bisect
+    assert nightly_bisect.plan(compare(same, prev), same, prev)[0] == []
