@@ -16,10 +16,11 @@ import itertools
 
 import torch
 
-from maskfuzz.oracles.kinds import spec
+from maskfuzz.oracles.kinds import GAE_KINDS, spec
 from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin, condition_of
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import Declared, judge
+from maskfuzz.oracles.semantics import DIMENSIONS
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
 _BY_PROPERTY = {
@@ -34,28 +35,8 @@ _BY_PROPERTY = {
     "split-invariance": "split-normaliser",
     "empty-step": "crash-degenerate",
 }
-NEIGHBOURS = {
-    "group-advantage": {  # the mask-related option first: it names a masking mechanism
-        "empty_rows": ["excluded", "counted"],
-        "std": ["unbiased", "biased", None],
-        "eps_place": ["std", "var", "floor"],
-        "singleton": ["raw", "zero"],
-        "estimator": ["grpo", "rloo", "opo", "gpg", "passk"],
-    },
-    "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
-    "kl": {"estimator": ["k1", "abs", "k2", "k3"]},
-    "loss-aggregation": {
-        "empty_rows": ["excluded", "counted"],
-        "mode": ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "prompt-mean"],
-    },
-}
-NEIGHBOURS["value-loss"] = {**NEIGHBOURS["loss-aggregation"], "half": [True, False]}
-NEIGHBOURS["policy-loss"] = {
-    **NEIGHBOURS["loss-aggregation"],
-    "dual_clip": [None, 3.0],
-    "clip_high": [None, 0.28],
-    "advantages": ["token", "row"],
-}
+# the neighbouring variants `_probe` tries: the dimensions of the semantics cards (one source of truth)
+NEIGHBOURS = {kind: dims for kind, dims in DIMENSIONS.items() if kind not in GAE_KINDS}
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
