@@ -696,6 +696,9 @@ def save(entry: Entry, root: Path | str) -> Path:
     if path.exists():
         load(path)  # raises CorpusError for a corrupt file: keep it for a human to look at
         return _with_path(entry, path).path
+    where = machine_path(entry.to_json())
+    if where is not None:
+        raise CorpusError(f"holds a path of the machine that wrote it ({where[1]!r}): store paths relative", field=where[0])
     text = dumps(entry.to_json())
     entry_from_json(parse_json(text))  # what is written must read back
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -703,6 +706,22 @@ def save(entry: Entry, root: Path | str) -> Path:
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)  # atomic: a reader never sees half a file
     return _with_path(entry, path).path
+
+
+_ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|~)")
+
+
+def machine_path(data: Any, where: str = "") -> tuple[str, str] | None:
+    """(field, value) of the first string in `data` that is an absolute path of some machine, or None: a
+    corpus entry travels between machines, so what it records must not point into one."""
+    if isinstance(data, str):
+        return (where, data) if _ABSOLUTE.match(data) else None
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        found = machine_path(v, f"{where}.{k}" if where else str(k))
+        if found is not None:
+            return found
+    return None
 
 
 def discover(paths: Iterable[Path | str]) -> list[Path]:

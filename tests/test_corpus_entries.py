@@ -74,6 +74,13 @@ def test_entries_live_where_their_content_says():
     assert not misplaced, "\n".join(misplaced)
 
 
+def test_no_entry_holds_a_path_of_the_machine_that_wrote_it():
+    from maskfuzz.fuzz.corpus import machine_path, parse_json
+
+    held = {str(e.path): machine_path(parse_json(e.path.read_bytes())) for e in ENTRIES}
+    assert not {k: v for k, v in held.items() if v}, held
+
+
 def test_ledger_names_only_existing_entries():
     dangling = sorted(set(LEDGER.entries) - {e.id for e in ENTRIES})
     assert not dangling, f"{LEDGER_NAME} names entries that are not in {ROOT}: {dangling}"

@@ -224,3 +224,21 @@ def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
     other = DirectoryStore(tmp_path / "corpus" / ".." / "corpus")  # the same directory, spelled differently
     with store.lock(), pytest.raises(LockTimeout), other.lock(timeout=0.1):  # a second recorder waits
         pass
+
+
+def test_an_entry_holding_a_path_of_the_machine_that_wrote_it_is_refused(tmp_path):
+    import dataclasses
+
+    from maskfuzz.fuzz.corpus import CorpusError, Entry, Found, machine_path, save
+    from maskfuzz.oracles.case import Case
+    from maskfuzz.oracles.properties import Verdict
+
+    case = Case.build(trainable=[[1, 0]])
+    e = Entry("verl", "0.5.0", "poison", case, Verdict("poison", "fail", "x"), found=Found.now(0))
+    bad = dataclasses.replace(e, triage={"defect": "verl/x", "mechanism": "x", "severity": "low", "reach": "api",
+                                         "bisection": {"case": "/tmp/pk/corpus/verl/x.json"}})  # fmt: skip
+    with pytest.raises(CorpusError, match="path of the machine"):
+        save(bad, tmp_path)
+    assert machine_path({"a": ["ok", {"b": "C:\\\\x"}]}) == ("a.1.b", "C:\\\\x")
+    assert machine_path({"case": "corpus/verl/x.json"}) is None
+    save(e, tmp_path)
