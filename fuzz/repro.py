@@ -1347,8 +1347,19 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     if plan.check.twin is not None:
         out += ["", f"Compared with a second run on {plan.check.twin_is}:", "", _case_block(plan.check.twin)]
     out += ["", "## Observed vs expected", "", *_differences(plan, data), ""]
+    out += ["## Promise broken", ""]
+    triage = e.triage or {}
+    if triage.get("promise"):
+        note = f" ({triage['promise_note']})" if triage.get("promise_note") else ""
+        out += [f"`{triage['promise']}`: \"{triage.get('promise_text', '')}\"{note}.", ""]
+    else:  # an entry filed before promises were recorded: replay says at each pin whether one is broken
+        out += [
+            "Not recorded in this entry (filed before promises were): `maskfuzz replay` shows at each pin whether "
+            "the failure breaks a promise (a defect) or none (a fact).",
+            "",
+        ]
     out += ["## Property violated", ""]
-    severity = (e.triage or {}).get("severity") or SEVERITY.get(e.property, "high")
+    severity = triage.get("severity") or SEVERITY.get(e.property, "high")
     out += [f"`{e.property}` (severity {severity}): {invariant(e.property, kind)}.", ""]
     out += [f"Checked: {_check_words(plan.check)}", ""]
     if e.also:
@@ -1360,7 +1371,6 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
         variant = ", ".join(f"{k}={v!r}" for k, v in sorted(configured.items())) or "its defaults"
         how = " with the options above" if plan.check.case.options else ""
         out += [f"Kind `{kind}`, variant declared for {t.label}{how}: {variant}.", ""]
-    triage = e.triage or {}
     if triage.get("mechanism"):
         out += [
             f"Root cause (maskfuzz's diagnosis): `{triage['mechanism']}`: {triage.get('evidence', '')}. "
