@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
+from maskfuzz.fuzz.triage import retriage
 from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
@@ -42,6 +43,13 @@ FIRST = "0.1.0"
 
 def verdicts(handle, case: Case) -> dict:
     return {v.property: v for v in judge(handle.run, case, handle.declared)}
+
+
+def triaged(handle, case: Case, prop: str, kinds: bool = False) -> dict:
+    """The failing `prop` of `case` triaged as a replay triages it: its class (defect or fact), promise, reach."""
+    v = (kind_verdicts if kinds else verdicts)(handle, case)[prop]
+    assert v.failed, v
+    return retriage(handle.run, v.case if v.case is not None else case, v, handle.declared, "skyrl")
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +82,28 @@ def test_spec_declares_the_whitening_and_the_wheel_options():
     assert skyrl.SPEC.whitening is not None and skyrl.SPEC.whitening.unbiased and skyrl.SPEC.whitening.eps == 1e-8
     assert skyrl.SPEC.pip_args == ("--python-version", "3.12")
     assert skyrl.SPEC.domain.restrictions() == {}
-    assert not skyrl.SPEC.masked_zero and "loss_mask" in skyrl.SPEC.masked_zero_why
+    # masked-zero is judged (issue 24): the batch normalisation reads every advantage, padding included, unmasked
+    assert skyrl.SPEC.masked_zero
+    for pin, line in ((PIN, 142), (FIRST, 143), ("skyrl_train-v0.4.0", 139), ("a9564572eb8e", 1479)):
+        for entry in ("default", "gae-kl"):
+            (read,) = skyrl.SPEC.declared(entry, pin).promises
+            assert read.covers == ("masked-zero",) and read.id.endswith(f":{line}") and "advantages.mean()" in read.text
+    assert skyrl.SPEC.declared("grpo", PIN).promises == ()  # the outcome estimators multiply by response_mask
 
 
 def test_pipeline_domain_is_cited_and_rejects_what_skyrl_never_builds():
     spec = skyrl.SPEC
     release, head = spec.pipeline, spec.pipeline_at("a9564572eb8e")
-    assert spec.pipeline_at(PIN) is release and spec.pipeline_at(FIRST) is release
-    assert spec.pipeline_at("skyrl_train-v0.4.0") is release and head is not release
-    assert release.cited() == [] and head.cited() == []
+    first, v040 = spec.pipeline_at(FIRST), spec.pipeline_at("skyrl_train-v0.4.0")
+    assert spec.pipeline_at(PIN) is release and head is not release
+    for dom in (release, first, v040, head):
+        assert dom.cited() == [] and set(dom.restrictions()) <= {"dtypes", "left_padding", "nonfinite_poison"}
+        # what each pin's generator / trainer / critic is cited as producing (issue 24): never a masked reward,
+        # SkyRL's own turn reward on a masked EOS, which the judge would call a leak
+        assert {"gaps", "masked_real_tail", "all_masked_rows", "token_rewards", "masked_values"} <= set(dom.produces)
+        assert "masked_rewards" not in dom.produces
+    assert "leading_mask" in first.produces and "leading_mask" not in release.produces
+    assert "left_padding" in head.produces and "left_padding" not in release.produces
     assert set(release.restrictions()) == {"dtypes", "left_padding", "nonfinite_poison"}
     assert set(head.restrictions()) == {"dtypes", "nonfinite_poison"}
     # what the multi-turn generator and trainer do build: a leading template token, an observation gap, a masked
@@ -153,8 +174,11 @@ def test_right_padding_value_bootstraps_into_the_last_token(h):
     assert ret[0, 1].item() == pytest.approx(51.5)
     v = verdicts(h, case)
     assert v["poison"].failed and v["reference"].failed
-    assert v["masked-zero"].status == "n/a"  # declared: the loss reads advantages under loss_mask only
     assert [0, 1] in v["poison"].positions
+    # the whitened pad is not 0, and advantage_batch_normalize's advantages.mean() reads it unmasked: a defect that
+    # names the consumer (issue 24; the loss itself reads advantages under loss_mask only)
+    t = triaged(h, case, "masked-zero")
+    assert t["class"] == "defect" and t["promise"] == "upstream:skyrl_train/utils/ppo_utils.py:142", t
 
 
 @pytest.mark.network
@@ -171,8 +195,10 @@ def test_left_padding_is_never_read(h):
     v = verdicts(h, case)
     assert v["poison"].status == "pass" and v["reference"].status == "pass"
     adv, _ = h.run(case)
-    assert adv[0, 0].item() != 0.0  # whitened, never zeroed: declared (masked_zero=False)
-    assert v["masked-zero"].status == "n/a"
+    assert adv[0, 0].item() != 0.0  # whitened, never zeroed, and read by the batch normalisation's mean
+    t = triaged(h, case, "masked-zero")
+    assert t["class"] == "defect" and t["promise"] == "upstream:skyrl_train/utils/ppo_utils.py:142", t
+    assert t["reach"] == "api", t  # the releases right-pad (preprocess.py:101): a left pad is never built there
 
 
 @pytest.mark.network
@@ -200,7 +226,13 @@ def test_rows_with_a_zeroed_loss_mask_enter_the_whitening(h):
     a2, _ = h.run(two)
     a3, _ = h.run(three)
     assert (a2 - a3[:2]).abs().max().item() > 0.1
-    assert verdicts(h, two)["row-independence"].failed
+    # the row twin adds padding only now (issue 24): the filtered row is no padding, it carries the leak itself. Its
+    # untrained critic values move the other rows through masked_whiten(advantages, response_mask): universal:poison
+    # with a pipeline witness (zero_variance_filter zeroes the loss mask, the value head runs on every position)
+    assert verdicts(h, two)["row-independence"].status == "pass"
+    poisoned = three.replace(values=torch.tensor([[0.5, 0.25], [1, 0], [9.0, -4.0]], dtype=torch.float64))
+    t = triaged(h, poisoned, "poison")
+    assert t["class"] == "defect" and t["promise"] == "universal:poison" and t["reach"] == "pipeline", t
 
 
 @pytest.mark.network
@@ -315,11 +347,13 @@ def test_a_tree_without_the_function_is_a_skip(tmp_path):
 # Kinds beyond GAE (release 0.3.1): the outcome estimators, REINFORCE++, compute_approx_kl and
 # normalize_advantages_dict, each SkyRL's own function from the wheel (targets/adapters/skyrl_kinds.py).
 #
-# * The outcome estimators sum token_level_rewards over every column (ppo_utils.py:1049 / :967): a reward on
+# * The outcome estimators sum token_level_rewards over every column (ppo_utils.py:1053 / :970): a reward on
 #   a real token outside the loss mask (an observation, a masked tail) enters the score -- SkyRL's rewards are
-#   per response position by design (design difference, reported as poison).
+#   per response position by design: the poison finding is a fact (masked rewards are not cited as produced:
+#   SkyRL's own turn rewards sit there, summed by design), never a defect.
 # * They group by uid with no loss mask: a row whose loss mask was zeroed (overlong filtering,
-#   generators/utils.py:216-232) still enters its group's mean / std (pad-invariance: true defect).
+#   generators/utils.py:216-232) still enters its group's mean / std: the declared variant (empty_rows
+#   "counted", issue 24), no longer a defect (the padding twin adds no sample to a group).
 # * normalize_advantages_dict takes advantages.mean() over every position, padding included (:141).
 # ---------------------------------------------------------------------------------------------
 def kind_verdicts(handle, case: Case) -> dict:
@@ -372,9 +406,38 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         for pin in (PIN, "a9564572eb8e"):
             dom = spec.for_entry(e).pipeline_at(pin)
             assert dom is not None and dom.cited() == [], (e, pin)
-    assert spec.declared("rloo").variant == {"estimator": "rloo", "singleton": "zero"}
+    assert spec.declared("rloo").variant == {"estimator": "rloo", "singleton": "zero", "empty_rows": "counted"}
     assert spec.declared("kl-k3").variant["clamp"] == (-10.0, 10.0)
     assert not spec.declared("reinforce++").domain.critic
+
+
+def test_declared_promises_are_skyrls_words_at_each_pin():
+    """issue 24: each loss mode's promise quotes SkyRL at the pin that says it (the wheels' reduce_loss comments, the
+    v0.4.0 docs page, git main's config help) and decides a split failure; the estimators declare none; the
+    variants say what the code does by design (rows without a trainable token counted)."""
+    from maskfuzz.oracles.promises import broken
+
+    spec = skyrl.SPEC
+    words = {
+        FIRST: "upstream:skyrl_train/utils/ppo_utils.py:617",
+        PIN: "upstream:skyrl_train/utils/ppo_utils.py:888",
+        "skyrl_train-v0.4.0": "upstream:skyrl-train/docs/configuration/config.rst:485",
+        "a9564572eb8e": "upstream:skyrl/train/config/config.py:877",
+    }
+    for pin, pid in words.items():
+        for entry in ("agg-token-mean", "policy-loss"):
+            d = spec.declared(entry, pin)
+            p = broken("split-invariance", "split-normaliser", d.promises, reach="api", kind=d.kind)
+            assert p is not None and p.id == pid, (entry, pin, p)
+        d = spec.declared("agg-sequence-mean", pin)
+        assert d.variant["empty_rows"] == "counted" and not d.domain.uneven_splits
+        assert broken("reference", "variant-mismatch", d.promises, reach="api", kind=d.kind) is None
+    assert spec.declared("agg-prompt-mean", FIRST).promises == ()
+    (pm,) = spec.declared("agg-prompt-mean", "a9564572eb8e").promises
+    assert pm.covers == ("split-invariance",) and "averaged over prompts" in pm.text
+    for entry in ("grpo", "dr-grpo", "rloo", "reinforce++", "kl-k3", "batch-norm", "value-loss"):
+        assert spec.declared(entry, PIN).promises == (), entry
+    assert spec.declared("value-loss", PIN).variant["empty_rows"] == "counted"
 
 
 @pytest.mark.network
@@ -401,8 +464,8 @@ def test_grpo_hand_computed_and_loss_masked_rows_enter_the_group():
         (adv,) = h.run(masked)
         assert adv[0, 0].item() == pytest.approx((2 / 3) / (1 / math.sqrt(3) + 1e-6))
         assert adv[2, 0].item() != 0.0  # broadcast by response_mask, not the loss mask (masked_zero=False)
-        v = kind_verdicts(h, masked)
-        assert v["reference"].failed and v["pad-invariance"].failed
+        v = kind_verdicts(h, masked)  # the declared variant counts the row: nothing fails
+        assert v["reference"].status == "pass" and v["pad-invariance"].status == "pass", v
         # a reward on an observation token (attention 1, loss mask 0) is summed into the score
         obs = Case.build(
             trainable=[[1, 0], [1, 1]],
@@ -412,9 +475,10 @@ def test_grpo_hand_computed_and_loss_masked_rows_enter_the_group():
             group=[0, 0],
             dtype="float64",
         )
-        assert kind_verdicts(h, obs)["poison"].failed
+        t = triaged(h, obs, "poison", kinds=True)  # no witness may use a masked reward: a robustness fact
+        assert t["class"] == "robustness" and t["reach"] == "api", t
         bad = kind_fuzz(h, "grpo")
-        assert {"poison", "pad-invariance", "reference"} <= bad, bad
+        assert "poison" in bad and "pad-invariance" not in bad, bad
         assert not bad & {"no-crash", "permutation", "group-isolation", "deterministic"}, bad
 
 
@@ -429,7 +493,7 @@ def test_rloo_hand_computed_singleton_zero():
         v = kind_verdicts(h, case)
         assert v["reference"].status == "pass" and v["group-isolation"].status == "pass"
         bad = kind_fuzz(h, "rloo")
-        assert {"poison", "pad-invariance"} <= bad, bad
+        assert "poison" in bad and "pad-invariance" not in bad, bad  # loss-masked rows counted: the variant
         assert not bad & {"no-crash", "permutation", "group-isolation", "deterministic"}, bad
 
 
@@ -526,6 +590,15 @@ AGG_STEP = Case.build(
     group=[0, 0, 1],
     dtype="float64",
 )
+# micro-batches of equal row counts, as SkyRL's loader cuts them (utils.py:100-103, worker_utils.py:31): {0, 1}, {2, 3}
+# with 3 and 1 trainable tokens, row 3 empty
+AGG_EVEN = Case.build(
+    trainable=[[1, 1, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]],
+    extra={"loss": [[1.0, 3.0, 100.0], [2.0, 100.0, 100.0], [4.0, 100.0, 100.0], [100.0, 100.0, 100.0]]},
+    split=[0, 0, 1, 1],
+    group=[0, 0, 1, 1],
+    dtype="float64",
+)
 
 
 @pytest.mark.network
@@ -547,11 +620,21 @@ def test_release_reduce_loss_by_hand(name, value, grads):
         assert loss[0, 0].item() == pytest.approx(value)
         assert [grad[0, 0].item(), grad[0, 1].item(), grad[1, 0].item()] == pytest.approx(grads)
         assert grad[:, 2].abs().sum().item() == 0.0 and grad[2].abs().sum().item() == 0.0
-        v = kind_verdicts(h, AGG_STEP)
-        assert v["split-invariance"].failed and v["poison"].status == "pass"
-        if name == "agg-token-mean":
-            bad = kind_fuzz(h, name)
-            assert {"split-invariance", "reference", "poison-nonfinite"} == bad, bad
+        assert kind_verdicts(h, AGG_STEP)["poison"].status == "pass"
+        # the api domain draws only equal-row micro-batches (SkyRL's loader); the sequence modes count every row
+        # (empty_rows "counted", the declared variant) and are then the step's mean whatever the split
+        assert "uneven_splits" in h.declared.domain.restrictions()
+        v = kind_verdicts(h, AGG_EVEN)
+        if name != "agg-token-mean":
+            assert v["split-invariance"].status == "pass" and v["reference"].status == "pass", v
+            return
+        # token_mean: the mean of the micro-batch token means, / 2, is not the step's token mean (3 and 1 tokens):
+        # it breaks SkyRL's own words, "sum over *all* valid tokens, divide by total valid-token count"
+        t = triaged(h, AGG_EVEN, "split-invariance", kinds=True)
+        assert t["class"] == "defect" and t["promise"] == "upstream:skyrl_train/utils/ppo_utils.py:888", t
+        assert "total valid-token count" in t["promise_text"]
+        bad = kind_fuzz(h, name)
+        assert {"split-invariance", "reference"} <= bad <= {"split-invariance", "reference", "poison-nonfinite"}, bad
 
 
 @pytest.mark.network
@@ -574,13 +657,17 @@ def test_git_main_prescaled_advantages_by_hand():
     with open_target("skyrl:agg-sequence-mean@a9564572eb8e", repos=repos) as h:
         loss, _ = h.run(AGG_STEP)  # A / (batch_size * n_b), batch_size = 3 rows with the empty one
         assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
-        v = kind_verdicts(h, AGG_STEP)
-        assert v["reference"].failed and v["split-invariance"].status == "pass"
+        v = kind_verdicts(h, AGG_STEP)  # the empty row counted: the declared variant (issue 24)
+        assert v["reference"].status == "pass" and v["split-invariance"].status == "pass"
     with open_target("skyrl:agg-prompt-mean@a9564572eb8e", repos=repos) as h:
         loss, _ = h.run(AGG_STEP)  # prompt 1 (the empty row) counts in num_prompts: 6 / (2 * 3)
         assert loss[0, 0].item() == pytest.approx(1.0)
         v = kind_verdicts(h, AGG_STEP)
         assert v["reference"].failed and v["split-invariance"].status == "pass"
+        # counting the empty prompt is SkyRL's variant (the reference's prompt-mean counts only prompts with a
+        # token): a semantics fact; its own words ("then averaged over prompts", config.py:886) cover only the split
+        t = triaged(h, AGG_STEP, "reference", kinds=True)
+        assert t["class"] == "semantics", t
         interleaved = AGG_STEP.replace(group=torch.tensor([0, 1, 0]))  # compute_prompt_boundaries asserts
         assert kind_verdicts(h, interleaved)["no-crash"].status == "pass"
 
@@ -614,9 +701,10 @@ def test_critic_loss_by_hand_and_short_fuzz():
         assert h.info["where"] == "skyrl_train/utils/ppo_utils.py::ppo_critic_loss"
         _value_by_hand(h)
         bad = kind_fuzz(h, "value-loss")
-        # empty rows counted, a mean of micro-batch means, NaN * loss_mask (not documented: stays canonical)
-        assert {"pad-invariance", "reference", "poison-nonfinite"} <= bad, bad
-        assert bad <= {"pad-invariance", "split-invariance", "reference", "poison-nonfinite", "masked-zero"}, bad
+        # empty rows counted is the declared variant and the loader's equal-row micro-batches keep the mean of
+        # micro-batch row means the step's (issue 24); what is left is NaN * loss_mask (poison-nonfinite, masked-zero)
+        assert "poison-nonfinite" in bad and not bad & {"pad-invariance", "reference", "split-invariance"}, bad
+        assert bad <= {"poison-nonfinite", "masked-zero"}, bad
 
 
 def test_critic_loss_at_git_main():
@@ -691,12 +779,13 @@ def test_overlong_filtering_token_mean_by_hand():
 
 def test_overlong_filtering_sequence_mean_counts_the_filtered_row():
     """sequence_mean: row means over the micro-batch's rows with clamp(min=1) on each row's token count, so the
-    filtered row (now empty) and the empty row 2 stay in the batch mean: 5 / 3, not the reference's 5 / 1."""
+    filtered row (now empty) and the empty row 2 stay in the batch mean: 5 / 3, as the declared variant
+    (empty_rows "counted", issue 24) says; the canonical excluded rows would give 5 / 1."""
     with open_target(f"skyrl:agg-sequence-mean@{PIN}") as h:
         on = OVERLONG_STEP.replace(options={skyrl.OVERLONG: True})
         loss, _ = h.run(on)
         assert loss[0, 0].item() == pytest.approx(5.0 / 3.0)
-        assert kind_verdicts(h, on)["reference"].failed
+        assert kind_verdicts(h, on)["reference"].status == "pass"
 
 
 def test_overlong_filtering_short_fuzz_checks_both_values():
@@ -876,9 +965,13 @@ def test_kl_reward_by_hand_at_git_main(entry):
 
 
 SKYRL_KL_FUZZ = {  # entry -> (must fail, may fail), 20 unshrunk examples at 0.3.1
-    # the default entry's: masked values bootstrap and masked real-token rewards enter the dense GAE (poison,
-    # reference), loss-masked rows in masked_whiten(advantages, response_mask) (row-independence); NaN (api)
-    "gae-kl": ({"row-independence"}, {"poison", "reference", "poison-nonfinite", "score-kept", "telescoping"}),
+    # the default entry's: masked values bootstrap and masked real-token rewards enter the dense GAE, loss-masked rows
+    # in masked_whiten(advantages, response_mask) (poison, reference); the whitened masked advantages (masked-zero,
+    # read by the batch normalisation); NaN (api). row-independence adds padding only now (issue 24)
+    "gae-kl": (
+        {"poison"},
+        {"reference", "poison-nonfinite", "score-kept", "telescoping", "masked-zero", "row-independence"},
+    ),
     # the reinforce++ entry's: rewards on observation tokens (poison, reference, telescoping), the whitening
     "reinforce++-kl": (
         {"poison"},
