@@ -226,17 +226,20 @@ def triage(
         judge_finding(run, finding, declared, seed=seed, examples=witness_examples)
         finding.defect = f"{label}/{finding.mechanism}"
         (defects if finding.promise is not None else facts).setdefault(finding.mechanism, []).append(finding)
+    # one root cause is one defect: its other properties go with it ("unexplained" names no root cause)
+    for mechanism in (set(facts) & set(defects)) - {"unexplained"}:
+        defects[mechanism] += facts.pop(mechanism)
     owner = {f.property: m for groups in (defects, facts) for m, members in groups.items() for f in members}
     out = []
     for mechanism, members in defects.items():
-        piped = [f for f in members if f.reach == "pipeline"]
+        piped = [f for f in members if f.reach == "pipeline" and f.promise is not None]
         pool = [f.witness for f in piped if f.witness is not None] or [f.case for f in members]
         out.append(
             Defect(
                 id=f"{label}/{mechanism}",
                 mechanism=mechanism,
                 reach="pipeline" if piped else "api",
-                severity=worst(f.severity for f in members),
+                severity=worst(f.severity for f in members if f.promise is not None),
                 properties=_explained(members, mechanism, owner),
                 case=min(pool, key=_area),
                 findings=members,

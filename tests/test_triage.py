@@ -38,6 +38,8 @@ def test_each_mutant_is_diagnosed_as_its_mechanism(mutant, want):
         assert mine.reach == "pipeline" and mine.severity in ("high", "medium", "low")
         assert any(mine in d.findings and d.promise is not None for d in defects)
     assert len(defects) + len(result.facts) <= len(result.findings)
+    # one root cause is one defect: a fact never repeats a defect's mechanism (NaN at a masked advantage too)
+    assert not ({f.mechanism for f in result.facts} & {d.mechanism for d in defects}) - {"unexplained"}
     assert all(d.properties and d.id.endswith("/" + d.mechanism) and d.promise for d in defects)
 
 
