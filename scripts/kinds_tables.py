@@ -1,0 +1,124 @@
+"""Markdown tables of `maskfuzz fuzz --json` results, for docs/kinds/README.md.
+
+    python scripts/kinds_tables.py RESULTS.json [RESULTS.json ...] [--title TEXT] > tables.md
+
+Prints, for every target entry of the results: its defects (the promise each breaks, mechanism,
+reach, severity) apart from its facts (semantics or robustness); the counts by severity and reach
+and by fact kind; and the semantics cards of the group-advantage entries side by side (the GRPO
+family across frameworks). Everything comes from the JSON; nothing is judged here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+GROUP_DIMS = ("std", "eps_place", "singleton", "empty_rows", "std_level", "estimator", "masked outputs")
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def load(paths: list[Path]) -> list[dict]:
+    out = []
+    for p in paths:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if "targets" not in data:
+            raise SystemExit(f"{p}: not a `maskfuzz fuzz --json` file (no 'targets')")
+        out += data["targets"]
+    return out
+
+
+def entry_rows(targets: list[dict]) -> list[str]:
+    lines = [
+        "| target@pin (resolved) | kind | examples | defects: promise, mechanism [reach, severity] | facts |",
+        "|---|---|---|---|---|",
+    ]
+    for t in targets:
+        label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
+        resolved = t.get("resolved") or ""
+        short = resolved[:9] if len(resolved) == 40 else resolved
+        if t["status"] != "ok":
+            reason = (t.get("reason") or "").splitlines()[0][:160] if t.get("reason") else ""
+            lines.append(f"| {_cell(label)} | {t.get('kind', '')} | - | {t['status']}: {_cell(reason)} | |")
+            continue
+        defects = "; ".join(
+            f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}] ({', '.join(d['properties'])})"
+            for d in t.get("defects", [])
+        ) or "none"
+        facts = "; ".join(
+            f"{f['kind']}: {f['mechanism']} ({', '.join(f['properties'])})" for f in t.get("facts", [])
+        ) or "-"
+        lines.append(
+            f"| {_cell(label)} ({_cell(short)}) | {t.get('kind', '')} | {t.get('examples', 0)} | {_cell(defects)} "
+            f"| {_cell(facts)} |"
+        )
+    return lines
+
+
+def counts(targets: list[dict]) -> list[str]:
+    ok = [t for t in targets if t["status"] == "ok"]
+    defects = [d for t in ok for d in t.get("defects", [])]
+    facts = [f for t in ok for f in t.get("facts", [])]
+    by = Counter((d["severity"], d["reach"]) for d in defects)
+    kinds = Counter(f["kind"] for f in facts)
+    promises = Counter(d.get("promise", "?") for d in defects)
+    lines = [
+        f"{len(targets)} target entries ({len(ok)} ran, {sum(t['status'] == 'skipped' for t in targets)} skipped, "
+        f"{sum(t['status'] == 'error' for t in targets)} errors): {len(defects)} defects, {len(facts)} facts.",
+        "",
+        "| severity | pipeline | api |",
+        "|---|---|---|",
+    ]
+    for sev in ("high", "medium", "low"):
+        lines.append(f"| {sev} | {by[(sev, 'pipeline')]} | {by[(sev, 'api')]} |")
+    lines += ["", "Facts by kind: " + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none") + "."]
+    lines += ["", "Defects by promise: " + (", ".join(f"`{p}` {n}" for p, n in promises.most_common()) or "none") + "."]
+    return lines
+
+
+def group_cards(targets: list[dict]) -> list[str]:
+    lines = [
+        "| target@pin | declared variant agrees | " + " | ".join(GROUP_DIMS) + " |",
+        "|---|---|" + "---|" * len(GROUP_DIMS),
+    ]
+    for t in targets:
+        card = t.get("semantics") or {}
+        if t["status"] != "ok" or card.get("kind") != "group-advantage":
+            continue
+        dims = {d["name"]: d for d in card.get("dimensions", [])}
+        cells = []
+        for name in GROUP_DIMS:
+            d = dims.get(name)
+            if d is None:
+                cells.append("")
+            elif not d["told"]:
+                cells.append("not told")
+            else:
+                value = " \\| ".join("none" if v is None else str(v) for v in d["observed"]) or "none of ours"
+                cells.append(value if d["as_declared"] else f"**{value}** (declared {d['declared']})")
+        label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
+        agrees = "yes" if card.get("matches_declared") else "no"
+        lines.append(f"| {_cell(label)} | {agrees} | " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", type=Path)
+    p.add_argument("--title", default="")
+    args = p.parse_args(argv)
+    targets = load(args.results)
+    out = [f"### {args.title}", ""] if args.title else []
+    out += counts(targets) + [""] + entry_rows(targets) + ["", "Semantics cards of the group advantages:", ""]
+    out += group_cards(targets) + [""]
+    sys.stdout.write("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

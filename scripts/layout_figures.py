@@ -1,0 +1,163 @@
+"""The layout figures of issue 25, measured on the source tree (no import of maskfuzz).
+
+    python scripts/layout_figures.py [--json]
+
+Counts, over the product packages (oracles/, fuzz/, targets/; tests excluded):
+  import cycles          strongly connected groups of modules importing each other (module level and
+                         inside functions), with their members
+  function-local imports maskfuzz imports inside a function body
+  private imports        `from maskfuzz.x import _name` across modules
+  long files             modules over 800 lines
+  kind dispatch          comparisons of a `kind` value with a string literal (`kind == "gae"`, `kind in (...)`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("oracles", "fuzz", "targets")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            rel = f.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out["maskfuzz." + ".".join(parts)] = f
+    return out
+
+
+def _target(node: ast.AST, here: str, is_pkg: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.startswith("maskfuzz.")]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = here.split(".")
+            base = base if is_pkg else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            mod = ".".join(base + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        if not mod.startswith("maskfuzz"):
+            return []
+        return [mod] + [f"{mod}.{a.name}" for a in node.names]
+    return []
+
+
+def figures() -> dict:
+    mods = modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    local, private, dispatch, long_files = [], [], [], []
+    for name, path in mods.items():
+        text = path.read_text(encoding="utf-8")
+        n_lines = text.count("\n") + 1
+        if n_lines > 800:
+            long_files.append((str(path.relative_to(ROOT)), n_lines))
+        tree = ast.parse(text)
+        is_pkg = path.name == "__init__.py"
+        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        in_func = {id(x) for f in funcs for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            targets = [t for t in _target(node, name, is_pkg) if t in mods]
+            for t in targets:
+                if t != name:
+                    edges[name].add(t)
+            if targets and id(node) in in_func:
+                local.append((str(path.relative_to(ROOT)), node.lineno))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maskfuzz"):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append((str(path.relative_to(ROOT)), node.lineno, f"{node.module}.{a.name}"))
+            if isinstance(node, ast.Compare):
+                names = [node.left, *node.comparators]
+                mentions_kind = any(
+                    (isinstance(x, ast.Name) and x.id == "kind") or (isinstance(x, ast.Attribute) and x.attr == "kind")
+                    for x in names
+                )
+                literal = any(
+                    isinstance(x, ast.Constant) and isinstance(x.value, str)
+                    or isinstance(x, (ast.Tuple, ast.List, ast.Set))
+                    and any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in x.elts)
+                    for x in names
+                )
+                if mentions_kind and literal:
+                    dispatch.append((str(path.relative_to(ROOT)), node.lineno))
+    cycles = _cycles(edges)
+    return {
+        "modules": len(mods),
+        "import_cycles": len(cycles),
+        "cycles": cycles,
+        "function_local_imports": len(local),
+        "private_imports": len(private),
+        "private": [f"{f}:{line} {n}" for f, line, n in private],
+        "files_over_800_lines": len(long_files),
+        "long_files": [f"{f} ({n})" for f, n in long_files],
+        "kind_string_dispatch": len(dispatch),
+        "dispatch": [f"{f}:{line}" for f, line in dispatch],
+    }
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    f = figures()
+    if args.json:
+        print(json.dumps(f, indent=1))
+        return 0
+    print(
+        f"{f['modules']} modules: {f['import_cycles']} import cycle(s), {f['function_local_imports']} function-local "
+        f"maskfuzz imports, {f['private_imports']} private cross-module imports, {f['files_over_800_lines']} files "
+        f"over 800 lines, {f['kind_string_dispatch']} string comparisons of a kind"
+    )
+    for c in f["cycles"]:
+        print(f"  cycle ({len(c)}): {', '.join(c)}")
+    for line in f["long_files"]:
+        print(f"  long: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
