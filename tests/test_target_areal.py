@@ -115,9 +115,11 @@ def test_short_fuzz_finds_the_lost_score_and_nothing_else_of_the_mask(release):
     )
     failed = {p for p, n in result.failed.items() if n}
     assert "reference" in failed and failed & {"score-kept", "telescoping"}, failed
-    # all-trainable is not in the clean set: with mask_no_eos_with_zero an ended row as wide as the batch loses its
-    # score (test_no_eos_is_the_batch_width_not_the_cut)
-    clean = {"no-crash", "poison", "gap-invariance", "row-independence", "deterministic"}
+    # all-trainable and row-independence are not in the clean set: with mask_no_eos_with_zero an ended row as wide as
+    # the batch loses its score (test_no_eos_is_the_batch_width_not_the_cut), and the row twin's padding column makes
+    # it narrower than the batch, so it keeps it there: the same root cause (seqlens == attn_mask.shape[1],
+    # actor.py:200-201), universal:pad-invariance (issue 24: the twin adds padding, not a row)
+    clean = {"no-crash", "poison", "gap-invariance", "deterministic"}
     assert not failed & clean, failed
 
 
@@ -270,15 +272,16 @@ def test_grpo_reward_norm_counts_rows_without_trainable_tokens():
         s7, s3 = math.sqrt(0.5) + 1e-5, math.sqrt(2) + 1e-5
         assert adv[:, 0].tolist() == pytest.approx([0.5 / s7, -0.5 / s7, -1 / s3, 1 / s3], rel=1e-6)
         assert kind_verdicts(h, case)["reference"].status == "pass"
-        # the loss-masked row 1 still counts in group 7
+        # the loss-masked row 1 still counts in group 7: reward_norm sees the [B] scores only (actor.py:172-173), the
+        # declared variant (empty_rows "counted", issue 24), so the reference agrees
         masked = Case.build(trainable=[[1, 1], [0, 0], [1, 1], [1, 1]], score=[1, 0, 2, 4], group=[7, 7, 3, 3])
-        assert kind_verdicts(h, masked)["reference"].failed
+        assert kind_verdicts(h, masked)["reference"].status == "pass"
         # unequal or interleaved groups cannot be expressed at the release: the adapter's documented refusal
         with pytest.raises(Exception, match="areal: Normalization"):
             h.run(Case.build(trainable=[[1]] * 3, score=[1, 0, 2], group=[0, 0, 1]))
-        bad = kind_fuzz(h, "grpo")
-        assert {"pad-invariance", "reference"} <= bad, bad
-        assert not bad & {"no-crash", "poison", "permutation", "group-isolation", "deterministic"}, bad
+        bad = kind_fuzz(h, "grpo")  # counting the row is the variant, and the padding twin adds no sample (issue 24)
+        assert not bad & {"pad-invariance", "reference", "no-crash", "poison", "permutation", "group-isolation",
+                          "deterministic"}, bad  # fmt: skip
 
 
 @pytest.mark.network
@@ -694,7 +697,10 @@ def test_default_kl_folds_the_kl_into_gae():
         # reference: the score on the last real token is lost behind a masked tail (actor.py:206-212, score-lost,
         # reach pipeline) and mask_no_eos_with_zero drops the score of an ended full-width row (:200-201, 207-210);
         # poison-nonfinite: NaN through `old_logp *= loss_mask` (:195-196, api). The KL itself is exact.
-        assert {p for p, n in result.failed.items() if n} == {"reference", "poison-nonfinite"}
+        # row-independence: the twin's padding column makes a full-width row narrower than the batch, so
+        # mask_no_eos_with_zero's width test flips (actor.py:200-201; issue 24: the twin adds padding, not a row)
+        found = {p for p, n in result.failed.items() if n}
+        assert {"reference", "poison-nonfinite"} <= found <= {"reference", "poison-nonfinite", "row-independence"}
 
 
 @pytest.mark.parametrize("rev", GIT_PINS)
@@ -704,3 +710,47 @@ def test_default_kl_at_git_pins(rev):
         pytest.skip("git pin: set MASKFUZZ_REPOS=areal=/path/to/areal-clone-or-mirror to test areal at git commits")
     with open_target(f"areal:default-kl@{rev}", repos=repos) as h:
         _kl_by_hand(h)  # v0.3.4: areal/engine/ppo/actor.py:108-109, :115, the same statements
+
+
+def test_declared_production_and_promises_are_areals_own_words():
+    """issue 24: the pipeline domains cite what AReaL's code produces (the TIR example's masked tool tail, the
+    critic's values at every token, the KL reward, cut rows), never a masked reward; the GAE loop's comment ("Skip
+    tokens that do not contribute to the loss") is the promise a gap or a masked-value bootstrap would break; the
+    engine's global normaliser docstring is the promise a split would break; grpo counts every row (reward_norm
+    sees the [B] scores)."""
+    from maskfuzz.oracles.promises import broken
+
+    spec = areal.SPEC
+    v034 = areal.V034
+    for pin, line in ((RELEASE, "actor.py:228"), (areal.MAIN, "actor.py:228"), (v034, "engine/ppo/actor.py:141")):
+        dom = spec.pipeline_at(pin)
+        assert {"masked_real_tail", "gaps", "masked_values", "token_rewards", "truncated_rows"} <= set(dom.produces)
+        assert "masked_rewards" not in dom.produces
+        assert "examples/tir/tir_workflow.py" in dom.produces["masked_real_tail"]
+        for entry in ("default", "default-kl"):
+            d = spec.declared(entry, pin)
+            for prop, mech in (("gap-invariance", "gap-decay"), ("poison", "masked-value-bootstrap")):
+                p = broken(prop, mech, d.promises, reach="api", kind=d.kind)
+                assert p is not None and p.id.endswith(line) and "Skip tokens" in p.text, (entry, pin, prop, p)
+    for entry in ("agg-token-mean", "value-loss", "policy-loss"):
+        d = spec.declared(entry, RELEASE)
+        p = broken("split-invariance", "split-normaliser", d.promises, reach="api", kind=d.kind)
+        assert p.id == "upstream:areal/engine/core/train_engine.py:37-38" and "global normalization" in p.text
+        assert spec.declared(entry, v034).promises == ()  # v0.3.4's engine has the code, not the words
+    assert spec.declared("grpo").variant["empty_rows"] == "counted"
+
+
+@pytest.mark.network
+def test_the_no_eos_width_test_breaks_pad_invariance():
+    """With mask_no_eos_with_zero, a row as wide as the batch is taken for a cut one (seqlens == attn_mask.shape[1],
+    actor.py:200-201) and loses its score; one padding column more and it keeps it: universal:pad-invariance, reach
+    pipeline (the longest row of every batch fills it, concat_padded_tensors), the root cause of corpus entry
+    0f4b64754819e107."""
+    from maskfuzz.fuzz.triage import retriage
+
+    with open_target(f"areal@{RELEASE}") as h:
+        case = Case.build(trainable=[[1]], score=[1.0], gamma=1, lam=1, options={"actor.mask_no_eos_with_zero": True})
+        v = {x.property: x for x in judge(h.run, case, h.declared)}["row-independence"]
+        assert v.failed, v
+        t = retriage(h.run, case, v, h.declared, "areal")
+        assert t["class"] == "defect" and t["promise"] == "universal:pad-invariance" and t["reach"] == "pipeline", t

@@ -76,6 +76,7 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_gae_loop, find_method
@@ -174,6 +175,80 @@ TRUNCATION = Truncation(
     "== attn_mask.shape[1]; nextvalues = values[:, max_seqlen - 1] * seq_no_eos_mask",
 )
 
+V034 = "b0ebd07b61d01122cf21579295c61863c969d3b1"
+MAIN = "4aef98d8d818af55b43621aaadba047ae10f4e77"
+# What AReaL's own code produces (`Domain.produces`, issue 24): the workflows, AReaL's tool-integrated-reasoning
+# example (examples/tir, trained with PPOTrainer at 1.0.4: examples/tir/train_tir.py:55), the critic, the batching.
+# 1.0.4 and git 4aef98d8 share every cited file but the inference engine's (remote_inf_engine.py). Not cited:
+# masked_rewards (the KL reward is 0 under the mask: ref_logp *= loss_mask; old_logp *= loss_mask, actor.py:195-196),
+# all_masked_rows (masked real tokens come only after an output), left padding and NaN / inf (narrowed), dtypes
+# other than float32 (the rewards are float32, actor.py:202, so the recursion is float32 whatever the critic's dtype).
+_PRODUCES_1 = {
+    "leading_mask": "areal/workflow/rlvr.py:167 loss_mask = [0] * resp.input_len + [1] * resp.output_len: the prompt "
+    "is part of the row at loss mask 0, before the output",
+    "gaps": "areal/workflow/multi_turn.py:105 each retry's feedback prompt at loss mask 0 between two outputs; "
+    "examples/tir/tir_workflow.py:241 tool responses at loss mask 0 between outputs",
+    "masked_real_tail": "examples/tir/tir_workflow.py:171-172 the loop stops on max_turns / max_length right after "
+    "a tool response, appended at loss mask 0 at :241: the row ends in real masked tokens",
+    "empty_rows": "examples/tir/tir_workflow.py:172 a prompt already at max_length breaks before the first turn: "
+    "the row is the prompt alone, no response token",
+    "token_rewards": "areal/trainer/ppo/actor.py:202 rewards = -self.kl_ctl * self.kl_estimator(old_logp, ref_logp) "
+    "at every loss-mask position (kl_ctl default 0.1, areal/api/cli_args.py:1522)",
+    "masked_values": "areal/trainer/ppo/critic.py:35-40 the critic's engine forward gives a value at every token, "
+    "prompt and tool tokens included",
+    "truncated_rows": "areal/infra/remote_inf_engine.py:849-852 (git 4aef98d8 :787-790) generation stops at "
+    "max_new_tokens without EOS and the workflow keeps the row (areal/workflow/rlvr.py:165-167)",
+    "truncated_padded": "areal/utils/data.py:241-297 concat_padded_tensors pads every row to the batch's longest: a "
+    "cut row with a shorter prompt is followed by padding (areal/workflow/rlvr.py:165-175)",
+}
+_PRODUCES_034 = {
+    "leading_mask": "v0.3.4: areal/workflow/rlvr.py:85 loss_mask = [0] * resp.input_len + [1] * resp.output_len",
+    "gaps": "v0.3.4: areal/workflow/multi_turn.py:103 feedback prompts at loss mask 0 between outputs; "
+    "examples/tir/tir_workflow.py:226 tool responses at loss mask 0",
+    "masked_real_tail": "v0.3.4: examples/tir/tir_workflow.py:156-157 the loop stops on max_turns / max_length right "
+    "after a tool response at loss mask 0 (:226); trained with FSDPPPOActor (examples/tir/train_tir.py:59)",
+    "empty_rows": "v0.3.4: examples/tir/tir_workflow.py:157 a prompt already at max_length breaks before the first "
+    "turn",
+    "token_rewards": "v0.3.4: areal/engine/ppo/actor.py:115 rewards = -self.kl_ctl * self.kl_estimator(old_logp, "
+    "ref_logp)",
+    "masked_values": "v0.3.4: areal/engine/ppo/critic.py:20-25 the critic's engine forward at every token",
+    "truncated_rows": "v0.3.4: areal/engine/sglang_remote.py:226 generation stops at max_new_tokens without EOS "
+    "(areal/workflow/rlvr.py:83-85 keeps the row)",
+    "truncated_padded": "v0.3.4: areal/utils/data.py:152-217 concat_padded_tensors pads rows to the longest",
+}
+# AReaL's own words about the GAE loop: masked tokens are skipped (the compressed contract), so a masked value
+# must not bootstrap and an inserted masked token must change nothing
+_SKIP = "# Skip tokens that do not contribute to the loss"
+_SKIP_NOTE = "the loop carries nextvalues / lastgaelam over loss_mask 0 positions right below this comment"
+GAE_PROMISES = (
+    Promise(
+        "upstream:areal/trainer/ppo/actor.py:228",
+        _SKIP,
+        covers=("gap-invariance", "mechanism:masked-value-bootstrap"),
+        note=_SKIP_NOTE,
+        pins=("1.0.4", MAIN),
+    ),
+    Promise(
+        "upstream:areal/engine/ppo/actor.py:141",
+        _SKIP,
+        covers=("gap-invariance", "mechanism:masked-value-bootstrap"),
+        note=_SKIP_NOTE + " (v0.3.4)",
+        pins=(V034,),
+    ),
+)
+# the engines normalise every micro-batch's loss by the step's token count over all micro-batches and ranks
+LOSS_PROMISES = (
+    Promise(
+        "upstream:areal/engine/core/train_engine.py:37-38",
+        "This aggregates the loss weights from all micro-batches and reduces them across the data parallel group to "
+        "get a global normalization factor.",
+        covers=("split-invariance",),
+        note="compute_total_loss_weight's docstring; the actor and critic losses are weighted by "
+        "loss_mask.count_nonzero() over it (areal_kinds.load_value / load_policy)",
+        pins=("1.0.4", MAIN),
+    ),
+)
+
 SPEC = TargetSpec(
     id="areal",
     adapter="maskfuzz.targets.adapters.areal",
@@ -227,6 +302,7 @@ SPEC = TargetSpec(
             "(areal/workflow/rlvr.py:166, areal/workflow/multi_turn.py:104); no NaN/inf is written at a masked "
             "position",
         },
+        produces=_PRODUCES_1,
     ),
     pipeline_by_pin={
         "b0ebd07b61d01122cf21579295c61863c969d3b1": Domain(
@@ -243,6 +319,7 @@ SPEC = TargetSpec(
                 "the prompt (areal/workflow/rlvr.py:84); ref_logp is zeros (areal/engine/ppo/actor.py:107) or a "
                 "ref-engine forward padded the same way (examples/countdown/train.py:328)",
             },
+            produces=_PRODUCES_034,
         ),
     },
     notes=(
@@ -356,9 +433,12 @@ _KIND_OVERRIDES = {
     # group / group as AReaL's GRPO examples set it; Normalization (1.0.4 areal/utils/data.py:1378-1597):
     # unbiased std around the group mean (:1591, areal/api/cli_args.py:64-65 std_unbiased=True), eps=1e-5 added to
     # the std (:1496, areal/api/cli_args.py:70-71); a singleton (group_size 1): mean = x, std = 1 -> 0 (:1475-1479)
+    # Every row of a group counts by design (empty_rows "counted"): reward_norm sees the [B] scores and no loss mask
+    # (1.0.4 areal/trainer/ppo/actor.py:172-173), so a row with no trainable token keeps its place in the statistics.
     "grpo": dict(
         kind="group-advantage",
-        variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-5, "eps_place": "std", "singleton": "zero"},
+        variant={"estimator": "grpo", "std": "unbiased", "eps": 1e-5, "eps_place": "std", "singleton": "zero",
+                 "empty_rows": "counted"},  # fmt: skip
         contract="dense",
         whitening=None,
         masked_zero=False,
@@ -413,6 +493,7 @@ _KIND_OVERRIDES = {
         whitening=None,
         documented_errors=(r"AssertionError",),
         domain=Domain(why={}),
+        promises=LOSS_PROMISES,
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
         options=(),
@@ -438,6 +519,7 @@ _KIND_OVERRIDES = {
                 "112-114): the loss runs in float32 whatever the critic's dtype",
             },
         ),
+        promises=LOSS_PROMISES,
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
         options=VALUE_OPTIONS,
@@ -462,6 +544,7 @@ _KIND_OVERRIDES = {
         whitening=None,
         documented_errors=(r"AssertionError",),  # the engine's total weight > 0 check, as agg-token-mean
         domain=Domain(why={}),
+        promises=LOSS_PROMISES,
         pipeline=None,  # not researched as a Domain: every finding is reach api
         pipeline_by_pin={},
         options=POLICY_OPTIONS,
@@ -504,11 +587,16 @@ def kl_reward_domain(base: Domain, pin: str | None, pipeline: bool = True) -> Do
 _KIND_OVERRIDES["default-kl"] = dict(
     kind="gae",
     variant=dict(KL_VARIANT),
+    promises=GAE_PROMISES,
     domain=kl_reward_domain(SPEC.domain, None, pipeline=False),
     pipeline=kl_reward_domain(SPEC.pipeline, None),
     pipeline_by_pin={pin: kl_reward_domain(dom, pin) for pin, dom in SPEC.pipeline_by_pin.items()},
 )
-SPEC = dataclasses.replace(SPEC, entries=("default", *_KIND_OVERRIDES), entry_overrides=_KIND_OVERRIDES)
+SPEC = dataclasses.replace(
+    SPEC,
+    entries=("default", *_KIND_OVERRIDES),
+    entry_overrides={"default": dict(promises=GAE_PROMISES), **_KIND_OVERRIDES},
+)
 
 
 def declared_for(entry: str | None = None) -> Declared:
