@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -30,7 +31,9 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.fuzz.triage import judge_finding, retriage
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.promises import broken
 from maskfuzz.oracles.properties import TargetFailure, judge
 from maskfuzz.oracles.reference import masked_whiten, reference
 from maskfuzz.targets.adapters import verl
@@ -98,6 +101,13 @@ def test_the_function_and_the_reward_manager_come_from_the_wheel(old, new):
         assert h.resolved == f"verl=={h.pin}"
 
 
+def triaged(h, case: Case, prop: str) -> dict:
+    """The triage of `case`'s failure of `prop` at the handle's pin (fuzz.triage.retriage: promise, reach, class)."""
+    (v,) = [v for v in judge(h.run, case, h.declared, only=(prop,)) if v.property == prop]
+    assert v.failed, v
+    return retriage(h.run, v.case or case, v, h.declared, "verl")
+
+
 @pytest.mark.network
 def test_seed_poison_leaks_before_2337_and_not_after(old, new):
     _, ret = old.run(SEED)
@@ -105,7 +115,12 @@ def test_seed_poison_leaks_before_2337_and_not_after(old, new):
     v = verdicts(old.run, SEED)
     assert v["poison"].failed and v["poison"].output == "returns"
     assert v["reference"].failed
+    # the row twin adds a clean padding column (what verl's padding holds): nothing there for the plain loop to read
     assert v["row-independence"].status == v["deterministic"].status == "pass"
+    # ... but 0.4.1's critics multiply their values by the attention (dp_critic.py:183-184, megatron_critic.py:122-123),
+    # the GAE mask at this pin: no value at padding reaches the function, so the leak is a robustness fact here
+    t = triaged(old, SEED, "poison")
+    assert t["class"] == "robustness" and t["mechanism"] == "masked-value-bootstrap", t
 
     _, ret = new.run(SEED)
     assert ret[0, :2].tolist() == pytest.approx([0.95, 1.0], rel=1e-6)  # the fixed numbers
@@ -194,6 +209,18 @@ def test_fuzzing_the_newest_release_finds_the_lost_score_and_nan_leak_only(new):
             assert (case.attention & (pos > last[:, None])).any(), f.case.summary()
 
 
+@pytest.mark.network
+def test_the_seed_leak_is_a_pipeline_defect_at_the_first_release():
+    """0.1's FSDP critic returns raw model outputs at padding (dp_critic.py:54-55, cited as produced): the seed
+    report's case is inside the pipeline domain and breaks the universal poison promise, high."""
+    seed_pad = SEED.replace(attention=SEED.trainable.clone(), token_rewards=torch.tensor([[0.0, 1.0, 0.0]]))
+    with opened("verl@0.1") as h:
+        assert h.declared.pipeline.produced_only().rejects(seed_pad) is None
+        t = triaged(h, seed_pad, "poison")
+        assert t["class"] == "defect" and t["promise"] == "universal:poison", t
+        assert t["reach"] == "pipeline" and t["severity"] == "high", t
+
+
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize(
@@ -274,10 +301,12 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_verl_never_build
             Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], values=[[0, 0, float("nan")]]),
             "NaN / inf",
         ),
+        "empty_rows": (Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]]), "is empty"),
     }
     expected = {
         "0.1": {
             "dtypes",
+            "empty_rows",
             "gaps",
             "masked_real_tail",
             "leading_mask",
@@ -288,6 +317,7 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_verl_never_build
         },
         "0.4.1": {
             "dtypes",
+            "empty_rows",
             "gaps",
             "masked_real_tail",
             "leading_mask",
@@ -322,6 +352,50 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_verl_never_build
     seed_pad = SEED.replace(attention=SEED.trainable.clone(), token_rewards=torch.tensor([[0.0, 1.0, 0.0]]))
     assert verl.SPEC.pipeline_at("0.1").rejects(seed_pad) is None
     assert "critic values" in verl.SPEC.pipeline_at("0.4.1").rejects(seed_pad)
+
+
+# the features each pin's own code is cited to produce (Domain.produces): what a pipeline witness may use
+PRODUCED = {
+    "0.1": {"masked_values", "token_rewards", "truncated_rows"},
+    "0.4.1": {"token_rewards", "truncated_rows"},
+    "0.5.0": {"gaps", "masked_real_tail", "masked_values", "token_rewards", "truncated_rows"},
+    MASKING: {"gaps", "masked_real_tail", "masked_values", "token_rewards"},
+    BEFORE: {"gaps", "masked_real_tail", "masked_values", "token_rewards"},
+    "0.9.1": {
+        "gaps",
+        "masked_real_tail",
+        "leading_mask",
+        "all_masked_rows",
+        "masked_values",
+        "masked_rewards",
+        "token_rewards",
+        "truncated_rows",
+    },
+}
+
+
+def test_production_citations_name_the_producing_lines_and_bound_the_witnesses():
+    """Every production citation names the pin and a file:line; a feature nobody cited is no witness's."""
+    for pin, feats in PRODUCED.items():
+        dom = verl.SPEC.pipeline_at(pin)
+        assert set(dom.produces) == feats, pin
+        for f, cite in dom.produces.items():
+            assert f"verl {pin[:9]}" in cite and re.search(r"[\w/.-]+\.py:\d+", cite), (pin, f, cite)
+        only = dom.produced_only()
+        # an observation tail with critic values under it: multi-turn pins build it (sglang / agent loop / rollout
+        # correction), 0.1 and 0.4.1 never (mask == attention)
+        tail = OBS_TAIL.replace(values=torch.tensor([[0.0, 0.0, 0.0, 5.0, 5.0]]))
+        assert (only.rejects(tail) is None) is (pin not in ("0.1", "0.4.1")), (pin, only.rejects(tail))
+        # a reward under the mask: only 0.9.1's KL in the reward, masked before the rollout correction rejects a token
+        masked_reward = PAD_TAIL.replace(attention=OBS_TAIL.attention, token_rewards=torch.tensor([[0, 0, 0, 0.5, 0]]))
+        assert (only.rejects(masked_reward) is None) is (pin == "0.9.1"), (pin, only.rejects(masked_reward))
+    # 0.4.1's GRPO branch gets the sglang multi-turn loss_mask (ray_trainer.py:242-247) and the KL masked with the
+    # attention (:158-159): tails and rewards under the mask reach compute_grpo_outcome_advantage, not the other
+    # estimators
+    grpo = verl.SPEC.declared("grpo", "0.4.1").pipeline
+    assert {"gaps", "masked_real_tail", "masked_rewards"} <= set(grpo.produces)
+    assert grpo.produced_only().rejects(OBS_TAIL) is None
+    assert verl.SPEC.declared("rloo", "0.4.1").pipeline.produced_only().rejects(OBS_TAIL) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,7 +463,7 @@ def test_the_vectorised_rloo_and_its_loop_disagree_on_a_singleton(kinds_at_new):
 @pytest.mark.network
 def test_reinforce_plus_plus_baseline_shapes_then_whitens_over_the_tokens(kinds_at_new):
     h = kinds_at_new("reinforce++-baseline")
-    assert h.declared.variant == {"std": None, "whiten_tokens": True}
+    assert h.declared.variant == {"std": None, "whiten_tokens": True, "empty_rows": "counted"}
     # r - mean_g: 0.5, -0.5 and the singleton's 2 (mean 0), on 2 + 1 + 3 trained tokens, then whitened over them
     (adv,) = h.run(GROUPS)
     toks = torch.tensor([0.5, 0.5, -0.5, 2.0, 2.0, 2.0], dtype=torch.float64)
@@ -412,27 +486,66 @@ def test_grpo_counts_rows_without_trained_tokens_and_sums_rewards_under_the_mask
     (adv,) = h.run(rejected)
     std = (7.0 / 3.0) ** 0.5
     assert adv[:2, 0].tolist() == pytest.approx([(1 - 4 / 3) / std, (0 - 4 / 3) / std], rel=1e-5)
-    # a reward under the mask is summed into the score (token_level_rewards.sum(dim=-1), core_algos.py:304)
-    leak = Case.build(trainable=[[1, 0]], attention=[[1, 0]], token_rewards=[[0.0, 100.0]], score=[0.0], group=[0])
+    # a variant, not padding: the entry declares empty_rows="counted" (every row of the uid enters, core_algos.py:
+    # 312-313), so the reference agrees; the "excluded" variant is the one that differs
+    assert h.declared.variant["empty_rows"] == "counted"
+    assert verdicts(h.run, rejected, h.declared)["reference"].status == "pass"
+    excluded = dataclasses.replace(h.declared, variant={**h.declared.variant, "empty_rows": "excluded"})
+    assert verdicts(h.run, rejected, excluded, only=("reference",))["reference"].failed
+    # the unmasked token_level_rewards.sum(dim=-1) (core_algos.py:304) keeps a score the reward manager wrote on a
+    # masked last token (a token the rollout correction rejected): row 0 still gets +0.7071
+    tail = Case.build(trainable=[[1, 0], [1, 1]], attention=[[1, 1], [1, 1]], score=[1.0, 0.0], group=[0, 0])
+    (adv,) = h.run(tail)
+    assert adv[0, 0].item() == pytest.approx(_S, rel=1e-6) and adv[0, 1].item() == 0.0
+    assert verdicts(h.run, tail, h.declared)["reference"].status == "pass"
+    # ... and so it also sums a reward under the mask: row 0's rejected token keeps its KL term (0.9.1 masks the KL
+    # in the reward with the rollout's mask, ray_trainer.py:103, before the rejection rewrites response_mask, :1658)
+    leak = tail.replace(token_rewards=torch.tensor([[0.0, 100.0], [0.0, 0.0]]))
     (adv,) = h.run(leak)
+    assert adv[0, 0].item() == pytest.approx(50.5 / (101 / 2**0.5 + 1e-6), rel=1e-6)  # scores 101 and 0
+    solo = Case.build(trainable=[[1, 0]], attention=[[1, 1]], token_rewards=[[0.0, 100.0]], score=[0.0], group=[0])
+    (adv,) = h.run(solo)
     assert adv[0, 0].item() == pytest.approx(100.0 / (1 + 1e-6), rel=1e-6)
-    v = verdicts(h.run, leak, h.declared)
+    v = verdicts(h.run, solo, h.declared)
     assert v["poison"].failed and v["reference"].failed
     assert v["masked-zero"].status == "pass"
+    # a defect at 0.9.1, where the pipeline puts that reward under the mask (use_kl_in_reward with a token-level
+    # rollout_rs: the tail and the masked reward are both cited as produced) ...
+    t = triaged(h, solo, "poison")
+    assert t["class"] == "defect" and t["promise"] == "universal:poison" and t["reach"] == "pipeline", t
+    # ... a robustness fact at 0.5.0, where the KL is masked with the rollout's own mask (ray_trainer.py:179) and the
+    # reward managers write only the score: no non-score reward under the mask
+    with opened("verl:grpo@0.5.0") as h5:
+        t = triaged(h5, solo, "poison")
+        assert t["class"] == "robustness" and t["mechanism"] == "masked-reward-leak", t
 
 
 @pytest.mark.network
 @pytest.mark.parametrize("entry", ["grpo", "rloo-vectorized"])
-def test_fuzzing_group_advantages_finds_the_leak_and_the_counted_empty_rows_only(kinds_at_new, entry):
+def test_fuzzing_group_advantages_finds_the_leak_not_the_counted_empty_rows(kinds_at_new, entry):
     h = kinds_at_new(entry)
     res = fuzz_target(h.run, h.declared, target="verl", pin=NEW, max_examples=40, seed=0, sizes=Sizes(4, 6))
     found = {f.property for f in res.findings}
-    assert {"poison", "pad-invariance"} <= found, found
-    # masked-zero: NaN under the mask stays NaN at masked positions (the mask product), low severity
+    assert "poison" in found, found
+    # masked-zero: NaN under the mask stays NaN at masked positions (the mask product), low severity;
+    # pad-invariance: the padding column's poisoned reward summed into the score (the same unmasked sum)
     allowed = {"poison", "poison-nonfinite", "pad-invariance", "affine", "reference", "masked-zero"}
     if entry == "rloo-vectorized":
         allowed.add("twin")  # it zeroes a singleton, its loop twin keeps the score
     assert found <= allowed, found
+    for f in res.findings:
+        judge_finding(h.run, f, h.declared, examples=0)
+        # rows without a trained token are the declared variant (empty_rows="counted"): no finding is about them
+        assert f.mechanism in (
+            "masked-reward-leak",
+            "masked-statistics",
+            "nan-through-mask",
+            "implementations-disagree",
+        )
+        if f.property == "poison":
+            assert f.promise is not None and f.promise.id == "universal:poison", f.why_fact
+        if f.mechanism == "nan-through-mask":  # NaN is never in verl's pipeline: a robustness fact
+            assert f.promise is None and f.fact == "robustness"
     assert res.checked["permutation"] > 0 and res.checked["group-isolation"] > 0
 
 
@@ -518,12 +631,16 @@ def test_agg_loss_with_global_normalisers_by_hand(kinds_at_new):
     assert loss[0, 0].item() == pytest.approx(6.0 / 3.0)  # sum over the step / 3 tokens, whatever the split
     assert grad[0, :2].tolist() == pytest.approx([1 / 3, 1 / 3]) and grad[0, 2].item() == 0.0
     # seq-mean-token-mean: (2 + 2) over global_batch_size = the step's 3 rows, the empty one included
-    # (ray_trainer.py:1352-1362 at 0.9.1): 4/3, not the canonical 2 over the 2 rows with a trained token
+    # (ray_trainer.py:1352-1362 at 0.9.1): 4/3, not 2 over the 2 rows with a trained token. verl's design (#4510: "use
+    # total batch size consistently"): the declared variant empty_rows="counted", which the reference agrees with
     h = kinds_at_new("agg-seq-mean-token-mean")
+    assert h.declared.variant["empty_rows"] == "counted"
     loss, grad = h.run(STEP)
     assert loss[0, 0].item() == pytest.approx(4.0 / 3.0)
     v = verdicts(h.run, STEP, h.declared)
-    assert v["reference"].failed and v["split-invariance"].status == "pass" and v["poison"].status == "pass"
+    assert v["reference"].status == v["split-invariance"].status == v["poison"].status == "pass", v
+    excluded = dataclasses.replace(h.declared, variant={**h.declared.variant, "empty_rows": "excluded"})
+    assert verdicts(h.run, STEP, excluded, only=("reference",))["reference"].failed
 
 
 @pytest.mark.network
@@ -621,6 +738,13 @@ def test_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_from_the_trainer(kinds_
     v = verdicts(h.run, case, h.declared)
     assert v["reference"].failed and v["twin"].failed  # its loop twin, given the keyword, returns +-0.5
     assert verdicts(h.run, GROUPS, h.declared)["reference"].status == "pass"  # the default is right
+    # two defects: the twin (universal, on a case the pipeline builds: no mask feature at all) and the documented
+    # option ignored (the AlgoConfig docstring, algorithm.py:630, covers the variant mismatch)
+    t = triaged(h, case, "twin")
+    assert t["class"] == "defect" and t["promise"] == "universal:twin" and t["reach"] == "pipeline", t
+    t = triaged(h, case, "reference")
+    assert t["class"] == "defect" and t["mechanism"] == "variant-mismatch", t
+    assert t["promise"] == "upstream:verl/trainer/config/algorithm.py:630", t
 
 
 VLOSS = Case.build(
@@ -684,7 +808,7 @@ def test_a_truncated_row_is_terminal_for_gae_and_reinforce_plus_plus(new, kinds_
 def test_short_fuzz_with_options_checks_every_value(kinds_at_new):
     h = kinds_at_new("value-loss")
     # no shrinking and no non-finite poison (the NaN-gradient leak is known, test above): the option space is the point
-    kw = dict(max_examples=40, seed=0, sizes=Sizes(3, 5), shrink=False, nonfinite=False)
+    kw = dict(max_examples=60, seed=0, sizes=Sizes(3, 5), shrink=False, nonfinite=False)
     res = fuzz_target(h.run, h.declared, target="verl:value-loss", pin=NEW, **kw)
     assert set(res.options_checked) == {"critic.cliprange_value", "critic.loss_agg_mode"}
     for name, per in res.options_checked.items():
@@ -724,9 +848,47 @@ def test_policy_loss_is_declared_with_the_actor_config_defaults():
         "dual_clip": 3.0,
         "advantages": "token",
         "mode": "token-mean",
+        # what the seq-mean modes divide by at 0.9.1: global_batch_size, every row of the mini-batch
+        "empty_rows": "counted",
     }
     assert {o.name for o in d.options} == POLICY_LOSS_OPTIONS
     assert {o.name: o.default for o in d.options}["actor.clip_ratio_c"] == 3.0
+
+
+def test_declared_promises_cover_what_verl_says_at_each_pin():
+    """verl's own words, per pin: a finding they cover is a defect naming them (oracles.promises.broken)."""
+    gae = {pin: verl.SPEC.declared(None, pin).promises for pin in ("0.1", "0.4.1", "0.5.0", "0.9.1", MASKING, BEFORE)}
+    # "# skip values and TD-error on observation tokens" from #2337 on: a gap's decay or a masked value / reward that
+    # reached a trained advantage would break it, even on an input the pipeline never builds
+    for pin, line in (("0.5.0", 232), (MASKING, 197), ("0.9.1", 254)):
+        for mech in ("extra-decay", "masked-value-bootstrap", "masked-reward-leak"):
+            p = broken("gap-invariance" if mech == "extra-decay" else "reference", mech, gae[pin], reach="api")
+            assert p is not None and p.id == f"upstream:verl/trainer/ppo/core_algos.py:{line}", (pin, mech, p)
+        assert broken("poison", "masked-value-bootstrap", gae[pin], reach="api").id.startswith("upstream:")
+    # before #2337 the loop is dense by design: the gap's decay is a semantics fact, a masked value a robustness fact
+    # on api input (the universal poison needs a pipeline witness)
+    for pin in ("0.1", "0.4.1", BEFORE):
+        assert broken("gap-invariance", "extra-decay", gae[pin], reach="pipeline") is None, pin
+        assert broken("poison", "masked-value-bootstrap", gae[pin], reach="api") is None, pin
+    # NaN through the mask product is no promise of verl's anywhere (robustness on input the pipeline never builds)
+    assert broken("poison-nonfinite", "nan-through-mask", gae["0.9.1"], reach="api") is None
+    # the loss over a step: the DAPO page (0.4.1, 0.5.0) and agg_loss's docstring (0.9.1)
+    for entry in ("policy-loss", "agg-token-mean"):
+        for pin, pid in (
+            ("0.4.1", "upstream:docs/algo/dapo.md:118"),
+            ("0.5.0", "upstream:docs/algo/dapo.md:120"),
+            ("0.9.1", "upstream:verl/trainer/ppo/core_algos.py:1150"),
+        ):
+            p = broken("reference", "split-normaliser", verl.SPEC.declared(entry, pin).promises, reach="api")
+            assert p is not None and p.id == pid, (entry, pin, p)
+    # agg_loss's docstring promises the seq-mean entries' invariance at 0.9.1 only; none before the global normalisers
+    assert broken("reference", "split-normaliser", verl.SPEC.declared("agg-seq-mean-token-sum", "0.9.1").promises)
+    assert not verl.SPEC.declared("agg-seq-mean-token-sum", "0.5.0").promises
+    # the documented option grpo_vectorized ignores; the other group entries promise nothing beyond the universal
+    p = broken("reference", "variant-mismatch", verl.SPEC.declared("grpo-vectorized", "0.9.1").promises)
+    assert p is not None and p.id == "upstream:verl/trainer/config/algorithm.py:630"
+    for entry in ("grpo", "rloo", "reinforce++", "whiten", "kl-k1"):
+        assert not verl.SPEC.declared(entry, "0.9.1").promises, entry  # the GAE entry's words are not theirs
 
 
 @pytest.mark.network
@@ -802,6 +964,12 @@ def test_policy_loss_before_global_normalisers_depends_on_the_split(kinds_at_new
         assert grad[0, 0].item() == pytest.approx(-1 / 2) and grad[1].tolist() == pytest.approx([-1 / 4, -1 / 4])
         v = verdicts(h.run, case, h.declared)
         assert v["split-invariance"].failed and v["reference"].failed
+        # verl's own words at 0.5.0 make it a defect: token-mean is "the (policy gradient) loss across all the tokens
+        # in all the sequences in a mini-batch" (docs/algo/dapo.md:120); no scope="micro-batch" variant is declared
+        assert "scope" not in h.declared.variant
+        t = triaged(h, case, "split-invariance")
+        assert t["class"] == "defect" and t["promise"] == "upstream:docs/algo/dapo.md:120", t
+        assert "all the tokens in all the sequences in a mini-batch" in t["promise_text"]
 
 
 # ---------------------------------------------------------------------------------------------

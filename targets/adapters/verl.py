@@ -35,6 +35,16 @@ the last attended token, so they are excluded up to 0.5.0; 0.9.1 loads external 
 (verl/trainer/ppo/reward.py:96-105), so it stays allowed there. Masked values: 0.1's FSDP critic does not
 mask values (model outputs at padding), 0.4.1's critics zero them (mask == attention), 0.5.0 and the git pins'
 Megatron critic masks with the attention only and 0.9.1 masks nothing but padding, so tool-token values stay.
+
+Production citations (`Domain.produces`, what a pipeline witness may use): 0.1 the FSDP critic's values at padding and
+the KL in the reward at trainable tokens; 0.4.1 the KL only (and, for the GRPO branch, the sglang multi-turn loss_mask
+with its tool tokens and their unmasked KL, `_pipeline_grpo_0_4_1`); 0.5.0 and the git pins gaps and observation tails
+(sglang multi-turn, the tool agent loop at 11ee5125d) with the Megatron critic's values under tool tokens; 0.9.1 the
+tool agent loop's gaps, the engine critic's values under the mask, and rollout correction's rejection
+sampling (`algorithm.rollout_correction.rollout_rs`), which masks tokens *after* the reward manager placed the score
+and the KL in the reward was masked: tails holding the score, leading masks, all-masked rows and KL terms under the
+mask. Nothing cites NaN / inf (values and rewards are finite everywhere) or a non-score reward under the mask before
+0.9.1 (except 0.4.1's GRPO branch).
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
@@ -82,11 +93,16 @@ _NONFINITE = (
     "values are critic outputs ({critic}) and rewards are the scorer's float placed by the reward manager "
     "({reward}) minus a KL of finite log-probs; nothing in the pipeline writes NaN / inf at masked positions"
 )
+_KL_IN_REWARD_0_4_1 = (
+    "verl 0.4.1: verl/trainer/ppo/ray_trainer.py:1097-1098 (algorithm.use_kl_in_reward) applies apply_kl_penalty: "
+    "token_level_scores - beta * kld * response_mask (:163-167), a KL term at every trainable position"
+)
 
 
 def _pipeline_0_1() -> Domain:
     return Domain(
         dtypes=("float32",),
+        empty_rows=False,
         gaps=False,
         masked_real_tail=False,
         leading_mask=False,
@@ -113,6 +129,24 @@ def _pipeline_0_1() -> Domain:
                 critic="verl 0.1: verl/trainer/ppo/critic/dp_critic.py:54-56 output.logits",
                 reward="verl/trainer/main_ppo.py:75",
             ),
+            "empty_rows": _NO_EMPTY_0_1,
+        },
+        produces={
+            # the seed report: the FSDP critic's values at padding are raw model outputs, and the plain loop reads them
+            "masked_values": (
+                "verl 0.1: verl/trainer/ppo/critic/dp_critic.py:54-55 returns the critic's output.logits over the "
+                "response window, padding included, never masked; verl/trainer/ppo/ray_trainer.py:450-451 adds them to "
+                "the batch and :114, :123-127 hand data.batch['values'] to compute_gae_advantage_return"
+            ),
+            "token_rewards": (
+                "verl 0.1: verl/trainer/ppo/ray_trainer.py:468-470 calls apply_kl_penalty every step: "
+                "token_level_scores - beta * kld * response_mask (:90-99, with the reference policy), a KL term at "
+                "every trainable position"
+            ),
+            "truncated_rows": (
+                "verl 0.1: verl/trainer/ppo/rollout/vllm_rollout/vllm_rollout.py:108 samples with "
+                "max_tokens=config.response_length: a response that reaches the limit has no EOS and fills the window"
+            ),
         },
     )
 
@@ -120,6 +154,7 @@ def _pipeline_0_1() -> Domain:
 def _pipeline_0_4_1() -> Domain:
     return Domain(
         dtypes=("float32",),
+        empty_rows=False,
         gaps=False,
         masked_real_tail=False,
         leading_mask=False,
@@ -155,14 +190,22 @@ def _pipeline_0_4_1() -> Domain:
                 critic="verl 0.4.1: verl/workers/critic/dp_critic.py:109-123",
                 reward="verl/workers/reward_manager/naive.py:95",
             ),
+            "empty_rows": _NO_EMPTY_0_4_1,
+        },
+        produces={
+            "token_rewards": _KL_IN_REWARD_0_4_1,
+            "truncated_rows": (
+                "verl 0.4.1: verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:177 samples with "
+                "max_tokens=config.response_length: a response that reaches the limit has no EOS and fills the window"
+            ),
         },
     )
 
 
-def _pipeline_multi_turn(pin: str, naive: str, kl: str, padding: str, critic: str) -> Domain:
+def _pipeline_multi_turn(pin: str, naive: str, kl: str, padding: str, critic: str, produces: dict) -> Domain:
     """The agent-loop era (the rollout's own response_mask reaches GAE): masks may have gaps, observation
     tails, leading masked tokens and empty rows; narrowed are dtype, padding side, masked rewards (<= 0.5.0)
-    and non-finite poison."""
+    and non-finite poison. `produces`: what the pin's own rollout, critic and KL code is cited to build."""
     return Domain(
         dtypes=("float32",),
         left_padding=False,
@@ -181,16 +224,108 @@ def _pipeline_multi_turn(pin: str, naive: str, kl: str, padding: str, critic: st
             ),
             "nonfinite_poison": _NONFINITE.format(critic=critic, reward=naive),
         },
+        produces=produces,
     )
 
 
+# What the multi-turn pins' own code builds (production citations, `Domain.produces`). The sglang multi-turn rollout
+# (AsyncRolloutRequest, verl/workers/rollout/schemas.py) appends assistant messages with loss_mask=True and tool
+# responses / interaction turns with loss_mask=False, all attended, and hands response_loss_mask on as the batch's
+# response_mask, which the trainer keeps for the estimators ("if 'response_mask' not in batch"). The Megatron critic
+# masks its values with the attention only, so a tool token keeps its value. The reward manager writes the score at
+# valid_response_length - 1, the last *attended* token: on a response that ends in a tool turn, a masked one.
+_SGLANG_0_5_0 = (
+    "verl 0.5.0: verl/workers/rollout/schemas.py:477-483 appends a tool response with loss_mask=False and :406 an "
+    "assistant message with loss_mask=True (verl/workers/rollout/sglang_rollout/sglang_rollout.py:854-860, then "
+    "back to RUNNING); sglang_rollout.py:1207 hands response_loss_mask on as response_mask, which "
+    "verl/trainer/ppo/ray_trainer.py:1202-1203 keeps for compute_advantage"
+)
+_PRODUCES_0_5_0 = {
+    "gaps": (
+        _SGLANG_0_5_0 + "; also verl/experimental/agent_loop/tool_agent_loop.py:77 (assistant tokens 1) and :121 "
+        "(tool response tokens 0) in one loop"
+    ),
+    "masked_real_tail": (
+        "verl 0.5.0: verl/workers/rollout/sglang_rollout/sglang_rollout.py:854-859 appends the tool response "
+        "(loss_mask=False, schemas.py:477-483) and stops when the request reaches max_model_len, :970-973 likewise "
+        "after an interaction's user turn, and schemas.py:661-675 cut the response at max_response_len, inside a "
+        "tool response too: the response ends on masked, attended tokens, where naive.py:98 writes the score "
+        "(response_mask via sglang_rollout.py:1207)"
+    ),
+    "masked_values": (
+        "verl 0.5.0: verl/workers/critic/megatron_critic.py:131-132 multiplies the values by "
+        "attention_mask[:, -response_length:] only (the Megatron critic; verl/trainer/main_ppo.py:152-158 pairs it "
+        "with the Megatron AsyncActorRolloutRefWorker, verl/workers/megatron_workers.py:655): tool tokens keep "
+        "their values"
+    ),
+    "token_rewards": (
+        "verl 0.5.0: verl/trainer/ppo/ray_trainer.py:1289 (algorithm.use_kl_in_reward) applies apply_kl_penalty: "
+        "token_level_scores - beta * kld * response_mask (:176-182), a KL term at every trainable position"
+    ),
+    "truncated_rows": (
+        "verl 0.5.0: verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:194 samples with "
+        "max_tokens=config.response_length: a response that reaches the limit has no EOS and fills the window"
+    ),
+}
 _PIPELINE_0_5_0 = _pipeline_multi_turn(
     "0.5.0",
     naive="verl/workers/reward_manager/naive.py:54,98 (dapo.py:124, prime.py:174, batch.py:104)",
     kl="verl/trainer/ppo/ray_trainer.py:170-179",
     padding="verl/experimental/agent_loop/agent_loop.py:343 (padding_side='right')",
     critic="verl/workers/critic/dp_critic.py:185-186, verl/workers/critic/megatron_critic.py:131-132",
+    produces=_PRODUCES_0_5_0,
 )
+
+
+def _produces_git(rev: str) -> dict:
+    """The production citations at the two git pins (#2337 and its parent), read at each."""
+    pin = f"verl {rev[:9]}"
+    sglang = (
+        f"{pin}: verl/workers/rollout/sglang_rollout/sglang_rollout.py:844-848 appends a tool response "
+        "(verl/workers/rollout/schemas.py:341, loss_mask=False) and stops at max_model_len, :944-946 likewise after "
+        "an interaction's user turn, and schemas.py:484-494 cut the response at max_response_len; "
+        "sglang_rollout.py:1144 hands response_loss_mask on as response_mask"
+    )
+    common = {
+        "masked_values": (
+            f"{pin}: verl/workers/critic/megatron_critic.py:131-132 multiplies the values by "
+            "attention_mask[:, -response_length:] only (the Megatron critic, with the Megatron "
+            "AsyncActorRolloutRefWorker, verl/workers/megatron_workers.py:664): tool tokens keep their values"
+        ),
+        "token_rewards": (
+            f"{pin}: verl/trainer/ppo/ray_trainer.py:161-173 (apply_kl_penalty, algorithm.use_kl_in_reward): "
+            "token_level_scores - beta * kld * response_mask, a KL term at every trainable position"
+        ),
+    }
+    if rev == _BEFORE_MASKING:
+        # multi_turn.enable asserts GRPO (ray_trainer.py:535-537), but the agent loop is picked per sample by
+        # agent_name (agent_loop.py:218-247) and reads its tools from multi_turn.tool_config_path (tool_agent_loop.py:
+        # 106-107), so GAE gets the tool agent loop's mask with multi_turn.enable left False
+        loop = (
+            f"{pin}: verl/experimental/agent_loop/tool_agent_loop.py:135 (assistant tokens 1) and :169 (tool response "
+            "tokens 0) in one loop, agent_loop.py:287-301 the response_mask of the batch (kept by "
+            "ray_trainer.py:1172-1173); the agent loop is chosen per sample by agent_name (agent_loop.py:218-247), "
+            "whatever multi_turn.enable (whose GRPO-only assert, ray_trainer.py:535-537, the agent loop does not need)"
+        )
+        return {
+            **common,
+            "gaps": loop,
+            "masked_real_tail": (
+                f"{pin}: verl/experimental/agent_loop/tool_agent_loop.py:168-176 appends the tool response with mask 0 "
+                "and stops at max_user_turns or response_length: the response ends on it (agent_loop.py:287-301), "
+                "where naive.py:98 writes the score; " + sglang + " (GRPO only at this pin)"
+            ),
+        }
+    return {
+        **common,
+        "gaps": (
+            f"{pin}: verl/experimental/agent_loop/tool_agent_loop.py:135 (assistant tokens 1) and :179 (tool response "
+            "tokens 0) in one loop, agent_loop.py:287-301 the batch's response_mask (kept by ray_trainer.py:1167)"
+        ),
+        # the tool agent loop no longer ends on a tool turn (tool_agent_loop.py:173-176, "the EOS token reward can't
+        # be propagated to previous token in GAE"); the sglang multi-turn rollout still does
+        "masked_real_tail": sglang + "; naive.py:98 writes the score on the last attended token, a masked one",
+    }
 
 
 def _pipeline_git(rev: str) -> Domain:
@@ -200,6 +335,7 @@ def _pipeline_git(rev: str) -> Domain:
         kl="verl/trainer/ppo/ray_trainer.py:161-170",
         padding="verl/experimental/agent_loop/agent_loop.py:269 (padding_side='right')",
         critic="verl/workers/critic/dp_critic.py:195, verl/workers/critic/megatron_critic.py:132",
+        produces=_produces_git(rev),
     )
 
 
@@ -223,7 +359,153 @@ def _pipeline_0_9_1() -> Domain:
                 reward="verl/workers/reward_manager/naive.py:153",
             ),
         },
+        produces=_PRODUCES_0_9_1,
     )
+
+
+# 0.9.1: rollout correction's rejection sampling rewrites response_mask after the reward manager placed the score and
+# after the KL in the reward, before any estimator reads it (ray_trainer.py:1639-1667; v1 trainer_base.py:1754-1775).
+_ROLLOUT_RS = (
+    "verl 0.9.1: with algorithm.rollout_correction.rollout_rs (verl/trainer/config/algorithm.py:104-116), "
+    "verl/trainer/ppo/rollout_corr_helper.py:412 multiplies response_mask by the keep mask, written back at :1061 by "
+    "compute_rollout_correction_and_add_to_batch, which verl/trainer/ppo/ray_trainer.py:1658 (v1: "
+    "verl/trainer/ppo/v1/trainer_base.py:1771) runs before compute_advantage (:1667; v1 :1775)"
+)
+_PRODUCES_0_9_1 = {
+    "gaps": (
+        "verl 0.9.1: verl/experimental/agent_loop/tool_agent_loop.py:386-397 merges a tool response with mask 0 "
+        "(verl/utils/tokenizer/continuous_token.py:412-413) and :274-282 the next assistant turn with mask 1 "
+        "(continuous_token.py:399-400); agent_loop.py:767-779 pads it into the batch's response_mask"
+    ),
+    "masked_real_tail": (
+        _ROLLOUT_RS + "; a token-level option (token_k1/k2/k3, rollout_corr_helper.py:312-322) rejects any token, the "
+        "response's last one too, where verl/workers/reward_manager/naive.py:153 (agent_loop.py:1096-1098) wrote the "
+        "score at valid_response_length - 1: the response ends on a masked, attended token holding the score"
+    ),
+    "leading_mask": _ROLLOUT_RS + "; a token-level option (rollout_corr_helper.py:312-322) rejects the first token too",
+    "all_masked_rows": (
+        _ROLLOUT_RS + "; a sequence-level option (seq_sum_* / seq_mean_* / seq_max_*, rollout_corr_helper.py:340, 359, "
+        "371) rejects every token of a row"
+    ),
+    "masked_values": (
+        "verl 0.9.1: verl/workers/engine/fsdp/transformer_impl.py:1629-1640 returns values at every attended token "
+        "and verl/trainer/ppo/ray_trainer.py:1252-1262 only fills padding (no_padding_2_padding): tool tokens and "
+        "tokens the rollout correction rejects keep the critic's values"
+    ),
+    # the KL in the reward is masked with the mask *before* the rejection: a rejected token keeps its KL term
+    "masked_rewards": (
+        "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:1639-1642 (algorithm.use_kl_in_reward) writes "
+        "token_level_scores - beta * kld * response_mask (:103-106) with the rollout's mask; then "
+        + _ROLLOUT_RS
+        + ": a token the rejection masks keeps its KL term in token_level_rewards"
+    ),
+    "token_rewards": (
+        "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:1639-1642 (algorithm.use_kl_in_reward) applies apply_kl_penalty: "
+        "token_level_scores - beta * kld * response_mask (:103-106), a KL term at every trainable position"
+    ),
+    "truncated_rows": (
+        "verl 0.9.1: verl/experimental/agent_loop/single_turn_agent_loop.py:96-97 and tool_agent_loop.py:195-196 cut "
+        "the response at rollout.response_length: a response that reaches the limit has no EOS and fills the window"
+    ),
+}
+
+
+# --- verl's own words about the GAE entry (`Promise`): #2337 on, compute_gae_advantage_return says it skips what sits
+# at observation (masked) tokens, and verl's own test checks that masked values do not move the advantages. Before
+# #2337 (0.1, 0.4.1, 11ee5125d) the docstring only calls the mask an "[EOS] mask" and the loop is dense: its gap
+# decay is a semantics fact there, the behaviour change of 0332866.
+_SKIP_OBSERVATION = "# skip values and TD-error on observation tokens"
+_SKIP_COVERS = (
+    "gap-invariance",
+    "mechanism:extra-decay",
+    "mechanism:masked-value-bootstrap",
+    "mechanism:masked-reward-leak",
+)
+_SKIP_NOTE = (
+    "the reverse loop carries nextvalues and lastgaelam through masked positions (the two lines below the comment): "
+    "a masked token's value and TD error (its reward included) never enter a trained advantage, and a gap costs no "
+    "decay"
+)
+_GAE_TEST = (
+    '"""Test multi-turn GAE skip observation tokens.""" ... response_mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0, 1, 1, '
+    "0, 0]], dtype=torch.float) ... adv1, ret1 = compute_gae_advantage_return(rewards, values1, response_mask, gamma, "
+    "lam) ... assert torch.equal(adv1, adv2)"
+)
+_GAE_TEST_NOTE = (
+    "verl's own test_multi_turn_compute_gae_advantage_return: values1 and values2 differ only at masked positions "
+    "(random there), the advantages must be bitwise equal"
+)
+GAE_PROMISES = (
+    Promise("upstream:verl/trainer/ppo/core_algos.py:232", _SKIP_OBSERVATION, _SKIP_COVERS, _SKIP_NOTE, ("0.5.0",)),
+    Promise(
+        "upstream:verl/trainer/ppo/core_algos.py:197", _SKIP_OBSERVATION, _SKIP_COVERS, _SKIP_NOTE, (_MASKING_COMMIT,)
+    ),
+    Promise("upstream:verl/trainer/ppo/core_algos.py:254", _SKIP_OBSERVATION, _SKIP_COVERS, _SKIP_NOTE, ("0.9.1",)),
+    Promise(
+        "upstream:tests/trainer/ppo/test_core_algos_on_cpu.py:134-187",
+        _GAE_TEST,
+        ("mechanism:masked-value-bootstrap",),
+        _GAE_TEST_NOTE,
+        ("0.5.0", _MASKING_COMMIT),
+    ),
+    Promise(
+        "upstream:tests/trainer/ppo/test_core_algos_on_cpu.py:144-197",
+        _GAE_TEST,
+        ("mechanism:masked-value-bootstrap",),
+        _GAE_TEST_NOTE,
+        ("0.9.1",),
+    ),
+)
+
+# --- verl's own words about the loss over a step. Before the global normalisers, the DAPO page promises what
+# token-mean means: the mean over every token of the mini-batch (one optimizer step, ppo_mini_batch_size, cut into
+# micro-batches for gradient accumulation, verl/workers/actor/dp_actor.py:380-389 at 0.5.0), which the dp_actor's
+# per-micro-batch agg_loss does not compute (dp_actor.py:465-469). From 0.7.0 agg_loss takes the step's normalisers
+# and its docstring promises split invariance (the legacy dp_actor, the default worker until #5604, passed none).
+_DAPO_TOKEN_MEAN = (
+    "Setting `loss_agg_mode` to `token-mean` will mean the (policy gradient) loss across all the tokens in all the "
+    "sequences in a mini-batch."
+)
+_DAPO_NOTE = (
+    "actor.loss_agg_mode defaults to token-mean (verl/trainer/config/actor/actor.yaml:63 at 0.5.0, ppo_trainer.yaml "
+    "at 0.4.1); a mini-batch is one optimizer step, cut into micro-batches of ppo_micro_batch_size_per_gpu (or by "
+    "token budget with use_dynamic_bsz): the step's loss must not depend on the cut. The page speaks of token-mean "
+    "only: a split finding of another actor.loss_agg_mode is covered too (a promise cannot name an option value)"
+)
+TOKEN_MEAN_PROMISES = (
+    Promise(
+        "upstream:docs/algo/dapo.md:118",
+        _DAPO_TOKEN_MEAN,
+        ("split-invariance", "mechanism:split-normaliser"),
+        _DAPO_NOTE,
+        ("0.4.1",),
+    ),
+    Promise(
+        "upstream:docs/algo/dapo.md:120",
+        _DAPO_TOKEN_MEAN,
+        ("split-invariance", "mechanism:split-normaliser"),
+        _DAPO_NOTE,
+        ("0.5.0",),
+    ),
+)
+AGG_LOSS_PROMISE = Promise(
+    "upstream:verl/trainer/ppo/core_algos.py:1150",
+    "Aggregate the loss across global batch to ensure the loss is invariant to fsdp/megatron parallelism.",
+    ("split-invariance", "mechanism:split-normaliser"),
+    "agg_loss's docstring at 0.9.1: with dp_size, batch_num_tokens and global_batch_size of the step (ppo_loss, "
+    "verl/workers/utils/losses.py:65-68) every micro-batch and rank normalises by the step",
+    ("0.9.1",),
+)
+# --- the AlgoConfig docstring of the option grpo_vectorized ignores (the trainer passes it inside config only)
+NORM_STD_DOC_PROMISE = Promise(
+    "upstream:verl/trainer/config/algorithm.py:630",
+    "norm_adv_by_std_in_grpo (bool): Whether to normalize advantages by std (specific to GRPO).",
+    ("mechanism:variant-mismatch",),
+    "compute_advantage hands grpo_vectorized this AlgoConfig as `config` and no keyword (ray_trainer.py:250-279 at "
+    "0.9.1); compute_grpo_vectorized_outcome_advantage reads norm_adv_by_std_in_grpo only as its keyword "
+    "(core_algos.py:340, 353), so False still divides by the std",
+    ("0.9.1",),
+)
 
 
 # --- the kinds beyond GAE (targets/adapters/verl_kinds.py; line numbers are 0.9.1's unless a pin is named) ---
@@ -274,10 +556,20 @@ _GROUP_API = Domain(
 _GROUP_MASKED_ZERO = "core_algos.py:329 (0.9.1) multiplies the broadcast advantage by response_mask"
 
 
+# Every group estimator enters *every* row of `index` into its group's statistics, trained or not: the scores are
+# token_level_rewards.sum(dim=-1) of each row and the loop over range(bsz) appends each to its uid's list (0.9.1
+# core_algos.py:304-313 grpo, :350-352 grpo_vectorized via group_mean_std over all rows, :562-570 reinforce++-baseline,
+# :612-620 rloo, :665-673 opo, :810-811 gpg's alpha over the batch, :858-864 rloo_vectorized; the same loops at 0.4.1
+# and 0.5.0). A row without a trainable token (every token rejected by rollout correction, 0.9.1) is a sample the
+# policy produced, and counting its reward in the GRPO / RLOO baseline is the unbiased choice: the variant
+# `empty_rows="counted"`, checked at 0.4.1, 0.5.0 and 0.9.1 (docs/audit/verl.md), never a defect by itself.
+_COUNTED = {"empty_rows": "counted"}
+
+
 def _group(variant: dict, masked_zero_line: str) -> dict:
     return dict(
         kind="group-advantage",
-        variant=variant,
+        variant={**variant, **_COUNTED},
         masked_zero=True,
         masked_zero_why=masked_zero_line,
         whitening=None,
@@ -289,6 +581,49 @@ def _group(variant: dict, masked_zero_line: str) -> dict:
         pipeline_by_pin=_per_pin("masked_values"),
         # an outcome score: no bootstrap, no truncation input (the GAE entry's semantics are not inherited)
         truncation=None,
+    )
+
+
+def _pipeline_grpo_0_4_1() -> Domain:
+    """0.4.1's GRPO branch with multi-turn: compute_advantage hands compute_grpo_outcome_advantage the sglang rollout's
+    loss_mask (ray_trainer.py:242-247), not the attention the other estimators get (:1012), and the KL in the reward
+    is masked with the attention (apply_kl_penalty is called without multi_turn, :1098 -> :158-159), so a tool token
+    keeps its KL term. Multi-turn with tools is GRPO-only at this pin (:477-479)."""
+    sglang = "verl/workers/rollout/sglang_rollout/sglang_rollout.py"
+    mask = (
+        f"{sglang}:1044-1046, :1051, :1061 hand the request's response_loss_mask on as loss_mask, which "
+        "verl/trainer/ppo/ray_trainer.py:242-247 passes to compute_grpo_outcome_advantage with "
+        "rollout.multi_turn.enable (:1114)"
+    )
+    return Domain(
+        dtypes=("float32",),
+        left_padding=False,
+        nonfinite_poison=False,
+        why={
+            "dtypes": _pipeline_0_4_1().why["dtypes"],
+            "left_padding": (
+                f"verl 0.4.1: {sglang}:1031-1033 and :1044-1046 pad the response and its loss mask on the right"
+            ),
+            "nonfinite_poison": _pipeline_0_4_1().why["nonfinite_poison"],
+        },
+        produces={
+            "gaps": (
+                "verl 0.4.1: verl/workers/rollout/schemas.py:256 appends a tool response with loss_mask=False and "
+                f":243 the next assistant message with loss_mask=True ({sglang}:802, :808 back to RUNNING); " + mask
+            ),
+            "masked_real_tail": (
+                f"verl 0.4.1: {sglang}:802-807 appends the tool response (loss_mask=False, schemas.py:256) and stops "
+                "at max_model_len, and schemas.py:369-377 cut the response at max_response_len, inside a tool response "
+                "too; naive.py:95 writes the score at the last attended token, a masked one; " + mask
+            ),
+            "masked_rewards": (
+                "verl 0.4.1: verl/trainer/ppo/ray_trainer.py:1097-1098 calls apply_kl_penalty without multi_turn, so "
+                ":158-159 mask the KL with attention_mask[:, -response_length:] and :163-167 leave the KL of every "
+                "tool token (attended, loss_mask 0) in token_level_rewards, which compute_grpo_outcome_advantage "
+                "sums unmasked"
+            ),
+            "token_rewards": _KL_IN_REWARD_0_4_1,
+        },
     )
 
 
@@ -491,6 +826,9 @@ _REINFORCE_PP = dict(
 )
 
 
+# the GRPO branch of compute_advantage gets the multi-turn loss_mask at 0.4.1 (_pipeline_grpo_0_4_1); elsewhere as GAE
+_GRPO_PIPELINE_BY_PIN = {**_per_pin("masked_values"), "0.4.1": _pipeline_grpo_0_4_1()}
+
 KIND_OVERRIDES: dict[str, dict] = {
     # compute_grpo_outcome_advantage: torch.std, unbiased (core_algos.py:321); (s - mean) / (std + epsilon), eps
     # outside the std (:326), epsilon=1e-6 by default and never passed by ray_trainer.py:240-245; a singleton gets
@@ -499,10 +837,14 @@ KIND_OVERRIDES: dict[str, dict] = {
     "grpo": {
         **_group({"estimator": "grpo", "std": "unbiased", "eps": 1e-6, "eps_place": "std"}, _GROUP_MASKED_ZERO),
         "options": (NORM_STD_GRPO,),
+        "pipeline_by_pin": _GRPO_PIPELINE_BY_PIN,
     },
     # norm_adv_by_std_in_grpo=False: s - mean (:328), documented as Dr.GRPO in the docstring (:296-297);
     # a singleton keeps its raw score (mean 0, :316)
-    "drgrpo": _group({"estimator": "grpo", "std": None}, _GROUP_MASKED_ZERO),
+    "drgrpo": {
+        **_group({"estimator": "grpo", "std": None}, _GROUP_MASKED_ZERO),
+        "pipeline_by_pin": _GRPO_PIPELINE_BY_PIN,
+    },
     # group_mean_std(scores, g, eps=0.0) (:352; verl/utils/groupwise.py:163-219): unbiased two-pass variance over
     # count - 1 (groupwise.py:208-209), singleton mean 0 / std 1 (:215-218); (s - mean) / (std + epsilon) (:354)
     "grpo-vectorized": {
@@ -522,6 +864,7 @@ KIND_OVERRIDES: dict[str, dict] = {
             },
         ),
         "options": (NORM_STD_GRPO_VECTORIZED,),
+        "promises": (NORM_STD_DOC_PROMISE,),
         "twin_of": "grpo",  # the loop it vectorises: the `twin` property compares them on every case
     },
     # n / (n - 1) (s - mean) (:630-633); a singleton keeps its raw score (:623, the loop skips n == 1)
@@ -640,32 +983,67 @@ KIND_OVERRIDES: dict[str, dict] = {
         "options": (NORM_STD_PASSK,),
     },
     # agg_loss (core_algos.py:1140-1206 at 0.9.1) over a step, with verl's global normalisers (verl_kinds.load_loss)
-    "agg-token-mean": _loss({"mode": "token-mean"}),
-    "agg-token-sum": _loss({"mode": "token-sum"}),
-    "agg-seq-mean-token-sum": _loss({"mode": "seq-mean-token-sum"}),
-    "agg-seq-mean-token-mean": _loss({"mode": "seq-mean-token-mean"}),
+    "agg-token-mean": {**_loss({"mode": "token-mean"}), "promises": (*TOKEN_MEAN_PROMISES, AGG_LOSS_PROMISE)},
+    "agg-token-sum": {**_loss({"mode": "token-sum"}), "promises": (AGG_LOSS_PROMISE,)},
+    # the seq-mean modes count every row of the step: 0.9.1 divides by global_batch_size = the mini-batch's rows
+    # (ray_trainer.py:1352-1362, core_algos.py:1188, :1202), 0.4.1 / 0.5.0 by torch.mean over the micro-batch's rows
+    # (core_algos.py:705 at 0.5.0); #4510 made "use total batch size consistently" its stated design (reverted in
+    # #4769 for the legacy engine only). The "# exclude fully masked sequences" comment (:1183) is the numerator's
+    # seq_mask, and the denominator when no global size is passed.
+    "agg-seq-mean-token-sum": {
+        **_loss({"mode": "seq-mean-token-sum", **_COUNTED}),
+        "promises": (AGG_LOSS_PROMISE,),
+    },
+    "agg-seq-mean-token-mean": {
+        **_loss({"mode": "seq-mean-token-mean", **_COUNTED}),
+        "promises": (AGG_LOSS_PROMISE,),
+    },
     # loss_scale_factor set to a constant, as actor.yaml:90 asks (its default null divides by the padded width)
-    "agg-seq-mean-token-sum-norm": _loss({"mode": "seq-mean-token-sum-norm", "constant": 32}),
+    "agg-seq-mean-token-sum-norm": {
+        **_loss({"mode": "seq-mean-token-sum-norm", "constant": 32, **_COUNTED}),
+        "promises": (AGG_LOSS_PROMISE,),
+    },
     # compute_value_loss: 0.5 * agg_loss(max((v - R)^2, (clip(v, v_old +- 0.5) - R)^2)) (core_algos.py:2171-2183)
     # critic.cliprange_value and critic.loss_agg_mode change the clip range and the aggregation (the options above)
+    # empty_rows counted: what the seq-mean options divide by (as the agg-seq-mean-* entries); token-mean ignores it
     "value-loss": {
-        **_loss({"clip": 0.5, "mode": "token-mean"}),
+        **_loss({"clip": 0.5, "mode": "token-mean", **_COUNTED}),
         "kind": "value-loss",
         "options": (CLIPRANGE_VALUE, CRITIC_LOSS_AGG_MODE),
+        # value_loss hands compute_value_loss the step's normalisers (verl/workers/utils/losses.py:161-166, #6957)
+        "promises": (AGG_LOSS_PROMISE,),
     },
     # compute_policy_loss_vanilla (core_algos.py:1285-1376 at 0.9.1; compute_policy_loss at 0.4.1 / 0.5.0):
     # max(-A r, -A clamp(r, 0.8, 1.2)), min with -A * 3.0 where A < 0 (:1336-1361; log-ratio clamped to [-20, 20],
     # :1338), agg_loss token-mean with the step's normalisers (:1367-1369); the defaults of the actor config
     # (actor.py:159-164). The options above.
+    # empty_rows counted: as value-loss. Scope "step" at every pin: 0.4.1 / 0.5.0 normalise each micro-batch by itself
+    # (dp_actor.py:465-469 at 0.5.0) although the DAPO page promises the mini-batch's token mean (TOKEN_MEAN_PROMISES):
+    # that split dependence is a defect, not a variant
     "policy-loss": {
-        **_loss({"clip_low": 0.2, "clip_high": 0.2, "dual_clip": 3.0, "advantages": "token", "mode": "token-mean"}),
+        **_loss(
+            {
+                "clip_low": 0.2,
+                "clip_high": 0.2,
+                "dual_clip": 3.0,
+                "advantages": "token",
+                "mode": "token-mean",
+                **_COUNTED,
+            }
+        ),
         "kind": "policy-loss",
         "options": (CLIP_RATIO_LOW, CLIP_RATIO_HIGH, CLIP_RATIO_C, ACTOR_LOSS_AGG_MODE),
+        "promises": (*TOKEN_MEAN_PROMISES, AGG_LOSS_PROMISE),
         # actor.loss_agg_mode=token-sum at 0.4.1 / 0.5.0: agg_loss has no such mode there and says so
         # (core_algos.py:555 at 0.4.1, :717 at 0.5.0); 0.9.1 has it (:1176-1180)
         "documented_errors": (r"ValueError: Invalid loss_agg_mode: token-sum",),
     },
 }
+
+# The GAE entry's promises (GAE_PROMISES, the SPEC's) are about compute_gae_advantage_return only: an entry of another
+# kind declares its own or none
+for _overrides in KIND_OVERRIDES.values():
+    _overrides.setdefault("promises", ())
 
 
 SPEC = TargetSpec(
@@ -681,6 +1059,7 @@ SPEC = TargetSpec(
     # GAE: no option of verl's changes compute_gae_advantage_return's math (whitening is unconditional,
     # core_algos.py:262 at 0.9.1); a cut row is terminal (GAE_TRUNCATION); the other entries set their own
     truncation=GAE_TRUNCATION,
+    promises=GAE_PROMISES,
     pins=(
         Pin("0.1", "first release; mask argument named eos_mask; plain GAE loop"),
         Pin("0.4.1", "last release before #2337: plain GAE loop, mask used only for whitening", default=True),
