@@ -107,8 +107,14 @@ def test_train_rows_without_padding_are_plain_gae(train):
         lam=0.7,
     )
     v = verdicts(train.run, case)
-    for prop in ("all-trainable", "reference", "row-independence", "deterministic", "no-crash"):
+    for prop in ("all-trainable", "reference", "deterministic", "no-crash"):
         assert v[prop].status == "pass", (prop, v[prop].message)
+    # The row twin adds a padding column (issue 24: padding, never a new sample). To TRL that column is a first pad
+    # slot: the score moves onto it and the (probe) value there bootstraps, its terminal state after the last token
+    # (padding_mask_p1, trl/experimental/ppo/ppo_trainer.py:767-769, 778-779 at 1.12.0). A fact of TRL's MDP, not a
+    # defect: the value at that slot is one TRL trains (vf_loss over ~padding_mask_p1, :837), and the pipeline domain
+    # cites no masked critic value as produced (docs/audit/trl.md, "Promise audit").
+    assert v["row-independence"].failed
 
 
 @pytest.mark.network
@@ -184,7 +190,8 @@ def test_short_fuzz_of_train_finds_the_leak(train):
     )
     failed = {p for p, n in result.failed.items() if n}
     assert {"poison", "reference"} <= failed, failed
-    assert not failed & {"masked-zero", "row-independence", "deterministic", "all-trainable"}, failed
+    # row-independence: the twin's padding column is a new first pad slot to TRL (see the test above)
+    assert not failed & {"masked-zero", "deterministic", "all-trainable"}, failed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,14 +384,17 @@ def test_grpo_dr_grpo_rloo_by_hand(group_entry):
 
 @pytest.mark.network
 def test_an_all_masked_row_counts_in_its_group(group_entry):
-    """True defect (undocumented): a completion whose completion_mask is all 0 (mask_truncated_completions=True,
-    grpo_trainer.py:2506-2510 at 1.12.0) still enters its group's nanmean / nanstd (grpo_trainer.py:2785-2793)."""
+    """A completion whose completion_mask is all 0 (mask_truncated_completions=True, grpo_trainer.py:2506-2510 at
+    1.12.0) still enters its group's nanmean / nanstd (grpo_trainer.py:2785-2793): the block reads the rewards
+    alone. Issue 24: a variant (empty_rows="counted", declared), not a defect; mask_truncated_completions speaks of
+    the loss ("excluded from the loss calculation", grpo_config.py:268-271 at 1.16.0), not of the group statistics."""
     case = Case.build(trainable=[[1], [1], [0]], attention=[[1], [1], [1]], score=[1.0, 0.0, 5.0], group=[0, 0, 0])
     (adv,) = group_entry("grpo").run(case)
     std = 7**0.5  # scores 1, 0, 5: mean 2, unbiased var (1 + 4 + 9) / 2
     assert adv[:2, 0].tolist() == pytest.approx([-1 / (std + 1e-4), -2 / (std + 1e-4)], rel=1e-6)
+    assert trl.SPEC.for_entry("grpo").variant["empty_rows"] == "counted"
     v = kind_verdicts(group_entry("grpo"), case)
-    assert v["reference"].failed  # canonical: the all-masked row counts in no statistic -> +-1 / (sqrt(0.5) + eps)
+    assert v["reference"].status == "pass"  # the declared variant: the row counts, as TRL counts it
 
 
 @pytest.mark.network
@@ -430,16 +440,20 @@ def _group_fuzz(h, n=40):
 @pytest.mark.parametrize(
     "name, failing",
     [
-        ("grpo", {"reference", "pad-invariance", "affine"}),
-        ("dr-grpo", {"reference", "pad-invariance", "affine"}),
-        ("rloo", {"reference", "pad-invariance", "affine", "poison-nonfinite"}),
+        ("grpo", {"reference", "affine"}),
+        ("dr-grpo", set()),
+        ("rloo", {"reference", "affine", "poison-nonfinite"}),
     ],
 )
 def test_short_fuzz_of_the_group_entries(group_entry, name, failing):
+    """Issue 24: empty rows counted is the declared variant and the padding twin adds a column, never a sample, so
+    pad-invariance holds. What is left on `grpo` / `rloo`: `reference` / `affine` on a row mask_truncated_completions
+    clears, judged at its original positions where TRL's broadcast advantage is never read (a judge artefact, see
+    trl.DEFERRED_PROMISES); `poison-nonfinite` on rloo (api: the log-probs under the mask are finite)."""
     res = _group_fuzz(group_entry(name))
     found = {f.property for f in res.findings}
     assert found <= failing, found
-    assert "pad-invariance" in found  # the all-masked row of the padding twin counts in its group
+    assert "pad-invariance" not in found
     assert res.checked["reference"] > 0 and res.checked["permutation"] > 0
 
 
@@ -500,31 +514,35 @@ def test_aggregation_blocks_by_hand_over_two_micro_batches(group_entry):
         v = kind_verdicts(h[name], TWO_MB)
         for prop in ("poison", "permutation", "masked-zero", "deterministic"):
             assert v[prop].status == "pass", (name, prop, v[prop])
-        # bnpo declares its documented per-micro-batch normaliser (scope="micro-batch"): its reference is that,
-        # and split-invariance does not apply to it
-        want = "n/a" if name == "agg-bnpo" else "pass"
+        # bnpo declares its documented per-micro-batch normaliser (scope="micro-batch"), grpo the micro-batch row
+        # mean it runs (no global normaliser, grpo_trainer.py:3154-3157): their reference is that, and
+        # split-invariance does not apply to them
+        want = "n/a" if name in ("agg-bnpo", "agg-grpo") else "pass"
         assert v["split-invariance"].status == want and v["reference"].status == "pass", (name, v["reference"])
 
 
 @pytest.mark.network
 def test_grpo_counts_all_masked_rows_and_bnpo_normalises_per_micro_batch(group_entry):
     """grpo: `.mean()` over the micro-batch's rows counts a row with no token (grpo_trainer.py:3154), e.g. a
-    completion zeroed by mask_truncated_completions=True (:2488-2492), which grpo_config.py:268-271 says is
-    "excluded from the loss calculation": true defect, reach pipeline. bnpo: the micro-batch's token count
-    (:3159), documented (grpo_config.py:249-252)."""
+    completion zeroed by mask_truncated_completions=True (:2488-2492). Issue 24: by design (every completion of the
+    micro-batch counts, as the docs' 1/G sum_i 1/|o_i| writes it), declared empty_rows="counted"; the cleared row's
+    tokens are out of the loss ("excluded from the loss calculation", grpo_config.py:268-271): no gradient, not
+    penalised. A semantics fact, not a defect. bnpo: the micro-batch's token count (:3159), documented
+    (grpo_config.py:249-252)."""
     case = Case.build(trainable=[[1, 1], [0, 0]], extra={"loss": [[1.0, 3.0], [5.0, 5.0]]})
     loss, _ = group_entry("agg-grpo", NEWEST).run(case)
-    assert loss[0, 0].item() == pytest.approx(1.0)  # (2 + 0) / 2 rows; canonical 2
+    assert loss[0, 0].item() == pytest.approx(1.0)  # (2 + 0) / 2 rows; with the empty row excluded 2
     v = kind_verdicts(group_entry("agg-grpo", NEWEST), case)
-    assert v["reference"].failed
+    assert v["reference"].status == "pass"  # the declared variant: the empty row counts
     # equal micro-batches without empty rows (TRL's split_tensor_dict chunks equally): grpo and dr_grpo are invariant
     equal = Case.build(
         trainable=[[1, 1], [1, 0], [1, 0], [1, 0]],
         extra={"loss": [[1.0, 3.0], [5.0, 0], [2.0, 0], [7.0, 1.0]]},
         split=[0, 1, 0, 1],
     )  # 3 and 2 tokens: bnpo's local token means differ
-    for name in ("agg-grpo", "agg-dr_grpo", "agg-dapo"):
+    for name in ("agg-dr_grpo", "agg-dapo"):
         assert kind_verdicts(group_entry(name, NEWEST), equal)["split-invariance"].status == "pass", name
+    assert kind_verdicts(group_entry("agg-grpo", NEWEST), equal)["split-invariance"].status == "n/a"  # micro-batch
     bnpo = kind_verdicts(group_entry("agg-bnpo", NEWEST), equal)
     assert bnpo["split-invariance"].status == "n/a" and bnpo["reference"].status == "pass"
     # an all-masked step: the clamps give 0 in every mode
@@ -558,9 +576,13 @@ def test_git_head_aggregation_block():
 @pytest.mark.parametrize(
     "name, failing",
     [
-        ("agg-grpo", {"reference", "pad-invariance", "split-invariance", "empty-step", "poison-nonfinite"}),
-        ("agg-bnpo", {"reference", "split-invariance", "poison-nonfinite"}),
-        ("agg-dr_grpo", {"reference", "split-invariance", "poison-nonfinite"}),
+        # issue 24: uneven micro-batches are outside the api domain (TRL's loader cuts equal ones), grpo is judged
+        # as the micro-batch row mean it runs (empty rows counted): what is left is NaN through the mask (api)
+        ("agg-grpo", {"empty-step", "poison-nonfinite"}),
+        ("agg-bnpo", {"poison-nonfinite"}),
+        # dr_grpo: split-invariance / reference on uneven micro-batches only: the case strategy does not honour the
+        # api domain's uneven_splits=False yet (fuzz/kind_strategies.py draws every split), so they are still drawn
+        ("agg-dr_grpo", {"poison-nonfinite", "split-invariance", "reference"}),
         ("agg-dapo", {"poison-nonfinite"}),
     ],
 )
@@ -569,7 +591,11 @@ def test_short_fuzz_of_the_aggregation_entries(group_entry, name, failing):
     res = fuzz_target(h.run, h.declared, target="trl", pin=NEWEST, max_examples=30, seed=0, sizes=Sizes(4, 6))
     found = {f.property for f in res.findings}
     assert found <= failing, found
-    assert res.checked["reference"] > 0 and (res.checked["split-invariance"] > 0 or name == "agg-bnpo")
+    for f in res.findings:  # every split finding is on a split TRL's loader never cuts (outside the api domain)
+        if f.property in ("split-invariance", "reference"):
+            assert "micro-batches of different sizes" in (h.declared.domain.rejects(f.case) or ""), f.case
+    micro = name in ("agg-bnpo", "agg-grpo")  # scope="micro-batch": split-invariance does not apply
+    assert res.checked["reference"] > 0 and (res.checked["split-invariance"] > 0 or micro)
 
 
 @pytest.mark.parametrize("name", AGG)
@@ -1024,3 +1050,126 @@ def test_short_fuzz_of_kl_grpo_with_the_bias_correction_on(group_entry, level):
     assert found <= ({"poison-nonfinite"} if level == "sequence" else set()), found
     assert res.checked["reference"] > 0
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The promise model (issue 24; docs/audit/trl.md, "Promise audit"): which findings are defects (they break a
+# promise, universal or TRL's own words at the pin) and which are facts, as `fuzz.triage.judge_finding` decides.
+# ---------------------------------------------------------------------------------------------
+from maskfuzz.fuzz.engine import Finding  # noqa: E402
+from maskfuzz.fuzz.triage import judge_finding  # noqa: E402
+from maskfuzz.oracles.promises import broken  # noqa: E402
+
+
+def triaged(handle, case: Case, prop: str, run=None) -> Finding:
+    """`case`'s failure of `prop` on `handle` (or on `run`, a changed implementation of the same entry), judged as
+    a finding of the fuzzer: root cause, reach (no search, the case itself or its projection), promise or fact."""
+    run = run or handle.run
+    v = next(v for v in judge(run, case, handle.declared) if v.property == prop)
+    assert v.failed, v
+    f = Finding(target="trl", pin=handle.pin, resolved="", property=prop, case=case, verdict=v)
+    judge_finding(run, f, handle.declared, examples=0)
+    return f
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
+def test_train_first_pad_slot_findings_are_facts(train):
+    """TRL's terminal state after the last token is the first pad slot: it keeps the value model's output there
+    (padding_mask_p1, ppo_trainer.py:767-769 at 1.12.0), trains it (vf_loss over ~padding_mask_p1, :837) and puts the
+    score there (:778-779). The pipeline domain cites no masked critic value as produced (a trained state value is
+    not poison), so the value's bootstrap is a robustness fact; the score's lam-decay a semantics fact (score
+    placement)."""
+    seed = SEED.replace(attention=SEED.trainable.clone())  # the response and its padding, as TRL's window holds it
+    f = triaged(train, seed, "poison")
+    assert not f.is_defect and f.fact == "robustness" and "critic values" in f.why_fact, f.why_fact
+    ref = Case.build(
+        trainable=[[1, 1], [1, 0]],
+        attention=[[1, 1], [1, 0]],
+        token_rewards=[[0, 0], [0, 100]],
+        score=[1.0, 1.0],
+        gamma=1.0,
+        lam=0.9,
+    )  # corpus entry ca5c7a200d7adfc0 (retired): the short row's score sits on its pad slot, decayed by lam
+    f = triaged(train, ref, "reference")
+    assert not f.is_defect and f.fact == "semantics"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="shared code: oracles/promises.py universal_for maps score-kept to universal:score-kept whatever the "
+    "case, but the invariant holds 'where the pipeline can end a response on a masked token' (kinds.md); TRL's "
+    "responses never end on one (masked_real_tail narrowed): the score at the first pad slot is a placement "
+    "(semantics). Retired corpus entry 83384c4ed0209044; see docs/audit/trl.md",
+)
+def test_train_score_at_the_pad_slot_is_no_score_kept_defect(train):
+    case = Case.build(trainable=[[1, 1, 0]], score=[1.0], gamma=0.0, lam=1.0)
+    assert "masked_real_tail" not in train.declared.pipeline.features(case)
+    assert not triaged(train, case, "score-kept").is_defect
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "name, pin, prop, promise",
+    [
+        ("agg-dapo", NEWEST, "split-invariance", "upstream:trl/trainer/grpo_config.py:246-247"),
+        ("agg-dapo", NEWEST_PPO, "reference", "upstream:trl/trainer/grpo_config.py:252-253"),
+        ("agg-dr_grpo", NEWEST, "reference", "upstream:trl/trainer/grpo_config.py:243-245"),
+        ("agg-dr_grpo", "0.19.1", "split-invariance", "upstream:trl/trainer/grpo_config.py:169-171"),
+        ("agg-grpo", NEWEST, "reference", "upstream:trl/trainer/grpo_config.py:240"),
+        ("agg-bnpo", "0.19.1", "reference", "upstream:trl/trainer/grpo_config.py:165-167"),
+        ("dr-grpo", NEWEST, "reference", "upstream:trl/trainer/grpo_config.py:234"),
+        ("dr-grpo", "0.19.1", "reference", "upstream:trl/trainer/grpo_config.py:156-157"),
+        ("grpo-batch", NEWEST_PPO, "reference", "upstream:trl/trainer/grpo_config.py:238-239"),
+        ("kl-grpo", NEWEST, "reference", "upstream:trl/trainer/grpo_config.py:351-352"),
+        ("kl-grpo", "0.19.1", "reference", "upstream:docs/source/grpo_trainer.md:87-88"),
+        ("kl-ppo", NEWEST_PPO, "reference", "upstream:trl/experimental/ppo/ppo_config.py:95-98"),
+        ("kl-ppo", "0.19.1", "reference", "upstream:trl/trainer/ppo_config.py:51-54"),
+        ("policy-grpo", NEWEST, "reference", "upstream:trl/trainer/grpo_config.py:178-179"),
+        ("policy-grpo", NEWEST, "split-invariance", "upstream:trl/trainer/grpo_config.py:246-247"),
+    ],
+)
+def test_trl_promises_name_its_words_at_each_pin(name, pin, prop, promise):
+    """Each declared promise makes a failure of the property it covers a defect naming TRL's words at that pin
+    (config docstrings quoted from the release, the docs page at the git pin and 0.19.1)."""
+    declared = trl.SPEC.declared(name, pin)
+    p = broken(prop, "unexplained", declared.promises, reach="api", kind=declared.kind)
+    assert p is not None and p.id == promise, (p, promise)
+    assert not p.universal and p.text.strip()
+
+
+def test_grpo_and_rloo_promises_wait_for_the_judge():
+    """TRL's words for the `grpo` and `rloo` advantages are real but not attached (trl.DEFERRED_PROMISES): with
+    mask_truncated_completions the judge compares a cleared row at its original positions, where TRL's broadcast
+    advantage is never read; a reference failure there stays a fact until the judge compares on the reference
+    case's mask."""
+    for name in ("grpo", "rloo"):
+        assert trl.SPEC.for_entry(name).promises == ()
+        assert trl.DEFERRED_PROMISES[name] and all(p.covers == ("reference",) for p in trl.DEFERRED_PROMISES[name])
+
+
+@pytest.mark.network
+def test_a_dapo_normaliser_off_its_documented_count_is_a_defect_naming_it(group_entry):
+    """An implementation of `agg-dapo` that normalised by anything but the active tokens of the accumulated batch
+    (here: the real block, its loss and gradient scaled by 1.5) breaks GRPOConfig's words at 1.16.0
+    (grpo_config.py:246-247) and is filed as that defect."""
+    h = group_entry("agg-dapo", NEWEST)
+    wrong = lambda *a, **k: tuple(x * 1.5 for x in h.run(*a, **k))  # noqa: E731
+    f = triaged(h, TWO_MB, "reference", run=wrong)
+    assert f.is_defect and f.promise.id == "upstream:trl/trainer/grpo_config.py:246-247", (f.promise, f.fact)
+    assert kind_verdicts(h, TWO_MB)["reference"].status == "pass"  # TRL's own block keeps it
+
+
+@pytest.mark.network
+def test_a_kl_ppo_estimator_off_schulmans_is_a_defect_naming_ppo_config(group_entry):
+    """kl-ppo at 1.12.0: an estimator that is not k1 of d = logp - ref (here TRL's own block, its sign flipped)
+    breaks PPOConfig.kl_estimator's words (trl/experimental/ppo/ppo_config.py:95-98)."""
+    h = group_entry("kl-ppo", NEWEST_PPO)
+    case = Case.build(
+        trainable=[[1, 1, 0]], attention=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, 0.0]], "ref_logp": [[-1.5, -1.0, 0.0]]}
+    )
+    wrong = lambda *a, **k: tuple(-x for x in h.run(*a, **k))  # noqa: E731
+    f = triaged(h, case, "reference", run=wrong)
+    assert f.is_defect and f.promise.id == "upstream:trl/experimental/ppo/ppo_config.py:95-98"
