@@ -56,6 +56,19 @@ def failed(run, case: Case) -> set[str]:
     return {v.property for v in judge(run, case, slime.SPEC.declared()) if v.failed}
 
 
+def triaged(h, case: Case, prop: str):
+    """`case`'s failure of `prop` on the open target `h`, triaged as replay does it (the case, its projection into
+    the pipeline domain; no witness search): its mechanism, reach, promise and severity."""
+    from maskfuzz.fuzz.engine import Finding
+    from maskfuzz.fuzz.triage import judge_finding
+
+    verdict = next(v for v in judge(h.run, case, h.declared, only=(prop,)) if v.property == prop)
+    assert verdict.failed, (prop, verdict.message)
+    f = Finding(target="slime", pin="", resolved="", property=prop, case=case, verdict=verdict)
+    judge_finding(h.run, f, h.declared, examples=0)
+    return f
+
+
 # ---------------------------------------------------------------------------------------------
 # Offline: the registry entry and the adapter's own logic.
 # ---------------------------------------------------------------------------------------------
@@ -343,13 +356,20 @@ def test_reinforce_pp_masks_the_kl_but_asserts_on_a_removed_sample(kinds_open):
     adv, _ = h.run(case)
     # masked KL dropped, masked tokens still steps (dense): G3 = 0, G2 = 1.25, G1 = 0.625, G0 = 0.8125
     assert adv[0].tolist() == pytest.approx([0.5 + 0.5 * 0.625, 0.625, 1.25, 0.0])
-    assert kind_failed(h, case) == {"no-crash"}  # only a twin with an all-masked row: the assert below
+    # no twin adds a sample to the batch any more (pad-invariance adds a padding column only, kinds.md): nothing fails
+    assert kind_failed(h, case) == set()
+    removed = Case.build(trainable=[[1, 1], [0, 0]], score=[1.0, 1.0])
     with pytest.raises(Exception, match="fully masked"):
-        h.run(Case.build(trainable=[[1, 1], [0, 0]], score=[1.0, 1.0]))
+        h.run(removed)
+    # the crash is a defect: a removed sample (remove_sample, slime/ray/rollout.py:680-681) is cited as produced
+    f = triaged(h, removed, "no-crash")
+    assert (f.promise.id, f.reach, f.severity) == ("universal:no-crash", "pipeline", "medium"), f.reach_how
 
 
 SLIME_KIND_FUZZ = {  # entry -> (must fail, may fail)
-    "grpo": ({"pad-invariance"}, {"no-crash", "group-isolation", "affine", "reference"}),
+    # the whole-batch fallback of unequal groups mixes them (group-isolation); all-masked rows counted in their group
+    # are slime's documented variant (empty_rows "counted", arguments.py:1437), and pad-invariance adds no sample
+    "grpo": ({"group-isolation"}, {"no-crash", "affine", "reference"}),
     "kl-low-var": (set(), set()),
     "whiten": ({"no-crash"}, {"poison-nonfinite", "pad-invariance", "permutation", "affine", "reference"}),
     "reinforce++": ({"no-crash"}, {"poison-nonfinite"}),
@@ -438,9 +458,11 @@ def test_rollout_mean_is_not_present_at_the_older_pin(repos):
 
 
 SLIME_LOSS_FUZZ = {  # entry -> (must fail, may fail)
-    "agg-seq-mean-token-mean": ({"pad-invariance", "reference"}, {"poison-nonfinite"}),
-    "agg-token-mean": ({"pad-invariance", "reference"}, {"poison-nonfinite"}),
-    "agg-rollout-mean": (set(), {"poison-nonfinite", "pad-invariance", "reference"}),
+    # the removed sample counted by the step's denominators is `reference` (a defect, arguments.py:1434); pad-invariance
+    # adds a padding column only, never a sample (kinds.md), so it no longer fails
+    "agg-seq-mean-token-mean": ({"reference"}, {"poison-nonfinite"}),
+    "agg-token-mean": ({"reference"}, {"poison-nonfinite"}),
+    "agg-rollout-mean": (set(), {"poison-nonfinite", "reference"}),
 }
 
 
@@ -504,7 +526,7 @@ def test_grpo_options_through_the_rollout_and_the_caller(kinds_open):
     for opts in ({"grpo_std_normalization": False}, {"advantage_estimator": "reinforce_plus_plus_baseline"}):
         (adv,) = h.run(case.replace(options=opts))
         assert adv[:, 0].tolist() == [0.5, -0.5, -1.0, 1.0], opts
-        assert kind_failed(h, case.replace(options=opts)) == {"pad-invariance"}  # the all-masked twin, as before
+        assert kind_failed(h, case.replace(options=opts)) == set()  # no twin adds a sample to a group any more
     # a group of one without the std: r - mean_g = 0 (the effect's singleton="zero")
     single = Case.build(trainable=[[1]], score=[1000.0], group=[0], options={"grpo_std_normalization": False})
     assert h.run(single)[0].tolist() == [[0.0]] and "reference" not in kind_failed(h, single)
@@ -514,7 +536,7 @@ def test_grpo_options_through_the_rollout_and_the_caller(kinds_open):
     (adv,) = h.run(case.replace(options=opts))
     s = ((4.25 - 8 * 0.0625**2) / 7 + 1e-8) ** 0.5
     assert adv[:, 0].tolist() == pytest.approx([(r - 0.0625) / s for r in (0.5, -0.5, -1.0, 1.0)], rel=1e-5)
-    assert kind_failed(h, case.replace(options=opts)) <= {"pad-invariance"}
+    assert kind_failed(h, case.replace(options=opts)) == set()
 
 
 @pytest.mark.needs_mirror
@@ -533,7 +555,7 @@ def test_reinforce_pp_normalize_advantages_whitens_the_returns(kinds_open):
     s = (0.095703125 + 1e-8) ** 0.5
     assert adv[0].tolist() == pytest.approx([(g - 1.03125) / s for g in (0.8125, 0.625, 1.25, 0.0)], rel=1e-5)
     assert ret[0].tolist() == pytest.approx([0.8125, 0.625, 1.25, 0.0])
-    assert kind_failed(h, case) == {"no-crash"}  # the all-masked twin's assert, as without the option
+    assert kind_failed(h, case) == set()  # no twin adds an all-masked sample any more (kinds.md, pad-invariance)
 
 
 @pytest.mark.needs_mirror
@@ -672,8 +694,8 @@ def test_value_loss_short_fuzz(kinds_open):
     res = fuzz_target(h.run, h.declared, target="slime:value-loss", pin=HEAD, max_examples=12, seed=0)
     print(f"\n[slime:value-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
-    must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
-    assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash: no tool error
+    must = {"reference"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
+    assert must <= found <= must | {"poison-nonfinite", "masked-zero"}, found  # no no-crash: no tool error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -784,7 +806,7 @@ def test_policy_loss_short_fuzz(kinds_open):
     # reference); the mask applied by multiplication after compute_policy_loss, nothing masked before it (:1033-1044,
     # cp_utils.py:76): NaN under the mask, or a masked log-ratio > 88.7 whose float32 exp overflows, gives
     # inf * 0 = NaN (poison-nonfinite, no-crash, empty-step, masked-zero)
-    must = {"pad-invariance"}
+    must = set()  # the removed sample counted is `reference` (test_policy_loss_by_hand); 12 examples may miss it
     may = {"reference", "poison-nonfinite", "no-crash", "empty-step", "masked-zero"}
     assert must <= found <= must | may, found
 
@@ -834,7 +856,7 @@ def test_kl_reward_by_hand(repos, pin):
         assert adv[1].tolist() == pytest.approx([0.95, 2.0, 0.0], rel=1e-6) and torch.equal(adv[1], ret[1])
         # NaN * loss_mask (ppo_utils.py:416) reaches every earlier return (HEAD's chunked matmul, :430, every one)
         assert torch.isnan(adv[0, :2]).all()
-        assert kind_failed(h, KL_REWARD_FINITE) == {"no-crash"}  # only the all-masked twin: the assert of :415
+        assert kind_failed(h, KL_REWARD_FINITE) == set()  # no twin adds an all-masked sample any more
     with open_target(f"slime:gae-kl@{pin}", repos=repos) as h:
         adv, ret = h.run(case)
         # every response token a step, the masked KL 0.2 kept and the score on the last response token (masked):
@@ -866,3 +888,146 @@ def test_kl_reward_short_fuzz(repos, entry):
         print(f"\n[slime:{entry}] fuzz 20 (unshrunk): {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
     assert must <= found <= must | may, found
+
+
+# ---------------------------------------------------------------------------------------------
+# The promise model (issue 24): what slime's own code produces (Domain.produces) and what it promises at each pin
+# (Promise, quoted with file:line). A finding is a defect only where it breaks a universal invariant with a witness
+# built from produced features, or one of slime's own promises; everything else is a fact.
+# ---------------------------------------------------------------------------------------------
+from maskfuzz.oracles.promises import broken  # noqa: E402
+
+PRODUCED = ("gaps", "masked_real_tail", "leading_mask", "all_masked_rows", "masked_rewards", "token_rewards",
+            "masked_values", "truncated_rows")  # fmt: skip
+
+
+def test_pipeline_domains_cite_what_slime_produces():
+    import re
+
+    for pin in (HEAD, OLDER):
+        for entry in slime.SPEC.entries:
+            dom = slime.SPEC.for_entry(entry).pipeline_at(pin)
+            for feature, cite in dom.produces.items():
+                assert re.search(r"[\w/.-]+\.\w+:\d+", cite) and f"slime {pin}" in cite, (entry, pin, feature)
+        usable = slime.SPEC.pipeline_at(pin).produced_only()
+        assert all(getattr(usable, f) for f in PRODUCED), pin
+        assert not usable.uneven_splits and usable.dtypes == ("float32",)  # GAE takes no split; float32 cited
+        loss = slime.SPEC.for_entry("agg-token-mean").pipeline_at(pin).produced_only()
+        assert loss.uneven_splits and loss.all_masked_rows and loss.gaps and not loss.nonfinite_poison
+    # the GAE witness of the corpus: a response ending on an observation with a critic value and a KL reward under it
+    tail = Case.build(trainable=[[1, 0]], token_rewards=[[0.0, 100.0]], values=[[0.0, 100.0]], score=[1.0])
+    assert slime.SPEC.pipeline_at(HEAD).unproduced(tail) == []
+
+
+EXPECTED_PROMISES = {  # entry -> promise ids at HEAD (166441911: the same words at their own lines)
+    "default": ["upstream:slime/backends/megatron_utils/loss.py:710-712"],
+    "grpo": ["upstream:slime/backends/megatron_utils/loss.py:710-712"],
+    "kl": ["upstream:slime/utils/ppo_utils.py:19-20"],
+    "reinforce++": ["upstream:slime/backends/megatron_utils/loss.py:710-712", "upstream:slime/utils/ppo_utils.py:381"],
+    "agg-seq-mean-token-mean": ["upstream:slime/utils/arguments.py:1434", "upstream:docs/en/get_started/usage.md:206"],
+    "agg-rollout-mean": ["upstream:slime/utils/arguments.py:1434", "upstream:slime/utils/types.py:102-105"],
+    "value-loss": ["upstream:slime/utils/arguments.py:1434", "upstream:docs/en/get_started/usage.md:206"],
+    "policy-loss": ["upstream:slime/utils/arguments.py:901-906", "upstream:slime/utils/arguments.py:1434",
+                    "upstream:docs/en/get_started/usage.md:206"],
+}  # fmt: skip
+
+
+def test_promises_are_declared_per_pin_and_cover_what_they_say():
+    spec = slime.SPEC
+    for entry, ids in EXPECTED_PROMISES.items():
+        assert [p.id for p in spec.declared(entry, HEAD).promises] == ids, entry
+    assert [p.id for p in spec.declared("value-loss", OLDER).promises] == [
+        "upstream:slime/utils/arguments.py:1242",
+        "upstream:slime/utils/arguments.py:219-222",  # --rollout-temperature reached the critic before #1928
+        "upstream:docs/en/get_started/usage.md:190",
+    ]
+    assert spec.declared("agg-rollout-mean", OLDER).promises[-1].id == "upstream:slime/utils/arguments.py:1242"
+    # what each promise turns into a defect, and what stays a fact
+    at = lambda e, pin=HEAD: spec.declared(e, pin).promises  # noqa: E731
+    assert broken("reference", "unexplained", at("kl")).id.endswith("ppo_utils.py:19-20")
+    assert broken("all-trainable", "precision", at("reinforce++")).id.endswith("ppo_utils.py:381")
+    assert broken("reference", "masked-statistics", at("whiten")).id.endswith("loss.py:710-712")
+    assert broken("reference", "masked-statistics", at("agg-seq-mean-token-mean")).id.endswith("arguments.py:1434")
+    assert broken("reference", "variant-mismatch", at("policy-loss", OLDER)).id.endswith("arguments.py:735-740")
+    assert broken("masked-zero", "masked-nonzero", at("default")) is None  # no consumer reads masked advantages
+    assert broken("reference", "variant-mismatch", at("grpo")) is None  # grpo's variants are semantics
+    assert spec.declared("grpo").variant == {"empty_rows": "counted"}  # arguments.py:1437: the documented design
+
+
+def _quoted(root_or_repo, pin: str, path: str, lines: str) -> str:
+    import subprocess
+
+    text = subprocess.run(
+        ["git", "-C", str(root_or_repo), "show", f"{pin}:{path}"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    lo, _, hi = lines.partition("-")
+    out = []
+    for line in text[int(lo) - 1 : int(hi or lo)]:
+        line = line.strip().lstrip("#").strip()
+        out.append(line[1:] if line.startswith('"') else line)
+    return " ".join(" ".join(out).split())
+
+
+@pytest.mark.needs_mirror
+def test_every_promise_quotes_the_words_at_its_line(repos):
+    for entry in slime.SPEC.entries:
+        for pin in (HEAD, OLDER):
+            for p in slime.SPEC.declared(entry, pin).promises:
+                path, lines = p.id.removeprefix("upstream:").rsplit(":", 1)
+                words = " ".join(p.text.split())
+                assert words in _quoted(repos["slime"], pin, path, lines), (entry, pin, p.id)
+
+
+@pytest.mark.needs_mirror
+def test_the_gae_leaks_are_defects_with_a_cited_pipeline_witness(pinned):
+    # the corpus cases: a response ending on an observation whose KL reward and critic value leak (poison), the score
+    # on that observation (score-kept); the masked advantage is a semantics fact (no consumer reads it unmasked)
+    leak = Case.build(trainable=[[1, 0]], token_rewards=[[0.0, 100.0]], values=[[0.0, 100.0]], score=[1.0])
+    f = triaged(pinned, leak, "poison")
+    assert (f.promise.id, f.mechanism, f.reach, f.severity) == (
+        "universal:poison", "masked-value-bootstrap", "pipeline", "high"
+    ), f.reach_how  # fmt: skip
+    lost = leak.replace(gamma=0.0)
+    f = triaged(pinned, lost, "score-kept")
+    assert (f.promise.id, f.reach) == ("universal:score-kept", "pipeline")
+    f = triaged(pinned, lost, "masked-zero")
+    assert f.promise is None and f.fact == "semantics"
+    f = triaged(pinned, Case.build(trainable=[[1, 1], [0, 0]], attention=[[1, 1], [0, 0]], score=[1.0, 1.0]),
+                "no-crash")  # fmt: skip
+    assert f.promise is None and f.fact == "robustness"  # an empty response: slime never builds one
+
+
+@pytest.mark.needs_mirror
+def test_the_masked_kl_in_gae_is_a_defect(repos):
+    # 5ffcd4b4d5dd6a65: the gap twin's masked token carries the KL of a log-prob 0.1 nats off the reference
+    case = Case.build(trainable=[[1, 1]], score=[1.0], gamma=1.0, lam=1.0,
+                      extra={"logp": [[-0.1, -0.1]], "ref_logp": [[0.0, 0.0]]})  # fmt: skip
+    for pin in (HEAD, OLDER):
+        with open_target(f"slime:gae-kl@{pin}", repos=repos) as h:
+            f = triaged(h, case, "gap-invariance")
+            assert (f.promise.id, f.mechanism, f.reach) == ("universal:poison", "masked-reward-leak", "pipeline")
+
+
+@pytest.mark.needs_mirror
+def test_a_removed_sample_counted_in_the_loss_breaks_the_filter_promise(kinds_open, repos):
+    removed = Case.build(**REMOVED)
+    f = triaged(kinds_open("agg-seq-mean-token-mean"), removed, "reference")
+    assert (f.promise.id, f.mechanism, f.severity) == ("upstream:slime/utils/arguments.py:1434", "masked-statistics",
+                                                       "medium")  # fmt: skip  # step_global_batch_size: a rescale
+    # clamp_min(loss_mask.sum(), 1) counts it as one token: no neighbouring variant, the documented formula breaks
+    f = triaged(kinds_open("agg-token-mean"), removed, "reference")
+    assert f.promise.id == "upstream:docs/en/get_started/usage.md:206"
+    f = triaged(kinds_open("value-loss"), VALUE_REMOVED, "reference")
+    assert (f.promise.id, f.mechanism) == ("upstream:slime/utils/arguments.py:1434", "variant-mismatch")
+    with open_target(f"slime:agg-seq-mean-token-mean@{OLDER}", repos=repos) as h:  # args.global_batch_size
+        assert triaged(h, removed, "reference").promise.id == "upstream:slime/utils/arguments.py:1242"
+
+
+@pytest.mark.needs_mirror
+def test_the_older_pin_breaks_the_dual_clip_and_the_temperature_promises(repos):
+    with open_target(f"slime:policy-loss@{OLDER}", repos=repos) as h:
+        f = triaged(h, POLICY_DUAL, "reference")  # --eps-clip-c parsed, never passed (loss.py:535)
+        assert (f.promise.id, f.mechanism) == ("upstream:slime/utils/arguments.py:735-740", "variant-mismatch")
+    with open_target(f"slime:value-loss@{OLDER}", repos=repos) as h:
+        f = triaged(h, VALUE_STEP.replace(options=TEMPERATURE), "reference")  # the value logits divided by T
+        assert (f.promise.id, f.mechanism) == ("upstream:slime/utils/arguments.py:219-222", "unexplained")

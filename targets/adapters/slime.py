@@ -59,6 +59,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
@@ -97,18 +98,31 @@ def slime_pipeline(pin: str, lines: dict) -> Domain:
             f"(slime/backends/megatron_utils/loss.py:{g['values']}), token rewards differences of "
             f"log-probs (slime/utils/ppo_utils.py:28, slime/backends/megatron_utils/loss.py:{g['caller']}); "
             "tool tokens get rollout log-prob 0.0, so nothing non-finite sits under the mask by construction",
-            # permissive fields, with the code that produces them
-            "gaps": f"reachable: tool / observation tokens enter the response with loss_mask 0 "
-            f"({g['gaps']}), then more assistant tokens",
-            "masked_real_tail": f"reachable: the turn loop can stop right after an observation ({g['gaps']})",
-            "leading_mask": "reachable: --partial-rollout with --mask-offpolicy-in-partial-rollout zeroes the "
-            f"old part of a resumed response (slime/rollout/sglang_rollout.py:{g['partial']})",
-            "all_masked_rows": "reachable: remove_sample zeroes a whole loss mask "
-            f"(slime/ray/rollout.py:{g['remove']})",
-            "masked_rewards": f"reachable: -kl_coef * KL at every response token, unmasked "
-            f"(slime/backends/megatron_utils/loss.py:{g['caller']})",
-            "masked_values": f"reachable: the critic values every response token, never masked "
-            f"(slime/backends/megatron_utils/loss.py:{g['values']})",
+        },
+        # what slime's own code at the pin produces (`Domain.produces`): a pipeline witness may use only these
+        produces={
+            "gaps": f"slime {pin}: {g['gaps']}",
+            "masked_real_tail": f"slime {pin}: {g['tail']}",
+            "leading_mask": f"slime {pin}: slime/rollout/sglang_rollout.py:{g['partial']} (--partial-rollout with "
+            "--mask-offpolicy-in-partial-rollout sets the loss mask of a resumed response to zeros), then the new "
+            f"tokens are appended trainable (slime/rollout/sglang_rollout.py:{g['append']})",
+            "all_masked_rows": f"slime {pin}: slime/ray/rollout.py:{g['remove']} (a sample with remove_sample set "
+            "keeps its tokens and gets loss_mask [0] * response_length; it stays in the batch)",
+            "masked_values": f"slime {pin}: slime/backends/megatron_utils/loss.py:{g['values']} (get_values: the "
+            f"value head at every response token) through forward_only(get_values) "
+            f"(slime/backends/megatron_utils/actor.py:{g['critic']}); the value loss reduces under loss_masks "
+            "only, so the values under tool tokens are never trained",
+            "masked_rewards": f"slime {pin}: slime/backends/megatron_utils/loss.py:{g['kl']} "
+            "(compute_approx_kl(log_probs, ref_log_probs) at every response token when --kl-coef != 0) and "
+            f":{g['caller']} (token rewards -kl_coef * kl, unmasked); a tool token's KL is not 0: ref_log_probs are "
+            f"the reference model's at every response token (slime/backends/megatron_utils/actor.py:{g['ref']}; "
+            f"loaded when kl_coef != 0, slime/ray/placement_group.py:{g['with_ref']}), log_probs the actor's "
+            f"recompute (slime/backends/megatron_utils/actor.py:{g['recompute']}) or, with --use-rollout-logprobs, "
+            f"the rollout's 0.0 of a tool token ({g['zero_logp']})",
+            "token_rewards": f"slime {pin}: slime/backends/megatron_utils/loss.py:{g['caller']} (-kl_coef * kl at "
+            "every response token, trainable ones included, when --kl-coef != 0)",
+            "truncated_rows": f"slime {pin}: slime/utils/types.py:{g['truncated']} (finish_reason 'length' -> "
+            "Sample.Status.TRUNCATED, carried to the trainer by slime/ray/rollout.py)",
         },
     )
 
@@ -122,10 +136,23 @@ PIPELINE_HEAD = slime_pipeline(
         "gae_dtype": 508,
         "masks": "671-683",
         "caller": "770-780",
-        "gaps": "slime/utils/types.py:292 Sample.append_response_tokens(trainable=False); "
-        "examples/search-r1/generate_with_search.py:241-244",
+        "gaps": "slime/agent/trajectory.py:204-211 (a later turn's prompt tail, the tool output, appended with "
+        "loss_mask 0, then the turn's response with loss_mask 1); examples/search-r1/generate_with_search.py:244 "
+        "(an observation appended with trainable=False, loss_mask 0 by slime/utils/types.py:292), then the next "
+        "turn's tokens trainable (:220-225)",
+        "tail": "examples/search-r1/generate_with_search.py:179, 244 (each turn of the max_turns loop ends by "
+        "appending the observation with trainable=False: when the turns run out the response ends on it; the "
+        "multi-turn recipe of docs/en/get_started/quick_start.md:503-520 has the same shape)",
         "partial": "232-233",
+        "append": "212-219",
         "remove": "680-681",
+        "critic": "403",
+        "kl": "743-754",
+        "ref": "435-446",
+        "with_ref": "178",
+        "recompute": "473-490",
+        "zero_logp": "slime/utils/types.py:281",
+        "truncated": "410-412",
         "one_token": "2027-2035",
         "filter": "75",
     },
@@ -139,9 +166,21 @@ PIPELINE_166441911 = slime_pipeline(
         "gae_dtype": 404,
         "masks": "355-367",
         "caller": "278-288",
-        "gaps": "examples/search-r1/generate_with_search.py:215-218, examples/retool/generate_with_retool.py:313",
+        "gaps": "examples/search-r1/generate_with_search.py:214-217 (an observation appended with loss_mask 0), then "
+        "the next turn's tokens with loss_mask 1 (:197-200); examples/retool/generate_with_retool.py:313, :294",
+        "tail": "examples/search-r1/generate_with_search.py:160, 214-217 (each turn of the max_turns loop ends by "
+        "appending the observation with loss_mask 0: when the turns run out the response ends on it); "
+        "examples/retool/generate_with_retool.py:232, 313",
         "partial": "203-204",
+        "append": "168-175",
         "remove": "364-365",
+        "critic": "365-372",
+        "kl": "256-268",
+        "ref": "403-408",
+        "with_ref": "151",
+        "recompute": "417-422",
+        "zero_logp": "examples/search-r1/generate_with_search.py:220-221",
+        "truncated": "164-166",
         "one_token": "1692-1700",
         "filter": "69",
     },
@@ -205,8 +244,11 @@ KIND_OVERRIDES: dict = {
         kind="group-advantage",
         # estimator grpo, std unbiased (torch .std(), slime/ray/rollout.py:628), eps 1e-6 outside the std (:629):
         # the defaults. Singletons give std NaN (no rule, left canonical). Rows with an all-zero loss mask
-        # (remove_sample, slime/ray/rollout.py:680-681) still count: undocumented, left canonical.
-        variant={},
+        # (remove_sample, slime/ray/rollout.py:680-681) count in their group's statistics by design: the filter's
+        # help says "This attribute does not determine whether the sample participates in advantage
+        # normalization." (slime/utils/arguments.py:1437; 166441911 :1245), and _post_process_rewards runs on every
+        # sample before the loss masks are read (rollout.py:642 before :680): empty_rows "counted".
+        variant={"empty_rows": "counted"},
         domain=Domain(dtypes=("float32",), why={"dtypes": _F32["grpo"]}),
         masked_zero=False,
         masked_zero_why="get_grpo_returns broadcasts the normalised scalar over every response token, "
@@ -279,7 +321,23 @@ def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
             f"actor's float32 log-probs (slime/backends/megatron_utils/loss.py:{fp32}) and old log-probs the actor "
             "recomputes; masked tool tokens carry ordinary log-probs, nothing non-finite by construction",
         },
+        produces={
+            **{k: base.produces[k] for k in ("gaps", "masked_real_tail", "leading_mask", "all_masked_rows")},
+            "uneven_splits": f"slime {pin}: {_UNEVEN[pin]}",
+        },
     )
+
+
+# micro-batches of different row counts: what slime's loader cuts with --use-dynamic-batch-size (every rank runs the
+# same number of them); the api domain stays permissive (the static path's fixed micro_batch_size is one shape of many)
+_UNEVEN = {
+    "624b824a8": "slime/utils/dp_schedule.py:65-76 (--use-dynamic-batch-size: a step's samples packed first-fit by "
+    "tokens, first_fit_pack, or balanced with equal_size=False: micro-batches of different row counts; every rank "
+    "runs the same number of them, :26-27)",
+    "166441911": "slime/backends/megatron_utils/data.py:334-344 (--use-dynamic-batch-size: "
+    "get_seqlen_balanced_partitions(samples, num_mbs, equal_size=False): micro-batches of different row counts, "
+    "the same number on every rank after the all-reduce MAX, :321-322)",
+}
 
 
 def _loss(mode: str) -> dict:
@@ -362,7 +420,7 @@ def _value_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
     why["nonfinite_poison"] = (
         f"slime {pin}: old values are the critic's value-head outputs at every response token (forward_only(get_values)"
         f", slime/backends/megatron_utils/actor.py:{'403' if pin == '624b824a8' else '365-373'}) and the returns "
-        "GAE's advantages + values over finite KL rewards (" + base.why["masked_values"] + ")"
+        "GAE's advantages + values over finite KL rewards (" + base.produces["masked_values"] + ")"
     )
     return dataclasses.replace(dom, why=why)
 
@@ -427,7 +485,7 @@ def _policy_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
     why["nonfinite_poison"] = (
         f"slime {pin}: old log-probs are the actor's own log-softmax at every response token (forward_only("
         "get_log_probs_and_entropy), masked tool tokens included) and the advantages GAE / GRPO outputs over finite "
-        "rewards (" + base.why["masked_values"] + "): nothing non-finite under the mask"
+        "rewards (" + base.produces["masked_values"] + "): nothing non-finite under the mask"
     )
     why["masked_logprobs"] = (
         "log-probs and old log-probs are the actor's log-softmax before and after an update, under the mask as "
@@ -568,6 +626,127 @@ KL_OVERRIDES = {
     ),
 }
 
+# ---------------------------------------------------------------------------------------------
+# The framework's own words (`oracles.promises.Promise`), quoted, one per line range and pin group. A finding that no
+# universal invariant covers is a defect only where one of these covers it (shared/design/kinds.md, "Promises").
+# ---------------------------------------------------------------------------------------------
+def _at(pins: dict, make) -> tuple:
+    """One Promise per pin group: `pins` maps a pin to its line(s), `make(pin, line)` builds the Promise."""
+    return tuple(make(pin, line) for pin, line in pins.items())
+
+
+# --normalize-advantages (the caller's docstring): the whitening statistics are masked
+WHITEN_PROMISES = _at(
+    {"624b824a8": "710-712", "166441911": "228-230"},
+    lambda pin, line: Promise(
+        f"upstream:slime/backends/megatron_utils/loss.py:{line}",
+        "When `args.normalize_advantages` is True, advantages are whitened across the "
+        + ("data-parallel-with-context-parallel group" if pin == "624b824a8" else "data-parallel group")
+        + " using masked statistics.",
+        covers=("mechanism:masked-statistics",),
+        note="compute_advantages_and_returns' docstring: with --normalize-advantages the whitening mean and variance "
+        "are over the trainable (loss_mask 1) tokens only (distributed_masked_whiten(all_advs, all_masks))",
+        pins=(pin,),
+    ),
+)
+# REINFORCE++: the function says which paper it implements; the paper has no mask, so it covers the unmasked case
+REINFORCE_PP_PROMISES = _at(
+    {"624b824a8": "381", "166441911": "221"},
+    lambda pin, line: Promise(
+        f"upstream:slime/utils/ppo_utils.py:{line}",
+        "Calculates discounted returns for REINFORCE++ (https://arxiv.org/pdf/2501.03262)",
+        covers=("all-trainable",),
+        note="get_reinforce_plus_plus_returns' docstring: G_t = sum_i gamma^(i-t) r_i with r_t = r(x, y) at the "
+        "end of the response minus beta KL_t (the paper); with every token trainable no mask applies",
+        pins=(pin,),
+    ),
+)
+# --rollout-sample-filter-path: a removed sample (remove_sample, its loss mask zeroed at rollout.py:680-681) does not
+# take part in the loss; the step's denominators count it (step_global_batch_size, loss.py:1353-1359; 166441911
+# args.global_batch_size, :826-830; num_tokens clamp_min(., 1), :1317 / :796)
+FILTER_PROMISES = _at(
+    {"624b824a8": "1434", "166441911": "1242"},
+    lambda pin, line: Promise(
+        f"upstream:slime/utils/arguments.py:{line}",
+        "This function determines whether a sample will participate in loss calculation.",
+        covers=("mechanism:masked-statistics", "mechanism:variant-mismatch"),
+        note="--rollout-sample-filter-path's help: a sample it removes (remove_sample, loss mask zeroed, "
+        "slime/ray/rollout.py:680-681 / :364-365) takes no part in the loss, so no denominator may count it; "
+        "empty_rows='counted' or 'the loss equals the mode's over every position' is that sample counted",
+        pins=(pin,),
+    ),
+)
+# the documented reducers (docs/en/get_started/usage.md): per-sample mean by default, per-token with the flag
+DOCS_LOSS_PROMISES = _at(
+    {"624b824a8": "206", "166441911": "190"},
+    lambda pin, line: Promise(
+        f"upstream:docs/en/get_started/usage.md:{line}",
+        "By default, slime calculates loss on a per-sample basis, i.e., `mean(sum(sample_i) / len(sample_i))`. "
+        "Enable this flag to calculate loss on a per-token basis, i.e., `sum(sum(sample_i)) / sum(len(sample_i))`.",
+        covers=("reference",),
+        note="the --calculate-per-token-loss entry of the usage guide: the reducer of every loss term over the step "
+        "(agg-seq-mean-token-mean / agg-token-mean are that reducer alone)",
+        pins=(pin,),
+    ),
+)
+# Sample.rollout_id (624b824a8 only: the per-rollout denominators do not exist at 166441911)
+ROLLOUT_ID_PROMISE = Promise(
+    "upstream:slime/utils/types.py:102-105",
+    "Compact / subagent paths that split one rollout execution into multiple training samples should set the same "
+    "``rollout_id`` on every sibling, so loss aggregation averages within the rollout instead of over-counting it.",
+    covers=("reference",),
+    note="the comment on Sample.rollout_id: samples sharing a rollout_id are averaged as one rollout (the "
+    "prompt-mean variant over the case's group ids)",
+    pins=("624b824a8",),
+)
+# --eps-clip-c: the dual clip; 166441911 parses it and never passes it (loss.py:535), fixed by #2247 (78156c53c)
+EPS_CLIP_C_PROMISES = _at(
+    {"624b824a8": "901-906", "166441911": "735-740"},
+    lambda pin, line: Promise(
+        f"upstream:slime/utils/arguments.py:{line}",
+        "lower bound of the value for Dual-clip PPO from https://arxiv.org/pdf/1912.09729",
+        covers=("mechanism:variant-mismatch",),
+        note="--eps-clip-c's help: set, the token loss where A < 0 is min(l, -c A); a loss equal to the variant "
+        "without the dual clip breaks it (the diagnosis names variant-mismatch, dual_clip=None)",
+        pins=(pin,),
+    ),
+)
+# --rollout-temperature samples the rollout; 166441911's get_responses divides the value logits by it too (loss.py:
+# 69-70 via get_values :200-207), fixed by #1928 (d9d149dce) with tests/test_value_temperature.py
+TEMPERATURE_PROMISE = Promise(
+    "upstream:slime/utils/arguments.py:219-222",
+    "the temperature for the inference engine during rollout.",
+    covers=("mechanism:unexplained",),
+    note="--rollout-temperature's help at 166441911: it is the inference engine's; a value loss that moves with it "
+    "(the critic's logits divided by it) breaks it; the diagnosis has no mechanism for an option that must have no "
+    "effect (unexplained)",
+    pins=("166441911",),
+)
+# compute_approx_kl's docstring names the estimators it implements (the same lines at both pins)
+KL_PROMISE = Promise(
+    "upstream:slime/utils/ppo_utils.py:19-20",
+    "Compute the approximate KL divergence between two distributions. Schulman blog: "
+    "http://joschu.net/blog/kl-approx.html",
+    covers=("reference",),
+    note="k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r with r = p_base / p (the blog's estimators); the "
+    "low_var_kl clamp is the declared variant (ppo_utils.py:48-49)",
+)
+for _name in ("kl", "kl-k3", "kl-low-var"):
+    KIND_OVERRIDES[_name]["promises"] = (KL_PROMISE,)
+# default and vanilla: the SPEC's promises (WHITEN_PROMISES); gae-kl, grpo, whiten, reinforce++(-kl) their own
+KL_OVERRIDES["gae-kl"]["promises"] = WHITEN_PROMISES
+KIND_OVERRIDES["grpo"]["promises"] = WHITEN_PROMISES
+KIND_OVERRIDES["whiten"]["promises"] = WHITEN_PROMISES
+KIND_OVERRIDES["reinforce++"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
+KL_OVERRIDES["reinforce++-kl"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
+for _name in ("agg-seq-mean-token-mean", "agg-token-mean"):
+    KIND_OVERRIDES[_name]["promises"] = FILTER_PROMISES + DOCS_LOSS_PROMISES
+KIND_OVERRIDES["agg-rollout-mean"]["promises"] = FILTER_PROMISES + (ROLLOUT_ID_PROMISE,)
+KIND_OVERRIDES["value-loss"]["promises"] = FILTER_PROMISES + (TEMPERATURE_PROMISE,) + DOCS_LOSS_PROMISES
+# eps-clip-c before the filter: both cover variant-mismatch (a dual clip off, a removed sample counted), and a case
+# with --eps-clip-c set is what the dual clip's finding is; a removed sample counted in such a case is misnamed
+KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISES + DOCS_LOSS_PROMISES
+
 SPEC = TargetSpec(
     id="slime",
     adapter="maskfuzz.targets.adapters.slime",
@@ -608,6 +787,7 @@ SPEC = TargetSpec(
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     options=(NORMALIZE_ADVANTAGES,),
     truncation=GAE_TRUNCATION,
+    promises=WHITEN_PROMISES,
 )
 
 
