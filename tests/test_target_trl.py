@@ -110,10 +110,9 @@ def test_train_rows_without_padding_are_plain_gae(train):
     for prop in ("all-trainable", "reference", "deterministic", "no-crash"):
         assert v[prop].status == "pass", (prop, v[prop].message)
     # The row twin adds a padding column (issue 24: padding, never a new sample). To TRL that column is a first pad
-    # slot: the score moves onto it and the (probe) value there bootstraps, its terminal state after the last token
-    # (padding_mask_p1, trl/experimental/ppo/ppo_trainer.py:767-769, 778-779 at 1.12.0). A fact of TRL's MDP, not a
-    # defect: the value at that slot is one TRL trains (vf_loss over ~padding_mask_p1, :837), and the pipeline domain
-    # cites no masked critic value as produced (docs/audit/trl.md, "Promise audit").
+    # slot, its terminal state after the last token (padding_mask_p1, trl/experimental/ppo/ppo_trainer.py:767-769,
+    # 778-779 at 1.12.0): the score moves onto it and reaches the last token decayed. The same ended sample's advantage
+    # depends on whether padding follows it: the root cause of corpus entry 83384c4ed0209044 (universal:score-kept)
     assert v["row-independence"].failed
 
 
@@ -1051,7 +1050,6 @@ def test_short_fuzz_of_kl_grpo_with_the_bias_correction_on(group_entry, level):
     assert res.checked["reference"] > 0
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The promise model (issue 24; docs/audit/trl.md, "Promise audit"): which findings are defects (they break a
 # promise, universal or TRL's own words at the pin) and which are facts, as `fuzz.triage.judge_finding` decides.
@@ -1077,9 +1075,10 @@ def triaged(handle, case: Case, prop: str, run=None) -> Finding:
 def test_train_first_pad_slot_findings_are_facts(train):
     """TRL's terminal state after the last token is the first pad slot: it keeps the value model's output there
     (padding_mask_p1, ppo_trainer.py:767-769 at 1.12.0), trains it (vf_loss over ~padding_mask_p1, :837) and puts the
-    score there (:778-779). The pipeline domain cites no masked critic value as produced (a trained state value is
-    not poison), so the value's bootstrap is a robustness fact; the score's lam-decay a semantics fact (score
-    placement)."""
+    score there (:778-779). The defect of that design is filed once, as score-kept (next test); judged as `poison`
+    the value's bootstrap breaks nothing (a trained state value is not poison; the pipeline cites no masked critic
+    value as produced): a robustness fact; as `reference` the lam-decayed score a semantics fact. Both corpus
+    entries (ec324cc011e9112f, ca5c7a200d7adfc0) are retired as repeats of 83384c4ed0209044."""
     seed = SEED.replace(attention=SEED.trainable.clone())  # the response and its padding, as TRL's window holds it
     f = triaged(train, seed, "poison")
     assert not f.is_defect and f.fact == "robustness" and "critic values" in f.why_fact, f.why_fact
@@ -1097,17 +1096,16 @@ def test_train_first_pad_slot_findings_are_facts(train):
 
 @pytest.mark.network
 @pytest.mark.parametrize("train", [NEWEST_PPO], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared code: oracles/promises.py universal_for maps score-kept to universal:score-kept whatever the "
-    "case, but the invariant holds 'where the pipeline can end a response on a masked token' (kinds.md); TRL's "
-    "responses never end on one (masked_real_tail narrowed): the score at the first pad slot is a placement "
-    "(semantics). Retired corpus entry 83384c4ed0209044; see docs/audit/trl.md",
-)
-def test_train_score_at_the_pad_slot_is_no_score_kept_defect(train):
-    case = Case.build(trainable=[[1, 1, 0]], score=[1.0], gamma=0.0, lam=1.0)
-    assert "masked_real_tail" not in train.declared.pipeline.features(case)
-    assert not triaged(train, case, "score-kept").is_defect
+def test_train_score_at_the_pad_slot_is_a_score_kept_defect(train):
+    """Corpus entry 83384c4ed0209044 (kept): TRL ends an ended response on the first pad slot, a masked position,
+    and puts the score there (ppo_trainer.py:778-779); at gamma = 0 it never reaches a trained token, and whether
+    it sits there or on the last token depends on the padding after the row. A pipeline input: a prefix of trained
+    tokens, then padding (no masked critic value, no masked tail). universal:score-kept, reach pipeline."""
+    case = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], score=[1.0], gamma=0.0, lam=1.0)
+    assert train.declared.pipeline.unproduced(case) == []
+    f = triaged(train, case, "score-kept")
+    assert f.is_defect and f.promise.id == "universal:score-kept" and f.reach == "pipeline", (f.promise, f.reach_how)
+    assert f.mechanism == "score-lost"
 
 
 @pytest.mark.network
@@ -1168,7 +1166,9 @@ def test_a_kl_ppo_estimator_off_schulmans_is_a_defect_naming_ppo_config(group_en
     breaks PPOConfig.kl_estimator's words (trl/experimental/ppo/ppo_config.py:95-98)."""
     h = group_entry("kl-ppo", NEWEST_PPO)
     case = Case.build(
-        trainable=[[1, 1, 0]], attention=[[1, 1, 0]], extra={"logp": [[-1.0, -2.0, 0.0]], "ref_logp": [[-1.5, -1.0, 0.0]]}
+        trainable=[[1, 1, 0]],
+        attention=[[1, 1, 0]],
+        extra={"logp": [[-1.0, -2.0, 0.0]], "ref_logp": [[-1.5, -1.0, 0.0]]},
     )
     wrong = lambda *a, **k: tuple(-x for x in h.run(*a, **k))  # noqa: E731
     f = triaged(h, case, "reference", run=wrong)

@@ -354,12 +354,15 @@ def _upstream(path: str, lines: dict, text: str, covers: tuple, note: str) -> tu
 # GRPOConfig's docstring of scale_rewards (1.16.0 grpo_config.py:227-236; 1.12.0 :233-242; git :234-243; a bool at
 # 0.19.1, :154-158): the scaling of the group-centred rewards, TRL's formula for the `grpo` entries (the docs page at
 # the git pin writes it out, docs/source/grpo_trainer.md:70).
-_SCALE_GROUP = "`True` or `\"group\"` (default): rewards are scaled by the standard deviation within each group, ensuring unit variance within a group."
+_SCALE_GROUP = (
+    '`True` or `"group"` (default): rewards are scaled by the standard deviation within each group, ensuring unit '
+    "variance within a group."
+)
 _SCALE_BATCH = (
-    "`\"batch\"`: rewards are scaled by the standard deviation across the entire batch, as recommended in the [PPO "
+    '`"batch"`: rewards are scaled by the standard deviation across the entire batch, as recommended in the [PPO '
     "Lite paper](https://huggingface.co/papers/2508.08221)."
 )
-_SCALE_NONE = "`False` or `\"none\"`: no scaling is applied."
+_SCALE_NONE = '`False` or `"none"`: no scaling is applied.'
 _GROUP_NOTE = (
     "GRPOConfig documents the advantage of the scale_rewards setting; the block computes it over the group's "
     "rewards (the declared variant: unbiased nanstd, 1e-4 added to the std, a group of one scorable row 0)"
@@ -428,9 +431,7 @@ _TRUNC = (
 )
 
 
-def _group_override(
-    variant: dict, est: str, domain: Domain, pipeline: Domain, loss: str, promises: tuple = ()
-) -> dict:
+def _group_override(variant: dict, est: str, domain: Domain, pipeline: Domain, loss: str, promises: tuple = ()) -> dict:
     return dict(
         kind="group-advantage",
         # the statistics read the rewards alone (GRPO 1.12.0 grpo_trainer.py:2785-2793 nanmean / nanstd over
@@ -657,7 +658,9 @@ def _lt(first: int, last: int, text: str, covers: tuple, old: tuple[int, int] | 
     out = _upstream(_GC, lines, text, covers, "GRPOConfig.loss_type's documented normaliser")
     if old:
         at = f"{old[0]}-{old[1]}" if old[1] > old[0] else f"{old[0]}"
-        out += _upstream(_GC, {at: ("0.19.1",)}, old_text or text, covers, "GRPOConfig.loss_type's documented normaliser")
+        out += _upstream(
+            _GC, {at: ("0.19.1",)}, old_text or text, covers, "GRPOConfig.loss_type's documented normaliser"
+        )
     return out
 
 
@@ -855,7 +858,8 @@ KL_GRPO_PROMISES = (
 # PPOConfig.kl_estimator (1.12.0 trl/experimental/ppo/ppo_config.py:94-98; git :95-99; 0.19.1 trl/trainer/ppo_config.py
 # :50-54); 0.11.4 has no estimator (k1 only)
 _KL_EST = (
-    'Which estimator for KL-Divergence to use from [Approximating KL Divergence](http://joschu.net/blog/kl-approx.html). '
+    "Which estimator for KL-Divergence to use from [Approximating KL "
+    "Divergence](http://joschu.net/blog/kl-approx.html). "
     'Defaults to "k1", a straightforward, unbiased estimator. Can be set to "k3", an unbiased estimator with lower '
     'variance which "appears to be a strictly better estimator".'
 )
