@@ -698,7 +698,9 @@ def save(entry: Entry, root: Path | str) -> Path:
         return _with_path(entry, path).path
     where = machine_path(entry.to_json())
     if where is not None:
-        raise CorpusError(f"holds a path of the machine that wrote it ({where[1]!r}): store paths relative", field=where[0])
+        raise CorpusError(
+            f"holds a path of the machine that wrote it ({where[1]!r}): store paths relative", field=where[0]
+        )
     text = dumps(entry.to_json())
     entry_from_json(parse_json(text))  # what is written must read back
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ from maskfuzz.oracles.semantics import changes as semantic_changes
 FORMAT = "maskfuzz-report"
 VERSION = 1
 _CORPUS_NAME = re.compile(r"(?P<prop>[a-z-]+)-(?P<id>[0-9a-f]{16})\.json")
+DEFECT_FIELDS = ("id", "promise", "mechanism", "reach", "severity", "where", "properties", "smallest", "state")
 REPLAY_FAILING = ("fail", "xfail")  # the property fails at that pin (expected or not)
 REPLAY_CLEAN = ("pass", "fixed")  # the entry replays without the failure
 
@@ -1054,8 +1055,7 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str, bisections
             for c in tonight.coverage.values()
         ],
         "defects": [
-            dict(zip(("id", "promise", "mechanism", "reach", "severity", "where", "properties", "smallest", "state"), row))
-            for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
+            dict(zip(DEFECT_FIELDS, row)) for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
         ],
         "findings": items,
         "facts": tonight.facts,

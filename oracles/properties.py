@@ -228,15 +228,14 @@ def finite_twin(case: Case) -> Case:
 
 
 def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
-    """The row twin: rows reversed plus what the framework treats as padding, poisoned: one padding
+    """The row twin: rows reversed plus what the framework treats as padding, clean (0): one padding
     column and, only where the batch holds rows that are not samples (`Domain.padding_rows`), one
     empty padding row in the middle. Never a sample: a row without trainable tokens is one, and
-    whether a statistic counts it is a variant. Returns the twin and, for each original row, its
-    index in the twin (the original columns are the twin's first T)."""
+    whether a statistic counts it is a variant; never poison: what leaks from under the mask is
+    `poison`'s question. Returns the twin and, for each original row, its index in the twin (the
+    original columns are the twin's first T)."""
     b_rows, t_len = case.shape
     perm = list(reversed(range(b_rows)))
-    probe = min(POISON_PROBE, poison_cap(case.dtype))
-    rew_fill = probe if domain.masked_rewards else 0.0
     twin = case.rows(perm)
 
     def col(x: torch.Tensor, fill) -> torch.Tensor:
@@ -245,8 +244,8 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
     twin = twin.replace(
         attention=col(twin.attention, False),
         trainable=col(twin.trainable, False),
-        values=col(twin.values, probe),
-        token_rewards=col(twin.token_rewards, rew_fill),
+        values=col(twin.values, 0.0),
+        token_rewards=col(twin.token_rewards, 0.0),
         # a log-prob at padding: log 1 (no KL); a per-row input (ReMax's baseline) keeps the row's value
         extra={
             n: torch.cat([x, torch.zeros_like(x[:, -1:]) if n in KL_EXTRAS else x[:, -1:]], dim=1)
@@ -259,9 +258,7 @@ def with_extra_row(case: Case, domain: Domain) -> tuple[Case, torch.Tensor]:
         pad = Case.build(
             trainable=torch.zeros(1, t_len + 1, dtype=torch.bool),
             attention=torch.zeros(1, t_len + 1, dtype=torch.bool),
-            token_rewards=torch.full((1, t_len + 1), rew_fill, dtype=torch.float64),
-            values=torch.full((1, t_len + 1), probe, dtype=torch.float64),
-            score=[probe],
+            score=[0.0],
             dtype=case.dtype,
         )
         twin = twin.with_rows(pad, at=insert_at)

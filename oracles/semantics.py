@@ -331,8 +331,11 @@ def _score_on_tail(run, seen, declared: Declared) -> Dimension | None:
         b = int(rows.nonzero()[0])
         t = int(last[b].nonzero()[0])
         moved = float(bumped["returns"][b, t] - out["returns"][b, t])
-        value = (
-            "kept" if abs(moved - 1.0) < 1e-3 else "lost" if abs(moved) < 1e-3 else "decayed" if 0 < moved < 1 else "moved otherwise"
-        )
+        if abs(moved - 1.0) < 1e-3:
+            value = "kept"
+        elif abs(moved) < 1e-3:
+            value = "lost"
+        else:
+            value = "decayed" if 0 < moved < 1 else "moved otherwise"
         return Dimension(SCORE_TAIL, "kept", (value,), True, f"score + 1 moved the return at [{b}, {t}] by {moved:.4g}")
     return None

@@ -230,7 +230,9 @@ def _case(token_rewards, values, trainable, attention, score, gamma, lam) -> Cas
     )
 
 
-_WHITENED = Declared("compressed", own_inputs=True, whitening=Whitening(unbiased=True, eps=1e-8), documented_errors=("whitening needs",))
+_WHITENED = Declared(
+    "compressed", own_inputs=True, whitening=Whitening(unbiased=True, eps=1e-8), documented_errors=("whitening needs",)
+)
 
 # mutant -> (what it declares, the property that must catch it)
 CATCHES = {

@@ -182,7 +182,7 @@ def run(args) -> int:
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")
     if args.semantics:
-        from maskfuzz.oracles.semantics import MASKED, SCORE_TAIL, DIMENSIONS
+        from maskfuzz.oracles.semantics import DIMENSIONS, MASKED, SCORE_TAIL
 
         known = sorted({d for dims in DIMENSIONS.values() for d in dims} | {MASKED, SCORE_TAIL})
         if args.case or args.callable or args.property:
@@ -194,7 +194,9 @@ def run(args) -> int:
         entry, prop, what = None, args.semantics, f"semantics dimension {args.semantics!r}"
     else:
         if not args.case:
-            raise _usage("give a CASE (a corpus file), or --semantics DIMENSION --target T to bisect a behaviour change")
+            raise _usage(
+                "give a CASE (a corpus file), or --semantics DIMENSION --target T to bisect a behaviour change"
+            )
         entry = _load_case(args.case)
         prop = args.property or entry.property
         if prop not in PROPERTIES:

@@ -93,7 +93,8 @@ GAE_KINDS = ("gae", "returns")
 ALL_KINDS = (*GAE_KINDS, *KINDS)
 
 INVARIANT = {
-    "pad-invariance": "padding (a column; a padding row where the batch holds rows that are not samples) changes no output at trainable positions",
+    "pad-invariance": "padding (a column; a padding row where the batch holds rows that are not samples) changes "
+    "no output at trainable positions",
     "permutation": "permuting rows (group ids kept) permutes the outputs",
     "group-isolation": "a group's outputs do not depend on the other groups",
     "affine": "a x + b (a > 0, large b) gives the reference of the moved input (std-normalised outputs unchanged)",

@@ -248,15 +248,15 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
 
 
 def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
-    """`case` plus what the framework treats as padding, every input there at the poison probe: one
-    padding column, and, only where the batch holds rows that are not samples (`Domain.padding_rows`:
+    """`case` plus what the framework treats as padding, every input there clean (0; a log-prob 0, ratio 1):
+    one padding column, and, only where the batch holds rows that are not samples (`Domain.padding_rows`:
     a sample mask of 0), one padding row, empty and in a group of its own. Never a new sample in an
     existing group: a row without trainable tokens is a sample the policy produced, and whether a
-    statistic counts it is a variant (`empty_rows`), not padding."""
-    dom = declared.domain
-    probe = min(POISON_PROBE, poison_cap(case.dtype))
+    statistic counts it is a variant (`empty_rows`), not padding. Clean, so pad-invariance sees what the
+    padding itself does to a normaliser or a statistic; what leaks from inputs under the mask is `poison`'s
+    question (about what the pipeline places there)."""
     b, t = case.shape
-    add_row = dom.padding_rows
+    add_row = declared.domain.padding_rows
 
     def grow(x: torch.Tensor, fill) -> torch.Tensor:
         x = torch.cat([x, torch.full((b, 1), fill, dtype=x.dtype)], dim=1)
@@ -268,13 +268,12 @@ def with_padding(case: Case, k: KindSpec, declared: Declared) -> Case:
     changes = {
         "attention": grow(case.attention, False),
         "trainable": grow(case.trainable, False),
-        "token_rewards": grow(case.token_rewards, probe if dom.masked_rewards else 0.0),
+        "token_rewards": grow(case.token_rewards, 0.0),
         "values": grow(case.values, 0.0),
-        # a log-prob under the probe's mask is still one where the domain says so: -probe in both, ratio 1
-        "extra": {n: grow(x, -probe if _logprob(n, dom) else probe) for n, x in case.extra.items()},
+        "extra": {n: grow(x, 0.0) for n, x in case.extra.items()},
     }
     if add_row:
-        changes["score"] = torch.cat([case.score, torch.tensor([probe], dtype=torch.float64)])
+        changes["score"] = torch.cat([case.score, torch.zeros(1, dtype=torch.float64)])
         if case.group is not None:  # a group of its own
             changes["group"] = torch.cat([case.group, case.group.max()[None] + 1])
         if case.split is not None:  # the padding row joins row 0's micro-batch
