@@ -28,6 +28,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose
 from maskfuzz.oracles.kinds import GAE_KINDS, KINDS
 from maskfuzz.oracles.kinds.judge import clean_twin
+from maskfuzz.oracles.options import resolve
 from maskfuzz.oracles.promises import Promise, broken, fact_kind
 from maskfuzz.oracles.properties import Declared, Run, judge
 from maskfuzz.oracles.severity import degenerate, grade, worst
@@ -272,7 +273,9 @@ def judge_finding(run: Run, finding: Finding, declared: Declared, *, seed: int =
     d = diagnose(run, finding.case, declared, prop)
     finding.mechanism, finding.evidence = d.mechanism, d.evidence
     cfg = declared.configured(finding.case)
-    if broken(prop, d.mechanism, cfg.promises, reach="pipeline", kind=cfg.kind) is None:
+    in_force = resolve(tuple(declared.options), finding.case.options)  # the words speak of some configurations
+    promises = tuple(p for p in cfg.promises if p.under(in_force))
+    if broken(prop, d.mechanism, promises, reach="pipeline", kind=cfg.kind) is None:
         finding.reach, finding.witness, finding.reach_how = "api", None, "not searched: no promise covers it"
         finding.promise, finding.severity = None, ""
         finding.fact = fact_kind(prop, d.mechanism)
@@ -280,7 +283,7 @@ def judge_finding(run: Run, finding: Finding, declared: Declared, *, seed: int =
         return
     r = reach(run, finding.case, prop, d.mechanism, declared, seed=seed, examples=examples, known=known)
     finding.reach, finding.witness, finding.reach_how = r.level, r.witness, r.how
-    finding.promise = broken(prop, d.mechanism, cfg.promises, reach=r.level, kind=cfg.kind)
+    finding.promise = broken(prop, d.mechanism, promises, reach=r.level, kind=cfg.kind)
     if finding.promise is None:
         finding.severity, finding.fact = "", fact_kind(prop, d.mechanism)
         finding.why_fact = f"the universal invariant speaks of pipeline input; {r.how}"

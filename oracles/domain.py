@@ -43,14 +43,18 @@ FEATURES = (
     "all_masked_rows",
     "empty_rows",
     "masked_rewards",
+    "padding_rewards",
     "token_rewards",
     "masked_values",
+    "padding_values",
     "nonfinite_poison",
     "truncated_rows",
     "truncated_padded",
     "uneven_splits",
     "dtypes",
 )
+# a production citation of the masked input covers padding too, unless the domain narrows padding apart
+_FALLBACK = {"padding_values": "masked_values", "padding_rewards": "masked_rewards"}
 _CITES = re.compile(r"[\w/.-]+\.\w+:\d+")
 
 
@@ -81,9 +85,10 @@ class Domain:
     left_padding: bool = True  # padding before the real tokens
     all_masked_rows: bool = True  # rows with no trainable token next to normal rows
     empty_rows: bool = True  # rows with no real token at all (a zero-length response)
-    masked_rewards: bool = True  # non-zero token rewards at non-trainable positions
+    masked_rewards: bool = True  # non-zero token rewards at non-trainable positions (real tokens; padding too unless
+    # `padding_rewards` says otherwise)
     token_rewards: bool = True  # non-zero token rewards at all (else only the score)
-    masked_values: bool = True  # non-zero critic values at non-trainable positions
+    masked_values: bool = True  # non-zero critic values at non-trainable positions (as masked_rewards)
     nonfinite_poison: bool = True  # NaN / inf values or rewards at non-trainable positions
     critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
     discount: bool = True  # takes a discount gamma (False: undiscounted, gamma = 1, e.g. ReMax's returns)
@@ -96,6 +101,10 @@ class Domain:
     # the batch holds rows that are not samples (batch padding: a sample mask of 0, its own group); only then
     # does pad-invariance add a padding row (an empty row in a group of its own), never a sample of a group
     padding_rows: bool = False
+    # at padding positions (no real token) apart from masked real tokens: None follows masked_values / masked_rewards;
+    # e.g. a critic that zeroes padding but keeps values under tool tokens is masked_values=True, padding_values=False
+    padding_values: bool | None = None
+    padding_rewards: bool | None = None
     why: dict = field(default_factory=dict, compare=False, hash=False)
     # feature -> the upstream file:line that produces such an input (a pipeline domain; see `unproduced`)
     produces: dict = field(default_factory=dict, compare=False, hash=False)
@@ -108,7 +117,7 @@ class Domain:
         for f in fields(self):
             if f.name in ("dtypes", "why", "produces"):
                 continue
-            if getattr(self, f.name) and not getattr(api, f.name):
+            if self.allows(f.name) and not api.allows(f.name):
                 changes[f.name] = False
         dtypes = tuple(d for d in self.dtypes if d in api.dtypes) or api.dtypes
         if dtypes != self.dtypes:
@@ -149,13 +158,17 @@ class Domain:
                 used.add("masked_real_tail")
             if bool((att[b] & (pos < first)).any()):
                 used.add("leading_mask")
-        dead = case.poison_mask()
-        if bool((case.token_rewards[dead] != 0).any()):
+        real, pad = ~tr & att, ~att
+        if bool((case.token_rewards[real] != 0).any()):
             used.add("masked_rewards")
+        if bool((case.token_rewards[pad] != 0).any()):
+            used.add("padding_rewards")
         if bool((case.token_rewards[tr] != 0).any()):
             used.add("token_rewards")
-        if bool((case.values[dead] != 0).any()):
+        if bool((case.values[real] != 0).any()):
             used.add("masked_values")
+        if bool((case.values[pad] != 0).any()):
+            used.add("padding_values")
         if case.has_nonfinite_poison():
             used.add("nonfinite_poison")
         cut = case.truncated_rows()
@@ -175,12 +188,17 @@ class Domain:
         them is a case nobody showed the pipeline builds."""
         out = []
         for f in self.features(case):
-            cite = self.produces.get(f, "")
+            cite = self.produces.get(f, "") or self.produces.get(_FALLBACK.get(f, ""), "")
             if f == "dtypes" and self.dtypes != tuple(DTYPES):
                 cite = cite or self.why.get("dtypes", "")
             if not _CITES.search(cite):
                 out.append(f)
         return out
+
+    def allows(self, name: str) -> bool:
+        """Field `name` as in force (`padding_values` / `padding_rewards` None follow their masked input)."""
+        value = getattr(self, name)
+        return getattr(self, _FALLBACK[name]) if value is None and name in _FALLBACK else bool(value)
 
     def produced_only(self) -> "Domain":
         """This (pipeline) domain with every feature it does not cite as produced turned off: what a
@@ -196,7 +214,8 @@ class Domain:
                     changes["dtypes"] = ("float32",)
                     why["dtypes"] = "float32: no other dtype is cited as produced by the pipeline"
                 continue
-            if getattr(self, f) and not _CITES.search(self.produces.get(f, "")):
+            cite = self.produces.get(f, "") or self.produces.get(_FALLBACK.get(f, ""), "")
+            if self.allows(f) and not _CITES.search(cite):
                 changes[f] = False
                 why[f] = f"not cited as produced by the pipeline (no file:line in `produces[{f!r}]`)"
         return replace(self, **changes, why=why) if changes else self
@@ -239,14 +258,19 @@ class Domain:
             return "a row is left-padded"
         if not self.token_rewards and bool((case.token_rewards != 0).any()):
             return "token rewards are non-zero (the target takes only the score)"
-        if not self.masked_rewards and bool((case.token_rewards[~tr] != 0).any()):
+        real, pad = ~tr & att, ~att
+        if not self.masked_rewards and bool((case.token_rewards[real] != 0).any()):
             return "token rewards at non-trainable positions are non-zero"
+        if not self.allows("padding_rewards") and bool((case.token_rewards[pad] != 0).any()):
+            return "token rewards at padding positions are non-zero"
         if not self.nonfinite_poison and case.has_nonfinite_poison():
             return "NaN / inf at non-trainable positions"
         if not self.masked_logprobs and not bool(_logprobs_ok(case).all()):
             return f"a masked log-prob is positive or moves by more than {LOGRATIO_SPAN:g} nats (not a log-probability)"
-        if not self.masked_values and bool((case.values[~tr] != 0).any()):
+        if not self.masked_values and bool((case.values[real] != 0).any()):
             return "critic values at non-trainable positions are non-zero"
+        if not self.allows("padding_values") and bool((case.values[pad] != 0).any()):
+            return "critic values at padding positions are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
             return "the target takes no critic: values must be 0 and lam 1"
         if not self.discount and case.gamma != 1.0:
@@ -284,10 +308,13 @@ class Domain:
             if bool(bad.any()):
                 fix = lambda x: torch.where(bad, -x.abs().clamp(max=LOGRATIO_SPAN / 2), x)  # noqa: E731
                 changes["extra"] = {n: fix(x) if n in LOGPROBS else x for n, x in extra.items()}
-        if not self.masked_values:
-            values = torch.where(dead, torch.zeros_like(values), values)
-        if not self.masked_rewards or not self.token_rewards:
-            rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
+        real, pad = dead & case.attention, ~case.attention
+        for allowed, where in ((self.masked_values, real), (self.allows("padding_values"), pad)):
+            if not allowed:
+                values = torch.where(where, torch.zeros_like(values), values)
+        for allowed, where in ((self.masked_rewards, real), (self.allows("padding_rewards"), pad)):
+            if not allowed or not self.token_rewards:
+                rewards = torch.where(where, torch.zeros_like(rewards), rewards)
         if not self.token_rewards:
             rewards = torch.zeros_like(rewards)
         if values is not case.values:

@@ -66,13 +66,16 @@ class Promise:
     URL; `text` the words that make it, quoted for an upstream one; `covers` the property ids (and
     `mechanism:<name>` items) whose failure breaks it (an upstream promise only); `note` why it
     applies (e.g. which consumer reads the masked advantages); `pins` the pins whose code says it
-    (a release, or a commit prefix of 7+ hex digits; empty: every pin of the entry)."""
+    (a release, or a commit prefix of 7+ hex digits; empty: every pin of the entry); `options` the
+    framework options under which the words apply (name -> value; empty: every configuration), e.g.
+    a docs line about `loss_agg_mode: token-mean` says nothing of the seq-mean modes."""
 
     id: str
     text: str
     covers: tuple[str, ...] = field(default=())
     note: str = ""
     pins: tuple[str, ...] = field(default=())
+    options: dict = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "covers", tuple(self.covers))
@@ -97,10 +100,16 @@ class Promise:
         """Whether the code at `pin` (as asked or resolved) makes this promise."""
         return not self.pins or pin is None or any(pin_matches(p, pin) for p in self.pins)
 
+    def under(self, options: dict) -> bool:
+        """Whether the promise speaks of the configuration `options` (every option with its value)."""
+        return all(options.get(k) == v for k, v in self.options.items())
+
     def to_json(self) -> dict:
         out = {"promise": self.id, "promise_text": self.text}
         if self.note:
             out["promise_note"] = self.note
+        if self.options:
+            out["promise_options"] = dict(self.options)
         return out
 
 

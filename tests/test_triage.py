@@ -160,6 +160,9 @@ def test_every_declared_promise_covers_properties_of_its_entry():
                 assert isinstance(p, Promise) and not p.universal, (tid, entry, p)
                 covered = {c for c in p.covers if not c.startswith("mechanism:")}
                 assert covered <= props, f"{tid}:{entry} {p.id}: covers {covered - props}, not properties of {s.kind}"
+                names = {o.name: o for o in s.options}
+                for name, value in p.options.items():  # a promise about a configuration names a real one
+                    assert name in names and value in names[name].values, (tid, entry, p.id, name, value)
 
 
 def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
@@ -193,3 +196,44 @@ def test_a_twin_built_finding_is_api_when_the_pipeline_cannot_build_its_twin():
     no_gaps = Domain(gaps=False, why={"gaps": "rollout.py:1"})
     r = reach(run, case, "gap-invariance", mech, dataclasses.replace(anywhere, pipeline=no_gaps), examples=20)
     assert r.level == "api" and r.witness is None and "twin" in r.how
+
+
+def test_a_promise_about_one_configuration_covers_only_that_configuration():
+    """verl's docs promise a global token mean for loss_agg_mode token-mean: a split finding under another mode
+    breaks no promise of theirs (it is a fact), one under token-mean does."""
+    from maskfuzz.fuzz.engine import Finding
+    from maskfuzz.fuzz.triage import judge_finding
+    from maskfuzz.oracles.options import Option
+    from maskfuzz.oracles.promises import Promise
+    from maskfuzz.oracles.properties import Declared, Verdict
+
+    mode = Option("loss_agg_mode", ("token-mean", "seq-mean"), "token-mean", "cfg.py:1")
+    words = Promise("upstream:docs/dapo.md:1", "token-mean averages over all tokens of the mini-batch",
+                    covers=("reference",), options={"loss_agg_mode": "token-mean"})  # fmt: skip
+    declared = Declared("dense", own_inputs=True, options=(mode,), promises=(words,))
+    run = zoo.as_run(zoo.chunked_scan_drops_carry)  # an "unexplained" reference failure: only the words decide
+    case = Case.build(trainable=[[1, 1, 1, 1]], token_rewards=[[1.0, 0.0, 2.0, 0.0]], gamma=0.9, lam=0.8)
+    for options, want in (({}, words), ({"loss_agg_mode": "seq-mean"}, None)):
+        f = Finding("t", "", "", "reference", case.replace(options=options), Verdict("reference", "fail"))
+        judge_finding(run, f, declared, examples=0)
+        assert f.promise == want, (options, f.promise, f.mechanism)
+
+
+def test_values_at_padding_and_under_tool_tokens_are_separate_features():
+    """A critic that zeroes padding but keeps values under tool tokens (verl's Megatron critic at 11ee5125d):
+    a witness with a value at padding is not one its pipeline builds; one under a tool token is."""
+    keeps_tool_values = Domain(
+        padding_values=False, why={"padding_values": "critic.py:9 values * attention_mask"},
+        produces={"masked_values": "critic.py:9 tool tokens are attended", "masked_real_tail": "env.py:4"},
+    )  # fmt: skip
+    at_padding = Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0.0, 5.0]])
+    at_tool = Case.build(trainable=[[1, 0]], attention=[[1, 1]], values=[[0.0, 5.0]])
+    assert Domain().features(at_padding) == ["padding_values"] and "masked_values" in Domain().features(at_tool)
+    assert keeps_tool_values.rejects(at_padding) and keeps_tool_values.rejects(at_tool) is None
+    assert keeps_tool_values.project(at_padding).values.tolist() == [[0.0, 0.0]]
+    only = keeps_tool_values.produced_only()
+    assert only.rejects(at_tool) is None and only.rejects(at_padding) is not None
+    # a production citation of masked values covers padding too unless padding is narrowed apart
+    assert Domain(produces={"masked_values": "critic.py:3"}).unproduced(at_padding) == []
+    # the old narrowing keeps its meaning: masked_values=False zeroes padding as well
+    assert Domain(masked_values=False, why={"masked_values": "c.py:1"}).rejects(at_padding) is not None
