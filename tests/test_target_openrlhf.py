@@ -257,14 +257,16 @@ def test_group_norm_rloo_dr_grpo_by_hand(entry):
 
 @pytest.mark.network
 def test_an_empty_row_counts_in_its_group(entry):
-    """True defect: a row without action tokens (samples_generator.py:263,273 at 0.11.2: the action
-    span truncated away) still enters its group's mean and std (experience_maker.py:256-274)."""
+    """A row without action tokens still enters its group's mean and std (experience_maker.py:256-274: the
+    statistics read the rewards alone). Issue 24: a variant, declared empty_rows="counted", not a defect (nor is
+    such a row produced at 0.11.2: the agent keeps room for a generated token, utils/agent.py:61-75, 94-97)."""
     case = Case.build(trainable=[[1], [1], [0]], attention=[[1], [1], [1]], score=[1.0, 0.0, 5.0], group=[0, 0, 0])
     (adv,) = entry("group_norm").run(case)
     std = (((1 - 2) ** 2 + (0 - 2) ** 2 + (5 - 2) ** 2) / 2) ** 0.5
     assert adv[:2, 0].tolist() == pytest.approx([(1 - 2) / std, (0 - 2) / std], rel=1e-6)
+    assert openrlhf.SPEC.for_entry("group_norm").variant["empty_rows"] == "counted"
     v = kind_verdicts(entry("group_norm"), case)
-    assert v["reference"].failed  # canonical: the empty row counts in no statistic -> +-0.7071
+    assert v["reference"].status == "pass"  # the declared variant: the empty row counts, as OpenRLHF counts it
 
 
 @pytest.mark.network
@@ -378,9 +380,11 @@ def test_aggregate_loss_by_hand_over_two_micro_batches(entry):
 
 @pytest.mark.network
 def test_aggregate_loss_an_all_masked_step_is_nan(entry):
-    """True defect: no clamp on the step's normalisers (loss.py:32, 39 divide by batch_num_tokens /
-    global_batch_size, loss_utils.py:77 gives 0 for a step without an action token): 0 / 0 = NaN loss and gradient.
-    Reach pipeline: a row whose action ranges are truncated away is all-masked (samples_generator.py:256-263)."""
+    """No clamp on the step's normalisers (loss.py:32, 39 divide by batch_num_tokens / global_batch_size,
+    loss_utils.py:77 gives 0 for a step without an action token): 0 / 0 = NaN loss and gradient. Issue 24: a
+    robustness fact, not a defect: universal:no-crash speaks of pipeline input, and OpenRLHF 0.11.2 builds no row
+    without an action token (the agent keeps room for one, utils/agent.py:61-75, 94-97; the window is cut to the same
+    max_len, samples_generator.py:245, 261-263), let alone a step of them (test_an_all_masked_step_is_a_fact)."""
     empty = Case.build(trainable=[[0, 0]], extra={"loss": [[1.0, 2.0]]})
     for name in AGG:
         loss, grad = entry(name).run(empty)
@@ -679,3 +683,115 @@ def test_reinforce_kl_by_hand_and_the_masked_nan_log_prob(entry):
     found = {f.property for f in res.findings}
     assert found <= {"poison-nonfinite"}, [(f.property, f.verdict.message) for f in res.findings]
     assert res.checked["reference"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The promise model (issue 24; docs/audit/openrlhf.md, "Promise audit"): which findings are defects (a universal
+# invariant or OpenRLHF's own words at the pin) and which are facts, as `fuzz.triage.judge_finding` decides them.
+# ---------------------------------------------------------------------------------------------
+from maskfuzz.fuzz.engine import Finding  # noqa: E402
+from maskfuzz.fuzz.triage import judge_finding  # noqa: E402
+from maskfuzz.oracles.promises import broken  # noqa: E402
+
+MIDDLE = "0.6.3"
+# the pipeline witness of corpus entry 34ca51fe1b71880f (a fuzz at seed 0 finds it at 0.3.6.post1 and 0.6.3): a gap
+# left by a pad id sampled inside the response (models/actor.py:164 / :192), the critic's value under it
+GAP_WITNESS = Case.build(trainable=[[1, 0, 1]], attention=[[1, 1, 1]], values=[[0.0, 100.0, 0.0]], score=[1.0])
+# the recorded case of 34ca51fe1b71880f: the masked head is left padding, which no pin's pipeline builds
+CORPUS_34CA = Case.build(
+    trainable=[[0, 1]], attention=[[0, 1]], token_rewards=[[100.0, 0.0]], values=[[100.0, 0.0]], score=[1.0]
+)
+
+
+def triaged(handle, case: Case, prop: str, run=None) -> Finding:
+    """`case`'s failure of `prop` on `handle` (or on `run`, a changed implementation of the same entry), judged as
+    a finding: root cause, reach (no search: the case itself or its projection), promise or fact."""
+    run = run or handle.run
+    v = next(v for v in judge(run, case, handle.declared) if v.property == prop)
+    assert v.failed, v
+    f = Finding(target="openrlhf", pin=handle.pin, resolved="", property=prop, case=case, verdict=v)
+    judge_finding(run, f, handle.declared, examples=0)
+    return f
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "pin, promise",
+    [
+        (OLDEST, "upstream:openrlhf/trainer/ppo_utils/replay_buffer.py:200-207"),
+        (MIDDLE, "upstream:openrlhf/trainer/ppo_utils/replay_buffer.py:223-237"),
+        (NEWEST, None),
+    ],
+)
+def test_the_masked_carry_is_a_defect_where_the_replay_buffer_reads_it(pin, promise):
+    """get_advantages_and_returns leaves the later advantage in a gap (no output mask). At 0.3.6.post1 and 0.6.3
+    ReplayBuffer.normalize sums every advantage, masked ones included, into the whitening mean: a consumer that reads
+    them unmasked, the declared promise; the gap is a pipeline input there (a pad id sampled inside a response), so
+    the defect has reach pipeline. At 0.11.2 the whitening and the policy loss are masked
+    (experience_maker.py:326-337, models/loss.py:32-36): a semantics fact."""
+    with opened(f"openrlhf@{pin}") as h:
+        f = triaged(h, GAP_WITNESS, "masked-zero")
+        if promise is None:
+            assert not f.is_defect and f.fact == "semantics"
+            return
+        assert f.is_defect and f.promise.id == promise and f.reach == "pipeline", (f.promise, f.reach_how)
+        old = triaged(
+            h, CORPUS_34CA, "masked-zero"
+        )  # the corpus case: the same promise, no pipeline witness of its own
+        assert old.is_defect and old.promise.id == promise and old.reach == "api"
+
+
+@pytest.mark.network
+def test_nan_under_the_mask_is_a_robustness_fact(pinned):
+    """Corpus entry 804a4b4cc336e9ad (retired): NaN * 0 keeps a NaN in `rewards = action_mask * rewards`, but the
+    pipeline's masked rewards are 0 (the KL is masked, the score sits on the last action token) and its values are
+    finite value-head outputs: universal:poison-nonfinite is broken by nothing the pipeline builds."""
+    case = Case.build(trainable=[[1, 1, 0]], attention=[[1, 1, 0]], values=[[0.0, 0.0, math.nan]], gamma=1.0, lam=0.95)
+    f = triaged(pinned, case, "poison-nonfinite")
+    assert not f.is_defect and f.fact == "robustness"
+
+
+@pytest.mark.network
+def test_an_all_masked_step_is_a_fact(entry):
+    empty = Case.build(trainable=[[0, 0]], attention=[[1, 1]], extra={"loss": [[1.0, 2.0]]})
+    for name in AGG:
+        f = triaged(entry(name), empty, "empty-step")
+        assert not f.is_defect and f.fact == "robustness", (name, f.why_fact)
+
+
+@pytest.mark.parametrize(
+    "name, pin, prop, promise",
+    [
+        ("default", OLDEST, "reference", "upstream:openrlhf/trainer/ppo_utils/experience_maker.py:181-191"),
+        ("default", MIDDLE, "telescoping", "upstream:openrlhf/trainer/ppo_utils/experience_maker.py:589-599"),
+        ("default", NEWEST, "reference", "upstream:openrlhf/trainer/ppo_utils/experience_maker.py:351-361"),
+        ("gae-kl", NEWEST, "reference", "upstream:openrlhf/trainer/ppo_utils/experience_maker.py:351-361"),
+        ("kl-k3", NEWEST, "reference", "upstream:openrlhf/models/utils.py:77-87"),
+        ("agg-token-mean", NEWEST, "split-invariance", "upstream:openrlhf/models/loss.py:19-27"),
+        ("agg-seq-mean-token-mean", NEWEST, "reference", "upstream:openrlhf/models/loss.py:19-27"),
+        ("value-loss", NEWEST, "split-invariance", "upstream:openrlhf/models/loss.py:19-27"),
+        ("policy-loss", NEWEST, "reference", "upstream:openrlhf/models/loss.py:19-27"),
+    ],
+)
+def test_openrlhf_promises_name_its_words_at_each_pin(name, pin, prop, promise):
+    declared = openrlhf.SPEC.declared(None if name == "default" else name, pin)
+    p = broken(prop, "unexplained", declared.promises, reach="api", kind=declared.kind)
+    assert p is not None and p.id == promise, (p, promise)
+
+
+def test_entries_without_words_declare_no_promise():
+    """The group estimators, masked_mean and reinforce state no formula: their findings stay facts."""
+    for name in ("group_norm", "dr_grpo", "rloo", "masked_mean", "reinforce", "reinforce-kl"):
+        assert openrlhf.SPEC.for_entry(name).promises == (), name
+    assert openrlhf.SPEC.declared(None, NEWEST).promises[-1].id.endswith("experience_maker.py:351-361")  # no consumer
+
+
+@pytest.mark.network
+def test_a_non_global_token_mean_is_a_defect_naming_aggregate_loss(entry):
+    """agg-token-mean: a normaliser that is not the step's global token count (here OpenRLHF's own aggregation with
+    its loss and gradient scaled by 1.5) breaks aggregate_loss' docstring (models/loss.py:19-27)."""
+    h = entry("agg-token-mean")
+    wrong = lambda *a, **k: tuple(x * 1.5 for x in h.run(*a, **k))  # noqa: E731
+    f = triaged(h, TWO_MB, "reference", run=wrong)
+    assert f.is_defect and f.promise.id == "upstream:openrlhf/models/loss.py:19-27", (f.promise, f.fact)
+    assert kind_verdicts(h, TWO_MB)["reference"].status == "pass"

@@ -50,6 +50,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
@@ -144,6 +145,22 @@ _PIPELINE_036 = Domain(
         "right-padded to the longest output of the batch; a row cut by max_new_tokens is the longest, so no padding "
         "follows it",
     },
+    # what OpenRLHF's own code builds at this pin (issue 24); not cited: dtypes (the models' own, not researched:
+    # float32 witnesses only) and empty rows (action_mask[:, 0] = 1 gives every row an action)
+    produces={
+        "gaps": "0.3.6.post1: openrlhf/models/actor.py:164 action_mask = state_seq.ne(eos_token_id) & "
+        "state_seq.ne(pad_token_id), token by token: a pad (or eos) id sampled inside a response masks the action "
+        "after it while the response goes on (generation stops at eos only)",
+        "masked_real_tail": "0.3.6.post1: openrlhf/models/actor.py:164 the same per-token mask: a pad id sampled right "
+        "before the final EOS masks that EOS action, so the row ends on a masked real token",
+        "token_rewards": "0.3.6.post1: openrlhf/models/utils.py:39-40 kl = (log_probs - log_probs_base) * action_mask, "
+        "kl_reward = -kl_coef * kl: a KL reward at every action token",
+        "masked_values": "0.3.6.post1: openrlhf/models/model.py:258-268 the critic's value head at every position, "
+        "not masked (get_advantages_and_returns multiplies them by the mask, "
+        "openrlhf/trainer/ppo_utils/experience_maker.py:206)",
+        "truncated_rows": "0.3.6.post1: openrlhf/trainer/ppo_utils/experience_maker.py:350 max_tokens = "
+        "max_new_tokens: a response that reaches it has no EOS",
+    },
 )
 _PIPELINE_063 = Domain(
     dtypes=("float32",),
@@ -172,7 +189,44 @@ _PIPELINE_063 = Domain(
         "right-padded to the longest output of the batch; a row cut by max_new_tokens is the longest, so no padding "
         "follows it",
     },
+    # what OpenRLHF's own code builds at this pin (issue 24); not cited: empty rows (action_mask[:, 0] = 1)
+    produces={
+        "gaps": "0.6.3: openrlhf/models/actor.py:192 action_mask = state_seq.ne(eos_token_id) & "
+        "state_seq.ne(pad_token_id), token by token: a pad (or eos) id sampled inside a response masks the action "
+        "after it while the response goes on (generation stops at eos only)",
+        "masked_real_tail": "0.6.3: openrlhf/models/actor.py:192 the same per-token mask: a pad id sampled right "
+        "before the final EOS masks that EOS action, so the row ends on a masked real token",
+        "token_rewards": "0.6.3: openrlhf/models/utils.py:23-26 k1 = log_ratio * action_mask (k2 / k3 :33-46) and "
+        ":66 kl_reward = -kl_coef * kl: a KL reward at every action token",
+        "masked_values": "0.6.3: openrlhf/models/model.py:289-303 the critic's value head at every position, not "
+        "masked (get_advantages_and_returns multiplies them by the mask, "
+        "openrlhf/trainer/ppo_utils/experience_maker.py:626)",
+        "truncated_rows": "0.6.3: openrlhf/trainer/ppo_utils/experience_maker.py:747 max_tokens = max_new_tokens: a "
+        "response that reaches it has no EOS",
+    },
 )
+# What OpenRLHF 0.11.2's own rollout builds (issue 24), shared by every entry whose window is the experience's action
+# mask: the window is the sample from its second token (prompt tokens lead it, masked), a multi-turn agent appends
+# the environment's feedback between actions and after the last one (utils/agent.py), the KL reward sits on every
+# action token, a vLLM "length" finish marks a cut row, and right padding follows a shorter sample. Not cited:
+# all-masked and empty rows (the agent keeps room for at least one generated token, utils/agent.py:61-75, 94-97, and
+# the window is cut to the same max_len it budgets, samples_generator.py:245/261-263, so an action span is never cut
+# away), dtypes other than float32 (narrowed), uneven micro-batches (the adapters run the default loader's path).
+_AGENT = "0.11.2: openrlhf/utils/agent.py"
+_SG = "0.11.2: openrlhf/trainer/ppo_utils/samples_generator.py"
+_PRODUCES_0112 = {
+    "gaps": f"{_AGENT}:108-111 each action's token range, :154 observation + action + environment feedback: the "
+    f"feedback tokens sit between two actions, outside every range ({_SG}:257-258 action_mask[start:end] = 1)",
+    "masked_real_tail": f"{_AGENT}:154 the environment feedback of the last step is appended before the loop ends "
+    f"(:168-169 if done: break): the sample ends on masked feedback tokens ({_SG}:257-258)",
+    "leading_mask": f"{_SG}:253-263 action_mask = zeros over the whole observation, 1 on the action ranges only, "
+    "then [1:truncate_length]: the prompt tokens lead every row masked",
+    "token_rewards": "0.11.2: openrlhf/models/utils.py:144 kl_reward = -kl_coef * kl on the KL of every action token "
+    "(openrlhf/trainer/ppo_utils/experience_maker.py:205-210 compute_approx_kl, :284-290 compute_reward)",
+    "truncated_rows": f"{_AGENT}:106 is_truncated = finish_reason == 'length' ({_SG}:278, 307 Experience.truncated)",
+    "truncated_padded": "0.11.2: openrlhf/trainer/ppo_utils/experience.py:113 zero_pad_sequences(..., side='right'): "
+    "a cut sample shorter than the longest of the batch is followed by padding",
+}
 _PIPELINE_0112 = Domain(
     dtypes=("float32",),
     left_padding=False,
@@ -193,7 +247,104 @@ _PIPELINE_0112 = Domain(
         "(finite) times the mask; openrlhf/models/utils.py:93-113 the KL is a float32 log-prob difference "
         "clamped to [-10, 10]",
     },
+    produces=_PRODUCES_0112,
 )
+
+# ---- OpenRLHF's own words (issue 24): the promises beyond the universal invariants, each at the pins whose file
+# says it (paths inside the release wheel = the repository's)
+_GAE_DOC = (
+    "Function that computes advantages and returns from rewards and values. Calculated as in the original PPO paper: "
+    "https://arxiv.org/abs/1707.06347 Note that rewards may include a KL divergence loss term. Advantages looks like "
+    "this: Adv1 =  R1 + γ * λ * R2     + γ^2 * λ^2 * R3       + ... - V1 + γ * (1 - λ) V2 + γ^2 * λ * (1 - λ) V3 + "
+    "... Returns looks like this: Ret1 =  R1 + γ * λ * R2     + γ^2 * λ^2 * R3       + ... + γ * (1 - λ) V2 + γ^2 * "
+    "λ * (1 - λ) V3 + ..."
+)
+_EMF = "openrlhf/trainer/ppo_utils/experience_maker.py"
+GAE_PROMISES = tuple(
+    Promise(
+        id=f"upstream:{_EMF}:{lines}",
+        text=_GAE_DOC,
+        covers=("reference", "telescoping"),
+        note="get_advantages_and_returns' docstring: GAE over every position of the window it is given, the rewards "
+        "and values it masks (values = action_mask * values) as zero transitions: the dense recursion",
+        pins=(pin,),
+    )
+    for pin, lines in (("0.3.6.post1", "181-191"), ("0.6.3", "589-599"), ("0.11.2", "351-361"))
+)
+# ReplayBuffer.normalize, the consumer of get_advantages_and_returns' output at 0.3.6.post1 (called at
+# trainer/ppo_trainer.py:187) and 0.6.3 (trainer/ray/ppo_actor.py:213): the whitening mean sums every advantage
+# of every item, masked positions included, over the action-token count (remove_padding_in_sequences cuts only as
+# many trailing positions as the item has masked ones, replay_buffer.py:116-117 at 0.3.6.post1, so a gap's
+# advantage stays in the item)
+MASKED_ZERO_PROMISES = (
+    Promise(
+        id="upstream:openrlhf/trainer/ppo_utils/replay_buffer.py:200-207",
+        text="items_vector = torch.cat(items).float().flatten() [...] sum_and_count = "
+        "torch.tensor([items_vector.sum(), action_masks_vector.sum()], device=items_vector.device) [...] mean = "
+        "all_sum / all_count",
+        covers=("masked-zero",),
+        note="ReplayBuffer.normalize (called at openrlhf/trainer/ppo_trainer.py:187) reads the advantages at masked "
+        "positions without masking: the whitening mean of every advantage of the batch moves with them",
+        pins=("0.3.6.post1",),
+    ),
+    Promise(
+        id="upstream:openrlhf/trainer/ppo_utils/replay_buffer.py:223-237",
+        text="items_vector = torch.cat(items).float().flatten() [...] sum_and_count = "
+        "torch.tensor([items_vector.sum(), num_actions], device=items_vector.device) [...] mean = all_sum / all_count",
+        covers=("masked-zero",),
+        note="ReplayBuffer.normalize (called at openrlhf/trainer/ray/ppo_actor.py:213) reads the advantages at masked "
+        "positions without masking: the whitening mean of every advantage of the batch moves with them",
+        pins=("0.6.3",),
+    ),
+)
+# compute_approx_kl's docstring (0.11.2 models/utils.py:77-78, 87): Schulman's estimators
+KL_PROMISES = (
+    Promise(
+        id="upstream:openrlhf/models/utils.py:77-87",
+        text="Compute the approximate KL divergence between two distributions. Schulman blog: "
+        "http://joschu.net/blog/kl-approx.html [...] kl_estimator: k1 / k2 / k3 (Schulman). Selects the forward value.",
+        covers=("reference",),
+        note="the estimator the entry names, of Schulman's note (the declared clamps are the code's, :108, :113)",
+        pins=("0.11.2",),
+    ),
+)
+# aggregate_loss' docstring (0.11.2 models/loss.py:19-27) and the step normalisers' (utils/loss_utils.py:81-89)
+AGG_PROMISES = (
+    Promise(
+        id="upstream:openrlhf/models/loss.py:19-27",
+        text="- ``token_level_loss=True``  -> per-token: masked-sum / global token count. - ``token_level_loss=False`` "
+        "-> per-sample: sum of per-sequence token-means / global sample count. ``batch_num_tokens`` (token mode) and "
+        "``global_batch_size`` (sample mode) carry the *global* batch totals so the loss is invariant to "
+        "data-parallel sharding; ``dp_size`` compensates for the gradient averaging that DeepSpeed/DDP applies "
+        "across DP ranks.",
+        covers=("reference", "split-invariance"),
+        note="aggregate_loss: the global token mean / the mean of non-empty rows' token means (seq_mask, :36 "
+        '"exclude fully masked sequences"), whatever the sharding',
+        pins=("0.11.2",),
+    ),
+    Promise(
+        id="upstream:openrlhf/utils/loss_utils.py:81-89",
+        text="We group ``data_iter`` into windows of gas micro-batches (feed order matches DeepSpeed's accumulation "
+        "boundaries) and give every micro-batch in a window the same global normalizers, so the loss is one mean over "
+        "the whole step rather than a mean of per-micro-batch means (which differ when micro-batch token counts are "
+        "uneven).",
+        covers=("split-invariance",),
+        note="iter_grad_accum_global_norm, which the actor and the critic drive their micro-batches with "
+        "(trainer/ray/ppo_actor.py:186-189)",
+        pins=("0.11.2",),
+    ),
+)
+POLICY_PROMISES = AGG_PROMISES + (
+    Promise(
+        id="upstream:openrlhf/cli/train_ppo_ray.py:445-446",
+        text="Policy-loss aggregation: token-mean (global token mean) or seq-mean-token-mean (every sequence weighs "
+        "the same).",
+        covers=("reference",),
+        note="--actor.loss_agg_mode's help: the aggregation of the policy loss",
+        pins=("0.11.2",),
+    ),
+)
+
 
 # ---- entries beyond GAE (targets/adapters/openrlhf_kinds.py); lines are at 0.11.2 ----------------------
 _EM = "0.11.2: openrlhf/trainer/ppo_utils/experience_maker.py"
@@ -218,6 +369,7 @@ _PIPELINE_GROUP = Domain(
         "masked_rewards": _LOGP_MASKED + f" ({_UT}:93-113 k1/k2/k3 of 0 - 0 is 0)",
         "nonfinite_poison": _LOGP_MASKED,
     },
+    produces=_PRODUCES_0112,  # the window of the GAE entry at 0.11.2: the same experiences
 )
 _PIPELINE_LOGP = Domain(
     dtypes=("float32",),
@@ -228,6 +380,8 @@ _PIPELINE_LOGP = Domain(
         "left_padding": _NO_LEFT_PAD,
         "nonfinite_poison": _LOGP_MASKED,
     },
+    # the action mask the KL is read under (masked_mean) or later multiplied by: the experiences' window
+    produces={k: _PRODUCES_0112[k] for k in ("gaps", "masked_real_tail", "leading_mask")},
 )
 _NOT_MASKED = (
     f"{_EM}:390-421 get_cumulative_returns masks the rewards, not its output: a masked position before the last "
@@ -246,7 +400,11 @@ _GROUP_NOTE = (
 def _group_entry(variant: dict) -> dict:
     return dict(
         kind="group-advantage",
-        variant=variant,
+        # experience_maker.py:256-274 the group statistics read the rewards alone, reshaped (-1, n_samples_per_prompt):
+        # a sample without an action token is a sample of its group by design
+        variant={**variant, "empty_rows": "counted"},
+        # OpenRLHF states no formula for its group estimators (cli/train_ppo_ray.py:514-520 only names them)
+        promises=(),
         domain=Domain(),
         pipeline=_PIPELINE_GROUP,
         pipeline_by_pin={},
@@ -282,6 +440,7 @@ def _kl_entry(variant: dict) -> dict:
         notes="compute_approx_kl computes in float32 (log_probs.float(), utils.py:93) and clamps every estimate.",
         options=(),  # --algo.kl.estimator is the entry; unbiased_gradient changes the gradient only (utils.py:115)
         truncation=None,
+        promises=KL_PROMISES,
     )
 
 
@@ -312,6 +471,7 @@ ENTRY_OVERRIDES = {
         notes="masked_mean(kl, action_mask, dim=-1) as experience_maker.py:215 calls it.",
         options=(),
         truncation=None,
+        promises=(),  # no docstring (utils.py:199-202)
     ),
     "reinforce": dict(
         kind="returns",
@@ -343,6 +503,9 @@ ENTRY_OVERRIDES = {
         # expressible by Whitening: not declared
         options=(_OPT_CLIP, _OPT_STOP),
         truncation=_TRUNC_OUTCOME,
+        # get_cumulative_returns' docstring (experience_maker.py:396-407) names the returns, not the whitened
+        # advantages the entry judges; the whitening has no words of its own
+        promises=(),
     ),
 }
 
@@ -359,6 +522,11 @@ _PIPELINE_AGG = Domain(
         "nonfinite_poison": _LOGP_MASKED + "; the ratio there is exp(0) = 1 and the advantage a finite number, so "
         "the per-token loss under the mask is finite",
     },
+    # the loss mask is the experience's action mask (trainer/ray/ppo_actor.py:186-189 lambda e: e.action_mask). Not
+    # cited: uneven micro-batches (the default loader cuts equal ones, DataLoader(batch_size=sample_batch_size,
+    # drop_last=True), trainer/ray/ppo_actor.py:163-170; dynamic batching, :155-156, builds uneven ones with the
+    # replay buffer's own normalisers, a path the adapter does not run), an all-masked step (see _PRODUCES_0112)
+    produces={k: _PRODUCES_0112[k] for k in ("gaps", "masked_real_tail", "leading_mask")},
 )
 
 
@@ -376,6 +544,9 @@ def _agg_entry(mode: str, why: str) -> dict:
         notes=why,
         options=(),  # --actor.loss_agg_mode is the entry
         truncation=None,
+        # the api domain keeps uneven micro-batches: OpenRLHF's normalisers are documented as the step's, whatever its
+        # split (loss.py:19-27, loss_utils.py:81-89), and dynamic batching (ppo_actor.py:155-156) cuts uneven ones
+        promises=AGG_PROMISES,
     )
 
 
@@ -441,6 +612,7 @@ _PIPELINE_POLICY = Domain(
         "nonfinite_poison": _LOGP_MASKED + " (old and current alike); the advantages under the mask are finite GAE / "
         "return outputs of finite rewards and values (see the GAE pipeline)",
     },
+    produces=_PIPELINE_AGG.produces,  # the action mask of the experiences, as the aggregation entries
 )
 ENTRY_OVERRIDES["policy-loss"] = dict(
     kind="policy-loss",
@@ -463,6 +635,7 @@ ENTRY_OVERRIDES["policy-loss"] = dict(
     "log-ratio clamped to [-20, 20] before exp (models/loss.py:187)",
     options=(_OPT_DUAL_CLIP, _OPT_LOSS_AGG),
     truncation=None,
+    promises=POLICY_PROMISES,
 )
 
 
@@ -523,6 +696,7 @@ ENTRY_OVERRIDES["gae-kl"] = dict(
     "computed inside compute_reward) and 0.6.3 (no clamp of the estimate: another variant).",
     options=(),
     truncation=_TRUNC_GAE,
+    promises=GAE_PROMISES,  # the default entry's function and its docstring (0.11.2)
 )
 
 
@@ -544,6 +718,7 @@ SPEC = TargetSpec(
     documented_errors=_OPTION_ERRORS,
     options=(_OPT_CLIP, _OPT_STOP),
     truncation=_TRUNC_GAE,
+    promises=GAE_PROMISES + MASKED_ZERO_PROMISES,
     # Missing packages imported at module level by OpenRLHF and never used by the GAE loop or by
     # compute_reward: bitsandbytes, loralib (0.3.x models), tqdm, requests (remote reward models),
     # pylatexenc (math grading), aiohttp (agent utils), torchdata (deepspeed utils, 0.11).
