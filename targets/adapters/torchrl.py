@@ -54,12 +54,14 @@ in the api domain (no token mask to express them).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 from maskfuzz.targets.adapters.torchrl_kinds import VALUE_CLIP
@@ -133,10 +135,24 @@ def _group_entry(errors: tuple[str, ...], notes: str) -> dict:
     )
 
 
+# The GRPO recipes sample equal micro-batches on one process: optim_batch_size must be a multiple of the accumulation
+# steps and the buffer samples optim_batch_size // gradient_accumulation_steps rows per micro-batch
+GRPO_SPLITS = Domain(
+    uneven_splits=False,
+    why={
+        "uneven_splits": "equal-row micro-batches on one process: 0.14.1 sota-implementations/grpo/grpo-sync.py:"
+        "276-279 (optim_batch_size % gradient_accumulation_steps != 0 raises) and :292-294 (the replay buffer's "
+        "batch_size = optim_batch_size // gradient_accumulation_steps); 0.12.0 :370-373, :386-388; git main :388, :405"
+    },
+)
+
+
 def _agg_entry(mode: str, why: str) -> dict:
     return dict(
         kind="loss-aggregation",
-        variant={"mode": mode},
+        # GRPOLoss normalises each call by itself and takes no global normaliser; the trainer calls it per micro-batch
+        # and divides by the accumulation steps (0.14.1 torchrl/trainers/trainers.py:472-479): scope "micro-batch"
+        variant={"mode": mode, "scope": "micro-batch"},
         # dL/dl at masked positions is 0: token_mean selects with torch.where (0.14.1: torchrl/objectives/common.py:368)
         # or boolean indexing (0.12.0: torchrl/objectives/utils.py:663-664), prompt_mean multiplies by the mask
         # (grpo.py:807 [799]); NaN under the mask is judged by poison-nonfinite
@@ -144,7 +160,7 @@ def _agg_entry(mode: str, why: str) -> dict:
         masked_zero_why="",
         documented_errors=(),
         whitening=None,
-        domain=Domain(),
+        domain=GRPO_SPLITS,
         pipeline=None,  # not researched: every finding is reach: api
         pipeline_by_pin={},
         contract="dense",
@@ -209,22 +225,25 @@ ENTRY_OVERRIDES = {
                 "token_mean: global masked token mean; prompt_mean: per-sample masked mean over tokens, then "
                 "mean across samples (equal sample weight) (grpo.py:400-402); 'none' (per-token output) is not "
                 "a scalar loss and is not declared",
-                effect={"prompt_mean": {"variant": {"mode": "seq-mean-token-mean"}}},
+                effect={"prompt_mean": {"variant": {"mode": "seq-mean-token-mean", "empty_rows": "counted"}}},
             ),
         ),
     },
     # "prompt_mean": "per-sample masked mean over tokens, then mean across samples (equal sample weight)": a row
-    # (sample) mean, i.e. seq-mean-token-mean, not a mean over prompt groups; rows without a token counted in the
-    # mean (token_count.clamp_min(1) then .mean(dim=0), grpo.py:808-810 [800-802]) is not documented, so
-    # empty_rows stays canonical
-    "agg-prompt-mean": _agg_entry(
-        "seq-mean-token-mean", "GRPOLoss(aggregation='prompt_mean')._aggregate_loss_value per micro-batch"
-    ),
+    # (sample) mean, i.e. seq-mean-token-mean, not a mean over prompt groups. Every sample counts, one without a token
+    # too (token_count.clamp_min(1) then .mean(dim=0), grpo.py:808-810 [800-802]), as "mean across samples (equal
+    # sample weight)" says: empty_rows "counted" (issue 24), the variant the code implements
+    "agg-prompt-mean": {
+        **_agg_entry(
+            "seq-mean-token-mean", "GRPOLoss(aggregation='prompt_mean')._aggregate_loss_value per micro-batch"
+        ),
+        "variant": {"mode": "seq-mean-token-mean", "empty_rows": "counted", "scope": "micro-batch"},
+    },
     # GRPOLoss._kl_to_ref (grpo.py:868-922 at 0.14.1): the k3 KL of the masked log-ratio, then .mean() (:920);
     # its aggregation is the same call's token mean (the KL term joins the token_mean loss keys, :738-763)
     "kl-to-ref": {
         **_agg_entry("token-mean", "GRPOLoss._kl_to_ref per micro-batch: expm1(d) - d of the masked log-ratio"),
-        "variant": {"mode": "token-mean", "transform": "k3"},
+        "variant": {"mode": "token-mean", "transform": "k3", "scope": "micro-batch"},
     },
 }
 
@@ -291,7 +310,9 @@ ENTRY_OVERRIDES["value-loss"] = _VALUE_ENTRY
 # masked token mean", :401); advantages per token ([b, T, 1], :717-720: forward takes any per-token advantage)
 ENTRY_OVERRIDES["policy-loss"] = dict(
     kind="policy-loss",
-    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean"},
+    # per call, as agg-token-mean (scope "micro-batch": the trainer divides each call by the accumulation steps)
+    variant={"clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "mode": "token-mean",
+             "scope": "micro-batch"},  # fmt: skip
     # _log_weight zeroes both log-probs outside the mask with torch.where (:961-967 (651-657)), so the log-weight
     # is 0 there, and _reduce_loss selects with torch.where (common.py:368): dL/dlogp = 0 at masked positions
     masked_zero=True,
@@ -300,7 +321,7 @@ ENTRY_OVERRIDES["policy-loss"] = dict(
     documented_errors=(),
     whitening=None,
     truncation=None,  # the advantages are given; a cut row is a row like another for the policy loss
-    domain=Domain(),
+    domain=GRPO_SPLITS,
     pipeline=None,  # not researched: every finding is reach: api
     pipeline_by_pin={},
     contract="dense",
@@ -308,6 +329,76 @@ ENTRY_OVERRIDES["policy-loss"] = dict(
     "per micro-batch, ('log_probs', 'full') = old_logp, advantage per token; / accumulation steps",
 )
 
+
+# What torchrl's own collector / GAE module / transforms produce, in the adapter's mapping (a row = the steps of a
+# collector batch, the "trainable" run = one trajectory ending at `done`; what lies before and after it are the
+# previous and the next episode's steps: real transitions with their own rewards and value-network outputs).
+# `Domain.produces`, issue 24; the lines of every pin in one citation where the fact is the same.
+_COLLECT = (
+    "the collector steps the env with step_and_maybe_reset and resets a done env in place (0.6.0 "
+    "torchrl/collectors/collectors.py:1166; 0.8.1 :1458; 0.10.1 :1534; 0.12.0 torchrl/collectors/_single.py:1688; "
+    "0.14.1 :2153; git main :2131), so a batch row runs on past `done` into the next episode"
+)
+_VNET = (
+    "the GAE module runs the value network on obs and ('next', obs) of every step (0.6.0 "
+    "torchrl/objectives/value/advantages.py:1333; 0.8.1 :1468; 0.10.1 :1491; 0.12.0 :1505; 0.14.1 :2269; git main "
+    ":2174) and hands both to the functional (0.12.0 :1537-1556; 0.14.1 :2316-2335; git main :2221-2240): the values "
+    "of the steps after `done` and V(next obs) at the done step are value-network outputs"
+)
+_STEPS = (
+    "StepCounter(max_steps) sets truncated (done, not terminated) at the step limit (0.6.0 "
+    "torchrl/envs/transforms/transforms.py:5890; 0.8.1 :7552; 0.10.1 :7748; 0.12.0 :7853; 0.14.1 "
+    "torchrl/envs/transforms/_env.py:970; git main :966)"
+)
+GAE_PRODUCES = {
+    "masked_real_tail": _COLLECT,
+    "leading_mask": _COLLECT + "; a batch starts where the previous one stopped, mid-episode",
+    "masked_rewards": _COLLECT + ": the next episode's steps carry their env rewards",
+    "token_rewards": _COLLECT + ": every step carries its env reward",
+    "masked_values": _VNET,
+    "truncated_rows": _STEPS,
+    "truncated_padded": _STEPS + "; " + _COLLECT,
+}
+# AutoResetTransform fills ('next', obs) of a done step with NaN (fill_float="nan") and, up to 0.12.0, the GAE module
+# feeds V(NaN) to the functional: NaN next values exactly where it multiplies by not_terminated. The feature also
+# lets a witness put NaN in a reward, which torchrl never does (one field for values and rewards: see
+# docs/audit/torchrl.md)
+_NAN_UNTIL_0_12 = (
+    "AutoResetTransform fill_float='nan' writes NaN into ('next', obs) of every done step (0.6.0 "
+    "torchrl/envs/transforms/transforms.py:8212; 0.8.1 :9892; 0.10.1 :10077; 0.12.0 :10459) and the GAE module runs "
+    "the value network on it unsanitised (0.12.0 torchrl/objectives/value/advantages.py:1505, 1537-1556)"
+)
+# The GAE module entry: with average_gae the advantages of every step of the batch are standardised together by
+# design ("if True, the resulting GAE values will be standardized", advantages.py:1972-1973 at 0.14.1): the steps
+# around a trajectory are real transitions there, not masked ones, so no witness may put poison on them (no
+# masked values / rewards / tails cited); the cut rows and the plain rows stay
+MODULE_PRODUCES = {k: v for k, v in GAE_PRODUCES.items() if k in ("token_rewards", "truncated_rows")}
+
+# GRPOLoss's own words for its aggregations (the docstring of `aggregation`), per pin
+_AGG_DOC = {
+    "0.12.0": 110,
+    "0.14.1": 401,
+    "ae9719f17b15": 395,
+}
+_TOKEN_MEAN = '"token_mean": global masked token mean (weights long sequences more). Default.'
+_PROMPT_MEAN = '"prompt_mean": per-sample masked mean over tokens, then mean across samples (equal sample weight).'
+
+
+def agg_promise(which: str) -> tuple[Promise, ...]:
+    """GRPOLoss's `aggregation` docstring line for `which` ("token_mean" | "prompt_mean") at each pin."""
+    text, off = (_TOKEN_MEAN, 0) if which == "token_mean" else (_PROMPT_MEAN, 1)
+    note = (
+        "GRPOLoss's docstring for the aggregation of one call (the trainer calls it per micro-batch and divides by "
+        "the accumulation steps: scope micro-batch)"
+    )
+    return tuple(
+        Promise(f"upstream:{_GRPO}:{line + off}", text, covers=("reference",), note=note, pins=(pin,))
+        for pin, line in _AGG_DOC.items()
+    )
+
+
+ENTRY_OVERRIDES["agg-token-mean"]["promises"] = agg_promise("token_mean")
+ENTRY_OVERRIDES["agg-prompt-mean"]["promises"] = agg_promise("prompt_mean")
 
 SPEC = TargetSpec(
     id="torchrl",
@@ -348,6 +439,7 @@ SPEC = TargetSpec(
             ":10077; 0.8.1: :9892; 0.6.0: :8212) and the GAE module feeds V(NaN) to the functional unsanitised "
             "(0.12.0: torchrl/objectives/value/advantages.py:1505, 1537-1556)",
         },
+        produces={**GAE_PRODUCES, "nonfinite_poison": _NAN_UNTIL_0_12},
     ),
     pipeline_by_pin={
         rev: Domain(
@@ -360,6 +452,7 @@ SPEC = TargetSpec(
                 f"compact_obs) by the root observation before the value network ({cite}); rewards and "
                 "the other values are env / network outputs, finite",
             },
+            produces=GAE_PRODUCES,
         )
         for rev, cite in (
             (
@@ -378,6 +471,12 @@ SPEC = TargetSpec(
     ),
 )
 
+
+# the GAE module's own pipeline (MODULE_PRODUCES: average_gae standardises every step of the batch by design)
+ENTRY_OVERRIDES["module"]["pipeline"] = dataclasses.replace(SPEC.pipeline, produces=MODULE_PRODUCES)
+ENTRY_OVERRIDES["module"]["pipeline_by_pin"] = {
+    rev: dataclasses.replace(dom, produces=MODULE_PRODUCES) for rev, dom in SPEC.pipeline_by_pin.items()
+}
 
 def framework_inputs(case: Case, device: str) -> dict:
     """torchrl's keyword inputs for `case`: float tensors [B, T, 1] in the case's dtype, bool flags [B, T, 1].
