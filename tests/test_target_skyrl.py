@@ -267,7 +267,9 @@ def test_short_fuzz(h):
         h.run, h.declared, target="skyrl", pin=PIN, max_examples=40, seed=0, derandomize=True, shrink=False
     )
     bad = {p for p, n in result.failed.items() if n}
-    assert {"poison", "row-independence", "reference"} <= bad, bad
+    # row-independence is no sure finding any more (issue 24): its twin adds a padding column only, which leaks only
+    # where a row fills the window; the loss-masked rows in the whitening show up as poison
+    assert {"poison", "reference"} <= bad, bad
     assert "deterministic" not in bad, bad
 
 
