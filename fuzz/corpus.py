@@ -865,11 +865,13 @@ def _finding_triage(finding: Any) -> dict | None:
 
 
 def identity(entry: Entry) -> tuple:
-    """What makes two entries one defect: (target key, root cause) once triaged, so the properties one
-    mechanism breaks are one entry (the others in `also`); else (target key, property, signature)."""
+    """What makes two entries one defect: (target key, root cause, the options it needs) once triaged, so
+    the properties one mechanism breaks are one entry (the others in `also`) while a failure that needs an
+    option (another cause with the same mechanism's name) stays its own; else (target key, property,
+    signature)."""
     mechanism = (entry.triage or {}).get("mechanism")
     if mechanism:
-        return (entry.key, "mechanism", mechanism)
+        return (entry.key, "mechanism", mechanism, tuple(sorted(entry.case.options)))
     return (entry.key, "signature", entry.property, entry.signature)
 
 

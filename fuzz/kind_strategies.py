@@ -146,7 +146,7 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
         lp = quantize(torch.where(fix, (old + step).clamp(max=0.0), lp), dtype)
         far = fix & ((lp - old).abs() > LOGRATIO_SPAN)  # the dtype rounded a large log-prob: the same one
         extra["logp"], extra["old_logp"] = torch.where(far, old, lp), old
-    split, ranks = draw(splits(b_rows)) if k.split else (None, 1)
+    split, ranks = draw(splits(b_rows, even=not domain.uneven_splits)) if k.split else (None, 1)
     return Case.build(
         trainable=trainable,
         attention=attention,
@@ -191,13 +191,20 @@ def _old_logp(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 @st.composite
-def splits(draw, b_rows: int) -> tuple[torch.Tensor | None, int]:
+def splits(draw, b_rows: int, even: bool = False) -> tuple[torch.Tensor | None, int]:
     """(micro-batch id per row, simulated ranks): one micro-batch, contiguous micro-batches of a
-    size (the last one short), or rows dealt to micro-batches in any order; on 1 or 2 ranks."""
-    mode = draw(st.sampled_from(["whole step", "contiguous", "any order"]))
+    size (the last one short), or rows dealt to micro-batches in any order; on 1 or 2 ranks. With
+    `even` (a loader that cuts equal micro-batches, `Domain.uneven_splits` False): contiguous
+    micro-batches of one size only, as many on every rank."""
+    mode = draw(st.sampled_from(["whole step", "contiguous", "any order"] if not even else ["whole step", "equal"]))
     event(f"split: {mode}")
     if mode == "whole step":
         return None, 1
+    if mode == "equal":
+        n = draw(st.sampled_from([d for d in range(1, b_rows + 1) if b_rows % d == 0]))  # micro-batches
+        ranks = draw(st.sampled_from([r for r in (1, 1, 2) if n % r == 0]))
+        event(f"split: {ranks} rank(s)")
+        return torch.tensor([i // (b_rows // n) for i in range(b_rows)], dtype=torch.int64), ranks
     if mode == "contiguous":
         size = draw(st.integers(1, b_rows))
         ids = [i // size for i in range(b_rows)]

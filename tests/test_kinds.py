@@ -706,3 +706,35 @@ def test_kl_ratio_loop_and_vectorised_agree(level):
         assert torch.allclose(loop, vec, rtol=1e-9, atol=1e-9), (loop, vec)
 
     check()
+
+
+def test_a_loader_that_cuts_equal_micro_batches_gets_only_equal_splits():
+    """`Domain.uneven_splits=False` (a loader that cuts equal-row micro-batches, as many on each rank): the
+    strategy draws only such splits, so split-invariance judges what the framework's loader builds."""
+    from hypothesis import given, settings
+
+    from maskfuzz.fuzz.kind_strategies import kind_cases
+    from maskfuzz.oracles.domain import Domain, even_split
+
+    seen = []
+
+    @settings(max_examples=150, database=None, deadline=None)
+    @given(kind_cases("loss-aggregation", Domain(uneven_splits=False, why={"uneven_splits": "loader.py:1"})))
+    def draw(case):
+        if case.split is not None:
+            seen.append(case)
+            assert even_split(case), (case.split.tolist(), case.ranks)
+
+    draw()
+    assert len(seen) > 20 and any(len(c.split.unique()) > 1 for c in seen)
+
+
+def test_prompt_mean_counts_empty_prompts_when_its_variant_counts_empty_rows():
+    from maskfuzz.oracles.kinds import loss_aggregation as la
+
+    loss = [[1.0, 2.0], [0, 0], [4.0, 0]]
+    case = Case.build(trainable=[[1, 1], [0, 0], [1, 0]], group=[0, 1, 2], extra={"loss": loss})
+    for rows, want in (("excluded", (1.5 + 4.0) / 2), ("counted", (1.5 + 4.0) / 3)):
+        v = {"mode": "prompt-mean", "empty_rows": rows}
+        for vec in (False, True):
+            assert la.reference(case, v, vectorised=vec)["loss"][0, 0].item() == pytest.approx(want)

@@ -6,7 +6,8 @@ step is cut into micro-batches on simulated data-parallel ranks. The reference i
 whatever the split: a framework given its own global-normaliser arguments must not depend on it.
 
 With m the mask, n_b = sum_t m[b, t] the row's token count, R the rows with n_b > 0 (all rows with
-`empty_rows="counted"`), N = sum m and G the prompts with a trainable token:
+`empty_rows="counted"`), N = sum m and G the prompts with a trainable token (every prompt with
+`empty_rows="counted"`):
 
     token-mean                 L = sum(l m) / N                     (DAPO's global token mean too)
     token-sum                  L = sum(l m)
@@ -105,7 +106,7 @@ def weights(case: Case, variant: dict | None = None) -> list[list[float]]:
         groups = case.group.tolist() if case.group is not None else list(range(b_rows))
         for b in range(b_rows):
             group_tokens[groups[b]] = group_tokens.get(groups[b], 0) + counts[b]
-        n_groups = sum(1 for n in group_tokens.values() if n > 0)
+        n_groups = len(group_tokens) if v["empty_rows"] == "counted" else sum(1 for n in group_tokens.values() if n > 0)
     for b in range(b_rows):
         for t in range(t_len):
             if not mask[b][t]:
@@ -172,7 +173,7 @@ def _weights_vectorised(case: Case, v: dict) -> torch.Tensor:
     groups = case.group if case.group is not None else torch.arange(case.shape[0])
     _, inv = torch.unique(groups, return_inverse=True)
     per_group = torch.zeros(int(inv.max()) + 1 if len(inv) else 0, dtype=torch.float64).index_add_(0, inv, n_b[:, 0])
-    n_groups = float((per_group > 0).sum())
+    n_groups = float(len(per_group)) if v["empty_rows"] == "counted" else float((per_group > 0).sum())
     return m / (max(n_groups, 1.0) * per_group[inv].clamp(min=1.0)[:, None])
 
 
