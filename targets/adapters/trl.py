@@ -143,13 +143,14 @@ def _train_pipeline(
     filter).
 
     Produced (`produces`, issue 24): the KL reward at every trained token; raw reference log-probs (the adapter's
-    carrier of token rewards) under the padding, which the block fills itself; a row whose first response token is
-    the pad token (sequence_length = -1: no trained token); rows cut by response_length. Not cited as produced:
-    masked critic values. The value model does output a value at every pad slot ({value}), but the block zeroes
-    every one past sequence_lengths + 1 by selection ({fill}) and keeps the one at sequence_lengths + 1 on purpose:
-    TRL's terminal state after the last token, whose value it trains (vf_loss over ~padding_mask_p1) and where it
-    puts the score. That value is not poison (kinds.md, Truncation: poison is a bootstrap from a position whose
-    value is never trained), so no masked value that is poison reaches GAE, and a witness may not use one."""
+    carrier of token rewards) under the padding and in a row that trains nothing, which the block fills itself; a
+    row whose first response token is the pad token (sequence_length = -1: no trained token); rows cut by
+    response_length. Not cited as produced: masked critic values. The value model does output a value at every pad
+    slot ({value}), but the block zeroes every one past sequence_lengths + 1 by selection ({fill}) and keeps the one
+    at sequence_lengths + 1 on purpose: TRL's terminal state after the last token, whose value it trains (vf_loss
+    over ~padding_mask_p1) and where it puts the score. That value is not poison (kinds.md, Truncation: poison is a
+    bootstrap from a position whose value is never trained), so no masked value that is poison reaches GAE, and a
+    witness may not use one."""
     prefix = f"{f}:{pmask} padding_mask = idx > sequence_lengths, with {f}:{seq} sequence_length = first pad token - 1"
     first_pad = (
         f"{f}:{seq} sequence_length = first_true_indices(postprocessed_response == pad_token_id) - 1 is -1 for a "
@@ -180,8 +181,10 @@ def _train_pipeline(
         },
         produces={
             "token_rewards": f"{f}:{kl} non_score_reward = -args.kl_coef * kl: the KL reward at every trained token",
-            "masked_rewards": f"{f}:{ref} ref_logprob over every position of the generated response, padding "
+            "padding_rewards": f"{f}:{ref} ref_logprob over every position of the generated response, padding "
             f"included (the block fills it with INVALID_LOGPROB under padding_mask, {f}:{fill})",
+            "masked_rewards": f"{f}:{ref} ref_logprob at every generated token, the ones of a row that trains nothing "
+            f"(its first token the pad) too (filled with INVALID_LOGPROB under padding_mask, {f}:{fill})",
             "all_masked_rows": first_pad,
             "empty_rows": first_pad + " (to TRL the response is empty)",
             "truncated_rows": f"{f}:{gen} max_new_tokens = args.response_length: a response that reaches it has no "
