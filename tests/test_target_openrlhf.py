@@ -180,8 +180,9 @@ _OUTSIDE = {  # narrowed field -> (a case outside it, what rejects() says)
     "leading_mask": (Case.build(trainable=[[0, 1]], attention=[[1, 1]]), "starts with real non-trainable"),
     "left_padding": (Case.build(trainable=[[0, 1]], attention=[[0, 1]]), "left-padded"),
     "all_masked_rows": (Case.build(trainable=[[1, 1], [0, 0]]), "no trainable token"),
-    "masked_rewards": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], token_rewards=[[0, 2]]), "non-trainable"),
-    "masked_values": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, 3]]), "critic values"),
+    # a masked real token (padding follows masked_rewards / masked_values: Domain.padding_rewards / padding_values)
+    "masked_rewards": (Case.build(trainable=[[1, 0]], attention=[[1, 1]], token_rewards=[[0, 2]]), "non-trainable"),
+    "masked_values": (Case.build(trainable=[[1, 0]], attention=[[1, 1]], values=[[0, 3]]), "critic values"),
     "nonfinite_poison": (Case.build(trainable=[[1, 0]], attention=[[1, 0]], values=[[0, _INF]]), "NaN / inf"),
     "truncated_padded": (
         Case.build(trainable=[[1, 0], [1, 1]], attention=[[1, 0], [1, 1]], truncated=[True, False]),
