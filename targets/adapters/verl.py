@@ -211,10 +211,15 @@ def _pipeline_multi_turn(pin: str, naive: str, kl: str, padding: str, critic: st
         left_padding=False,
         masked_rewards=False,
         nonfinite_poison=False,
+        padding_values=False,
         why={
             "dtypes": (
                 f"verl {pin}: {naive} builds the reward tensor as float32 (rm_scores likewise); the critic's bf16 "
                 "values are promoted, so GAE runs in float32"
+            ),
+            "padding_values": (
+                f"verl {pin}: {critic} multiply the values by the response's attention (Megatron) or by the "
+                "response mask (FSDP): a padding position holds 0, while a tool token keeps its value (Megatron)"
             ),
             "left_padding": f"verl {pin}: {padding} pads responses on the right",
             "masked_rewards": (
@@ -344,10 +349,20 @@ def _pipeline_0_9_1() -> Domain:
         dtypes=("float32",),
         left_padding=False,
         nonfinite_poison=False,
+        padding_values=False,
+        padding_rewards=False,
         why={
             "dtypes": (
                 "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:1262 casts the critic's values with .float() and "
                 "verl/workers/reward_manager/naive.py:98 builds the reward tensor as float32"
+            ),
+            "padding_values": (
+                "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:1261 no_padding_2_padding pads each response's values with "
+                "zeros (verl/workers/utils/padding.py:138, F.pad): a padding position holds 0"
+            ),
+            "padding_rewards": (
+                "verl 0.9.1: verl/trainer/ppo/ray_trainer.py:103-106 multiplies the KL by response_mask, 0 at padding, "
+                "and verl/workers/reward_manager/naive.py:153 writes the score at an attended token"
             ),
             "left_padding": (
                 "verl 0.9.1: verl/experimental/agent_loop/agent_loop.py:763-779 pads responses and the response "
