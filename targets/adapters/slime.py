@@ -37,6 +37,9 @@ and stays permissive: gaps and observation tails (tool tokens appended with loss
 `Sample.append_response_tokens(trainable=False)` and the search-r1 / retool generators), leading
 masked tokens (`--mask-offpolicy-in-partial-rollout`), all-masked rows (`remove_sample`), KL rewards
 and critic values at every response token, unmasked.
+Each of these is cited in the domain's `produces` with the line that builds it (a pipeline witness may
+use only those, `Domain.produced_only`); slime's own promises are declared per entry and pin (`Promise`,
+the section before `SPEC`).
 
 The shared machinery here (mpu state, per-sample lists, caller arguments) also serves the miles
 adapter: miles is a fork of slime and its older pins run the same caller.
