@@ -456,7 +456,9 @@ def test_grpo_normalises_per_group_and_broadcasts_to_masked_tokens(kinds_open):
     (adv,) = h.run(case)
     a = 0.5 / (0.5**0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6), both groups
     assert adv.flatten().tolist() == pytest.approx([a] * 3 + [-a] * 3 + [-a] * 3 + [a] * 3, rel=1e-6)  # masked too
-    assert kind_failed(h, case) == {"pad-invariance"}  # an added all-masked row counts in its group
+    # pad-invariance adds no sample to a group any more (kinds.md); an all-masked row counted in its group is miles'
+    # documented variant (empty_rows "counted", the filter's help, W miles/utils/arguments.py:1546)
+    assert kind_failed(h, case) == set()
     # unequal groups: the sample count is not n * groups, so the whole batch is one group
     mixed = Case.build(trainable=[[1]] * 4, score=[1, 2, 3, 10], group=[0, 0, 0, 1])
     (adv,) = h.run(mixed)
@@ -517,7 +519,8 @@ def test_reinforce_pp_returns_keep_masked_kl_and_assert_on_a_removed_sample(kind
 
 
 MILES_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may fail)
-    "grpo": ({"pad-invariance"}, {"no-crash", "group-isolation", "affine", "reference"}),
+    # the whole-batch fallback of unequal groups mixes them (group-isolation); no twin adds a sample to a group
+    "grpo": ({"group-isolation"}, {"no-crash", "affine", "reference"}),
     "kl": (set(), set()),
     "kl-k3": (set(), set()),
     "kl-low-var": (set(), set()),
@@ -582,7 +585,9 @@ def test_loss_short_fuzz(kinds_open, entry):
     res = fuzz_target(h.run, h.declared, target=f"miles:{entry}", pin=KIND_PIN, max_examples=20, seed=0)
     print(f"\n[miles:{entry}] fuzz 20: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
-    must = {"pad-invariance", "reference"}  # split-invariance, permutation, empty-step hold
+    # the removed sample counted is `reference` (a defect: the filter's help, W arguments.py:1545); pad-invariance adds
+    # a padding column only; split-invariance, permutation, empty-step hold
+    must = {"reference"}
     assert must <= found <= must | {"poison-nonfinite"}, found
 
 
@@ -613,7 +618,7 @@ def test_grpo_without_std_normalization_is_dr_grpo(kinds_open):
     (adv,) = h.run(case)
     # r - mean_g only: [1, 0] -> +-0.5, [2, 4] -> -+1, broadcast to every response token
     assert adv.flatten().tolist() == [0.5] * 3 + [-0.5] * 3 + [-1.0] * 3 + [1.0] * 3
-    assert kind_failed(h, case) == {"pad-invariance"}  # the all-masked twin counts, as with the std
+    assert kind_failed(h, case) == set()  # no twin adds an all-masked sample to a group any more
 
 
 @pytest.mark.network
@@ -770,8 +775,10 @@ def test_value_loss_short_fuzz(kinds_open):
     res = fuzz_target(h.run, h.declared, target="miles:value-loss", pin=KIND_PIN, max_examples=12, seed=0)
     print(f"\n[miles:value-loss] fuzz 12: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
-    must = {"pad-invariance"}  # the removed sample counted; split-invariance, permutation, clip-bound hold
-    assert must <= found <= must | {"reference", "poison-nonfinite", "masked-zero"}, found  # no no-crash
+    # reference: the removed sample counted, or --rollout-temperature reaching the value head (loss.py:80), which also
+    # breaks clip-bound (both defects: the filter's help, the temperature's help); split-invariance, permutation hold
+    must = {"reference"}
+    assert must <= found <= must | {"clip-bound", "poison-nonfinite", "masked-zero"}, found  # no no-crash
 
 
 # ---------------------------------------------------------------------------------------------
@@ -873,7 +880,7 @@ def test_policy_loss_short_fuzz(kinds_open):
     found = {f.property for f in res.findings}
     # the removed sample counted by global_batch_size (loss.py:1048-1056), as for value-loss; --eps-clip-c drawn:
     # ignored (loss.py:681). nan_to_num (:669-679) keeps NaN under the mask out: no poison-nonfinite
-    must = {"pad-invariance"}
+    must = set()  # the removed sample counted is `reference` (test_policy_loss_by_hand); 12 examples may miss it
     assert must <= found <= must | {"reference"}, found
 
 
@@ -1069,3 +1076,152 @@ def test_kl_reward_short_fuzz(entry, pin):
         print(f"\n[miles:{entry}@{pin}] fuzz 20 (unshrunk): {time.monotonic() - t0:.1f} s", file=sys.stderr)
     found = {f.property for f in res.findings}
     assert must <= found <= must | may, found
+
+
+# ---------------------------------------------------------------------------------------------
+# The promise model (issue 24): what miles' own code produces (Domain.produces) and what it promises at each pin
+# (Promise, quoted with file:line; W = the 0.0.2 wheel, G = the git pins). A finding is a defect only where it breaks a
+# universal invariant with a witness built from produced features, or one of miles' own promises.
+# ---------------------------------------------------------------------------------------------
+from maskfuzz.oracles.promises import broken  # noqa: E402
+from tests.test_target_slime import PRODUCED, triaged  # noqa: E402
+
+_PINS = ("0.0.2", BEFORE, FIX)
+
+
+def test_pipeline_domains_cite_what_miles_produces():
+    import re
+
+    for pin in _PINS:
+        tag = "miles-rl 0.0.2" if pin == "0.0.2" else "miles 6ccdc7da6 / 3d2e0e411"
+        for entry in miles.SPEC.entries:
+            dom = miles.SPEC.for_entry(entry).pipeline_at(pin)
+            for feature, cite in dom.produces.items():
+                assert re.search(r"[\w/.-]+\.\w+:\d+", cite) and cite.startswith(tag), (entry, pin, feature)
+        usable = miles.SPEC.pipeline_at(pin).produced_only()
+        assert all(getattr(usable, f) for f in PRODUCED), pin
+        loss = miles.SPEC.for_entry("agg-token-mean").pipeline_at(pin).produced_only()
+        assert loss.uneven_splits and loss.all_masked_rows and not loss.nonfinite_poison and loss.dtypes == ("float32",)
+    # the wheel's bf16 / fp16 value logits (--true-on-policy-mode) stay: the narrowing cites loss.py:69-70, 81-85
+    assert miles.SPEC.pipeline_at("0.0.2").produced_only().dtypes == ("float32", "bfloat16", "float16")
+    tail = Case.build(trainable=[[1, 0]], token_rewards=[[0.0, 100.0]], values=[[0.0, 100.0]], score=[1.0])
+    assert miles.SPEC.pipeline_at(BEFORE).unproduced(tail) == []
+
+
+MILES_PROMISES = {  # (entry, pin) -> promise ids
+    ("default", "0.0.2"): ["upstream:miles/backends/training_utils/loss.py:297-299"],
+    ("default", BEFORE): ["upstream:miles/backends/training_utils/loss.py:26-28"],
+    ("default", FIX): ["upstream:miles/backends/training_utils/loss.py:26-28",
+                       "upstream:miles/backends/training_utils/loss_hub/math_utils.py:615-619",
+                       "upstream:miles/backends/training_utils/loss_hub/math_utils.py:620-621",
+                       "upstream:miles/backends/training_utils/loss_hub/math_utils.py:627"],
+    ("kl", "0.0.2"): ["upstream:miles/utils/ppo_utils.py:72-73"],
+    ("reinforce++-kl", BEFORE): ["upstream:miles/backends/training_utils/loss.py:26-28",
+                                 "upstream:miles/backends/training_utils/loss_hub/math_utils.py:456"],
+    ("agg-seq-mean-token-mean", "0.0.2"): ["upstream:miles/utils/arguments.py:1545"],
+    ("agg-token-mean", FIX): ["upstream:miles/utils/arguments.py:2070",
+                              "upstream:docs/user-guide/training-script-walkthrough.md:217-219"],
+    ("value-loss", "0.0.2"): ["upstream:miles/utils/arguments.py:1545", "upstream:miles/utils/arguments.py:304-307"],
+    ("policy-loss", "0.0.2"): ["upstream:miles/utils/arguments.py:884-889", "upstream:miles/utils/arguments.py:1545"],
+}  # fmt: skip
+
+
+def test_promises_are_declared_per_pin_and_cover_what_they_say():
+    spec = miles.SPEC
+    for (entry, pin), ids in MILES_PROMISES.items():
+        assert [p.id for p in spec.declared(entry, pin).promises] == ids, (entry, pin)
+    at = lambda e, pin: spec.declared(e, pin).promises  # noqa: E731
+    # #1827's docstring makes the compressed contract miles' own from 3d2e0e411: a regression there is a defect
+    assert broken("gap-invariance", "extra-decay", at("default", FIX)).id.endswith("math_utils.py:615-619")
+    assert broken("masked-zero", "masked-nonzero", at("default", FIX)).id.endswith("math_utils.py:627")
+    assert broken("score-kept", "score-lost", at("default", FIX), reach="api").id.endswith("math_utils.py:620-621")
+    # before it, the dense GAE's extra decay and the masked advantages are semantics facts
+    assert broken("gap-invariance", "extra-decay", at("default", BEFORE)) is None
+    assert broken("masked-zero", "masked-nonzero", at("default", "0.0.2")) is None
+    assert broken("reference", "unexplained", at("kl", BEFORE)).id.endswith("math_utils.py:146-147")
+    assert broken("reference", "variant-mismatch", at("policy-loss", "0.0.2")).id.endswith("arguments.py:884-889")
+    assert broken("reference", "masked-statistics", at("agg-seq-mean-token-mean", BEFORE)).id.endswith(
+        "arguments.py:2070"
+    )
+    assert broken("reference", "variant-mismatch", at("grpo", "0.0.2")) is None  # grpo's variants are semantics
+    assert spec.declared("grpo").variant == {"empty_rows": "counted"}
+
+
+def _lines(text: str, lines: str) -> str:
+    lo, _, hi = lines.partition("-")
+    out = []
+    for line in text.splitlines()[int(lo) - 1 : int(hi or lo)]:
+        line = line.strip().lstrip("#").strip()
+        out.append(line[1:] if line.startswith('"') else line)
+    return " ".join(" ".join(out).split())
+
+
+@pytest.mark.network
+def test_every_wheel_promise_quotes_the_words_at_its_line():
+    from maskfuzz.targets.acquire import acquire
+
+    root = acquire(miles.SPEC, "0.0.2").root
+    for entry in miles.SPEC.entries:
+        for p in miles.SPEC.declared(entry, "0.0.2").promises:
+            path, lines = p.id.removeprefix("upstream:").rsplit(":", 1)
+            text = (root / path).read_text(encoding="utf-8")
+            assert " ".join(p.text.split()) in _lines(text, lines), (entry, p.id)
+
+
+@pytest.mark.needs_mirror
+def test_every_git_promise_quotes_the_words_at_its_line(repos):
+    import subprocess
+
+    for entry in miles.SPEC.entries:
+        for pin in (BEFORE, FIX):
+            for p in miles.SPEC.declared(entry, pin).promises:
+                path, lines = p.id.removeprefix("upstream:").rsplit(":", 1)
+                text = subprocess.run(["git", "-C", str(repos["miles"]), "show", f"{pin}:{path}"], check=True,
+                                      capture_output=True, text=True).stdout  # fmt: skip
+                assert " ".join(p.text.split()) in _lines(text, lines), (entry, pin, p.id)
+
+
+@pytest.mark.network
+def test_the_wheel_gae_leaks_are_defects_with_a_cited_pipeline_witness(wheel):
+    leak = Case.build(trainable=[[1, 0]], token_rewards=[[0.0, 100.0]], values=[[0.0, 100.0]], score=[1.0])
+    f = triaged(wheel, leak, "poison")
+    assert (f.promise.id, f.mechanism, f.reach, f.severity) == (
+        "universal:poison", "masked-value-bootstrap", "pipeline", "high"
+    ), f.reach_how  # fmt: skip
+    f = triaged(wheel, leak.replace(gamma=0.0), "score-kept")
+    assert (f.promise.id, f.reach) == ("universal:score-kept", "pipeline")
+    f = triaged(wheel, leak.replace(gamma=0.0), "masked-zero")
+    assert f.promise is None and f.fact == "semantics"  # the policy loss zeroes masked advantages (loss.py:675-679)
+
+
+@pytest.mark.network
+def test_the_wheel_kinds_break_their_promises(kinds_open):
+    # 39af16296080970b: --eps-clip-c parsed, never passed (W loss.py:681)
+    f = triaged(kinds_open("policy-loss"), POLICY_DUAL, "reference")
+    assert (f.promise.id, f.mechanism, f.reach) == ("upstream:miles/utils/arguments.py:884-889", "variant-mismatch",
+                                                    "pipeline")  # fmt: skip
+    # a removed sample counted by global_batch_size (W loss.py:1048-1058)
+    f = triaged(kinds_open("agg-seq-mean-token-mean"), Case.build(**LOSS_REMOVED), "reference")
+    assert (f.promise.id, f.severity) == ("upstream:miles/utils/arguments.py:1545", "medium")
+    f = triaged(kinds_open("value-loss"), VALUE_REMOVED, "reference")
+    assert f.promise.id == "upstream:miles/utils/arguments.py:1545"
+    # --rollout-temperature reaches the value head (W loss.py:80)
+    f = triaged(kinds_open("value-loss"), VALUE_STEP.replace(options=TEMPERATURE), "reference")
+    assert (f.promise.id, f.mechanism) == ("upstream:miles/utils/arguments.py:304-307", "unexplained")
+    # REINFORCE++ keeps the KL of masked tokens (W ppo_utils.py:412) and asserts on a removed sample (:414)
+    h = kinds_open("reinforce++")
+    leak = Case.build(trainable=[[1, 0, 1, 0]], token_rewards=[[0.5, 3, 0.25, 2]], score=[1.0], gamma=0.5)
+    f = triaged(h, leak, "poison")
+    assert (f.promise.id, f.mechanism, f.reach) == ("universal:poison", "masked-reward-leak", "pipeline")
+    f = triaged(h, Case.build(trainable=[[1, 1], [0, 0]], score=[1.0, 1.0]), "no-crash")
+    assert (f.promise.id, f.reach, f.severity) == ("universal:no-crash", "pipeline", "medium")
+
+
+@pytest.mark.needs_mirror
+def test_reinforce_pp_kl_masked_kl_is_a_defect_at_every_pin(repos):
+    # 8b35656a945cb3ee's pipeline witness: a masked tail token whose log-prob is 10 nats off the reference's
+    witness = Case.build(trainable=[[1, 0]], score=[1.0], extra={"logp": [[0.0, -10.0]], "ref_logp": [[0.0, 0.0]]})
+    for pin in _PINS:
+        with open_target(f"miles:reinforce++-kl@{pin}", repos=repos) as h:
+            f = triaged(h, witness, "reference")
+            assert (f.promise.id, f.mechanism, f.reach) == ("universal:poison", "masked-reward-leak", "pipeline"), pin

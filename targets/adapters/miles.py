@@ -32,6 +32,8 @@ logits. Reachable, so permissive: gaps and observation tails (`multi_turn` gener
 responses with loss_mask 0 and can stop after one), leading masked tokens
 (`--mask-offpolicy-in-partial-rollout`), all-masked rows (`remove_sample`), KL rewards and critic
 values at every response token.
+Each is cited in the domain's `produces` with the line that builds it; miles' own promises (its
+docstrings, flag help, docs, PR #1827's contract at 3d2e0e411) are declared per entry and pin before `SPEC`.
 
 Mapping of the canonical case is slime's (`targets.adapters.slime.Samples`): a row's real tokens
 are the sample's response, padding (left or right) is dropped, `trainable` is `loss_masks[i]`
@@ -49,6 +51,7 @@ from typing import Callable
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.promises import Promise
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.adapters.slime import (
@@ -86,20 +89,34 @@ PIPELINE_GIT = Domain(
         f"({_TB}/loss_hub/logit_processors.py:243-254), token rewards -kl_coef * (log-prob differences) "
         f"({_TB}/loss_hub/advantages.py:59-65, {_TB}/loss_hub/math_utils.py:155); tool tokens get rollout "
         "log-prob 0.0 (miles/rollout/generate_utils/tool_call_utils.py:64): nothing non-finite under the mask",
-        # permissive fields, with the code that produces them
-        "gaps": "reachable: tool responses are appended with loss_mask 0 "
-        "(miles/rollout/generate_utils/tool_call_utils.py:63, miles/rollout/generate_hub/multi_turn.py:93), "
-        "then the next assistant turn",
-        "masked_real_tail": "reachable: the turn loop (miles/rollout/generate_hub/multi_turn.py:53) ends after a "
-        "tool response when generate_max_turns runs out or the context is full",
-        "leading_mask": "reachable: --partial-rollout with --mask-offpolicy-in-partial-rollout zeroes the old part "
-        "of a resumed response (miles/rollout/sglang_rollout.py:268-269, new tokens trainable at :237-238)",
-        "all_masked_rows": "reachable: remove_sample zeroes a whole loss mask "
-        "(miles/ray/rollout/train_data_conversion.py:85-86)",
-        "masked_rewards": f"reachable: -kl_coef * KL at every response token, unmasked ({_TB}/loss_hub/advantages.py:"
-        "59-65); from #1827 the function itself drops them",
-        "masked_values": f"reachable: the critic values every response token ({_TB}/loss_hub/logit_processors.py:"
-        "243-254), never masked before the call",
+    },
+    # what miles' own code at the git pins produces (`Domain.produces`): a pipeline witness may use only these
+    produces={
+        "gaps": "miles 6ccdc7da6 / 3d2e0e411: miles/rollout/generate_hub/multi_turn.py:93 appends a tool response with "
+        "loss_mask 0 (miles/rollout/generate_utils/tool_call_utils.py:63), then the next turn's tokens with loss_mask 1 "
+        "(multi_turn.py:72, update_sample_from_response(update_loss_mask=True), "
+        "miles/rollout/generate_utils/generate_endpoint_utils.py:102-105)",
+        "masked_real_tail": "miles 6ccdc7da6 / 3d2e0e411: the turn loop (miles/rollout/generate_hub/multi_turn.py:53) "
+        "ends a turn on the tool response (:93); when generate_max_turns runs out, or the context is full (:56-61, "
+        "compute_request_payload returns None, generate_endpoint_utils.py:62-63), the response ends on it",
+        "leading_mask": "miles 6ccdc7da6 / 3d2e0e411: miles/rollout/sglang_rollout.py:268-269 (--partial-rollout with "
+        "--mask-offpolicy-in-partial-rollout zeroes the loss mask of a resumed response), the new tokens trainable "
+        "(:237-238)",
+        "all_masked_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/ray/rollout/train_data_conversion.py:85-86 (remove_sample: "
+        "loss_mask [0] * response_length, the sample kept)",
+        "masked_values": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss_hub/logit_processors.py:243-254 (get_values: the value "
+        "head at every response token) through forward_only(get_values) (miles/backends/megatron_utils/actor.py:384-391); "
+        "the value loss reduces under loss_mask only, so the values under tool tokens are never trained",
+        "masked_rewards": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss.py:54-65 (compute_approx_kl at every response token "
+        f"when --kl-coef != 0), {_TB}/loss_hub/advantages.py:62-65 (k *= -kl_coef, unmasked); a tool token's KL is not "
+        "0: ref_log_probs are the reference model's at every response token (miles/backends/megatron_utils/actor.py:"
+        "441-450; loaded when kl_coef != 0, miles/ray/placement_group.py:157), log_probs the actor's recompute "
+        f"(actor.py:473-478) or, with --use-rollout-logprobs ({_TB}/loss.py:41), the rollout's 0.0 of a tool token "
+        "(miles/rollout/generate_utils/tool_call_utils.py:64); 3d2e0e411 (#1827) drops them inside GAE",
+        "token_rewards": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss_hub/advantages.py:62-65 (-kl_coef * KL at every "
+        "response token, trainable ones included, when --kl-coef != 0)",
+        "truncated_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/utils/types.py:281-283 (finish_reason 'length' -> "
+        "TRUNCATED) and miles/rollout/generate_utils/generate_endpoint_utils.py:62-63 (the context full)",
     },
 )
 PIPELINE_0_0_2 = Domain(
@@ -118,14 +135,32 @@ PIPELINE_0_0_2 = Domain(
         "nonfinite_poison": f"miles-rl 0.0.2: values are value-head outputs ({_TB}/loss.py:264-272), token "
         f"rewards -kl_coef * (log-prob differences) ({_TB}/loss.py:346-355, miles/utils/ppo_utils.py:81); tool "
         "tokens get rollout log-prob 0.0 (miles/rollout/generate_utils/tool_call_utils.py:64)",
-        "gaps": "reachable: miles/rollout/generate_utils/tool_call_utils.py:63 (loss_mask 0 for tool responses), "
-        "miles/rollout/generate_hub/multi_turn.py:75",
-        "masked_real_tail": "reachable: the turn loop (miles/rollout/generate_hub/multi_turn.py:46) can end "
-        "after a tool response",
-        "leading_mask": "reachable: miles/rollout/sglang_rollout.py:242-243 (--mask-offpolicy-in-partial-rollout)",
-        "all_masked_rows": "reachable: remove_sample, miles/ray/rollout.py:701-702",
-        "masked_rewards": f"reachable: KL at every response token, score on the last one ({_TB}/loss.py:346-355)",
-        "masked_values": f"reachable: critic values at every response token ({_TB}/loss.py:264-272)",
+    },
+    produces={
+        "gaps": "miles-rl 0.0.2: miles/rollout/generate_hub/multi_turn.py:75 appends a tool response with loss_mask 0 "
+        "(miles/rollout/generate_utils/tool_call_utils.py:63), then the next turn's tokens with loss_mask 1 "
+        "(multi_turn.py:60, miles/rollout/generate_utils/generate_endpoint_utils.py:93-96)",
+        "masked_real_tail": "miles-rl 0.0.2: the turn loop (miles/rollout/generate_hub/multi_turn.py:46) ends a turn on "
+        "the tool response (:75); when generate_max_turns runs out, or the context is full (:49-54, "
+        "miles/rollout/generate_utils/generate_endpoint_utils.py:48-49), the response ends on it",
+        "leading_mask": "miles-rl 0.0.2: miles/rollout/sglang_rollout.py:242-243 (--partial-rollout with "
+        "--mask-offpolicy-in-partial-rollout zeroes the loss mask of a resumed response), the new tokens trainable "
+        "(:213-214)",
+        "all_masked_rows": "miles-rl 0.0.2: miles/ray/rollout.py:701-702 (remove_sample: loss_mask [0] * "
+        "response_length, the sample kept)",
+        "masked_values": f"miles-rl 0.0.2: {_TB}/loss.py:262-272 (get_values: the value head at every response token) "
+        "through forward_only(get_values) (miles/backends/megatron_utils/actor.py:340-349); the value loss reduces "
+        "under loss_mask only, so the values under tool tokens are never trained",
+        "masked_rewards": f"miles-rl 0.0.2: {_TB}/loss.py:326-337 (compute_approx_kl at every response token when "
+        "--kl-coef != 0), :349-355 (k *= -kl_coef, unmasked, the score added at the last response token); a tool "
+        "token's KL is not 0: ref_log_probs are the reference model's at every response token "
+        "(miles/backends/megatron_utils/actor.py:386-396; loaded when kl_coef != 0, miles/ray/placement_group.py:144), "
+        f"log_probs the actor's recompute (actor.py:397-410) or, with --use-rollout-logprobs ({_TB}/loss.py:313), the "
+        "rollout's 0.0 of a tool token (miles/rollout/generate_utils/tool_call_utils.py:64)",
+        "token_rewards": f"miles-rl 0.0.2: {_TB}/loss.py:349-353 (-kl_coef * KL at every response token, trainable "
+        "ones included, when --kl-coef != 0)",
+        "truncated_rows": "miles-rl 0.0.2: miles/utils/types.py:235-237 (finish_reason 'length' -> TRUNCATED) and "
+        "miles/rollout/generate_utils/generate_endpoint_utils.py:48-49 (the context full)",
     },
 )
 
@@ -165,9 +200,11 @@ KIND_OVERRIDES: dict = {
         kind="group-advantage",
         # estimator grpo, std unbiased (torch .std(), W miles/ray/rollout.py:660), eps 1e-6 outside the std
         # (W :661, G train_data_conversion.py:188-189): the defaults. Singletons (n_samples_per_prompt 1)
-        # give std NaN: no rule, left canonical. Rows whose loss mask is all zero (remove_sample) still
-        # count in the statistics: undocumented, left canonical (empty_rows excluded).
-        variant={},
+        # give std NaN: no rule, left canonical. Rows whose loss mask is all zero (remove_sample) count in their
+        # group's statistics by design: "Note: This attribute does not determine whether the sample participates in
+        # advantage normalization." (the --rollout-sample-filter-path help, W miles/utils/arguments.py:1546,
+        # G :2071): empty_rows "counted".
+        variant={"empty_rows": "counted"},
         domain=Domain(dtypes=("float32",), why={"dtypes": F32_WHY["grpo"]}),
         masked_zero=False,
         masked_zero_why="get_grpo_returns broadcasts the normalised scalar over every response token, "
@@ -231,8 +268,27 @@ _LOSS_PIPE_WHY = {
 }
 
 
+# micro-batches of different row counts: what miles' loader cuts with --use-dynamic-batch-size (the same number of
+# them on every rank after the all-reduce MAX); the api domain stays permissive
+_UNEVEN = {
+    "git": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/data.py:495 (--use-dynamic-batch-size: get_seqlen_balanced_partitions("
+    "samples, num_mbs, equal_size=False): micro-batches of different row counts, the same number on every rank, "
+    ":477)",
+    "0.0.2": f"miles-rl 0.0.2: {_TB}/data.py:415 (--use-dynamic-batch-size: get_seqlen_balanced_partitions(samples, "
+    "num_mbs, equal_size=False), the same number on every rank, :397)",
+}
+_ROLLOUT_FEATURES = ("gaps", "masked_real_tail", "leading_mask", "all_masked_rows")
+
+
+def _loss_produces(base: Domain, pin: str) -> dict:
+    """What the loss entries' pipeline produces: the rollout's masks and the loader's micro-batches."""
+    return {**{k: base.produces[k] for k in _ROLLOUT_FEATURES}, "uneven_splits": _UNEVEN[pin]}
+
+
 def _loss(mode: str, why: str) -> dict:
-    pipe = Domain(left_padding=False, empty_rows=False, why=dict(_LOSS_PIPE_WHY))
+    pipe = Domain(
+        left_padding=False, empty_rows=False, why=dict(_LOSS_PIPE_WHY), produces=_loss_produces(PIPELINE_GIT, "git")
+    )
     return dict(
         kind="loss-aggregation",
         # the documented modes (G docs/user-guide/training-script-walkthrough.md:218: per sample
@@ -251,6 +307,7 @@ def _loss(mode: str, why: str) -> dict:
                 left_padding=False,
                 empty_rows=False,
                 why={k: PIPELINE_0_0_2.why[k] for k in ("left_padding", "empty_rows")},
+                produces=_loss_produces(PIPELINE_0_0_2, "0.0.2"),
             )
         },
     )
@@ -322,9 +379,10 @@ def _value_pipeline(base: Domain, pin: str) -> Domain:
             "(loss.py:81-85) is not modelled",
             "nonfinite_poison": f"miles {pin}: old values are the critic's own value-head outputs at every response "
             "token (forward_only(get_values), W miles/backends/megatron_utils/actor.py:341-349) and the returns "
-            "GAE's advantages + values of finite KL rewards (" + base.why["masked_values"] + "): nothing "
+            "GAE's advantages + values of finite KL rewards (" + base.produces["masked_values"] + "): nothing "
             "non-finite under the mask",
         },
+        produces=_loss_produces(base, "0.0.2" if pin == "0.0.2" else "git"),
     )
 
 
@@ -401,9 +459,10 @@ def _policy_pipeline(base: Domain, pin: str) -> Domain:
             + "; the old log-probs are the same function's outputs (forward_only(get_log_probs_and_entropy))",
             "nonfinite_poison": f"miles {pin}: old log-probs are the actor's own log-softmax at every response token "
             "(W miles/backends/megatron_utils/actor.py compute_log_prob), masked tool tokens included, and the "
-            "advantages GAE / GRPO outputs over finite rewards (" + base.why["masked_values"] + "): nothing "
+            "advantages GAE / GRPO outputs over finite rewards (" + base.produces["masked_values"] + "): nothing "
             "non-finite under the mask",
         },
+        produces=_loss_produces(base, "0.0.2" if pin == "0.0.2" else "git"),
     )
 
 
@@ -535,6 +594,166 @@ KL_OVERRIDES = {
     ),
 }
 
+# ---------------------------------------------------------------------------------------------
+# The framework's own words (`oracles.promises.Promise`), quoted, one per line range and pin group (W = the 0.0.2
+# wheel, G = the git pins 6ccdc7da6 / 3d2e0e411, the same lines at both unless said). miles is slime's fork: the
+# same words, at miles' own files and lines.
+# ---------------------------------------------------------------------------------------------
+_W, _G = ("0.0.2",), ("6ccdc7da6", "3d2e0e411")
+WHITEN_PROMISES = (
+    Promise(
+        f"upstream:{_TB}/loss.py:297-299",
+        "When `args.normalize_advantages` is True, advantages are whitened across the data-parallel group using "
+        "masked statistics.",
+        covers=("mechanism:masked-statistics",),
+        note="compute_advantages_and_returns' docstring: the whitening mean and variance are over loss_mask 1 tokens",
+        pins=_W,
+    ),
+    Promise(
+        f"upstream:{_TB}/loss.py:26-28",
+        "When `args.normalize_advantages` is True, advantages are whitened across the data-parallel group using "
+        "masked statistics.",
+        covers=("mechanism:masked-statistics",),
+        note="compute_advantages_and_returns' docstring: the whitening mean and variance are over loss_mask 1 tokens",
+        pins=_G,
+    ),
+)
+# PR #1827 (3d2e0e411): get_advantages_and_returns_batch's docstring states the compressed contract
+_GAE_1827 = f"upstream:{_MU}"
+GAE_1827_PROMISES = (
+    Promise(
+        f"{_GAE_1827}:615-619",
+        "Masked tokens (`loss_mask == 0`, e.g. tool/env observations in multi-turn rollouts) are not MDP transitions. "
+        "GAE runs on the subsequence of trainable tokens, so masked tokens carry no reward (including KL shaping), "
+        "contribute no value delta, and the GAE carry crosses them without extra `gamma * lambd` decay.",
+        covers=("reference", "gap-invariance", "telescoping", "mechanism:extra-decay"),
+        note="#1827's docstring: the compressed contract the entry is judged against",
+        pins=("3d2e0e411",),
+    ),
+    Promise(
+        f"{_GAE_1827}:620-621",
+        "The terminal reward is added at the last trainable token, not the last response token.",
+        covers=("score-kept", "mechanism:score-lost"),
+        note="#1827's docstring: the score's placement",
+        pins=("3d2e0e411",),
+    ),
+    Promise(
+        f"{_GAE_1827}:627",
+        "This function outputs zero advantages and returns at masked positions.",
+        covers=("masked-zero",),
+        note="#1827's docstring: the function itself promises zeros at masked positions (whatever its consumers do)",
+        pins=("3d2e0e411",),
+    ),
+)
+# REINFORCE++: the function says which paper it implements; the paper has no mask, so it covers the unmasked case
+REINFORCE_PP_PROMISES = (
+    Promise(
+        "upstream:miles/utils/ppo_utils.py:380",
+        "Calculates discounted returns for REINFORCE++ (https://arxiv.org/pdf/2501.03262)",
+        covers=("all-trainable",),
+        note="get_reinforce_plus_plus_returns' docstring; with every token trainable no mask applies",
+        pins=_W,
+    ),
+    Promise(
+        f"upstream:{_MU}:456",
+        "Calculates discounted returns for REINFORCE++ (https://arxiv.org/pdf/2501.03262)",
+        covers=("all-trainable",),
+        note="get_reinforce_plus_plus_returns' docstring; with every token trainable no mask applies",
+        pins=_G,
+    ),
+)
+KL_PROMISES = (
+    Promise(
+        "upstream:miles/utils/ppo_utils.py:72-73",
+        "Compute the approximate KL divergence between two distributions. Schulman blog: "
+        "http://joschu.net/blog/kl-approx.html",
+        covers=("reference",),
+        note="compute_approx_kl's docstring names the blog's estimators (k1, k2, k3)",
+        pins=_W,
+    ),
+    Promise(
+        f"upstream:{_MU}:146-147",
+        "Compute the approximate KL divergence between two distributions. Schulman blog: "
+        "http://joschu.net/blog/kl-approx.html",
+        covers=("reference",),
+        note="compute_approx_kl's docstring names the blog's estimators (k1, k2, k3)",
+        pins=_G,
+    ),
+)
+# --rollout-sample-filter-path: a removed sample (remove_sample, loss mask zeroed) is excluded from the loss; the step's
+# denominators count it (global_batch_size, W loss.py:1048-1058, G :158-173; num_tokens clamp_min(., 1), W :1003, G :127)
+_FILTER_TEXT = "To exclude a sample from the loss, set `sample.remove_sample = True`."
+_FILTER_NOTE = (
+    "--rollout-sample-filter-path's help: a removed sample (its loss mask zeroed, W miles/ray/rollout.py:701-702, G "
+    "miles/ray/rollout/train_data_conversion.py:85-86) is excluded from the loss, so no denominator may count it; "
+    "empty_rows='counted' or 'the loss equals the mode's over every position' is that sample counted"
+)
+FILTER_PROMISES = (
+    Promise(
+        "upstream:miles/utils/arguments.py:1545",
+        _FILTER_TEXT,
+        covers=("mechanism:masked-statistics", "mechanism:variant-mismatch"),
+        note=_FILTER_NOTE,
+        pins=_W,
+    ),
+    Promise(
+        "upstream:miles/utils/arguments.py:2070",
+        _FILTER_TEXT,
+        covers=("mechanism:masked-statistics", "mechanism:variant-mismatch"),
+        note=_FILTER_NOTE,
+        pins=_G,
+    ),
+)
+# the documented reducers (the git docs; the wheel ships none)
+DOCS_LOSS_PROMISE = Promise(
+    "upstream:docs/user-guide/training-script-walkthrough.md:217-219",
+    "The default reduction is per-sample mean: `mean(sum(sample_i) / len(sample_i))`. Add "
+    "`--calculate-per-token-loss` to switch to `sum(sum(sample_i)) / sum(len(sample_i))`",
+    covers=("reference",),
+    note="the walkthrough's 'Per-sample vs. per-token loss': the reducer of every loss term over the step",
+    pins=_G,
+)
+EPS_CLIP_C_PROMISES = (
+    Promise(
+        "upstream:miles/utils/arguments.py:884-889",
+        "lower bound of the value for Dual-clip PPO from https://arxiv.org/pdf/1912.09729",
+        covers=("mechanism:variant-mismatch",),
+        note="--eps-clip-c's help: set, the token loss where A < 0 is min(l, -c A); 0.0.2's policy_loss_function "
+        "never passes it (W loss.py:681), fixed by #1729 (9525fc77f); a loss equal to the variant without the dual "
+        "clip (variant-mismatch, dual_clip=None) breaks it",
+        pins=_W,
+    ),
+    Promise(
+        "upstream:miles/utils/arguments.py:1115-1120",
+        "lower bound of the value for Dual-clip PPO from https://arxiv.org/pdf/1912.09729",
+        covers=("mechanism:variant-mismatch",),
+        note="--eps-clip-c's help (passed to compute_policy_loss at these pins, loss_hub/losses.py:180-182)",
+        pins=_G,
+    ),
+)
+TEMPERATURE_PROMISE = Promise(
+    "upstream:miles/utils/arguments.py:304-307",
+    "the temperature for the inference engine during rollout.",
+    covers=("mechanism:unexplained",),
+    note="--rollout-temperature's help at 0.0.2: it is the inference engine's; 0.0.2's get_responses divides the value "
+    "logits by it too (W loss.py:80, through get_values :262-272), so a value loss that moves with it breaks it (the "
+    "diagnosis has no mechanism for an option that must have no effect: unexplained); #1190 (cc93d97c4) guards it",
+    pins=_W,
+)
+KIND_OVERRIDES["grpo"]["promises"] = WHITEN_PROMISES
+KIND_OVERRIDES["whiten"]["promises"] = WHITEN_PROMISES
+for _name in ("kl", "kl-k3", "kl-low-var"):
+    KIND_OVERRIDES[_name]["promises"] = KL_PROMISES
+KIND_OVERRIDES["reinforce++"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
+KL_OVERRIDES["reinforce++-kl"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
+KL_OVERRIDES["gae-kl"]["promises"] = WHITEN_PROMISES + GAE_1827_PROMISES
+for _name in ("agg-seq-mean-token-mean", "agg-token-mean"):
+    KIND_OVERRIDES[_name]["promises"] = FILTER_PROMISES + (DOCS_LOSS_PROMISE,)
+KIND_OVERRIDES["value-loss"]["promises"] = FILTER_PROMISES + (TEMPERATURE_PROMISE, DOCS_LOSS_PROMISE)
+# eps-clip-c first: it and the filter both cover variant-mismatch (a dual clip off, a removed sample counted); a case
+# with --eps-clip-c set is what the dual clip's finding is, and a removed sample counted in such a case is misnamed
+KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISES + (DOCS_LOSS_PROMISE,)
+
 SPEC = TargetSpec(
     id="miles",
     adapter="maskfuzz.targets.adapters.miles",
@@ -580,6 +799,7 @@ SPEC = TargetSpec(
     ),
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     truncation=GAE_TRUNCATION,
+    promises=WHITEN_PROMISES + GAE_1827_PROMISES,
 )
 
 FUNCTION_HOMES = [
