@@ -26,15 +26,20 @@ OFFSETS = (0.0, 0.0, 0.0, 1.0, 100.0, 1e3, 1e4)
 
 
 @st.composite
-def groups(draw, b_rows: int) -> torch.Tensor:
+def groups(draw, b_rows: int, ragged: bool = True) -> torch.Tensor:
     """[B] int64 group ids: contiguous equal blocks (what most pipelines build), or any order
-    with unequal sizes and singletons, with ids that are not 0..k-1."""
-    mode = draw(st.sampled_from(["one group", "contiguous blocks", "any order", "all singletons"]))
+    with unequal sizes and singletons, with ids that are not 0..k-1. Without `ragged`
+    (`Domain.ragged_groups` False: n responses per prompt, side by side) equal contiguous blocks only."""
+    modes = ["one group", "contiguous blocks", "any order", "all singletons"] if ragged else ["one group", "equal"]
+    mode = draw(st.sampled_from(modes))
     event(f"groups: {mode}")
     if mode == "one group":
         ids = [0] * b_rows
     elif mode == "all singletons":
         ids = list(range(b_rows))
+    elif mode == "equal":
+        size = draw(st.sampled_from([d for d in range(1, b_rows + 1) if b_rows % d == 0]))
+        ids = [i // size for i in range(b_rows)]
     elif mode == "contiguous blocks":
         size = draw(st.integers(1, b_rows))
         ids = [i // size for i in range(b_rows)]
@@ -89,7 +94,7 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
     shape = (b_rows, t_len)
     dead = ~trainable
     nonfinite = nonfinite and domain.nonfinite_poison
-    group = draw(groups(b_rows)) if k.grouped else None
+    group = draw(groups(b_rows, ragged=domain.ragged_groups)) if k.grouped else None
     extra: dict[str, torch.Tensor] = {}
     score = torch.zeros(b_rows, dtype=torch.float64)
     rewards = torch.zeros(shape, dtype=torch.float64)

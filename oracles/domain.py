@@ -51,6 +51,7 @@ FEATURES = (
     "truncated_rows",
     "truncated_padded",
     "uneven_splits",
+    "ragged_groups",
     "dtypes",
 )
 # a production citation of the masked input covers padding too, unless the domain narrows padding apart
@@ -74,6 +75,15 @@ def even_split(case: Case) -> bool:
     return len(set(sizes)) == 1 and len(set(per_rank)) == 1
 
 
+def regular_groups(case: Case) -> bool:
+    """Every prompt group has the same number of rows and its rows are next to each other (as a rollout that
+    samples n responses per prompt lays them out)."""
+    ids = case.group.tolist()
+    runs = [ids[0]] + [g for a, g in zip(ids, ids[1:]) if g != a]
+    sizes = [ids.count(g) for g in set(ids)]
+    return len(runs) == len(set(runs)) and len(set(sizes)) == 1
+
+
 @dataclass(frozen=True)
 class Domain:
     """What a target accepts. Every False/narrowed field should have an entry in `why`."""
@@ -93,6 +103,7 @@ class Domain:
     critic: bool = True  # takes critic values and lam (False: the `returns` kind, V = 0 and lam = 1)
     discount: bool = True  # takes a discount gamma (False: undiscounted, gamma = 1, e.g. ReMax's returns)
     uneven_splits: bool = True  # micro-batches of different row counts, or ranks with different counts of them
+    ragged_groups: bool = True  # prompt groups of different sizes, or a group's rows not next to each other
     truncated_rows: bool = True  # rows cut by the length limit (where the target declares truncation)
     truncated_padded: bool = True  # a cut row followed by padding (the window wider than the length limit)
     # masked log-probs (`logp`, `old_logp`, `ref_logp`) may be any finite number; False: they are log-probabilities
@@ -178,6 +189,8 @@ class Domain:
                 used.add("truncated_padded")
         if case.split is not None and not even_split(case):
             used.add("uneven_splits")
+        if case.group is not None and not regular_groups(case):
+            used.add("ragged_groups")
         if case.dtype != "float32":
             used.add("dtypes")
         return [f for f in FEATURES if f in used]
@@ -283,6 +296,8 @@ class Domain:
                 return f"truncated row {int((cut & ~case.attention[:, -1]).nonzero()[0])} is followed by padding"
         if not self.uneven_splits and case.split is not None and not even_split(case):
             return "the step is cut into micro-batches of different sizes (or ranks with different counts of them)"
+        if not self.ragged_groups and case.group is not None and not regular_groups(case):
+            return "the prompt groups differ in size or are not contiguous"
         return None
 
     def project(self, case: Case) -> Case | None:

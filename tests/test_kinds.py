@@ -738,3 +738,25 @@ def test_prompt_mean_counts_empty_prompts_when_its_variant_counts_empty_rows():
         v = {"mode": "prompt-mean", "empty_rows": rows}
         for vec in (False, True):
             assert la.reference(case, v, vectorised=vec)["loss"][0, 0].item() == pytest.approx(want)
+
+
+def test_groups_of_one_size_side_by_side_are_drawn_where_the_rollout_lays_them_out_so():
+    """`Domain.ragged_groups=False` (n responses per prompt, next to each other): only regular groups are drawn,
+    and a ragged layout is a feature a pipeline witness may use only where it is cited as produced."""
+    from hypothesis import given, settings
+
+    from maskfuzz.fuzz.kind_strategies import kind_cases
+    from maskfuzz.oracles.domain import Domain, regular_groups
+
+    seen = []
+
+    @settings(max_examples=120, database=None, deadline=None)
+    @given(kind_cases("group-advantage", Domain(ragged_groups=False, why={"ragged_groups": "rollout.py:1"})))
+    def draw(case):
+        seen.append(case)
+        assert regular_groups(case), case.group.tolist()
+
+    draw()
+    assert any(len(c.group.unique()) > 1 for c in seen)
+    ragged = Case.build(trainable=[[1]] * 4, group=[0, 0, 0, 1])
+    assert "ragged_groups" in Domain().features(ragged) and Domain().produced_only().rejects(ragged)

@@ -271,19 +271,20 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
     assert code == 1 and data["status"] == "reproduced", data.get("message")
 
 
-ONE_ROW_GROUP = Case.build(trainable=[[1]], score=[0.0], group=[0], dtype="float32")
 GIT_KIND_FINDINGS = [
-    # (target, pin, the module its kind adapter reads as an object, case): a one-token group whose padding twin's
-    # all-masked row joins the group statistics (the shrunk pad-invariance findings of `maskfuzz fuzz <t>:grpo@main`;
-    # slime's at its default grpo_std_normalization=True)
-    ("nemo-rl", "7ea279abfbeb", "nemo_rl", ONE_ROW_GROUP),
-    ("slime", "624b824a8", "mk", ONE_ROW_GROUP.replace(options={"grpo_std_normalization": False})),
-]
+    # (target, pin, the module its kind adapter reads as an object, property, case): shrunk findings of
+    # `maskfuzz fuzz <t>:grpo@<pin>`: slime's batch-wide fallback for groups of unequal size (slime/ray/rollout.py:
+    # 621-623 at 624b824a8) mixes the groups; NeMo-RL's float32 group statistics at an offset of 1e4
+    ("nemo-rl", "7ea279abfbeb", "nemo_rl", "reference",
+     Case.build(trainable=[[1, 1], [1, 1]], score=[10000.0, 10001.0], group=[0, 0], dtype="float32")),
+    ("slime", "624b824a8", "mk", "group-isolation",
+     Case.build(trainable=[[1, 1]] * 4, score=[0.0, 1.0, 1.0, 0.0], group=[0, 0, 0, 1], dtype="float32")),
+]  # fmt: skip
 
 
 @pytest.mark.needs_mirror
-@pytest.mark.parametrize("target,pin,alias,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
-def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, case):
+@pytest.mark.parametrize("target,pin,alias,prop,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
+def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, prop, case):
     """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
     mk`): the script copies those members and cuts the prefix."""
     from maskfuzz.fuzz.repos import parse_repos
@@ -292,8 +293,7 @@ def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_pyt
 
     if target not in parse_repos(None):
         pytest.skip(f"{target} is git only: needs MASKFUZZ_REPOS={target}=/path/to/a/clone")
-    found = Entry(target, pin, "pad-invariance", case, Verdict("pad-invariance", "fail", "hand-made"),
-                  entry_point="grpo", found=Found.now(0))  # fmt: skip
+    found = Entry(target, pin, prop, case, Verdict(prop, "fail", "hand-made"), entry_point="grpo", found=Found.now(0))
     path = save(found, tmp_path / "corpus")
     code = cli(["repro", str(path), "-o", str(tmp_path / "out")])
     captured = capsys.readouterr()
