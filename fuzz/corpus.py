@@ -451,6 +451,7 @@ class Entry:
     # version 2: the triage when it was found; replay recomputes it at each pin (None: a version 1 file)
     triage: dict | None = None  # defect, mechanism, evidence, severity, reach, reach_how
     witness: Case | None = None  # the pipeline-domain case behind `reach: pipeline`, when not `case`
+    bisect: dict | None = None  # a `maskfuzz bisect --json` result recorded with the entry (the repro report shows it)
 
     @property
     def key(self) -> str:
@@ -501,7 +502,7 @@ class Entry:
             },
             "triage": None if self.triage is None else dict(self.triage),
             "witness": None if self.witness is None else case_to_json(self.witness),
-        }
+        } | ({"bisect": self.bisect} if self.bisect is not None else {})
 
 
 def entry_from_json(d: Any) -> Entry:
@@ -561,6 +562,8 @@ def entry_from_json(d: Any) -> Entry:
     if version >= 2:
         witness = None if d.get("witness") is None else case_from_json(d["witness"], "witness")
         entry = dataclasses.replace(entry, triage=_triage_from_json(d.get("triage")), witness=witness)
+    if d.get("bisect") is not None:
+        entry = dataclasses.replace(entry, bisect=_get(d, "bisect", dict))
     return entry
 
 

@@ -9,11 +9,12 @@
                                                      or the target was skipped / could not be set up
         </testcase>
 
-A property fails when the target has a shrunk finding for it, or failing examples without one
-("not shrunk": the search ran out of budget while shrinking). A target with status `skipped` or
-`error` gives a skipped test per property with its reason (set-up errors also make `maskfuzz fuzz`
-exit 2, so CI still sees them). Text that XML 1.0 cannot hold (control characters from an
-exception message) is replaced, never dropped silently.
+A property fails when the target has a shrunk defect for it (a finding that breaks a promise), or
+failing examples without a finding ("not shrunk": the search ran out of budget while shrinking);
+a property whose findings are all facts (semantics, robustness) passes, the fact in its system-out.
+A target with status `skipped` or `error` gives a skipped test per property with its reason (set-up
+errors also make `maskfuzz fuzz` exit 2, so CI still sees them). Text that XML 1.0 cannot hold
+(control characters from an exception message) is replaced, never dropped silently.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def build_junit(payload: dict) -> ET.Element:
             ET.SubElement(props, "property", name=key, value=_text(payload.get(key, "")))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         findings: dict[str, list[dict]] = {}
-        for f in t.get("findings", []):
-            findings.setdefault(f["property"], []).append(f)
+        facts: dict[str, list[dict]] = {}
+        for f in t.get("findings", []):  # untriaged findings (no class) count as defects
+            (facts if f.get("class") not in (None, "", "defect") else findings).setdefault(f["property"], []).append(f)
         status = t.get("status", "ok")
         for prop in kind_properties(t.get("kind") or "gae"):
             case = ET.SubElement(suite, "testcase", classname=_text(f"maskfuzz.{label}"), name=prop, time="0")
@@ -107,6 +109,12 @@ def build_junit(payload: dict) -> ET.Element:
                 )
                 el.text = _text("\n\n".join(_finding_text(f) for f in findings[prop]))
                 counts["failures"] += 1
+            elif facts.get(prop):
+                out = ET.SubElement(case, "system-out")
+                out.text = _text("\n\n".join(
+                    f"a {f['class']} fact, not a defect ({f.get('why_not_a_defect', '')}):\n{_finding_text(f)}"
+                    for f in facts[prop]
+                ))  # fmt: skip
             elif failed:
                 el = ET.SubElement(
                     case,

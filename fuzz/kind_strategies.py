@@ -100,8 +100,9 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
     rewards = torch.zeros(shape, dtype=torch.float64)
     if kind == "group-advantage":
         score = _values(draw, (b_rows,), "score")
-        if domain.masked_rewards:
-            rewards = torch.where(dead, _poison(draw, dead, dtype, nonfinite), rewards)
+        where = domain.poison_regions(dead, attention)[1]
+        if where.any():
+            rewards = torch.where(where, _poison(draw, dead, dtype, nonfinite), rewards)
     elif kind == "normalization":
         extra["x"] = _values(draw, shape, "x")
     elif kind == "loss-aggregation":

@@ -287,14 +287,12 @@ def cases(
         values, rewards, score = values.clamp(-6e4, 6e4), rewards.clamp(-6e4, 6e4), score.clamp(-6e4, 6e4)
     dead = ~trainable
     nonfinite = nonfinite and domain.nonfinite_poison
-    if domain.masked_values:
-        values = torch.where(dead, _poison(draw, dead, dtype, nonfinite), values)
-    else:
-        values = torch.where(dead, torch.zeros_like(values), values)
-    if domain.masked_rewards and domain.token_rewards:
-        rewards = torch.where(dead, _poison(draw, dead, dtype, nonfinite), rewards)
-    else:
-        rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
+    v_poison, r_poison = domain.poison_regions(dead, attention)
+    values = torch.where(dead, torch.zeros_like(values), values)
+    values = torch.where(v_poison, _poison(draw, dead, dtype, nonfinite), values)
+    rewards = torch.where(dead, torch.zeros_like(rewards), rewards)
+    if domain.token_rewards:
+        rewards = torch.where(r_poison, _poison(draw, dead, dtype, nonfinite), rewards)
     gamma, lam = draw(gamma_lam())
     if not domain.critic:  # the returns kind: no critic, a discounted sum (GAE with V = 0, lam = 1)
         values, lam = torch.zeros_like(values), 1.0

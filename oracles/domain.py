@@ -213,6 +213,14 @@ class Domain:
         value = getattr(self, name)
         return getattr(self, _FALLBACK[name]) if value is None and name in _FALLBACK else bool(value)
 
+    def poison_regions(self, dead: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T] bool masks of where this domain lets critic values and token rewards be non-zero under the mask
+        `dead`: masked real tokens per masked_values / masked_rewards, padding per padding_values / padding_rewards."""
+        real, pad = dead & attention, dead & ~attention
+        values = (real & self.masked_values) | (pad & self.allows("padding_values"))
+        rewards = (real & self.masked_rewards) | (pad & self.allows("padding_rewards"))
+        return values, rewards
+
     def produced_only(self) -> "Domain":
         """This (pipeline) domain with every feature it does not cite as produced turned off: what a
         witness may use. The dtype stays where its narrowing cites a line, else float32 alone."""
@@ -275,7 +283,7 @@ class Domain:
         if not self.masked_rewards and bool((case.token_rewards[real] != 0).any()):
             return "token rewards at non-trainable positions are non-zero"
         if not self.allows("padding_rewards") and bool((case.token_rewards[pad] != 0).any()):
-            return "token rewards at padding positions are non-zero"
+            return "token rewards at non-trainable positions (padding) are non-zero"
         if not self.nonfinite_poison and case.has_nonfinite_poison():
             return "NaN / inf at non-trainable positions"
         if not self.masked_logprobs and not bool(_logprobs_ok(case).all()):
@@ -283,7 +291,7 @@ class Domain:
         if not self.masked_values and bool((case.values[real] != 0).any()):
             return "critic values at non-trainable positions are non-zero"
         if not self.allows("padding_values") and bool((case.values[pad] != 0).any()):
-            return "critic values at padding positions are non-zero"
+            return "critic values at non-trainable positions (padding) are non-zero"
         if not self.critic and (bool((case.values != 0).any()) or case.lam != 1.0):
             return "the target takes no critic: values must be 0 and lam 1"
         if not self.discount and case.gamma != 1.0:

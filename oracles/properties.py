@@ -542,8 +542,13 @@ def _check_poison(
         clean = sanitized(case, rewards=poison_rewards)
         fill = min(POISON_PROBE, poison_cap(case.dtype))
         probe = case if has_poison else sanitized(case, fill, poison_rewards)
-        if not declared.domain.critic and probe is not case:  # no critic: the probe poisons the rewards only
-            probe = probe.replace(values=case.values)
+        if probe is not case:  # the probe goes only where the domain lets a value / reward be (no critic: rewards)
+            v_at, r_at = declared.domain.poison_regions(dead, case.attention)
+            v_at = v_at & declared.domain.critic
+            probe = probe.replace(
+                values=torch.where(v_at, probe.values, case.values),
+                token_rewards=torch.where(r_at, probe.token_rewards, case.token_rewards),
+            )
         if case.lam == 1.0 and declared.domain.critic:  # a value leak telescopes away at lam = 1: probe at 0.5
             probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
     if probe is case and case.lam < 1.0:

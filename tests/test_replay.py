@@ -73,7 +73,7 @@ class FakeTargets:
             return run(case)
 
         try:
-            yield SimpleNamespace(run=recorded, declared=Declared(), resolved=f"{target}=={pin}")
+            yield SimpleNamespace(run=recorded, declared=Declared(own_inputs=True), resolved=f"{target}=={pin}")
         finally:
             self.closed += 1
 
@@ -353,7 +353,7 @@ def test_corpus_collection_module_on_a_fake_corpus(pytester: pytest.Pytester, co
     shutil.copy(Path(__file__).with_name("test_corpus_entries.py"), pytester.path / "test_entries_copy.py")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rsxX")
     # 4 corpus checks + B@0.9.1 pass; A fails; C is XPASS(strict); B@0.4.1 xfails; the git pin skips
-    result.assert_outcomes(passed=5, failed=2, xfailed=1, skipped=1)
+    result.assert_outcomes(passed=6, failed=2, xfailed=1, skipped=1)
     result.stdout.fnmatch_lines(["*XPASS(strict)*believed still broken*", "*git pin: set MASKFUZZ_REPOS=roll=*"])
     assert [p for _, _, p, _ in fake_opener.opened].count("0.4.1") == 1  # one worker per target@pin per session
 
@@ -372,7 +372,7 @@ def test_corpus_collection_reports_unreadable_files(pytester: pytest.Pytester, c
     monkeypatch.setenv("MASKFUZZ_CORPUS", str(corpus))
     shutil.copy(Path(__file__).with_name("test_corpus_entries.py"), pytester.path / "test_entries_copy.py")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", "not test_replay")
-    result.assert_outcomes(passed=2, failed=2)  # the unreadable file, and the ledger naming no entry
+    result.assert_outcomes(passed=3, failed=2)  # the unreadable file, and the ledger naming no entry
     result.stdout.fnmatch_lines(
         [
             "*unreadable corpus files:",

@@ -724,7 +724,6 @@ def _reproduce_in_clean_python(tmp_path, capsys, clean_python, label: str) -> di
 
 EXTRACT_WHEELS = [
     ("trl@1.12.0", "trl==1.12.0", "trl/experimental/ppo/ppo_trainer.py::PPOTrainer.train (lines "),
-    ("trl:compute_advantages@0.11.4", "trl==0.11.4", "trl/trainer/ppo_trainer.py::PPOTrainer.compute_advantages"),
     ("areal@1.0.4", "areal==1.0.4", "areal/trainer/ppo/actor.py::PPOActor._compute_advantages"),
 ]
 
@@ -734,6 +733,33 @@ EXTRACT_WHEELS = [
 def test_extract_target_finding_reproduces_from_wheel(tmp_path, capsys, clean_python, label, version, function):
     data = _reproduce_in_clean_python(tmp_path, capsys, clean_python, label)
     assert data["version"] == version and data["function"].startswith(function)
+
+
+# TRL 0.11.4's standalone compute_advantages keeps a NaN reward at a masked (left-padding) position through
+# `rewards * mask` (a robustness fact since issue 24: TRL's step() holds finite outputs there), still a case the
+# extracted function reproduces: the AST extraction from an old wheel stays under test
+_TRL_OLD_NAN = Case.build(
+    trainable=[[0, 1, 1]], attention=[[0, 1, 1]], token_rewards=[[float("nan"), 0.0, 0.0]],
+    values=[[100.0, 0.0, 0.0]], score=[1.0], gamma=0.0, lam=1.0, dtype="float32",
+)  # fmt: skip
+
+
+@pytest.mark.network
+def test_an_old_wheels_extracted_function_reproduces(tmp_path, capsys, clean_python):
+    label = "trl:compute_advantages@0.11.4"
+    entry = Entry("trl", "0.11.4", "poison-nonfinite", _TRL_OLD_NAN, Verdict("poison-nonfinite", "fail", "hand-made"),
+                  entry_point="compute_advantages", found=Found.now(0))  # fmt: skip
+    path = save(entry, tmp_path / "corpus")
+    code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 0 and "judge agrees (fail)" in captured.out, captured.err
+    from maskfuzz.targets.acquire import acquire
+
+    root = acquire(registry.get("trl"), "0.11.4", parse_repos(None)).root
+    code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)
+    assert code == 1 and data["status"] == "reproduced", data.get("message")
+    assert data["version"] == "trl==0.11.4"
+    assert data["function"].startswith("trl/trainer/ppo_trainer.py::PPOTrainer.compute_advantages")
 
 
 @pytest.mark.needs_mirror

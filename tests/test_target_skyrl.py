@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.triage import retriage
 from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.oracles.reference import classic_gae_loop
@@ -902,7 +902,9 @@ def test_policy_loss_short_fuzz():
             shrink=False,
         )  # fmt: skip
         bad = {p for p, n in result.failed.items() if n}
-        assert bad <= {"split-invariance", "reference", "poison-nonfinite", "masked-zero", "no-crash"}, bad
+        # empty-step: an all-masked step divides 0 by 0 in the token mean (a degenerate configuration, graded low)
+        allowed = {"split-invariance", "reference", "poison-nonfinite", "masked-zero", "no-crash", "empty-step"}
+        assert bad <= allowed, bad
         assert "poison-nonfinite" in bad, bad
 
 

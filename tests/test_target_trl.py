@@ -18,6 +18,7 @@ Release pins download wheels (network marker); the git pin needs MASKFUZZ_REPOS=
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -688,14 +689,19 @@ def test_mask_truncated_completions_by_hand(group_entry):
 @pytest.mark.parametrize("name", ["grpo", "rloo"])
 def test_a_masked_truncated_completion_stays_in_its_group(group_entry, name):
     """mask_truncated_completions=True clears the cut row 3's completion_mask, yet its reward 5 stays in group 1:
-    grpo row 2 = (1 - 3) / (nanstd(1, 5) = 2.8284 + 1e-4) = -0.70708, rloo row 2 = 1 - 5 = -4; the declared meaning
-    (the row excluded) makes row 2 a group of one: 0. The true defect of docs/kinds/trl.md, now with its option."""
+    grpo row 2 = (1 - 3) / (nanstd(1, 5) = 2.8284 + 1e-4) = -0.70708, rloo row 2 = 1 - 5 = -4. Issue 24: the option
+    speaks of the loss (the cleared row gets no loss and no gradient), not of the group statistics, and counting a
+    sampled completion's reward in its baseline is the unbiased choice: the entry declares empty_rows="counted", so
+    the reference agrees (the old "true defect" of docs/kinds/trl.md was our variant used as the contract)."""
     h = group_entry(name, NEWEST)
     case = FOUR.replace(truncated=[False, False, False, True], options={"mask_truncated_completions": True})
     got = h.run(case)[0].flatten().tolist()
     assert got[2] == pytest.approx(-0.70708 if name == "grpo" else -4.0, rel=1e-4)
-    assert kind_verdicts(h, case)["reference"].failed
+    assert kind_verdicts(h, case)["reference"].status == "pass"
     assert kind_verdicts(h, case.replace(options={}))["reference"].status == "pass"  # off: the row is kept
+    # the variant the code implements, shown as such: with empty rows excluded the reference would differ
+    excluded = dataclasses.replace(h.declared, variant={**h.declared.variant, "empty_rows": "excluded"})
+    assert kind_verdicts(dataclasses.replace(h, declared=excluded), case)["reference"].failed
 
 
 @pytest.mark.network

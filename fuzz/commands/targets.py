@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         names, targets = ", ".join(unknown), ", ".join(sorted(known))
         raise UsageError(f"--repo names unknown target(s) {names}; known targets: {targets}")
-    if args.semantics:
+    if getattr(args, "semantics", None):
         return _semantics(args, repos)
     cache = cachemod.cache_dir()
     data = listing.rows(repos, cache, known)

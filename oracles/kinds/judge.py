@@ -194,7 +194,8 @@ def clean_twin(case: Case, k: KindSpec, fill: float = 0.0, domain=None) -> Case:
         names = tuple(n for n in names if n != "token_rewards")
     for name in names:
         if name == "token_rewards":
-            changes["token_rewards"] = torch.where(dead, torch.full_like(case.token_rewards, fill), case.token_rewards)
+            where = dead if domain is None or fill == 0.0 else domain.poison_regions(dead, case.attention)[1]
+            changes["token_rewards"] = torch.where(where, torch.full_like(case.token_rewards, fill), case.token_rewards)
         elif name in extra:
             value = -abs(fill) if domain is not None and _logprob(name, domain) else fill
             extra[name] = torch.where(dead, torch.full_like(extra[name], value), extra[name])
