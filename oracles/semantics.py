@@ -291,13 +291,14 @@ def _nearest(space: dict, base: dict, agrees) -> dict | None:
 
 
 def _distinct(seen, declared: Declared, best: dict, name: str, fits: list) -> bool:
-    """Whether any case gives different references for two of the candidates that all agree (else the
-    cases did not tell them apart)."""
+    """Whether any case gives references for two of the candidates that all agree farther apart than both
+    tolerances together (else no output could tell them apart there: an ill-conditioned case, a group of
+    identical scores, fits both)."""
     for case, _ in seen:
         refs = [_reference(case, declared, dict(best, **{name: v})) for v in fits]
         refs = [r for r in refs if r is not None]
-        for (a, bound), (b, _) in itertools.combinations(refs, 2):
-            if any(mismatches(a[n], b[n], 2.0 * bound[n], case.trainable).any() for n in a):
+        for (a, bound_a), (b, bound_b) in itertools.combinations(refs, 2):
+            if any(mismatches(a[n], b[n], bound_a[n] + bound_b[n], case.trainable).any() for n in a):
                 return True
     return False
 
