@@ -69,10 +69,7 @@ for e in "${ENVS[@]}"; do IFS='|' read -r name pkg deps <<<"$e"; build_env "$nam
 ROWS=(
   "verl|verl/reference-b53507026df5502d.json|0.9.1|verl-0.9.1|-|failed"
   "verl|verl/reference-a1406ab1912c899c.json|0.1|verl-0.1|verl-0.5.0|failed"
-  "verl|verl/poison-nonfinite-3a62ffbc76a33a7d.json|0.4.1|verl-0.4.1|verl-0.5.0|failed"
   "openrlhf|openrlhf/masked-zero-34ca51fe1b71880f.json|0.3.6.post1|openrlhf-0.3.6.post1|-|failed"
-  "openrlhf|openrlhf/poison-nonfinite-804a4b4cc336e9ad.json|0.3.6.post1|openrlhf-0.3.6.post1|-|failed"
-  "skyrl|skyrl/reference-f4885ea01ef86e42.json|0.3.1|skyrl-0.3.1|-|failed"
   "skyrl|skyrl/poison-dbee94a8364d80ce.json|0.3.1|skyrl-0.3.1|-|failed"
   "torchrl:vec|torchrl/no-crash-e18c61278ae9bbec.json|0.14.1|torchrl-0.14.1|-|failed"
 )
