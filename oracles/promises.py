@@ -51,11 +51,15 @@ _BY_MECHANISM = {
     "crash-degenerate": "no-crash",
     "nondeterminism": "deterministic",
     "implementations-disagree": "twin",
-    "split-normaliser": "split-invariance",
     "row-order": "permutation",
 }
 # findings that no universal invariant covers whatever their mechanism: the framework's own words decide
 _NEEDS_CONTRACT = ("masked-zero",)
+# split-invariance holds "where the framework passes (or documents) a global normaliser": that condition is a line
+# of the framework's (the docs that promise a global token mean, the code that passes the step's normalisers), so
+# an entry declares it as a promise covering split-invariance; without one, normalising each micro-batch by itself
+# is a variant (a semantics fact), never a defect
+_CONDITIONAL = ("split-invariance", "split-normaliser")
 _HASH = re.compile(r"[0-9a-f]{7,40}")
 _ID = re.compile(r"(universal:[a-z-]+|upstream:[\w./-]+\.\w+:\d+(-\d+)?|https?://\S+)")
 
@@ -134,6 +138,8 @@ def universal_for(prop: str, mechanism: str) -> Promise | None:
     that differs breaks none). A statistic that counts masked inputs breaks `poison` only when
     the masked inputs move it, and `pad-invariance` only through padding."""
     if prop in _NEEDS_CONTRACT:
+        return None
+    if prop in _CONDITIONAL or mechanism in _CONDITIONAL:  # the condition is the framework's own words or code
         return None
     if prop in _BY_PROPERTY:
         return UNIVERSAL[_BY_PROPERTY[prop]]
