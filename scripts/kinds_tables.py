@@ -110,6 +110,27 @@ def group_cards(targets: list[dict]) -> list[str]:
     return lines
 
 
+def option_rows(targets: list[dict]) -> list[str]:
+    """Per entry with options or truncation semantics: examples judged per option value and with a cut row."""
+    lines = [
+        "| target@pin | examples | examples per option value | truncation: examples with a cut row |",
+        "|---|---|---|---|",
+    ]
+    for t in targets:
+        conf = t.get("configuration")
+        if t["status"] != "ok" or not conf:
+            continue
+        per = "; ".join(
+            f"{name}: " + ", ".join(f"{v}={n}" for v, n in values.items())
+            for name, values in (conf.get("options_checked") or {}).items()
+        ) or "-"
+        trunc = conf.get("truncation")
+        cut = f"{trunc['semantics']}: {conf.get('truncated_checked', 0)}" if trunc else "-: 0"
+        label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
+        lines.append(f"| {_cell(label)} | {t.get('examples', 0)} | {_cell(per)} | {_cell(cut)} |")
+    return lines
+
+
 def card_rows(targets: list[dict]) -> list[str]:
     lines = ["| target@pin | kind | declared variant agrees | dimensions |", "|---|---|---|---|"]
     for t in targets:
@@ -177,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = load(args.results)
     out = [f"### {args.title}", ""] if args.title else []
     out += counts(targets) + [""] + entry_rows(targets) + ["", "Semantics cards of the group advantages:", ""]
-    out += group_cards(targets) + [""]
+    out += group_cards(targets) + ["", "Options and truncated rows: coverage:", ""] + option_rows(targets) + [""]
     sys.stdout.write("\n".join(out))
     return 0
 
