@@ -55,6 +55,8 @@ class Defect:
     case: Case  # the smallest case among its findings (the pipeline witness when reach is pipeline)
     findings: list[Finding] = field(default_factory=list)
     promise: Promise | None = None
+    # pipeline witness: the features it uses -> the upstream lines that produce each (its configuration)
+    built_from: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         from maskfuzz.fuzz.corpus import case_to_json
@@ -69,6 +71,7 @@ class Defect:
             "properties": self.properties,
             **(self.promise.to_json() if self.promise else {}),
             "options": dict(sorted(self.case.options.items())),
+            "built_from": dict(self.built_from),
             "case": case_to_json(self.case),
         }
 
@@ -247,6 +250,9 @@ def triage(
                 promise=_strongest(members),
             )
         )
+        pipe = declared.configured(out[-1].case).pipeline
+        if piped and pipe is not None:
+            out[-1].built_from = pipe.citations(out[-1].case)
     result.facts = [
         Fact(
             id=f"{label}/{mechanism}",

@@ -195,6 +195,16 @@ class Domain:
             used.add("dtypes")
         return [f for f in FEATURES if f in used]
 
+    def citations(self, case: Case) -> dict[str, str]:
+        """The features `case` exercises with the upstream lines cited as producing each (the pipeline
+        configuration a witness needs: a rollout correction, the KL in the reward, a tool turn)."""
+        out = {}
+        for f in self.features(case):
+            cite = self.produces.get(f, "") or self.produces.get(_FALLBACK.get(f, ""), "")
+            if _CITES.search(cite):
+                out[f] = cite
+        return out
+
     def unproduced(self, case: Case) -> list[str]:
         """The features `case` exercises that this (pipeline) domain does not cite as produced by the
         framework's code (`produces`, or for the dtype its narrowing's citation): a witness with any of

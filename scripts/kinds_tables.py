@@ -63,6 +63,30 @@ def entry_rows(targets: list[dict]) -> list[str]:
     return lines
 
 
+def defect_lines(targets: list[dict]) -> list[str]:
+    """One bullet per defect: the promise quoted, and for a pipeline defect the features its witness uses with
+    the upstream lines cited as producing each (the configuration a maintainer needs to meet it)."""
+    lines = []
+    for t in targets:
+        label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
+        for d in t.get("defects", []):
+            head = (
+                f"- **{_cell(label)}** {d['mechanism']} [{d['reach']}, {d['severity']}]: "
+                f"breaks `{d.get('promise', '?')}` "
+                f"\"{_cell(d.get('promise_text', ''))}\""
+            )
+            opts = d.get("options") or {}
+            if opts:
+                head += "; options " + ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
+            built = d.get("built_from") or {}
+            if d["reach"] == "pipeline" and built:
+                head += "; witness built from " + "; ".join(f"{f}: {_cell(c)}" for f, c in built.items())
+            elif d["reach"] == "pipeline" and "built_from" in d:
+                head += "; witness uses no masking feature (any run of the entry)"
+            lines.append(head)
+    return lines or ["none"]
+
+
 def counts(targets: list[dict]) -> list[str]:
     ok = [t for t in targets if t["status"] == "ok"]
     defects = [d for t in ok for d in t.get("defects", [])]
@@ -182,6 +206,8 @@ def framework_page(name: str, files: list[tuple[Path, list[dict]]]) -> list[str]
         if not mine:
             continue
         out += ["", f"## {path.stem}", ""] + counts(mine) + [""] + entry_rows(mine)
+        out += ["", "Defects with the promise they break and what their pipeline witness is built from:", ""]
+        out += defect_lines(mine)
         out += ["", "Semantics cards:", ""] + card_rows(mine)
     return out + [""]
 

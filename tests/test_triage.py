@@ -237,3 +237,25 @@ def test_values_at_padding_and_under_tool_tokens_are_separate_features():
     assert Domain(produces={"masked_values": "critic.py:3"}).unproduced(at_padding) == []
     # the old narrowing keeps its meaning: masked_values=False zeroes padding as well
     assert Domain(masked_values=False, why={"masked_values": "c.py:1"}).rejects(at_padding) is not None
+
+
+def test_a_pipeline_defect_names_the_lines_that_build_its_witness():
+    """The configuration a maintainer needs to meet a defect: each feature the witness uses, with the upstream
+    lines cited as producing it (`built_from` in the JSON); an api defect names none."""
+    declared, _ = zoo.CATCHES[zoo.mask_ignored]
+    run = zoo.as_run(zoo.mask_ignored)
+    registered = dataclasses.replace(
+        declared, own_inputs=False, pipeline=Domain(produces={"masked_values": "critic.py:12", "gaps": "env.py:3"})
+    )
+    result = fuzz_target(run, registered, target="m", max_examples=200, seed=0, nonfinite=False)
+    defects = triage(result, run, registered, witness_examples=20)
+    leak = next(d for d in defects if d.mechanism == "masked-value-bootstrap")
+    assert leak.reach == "pipeline"
+    # a value at padding is produced by the critic cited for masked values (`padding_values` follows it)
+    values = {f: c for f, c in leak.built_from.items() if f in ("masked_values", "padding_values")}
+    assert values and set(values.values()) == {"critic.py:12"}, leak.built_from
+    assert set(leak.built_from) <= {"masked_values", "padding_values", "gaps"}
+    assert leak.to_dict()["built_from"] == leak.built_from
+    api = triage(fuzz_target(run, declared := dataclasses.replace(declared, own_inputs=False), target="m",
+                             max_examples=100, seed=0, nonfinite=False), run, declared, witness_examples=0)  # fmt: skip
+    assert all(d.built_from == {} for d in api)
