@@ -206,3 +206,52 @@ def test_option_fixes_a_framework_option_for_every_case(tmp_path, capsys):
         capsys.readouterr().err
     )
     assert main(["fuzz", "verl:grpo@0.9.1", "--option", "novalue"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--max-examples", "-1"), ("--max-examples", "0"), ("--jobs", "0"), ("--budget", "-5"), ("--timeout", "nan")],
+)
+def test_a_bad_count_or_duration_is_refused_before_any_work(flag, value, capsys):
+    """`--max-examples -1` once exited 0 with nothing checked and `0` silently meant the profile's 200."""
+    with pytest.raises(SystemExit) as exc:
+        main(["fuzz", "verl@0.9.1", flag, value])
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import maskfuzz.fuzz.commands.fuzz as cmd
+
+    monkeypatch.setattr(cmd, "run_job", lambda job: pytest.fail("fuzzed although the output was unusable"))
+    a_file = tmp_path / "corpus-file"
+    a_file.write_text("x")
+    assert main(["fuzz", "verl@0.9.1", "--corpus", str(a_file)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["fuzz", "verl@0.9.1", "--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["fuzz", "verl@0.9.1", "--json", str(a_file / "r.json")]) == 2
+    assert "cannot create" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_writes_what_finished_and_names_the_rest(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the third entry: the two finished ones are in the JSON, the rest are named, exit 130."""
+    import maskfuzz.fuzz.commands.fuzz as cmd
+
+    calls = []
+
+    def fake(job):
+        calls.append(job.label)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return {"target": job.label.partition("@")[0], "pin": "0.9.1", "status": "ok", "findings": [], "defects": [],
+                "examples": 1, "seconds": 0.0, "checked": {}, "failed": {}, "kind": "gae", "reason": ""}  # fmt: skip
+
+    monkeypatch.setattr(cmd, "run_job", fake)
+    out = tmp_path / "r.json"
+    code = main(["fuzz", "verl@0.9.1", "--json", str(out), "--corpus", str(tmp_path / "c"), "--quiet"])
+    assert code == 130
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and len(data["targets"]) == 2
+    assert calls[2] in data["not_run"] and len(data["not_run"]) >= 1
+    assert "interrupted after" in capsys.readouterr().err

@@ -393,3 +393,18 @@ def test_at_another_dtype_the_ledger_does_not_apply():
     assert other[0].status == "pass" and "the ledger's expectation is for float32" in other[0].message
     leaky = rp.replay(rp.plan([A], ledger), opener=FakeTargets(RUNS), dtype="float64")
     assert leaky[0].status == "fail"
+
+
+def test_cli_target_at_a_pin_that_cannot_be_set_up_exits_2(corpus: Path, monkeypatch, capsys):
+    """`replay --target verl@0.9.9` (no such release) once exited 0 with every replay skipped; `fuzz` exits 2."""
+    from maskfuzz.targets import session
+
+    @contextlib.contextmanager
+    def no_such_release(ref, repos=None, device="cpu", **kw):
+        raise session.SetupError(f"{ref}: no wheel of verl==0.9.9 for this interpreter")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(session, "open_target", no_such_release)
+    assert cli_main(["replay", str(corpus), "--target", "verl@0.9.9"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot set up" in err and "--target verl@0.9.9: no replay could set it up" in err

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from maskfuzz.fuzz.bisect import FIX, FOUND, INCONCLUSIVE, BisectError, BisectResult, Outcome, Revision, bisect
+from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 
 
 def register(subparsers) -> None:
@@ -41,7 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
     p.add_argument("--first-parent", action="store_true", help="follow first parents only (a merge is one step)")
     p.add_argument(
-        "--runs", type=int, default=1, metavar="N", help="judge each revision N times; disagreement is a skip"
+        "--runs", type=positive_int, default=1, metavar="N", help="judge each revision N times; disagreement is a skip"
     )
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
     p.add_argument("--property", metavar="P", help="the property to judge (default: the case's)")
@@ -54,7 +55,9 @@ def register(subparsers) -> None:
     p.add_argument("--subdir", default="", metavar="DIR", help="with --callable: the folder of the repo on sys.path")
     p.add_argument("--contract", default="compressed", help="with --callable: compressed | dense")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds one call of the target may take")
+    p.add_argument(
+        "--timeout", type=positive_float, default=60.0, metavar="S", help="seconds one call of the target may take"
+    )
     p.set_defaults(func=run)
 
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from maskfuzz.fuzz import profiles
 from maskfuzz.fuzz.cli import UsageError, require_device
+from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
@@ -61,18 +63,20 @@ def register(sub) -> None:
     p.add_argument(
         "--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE"
     )
-    p.add_argument("--max-examples", type=int, help="examples per target (overrides the profile)")
-    p.add_argument("--budget", type=float, help="seconds per target (overrides the profile)")
+    p.add_argument("--max-examples", type=positive_int, help="examples per target (overrides the profile)")
+    p.add_argument("--budget", type=positive_float, help="seconds per target (overrides the profile)")
     p.add_argument("--seed", type=int, help="Hypothesis seed (default 0; the nightly profile uses the date, YYYYMMDD)")
     p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
     p.add_argument("--no-nonfinite", action="store_true", help="draw no NaN / inf poison")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds one target call may take (a hang verdict)")
+    p.add_argument(
+        "--timeout", type=positive_float, default=60.0, help="seconds one target call may take (a hang verdict)"
+    )
     p.add_argument("--repo", action="append", default=[], metavar="NAME=PATH", help="local clone or mirror of a target")
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report (a test per target x property)")
     p.add_argument("--corpus", type=Path, help="save every new finding to this corpus directory")
-    p.add_argument("--jobs", type=int, default=1, help="fuzz this many targets in parallel processes")
+    p.add_argument("--jobs", type=positive_int, default=1, help="fuzz this many targets in parallel processes")
     p.add_argument(
         "--option",
         dest="options",
@@ -121,8 +125,9 @@ def main(args) -> int:
     fixed = _parse_options(args.options)
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
-    max_examples = args.max_examples or profile.max_examples
+    max_examples = args.max_examples if args.max_examples is not None else profile.max_examples
     budget = args.budget if args.budget is not None else profile.budget
+    _check_outputs(args.json, args.junit, args.corpus)
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
         results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
@@ -154,15 +159,18 @@ def main(args) -> int:
         + f", seed {args.seed}"
     )
     started = time.monotonic()
-    if args.jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(run_job, jobs))
-    else:
-        results = [run_job(job) for job in jobs]
+    results, left = _run_all(jobs, args.jobs, started)
+    interrupted = bool(left)
     elapsed = time.monotonic() - started
     print(summary_table(results))
-    _say(f"done in {elapsed:.1f} s")
+    if interrupted:
+        _say(f"interrupted after {elapsed:.1f} s: {len(results)} of {len(jobs)} target(s) finished; not run: "
+             + ", ".join(left[:12]) + (f" and {len(left) - 12} more" if len(left) > 12 else ""))  # fmt: skip
+    else:
+        _say(f"done in {elapsed:.1f} s")
     payload = {"profile": profile.name, "seed": args.seed, "seconds": round(elapsed, 2), "targets": results}
+    if interrupted:
+        payload["interrupted"], payload["not_run"] = True, left
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
@@ -173,9 +181,58 @@ def main(args) -> int:
         write_junit(payload, args.junit)
         _say(f"wrote {args.junit}")
     _next_steps(results, results_dir, args.corpus)
+    if interrupted:
+        return 130
     if any(r["status"] == "error" for r in results):
         return 2
     return 1 if any(r.get("defects") for r in results) else 0
+
+
+def _check_outputs(json_path: Path | None, junit: Path | None, corpus: Path | None) -> None:
+    """Where the results go must be writable as asked before minutes of fuzzing (a --corpus that is a file
+    once failed to save every finding at the end)."""
+    for flag, path in (("--json", json_path), ("--junit", junit)):
+        if path is not None and path.is_dir():
+            raise UsageError(f"{flag} {path}: is a directory (expected a file path to write)")
+    if corpus is not None and corpus.exists() and not corpus.is_dir():
+        raise UsageError(f"--corpus {corpus}: exists and is not a directory (expected a corpus directory)")
+    for flag, path in (("--json", json_path), ("--junit", junit), ("--corpus", corpus)):
+        if path is None:
+            continue
+        parent = next((p for p in [path, *path.parents] if p.exists()), None)
+        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+            raise UsageError(f"{flag} {path}: cannot create it under {parent} (not a writable directory)")
+
+
+def _run_all(jobs: list[Job], workers: int, started: float) -> tuple[list[dict], list[str]]:
+    """Run every job (in `workers` processes), saying entries done / total and the time left after each.
+    Returns the results in job order and the labels not run: on Ctrl-C what finished is kept (the caller
+    writes it), and the rest is named."""
+    done: dict[int, dict] = {}
+
+    def tick(i: int, result: dict) -> None:
+        done[i] = result
+        spent = time.monotonic() - started
+        left = spent / len(done) * (len(jobs) - len(done))
+        status = "ran" if result["status"] == "ok" else result["status"]
+        _say(f"[{len(done)}/{len(jobs)} entries, {spent:.0f} s, about {left:.0f} s left] {jobs[i].label}: {status}")
+
+    try:
+        if workers > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
+                try:
+                    for fut in as_completed(futures):
+                        tick(futures[fut], fut.result())
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+        else:
+            for i, job in enumerate(jobs):
+                tick(i, run_job(job))
+    except KeyboardInterrupt:
+        pass
+    return [done[i] for i in sorted(done)], [j.label for i, j in enumerate(jobs) if i not in done]
 
 
 def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -> None:

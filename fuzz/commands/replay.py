@@ -133,6 +133,10 @@ def execute(
     )
     code = rp.exit_code(outcomes, unreadable=len(errors))
     print(rp.summary(outcomes, errors, args.device), file=out)
+    for target, pin in _unset_overrides(overrides, outcomes):  # the pin asked for does not exist here: as `fuzz`
+        print(f"maskfuzz replay: error: --target {target}@{pin}: no replay could set it up (see the notes above)",
+              file=err)  # fmt: skip
+        code = 2
     if args.json_path:
         report = {
             "format": "maskfuzz-replay",
@@ -149,6 +153,16 @@ def execute(
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
         args.json_path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return code
+
+
+def _unset_overrides(overrides: list, outcomes: list[rp.Outcome]) -> list[tuple[str, str]]:
+    """The --target TARGET@PIN whose every replay failed to set up (an unknown release or commit)."""
+    bad = []
+    for target, _, pin in overrides:
+        mine = [o for o in outcomes if o.job.entry.target == target and o.job.pin == pin]
+        if mine and all(o.status == "skip" and o.message.startswith("cannot set up") for o in mine):
+            bad.append((target, pin))
+    return bad
 
 
 def _default_corpus() -> Path:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from maskfuzz.fuzz.cli import UsageError
+from maskfuzz.fuzz.commands.argtypes import positive_float
 
 
 def register(subparsers) -> None:
@@ -67,7 +68,11 @@ def register(subparsers) -> None:
         "(maskfuzz bisect between the two nights' resolved revisions; git pins use MASKFUZZ_REPOS or the upstream URL)",
     )
     p.add_argument(
-        "--bisect-timeout", type=float, default=1800.0, metavar="S", help="seconds one bisection may take (1800)"
+        "--bisect-timeout",
+        type=positive_float,
+        default=1800.0,
+        metavar="S",
+        help="seconds one bisection may take (1800)",
     )
     p.add_argument("--quiet", action="store_true", help="do not print the markdown report")
     p.set_defaults(func=main)

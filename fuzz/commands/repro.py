@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from maskfuzz.fuzz.commands.argtypes import positive_float
 from maskfuzz.oracles.reference import CONTRACTS
 
 
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--bisect", type=Path, metavar="JSON", help="a `maskfuzz bisect --json` result for the report")
     p.add_argument("--device", default="cpu", help="run the check on cpu (default) or cuda")
     p.add_argument("--no-judge", action="store_true", help="do not cross-check the script with maskfuzz's judge")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds the script may take")
+    p.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="seconds the script may take")
     p.set_defaults(func=run)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from maskfuzz.fuzz.commands.argtypes import positive_int
 from maskfuzz.targets import cache as cachemod
 from maskfuzz.targets import listing
 from maskfuzz.targets.registry import registry
@@ -28,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the listing as JSON")
     p.add_argument("--semantics", action="append", default=[], metavar="T[:ENTRY]@PIN",
                    help="print the semantics card of the entry (every entry of T without one) at PIN (repeatable)")
-    p.add_argument("--cases", type=int, default=None, help="clean cases per card (default 32)")
+    p.add_argument("--cases", type=positive_int, default=None, help="clean cases per card (default 32)")
     p.set_defaults(func=run)
 
 
