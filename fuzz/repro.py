@@ -701,6 +701,15 @@ class Closure:
                     froms.setdefault(x.module, set()).add(x.name + (f" as {x.asname}" if x.asname else ""))
             out = [f"import {m}" for m in sorted(plain, key=_module_key)]
             out += [_from_import(m, froms[m]) for m in sorted(froms, key=_module_key)]
+            if out and not is_std:  # without torch the script cannot run: exit 2, never 1 ("reproduced")
+                assert any(x.module == "sys" and not x.name for x in lines), "the template's main imports sys"
+                body = "\n".join("    " + line for line in "\n".join(out).splitlines())
+                out = [
+                    f"try:\n{body}\n"
+                    "except ImportError as exc:  # 2 is \"cannot run\"; 1 would read as \"reproduced\"\n"
+                    '    print(f"cannot run: {exc} (the reproducer needs torch: pip install torch)", file=sys.stderr)\n'
+                    "    raise SystemExit(2) from None"
+                ]
             if out:
                 blocks.append("\n".join(out))
         return "\n\n".join(blocks)

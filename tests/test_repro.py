@@ -770,3 +770,16 @@ def test_nemo_rl_finding_reproduces_at_7ea279abfbeb(tmp_path, capsys, clean_pyth
     assert data["commit"].startswith("7ea279abfbeb")
     where = "nemo_rl/algorithms/advantage_estimator.py::GeneralizedAdvantageEstimator.compute_advantage"
     assert data["function"] == where
+
+
+def test_a_script_without_torch_exits_2_not_1(tmp_path, clean_python):
+    """1 means "reproduced": a script that cannot even import torch must say "cannot run" (2)."""
+    plan = plan_for("poison", SEED, "dense")
+    script = tmp_path / "repro.py"
+    script.write_text(repro.render_script(plan), encoding="utf-8")
+    buggy = write_impl(tmp_path / "buggy", BUGS["storage_only"], "dense")
+    no_torch = "import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"  # noqa: E501
+    done = subprocess.run([clean_python, "-c", no_torch, str(script), str(buggy)], capture_output=True, text=True,
+                          cwd=tmp_path, env=_clean_env())  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot run" in done.stderr and "torch" in done.stderr
