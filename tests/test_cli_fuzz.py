@@ -255,3 +255,18 @@ def test_an_interrupted_run_writes_what_finished_and_names_the_rest(tmp_path, ca
     assert data["interrupted"] is True and len(data["targets"]) == 2
     assert calls[2] in data["not_run"] and len(data["not_run"]) >= 1
     assert "interrupted after" in capsys.readouterr().err
+
+
+def test_the_next_command_after_a_callable_run_works_as_printed(user_module, capsys):
+    """The printed `maskfuzz repro ...` once named `--target usergae:leaky@local`, which repro cannot open."""
+    import shlex
+
+    code = main(["fuzz", "--callable", "usergae:leaky", "--contract", "dense", "--max-examples", "30",
+                 "--json", str(user_module / "r.json"), "--corpus", str(user_module / "c"), "--quiet"])  # fmt: skip
+    assert code == 1
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("next: maskfuzz repro"))
+    argv = shlex.split(line.removeprefix("next: maskfuzz "))
+    assert "--callable" in argv and "--target" not in argv
+    assert main(argv + ["--no-judge"]) == 0  # the script was written and checked
+    assert "reproduced" in capsys.readouterr().out
+    assert (user_module / argv[argv.index("-o") + 1] / "repro.py").is_file()

@@ -243,9 +243,13 @@ def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -
     if not files:
         return
     r, f = min(files, key=lambda rf: ({"high": 0, "medium": 1, "low": 2}.get(rf[1].get("severity"), 3), rf[1]["shape"]))
-    label = r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}"
     out = (folder or Path(".")) / "repro" / Path(f["corpus_file"]).stem
-    _say(f"next: maskfuzz repro {f['corpus_file']} --target {label} -o {out}")
+    if r.get("callable"):  # repro imports it from where fuzz did (the working directory) or its --source
+        where = f"--source {r['source']}" if r.get("source") else f"--path {Path.cwd()}"
+        how = f"--callable {r['callable']} --contract {r.get('contract', 'compressed')} {where}"
+    else:
+        how = "--target " + (r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}")
+    _say(f"next: maskfuzz repro {f['corpus_file']} {how} -o {out}")
     _say(f"      maskfuzz replay {corpus}")
 
 
@@ -339,6 +343,7 @@ def run_job(job: Job) -> dict:
     repos = {k: Path(v) for k, v in job.repos.items()}
     if job.is_callable:
         out["target"] = out["callable"] = ref_target
+        out["contract"] = job.contract
         if job.source:
             out["pin"], out["source"] = ref_pin or "HEAD", job.source
     try:
