@@ -184,6 +184,19 @@ def infer(run: Callable[[Case], Any], cases: list[Case], declared: Declared, tar
         best = _nearest(space, base, agrees) or base
         if best is base:
             card.note = "no variant of ours within two changes of the declared one agrees on every clean case"
+            # say which cases fit none, and read the dimensions from the others (a whole-batch fallback on
+            # unequal groups must not hide that every regular group is normalised as declared)
+            misfit = [i for i, x in enumerate(seen) if _agrees_everywhere([x], declared, base) is False]
+            if 0 < len(misfit) < len(seen):
+                first = seen[misfit[0]][0]
+                seen = [x for i, x in enumerate(seen) if i not in misfit]
+                memo.clear()
+                best = base if agrees(base) is True else _nearest(space, base, agrees) or base
+                card.note = (
+                    f"{len(misfit)} of {len(misfit) + len(seen)} clean case(s) fit no variant of ours within two "
+                    f"changes of the declared one (the first: {_describe(first)}); the dimensions below are read "
+                    f"from the other {len(seen)}"
+                )
     card.variant = dict(best)
     for name, candidates in space.items():
         verdicts = {}  # candidate -> agrees (candidates undefined on every case left out)
@@ -277,6 +290,17 @@ def _agrees_everywhere(seen, declared: Declared, variant: dict) -> bool | None:
         if any(mismatches(out[n], ref[n], bound[n], case.trainable).any() for n in ref):
             return False
     return True if defined else None
+
+
+def _describe(case: Case) -> str:
+    """A clean case in a few words: its shape, its groups, its rows without a trainable token."""
+    b, t = case.shape
+    out = f"B={b} T={t}"
+    if case.group is not None:
+        sizes = torch.unique_consecutive(case.group, return_counts=True)[1].tolist()
+        out += f", groups of {', '.join(map(str, sizes))} rows"
+    empty = int((~case.trainable.any(dim=1)).sum())
+    return out + (f", {empty} row(s) without a trainable token" if empty else "")
 
 
 def _nearest(space: dict, base: dict, agrees) -> dict | None:

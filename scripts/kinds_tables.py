@@ -173,6 +173,23 @@ def card_rows(targets: list[dict]) -> list[str]:
     return lines
 
 
+def family_table(targets: list[dict], labels: list[str]) -> list[str]:
+    """The group-advantage cards of `labels` (one entry per framework) side by side, then each one's defects."""
+    by = {(t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"): t for t in targets}
+    missing = [x for x in labels if x not in by]
+    if missing:
+        raise SystemExit(f"not in the results: {', '.join(missing)}")
+    chosen = [by[x] for x in labels]
+    lines = group_cards(chosen)
+    lines += ["", "| target@pin | defects: promise, mechanism [reach, severity] | facts |", "|---|---|---|"]
+    for label, t in zip(labels, chosen):
+        defects = "; ".join(f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}]"
+                            for d in t.get("defects", [])) or "none"  # fmt: skip
+        facts = "; ".join(f"{f['kind']}: {f['mechanism']}" for f in t.get("facts", [])) or "-"
+        lines.append(f"| {_cell(label)} | {_cell(defects)} | {_cell(facts)} |")
+    return lines
+
+
 def framework_page(name: str, files: list[tuple[Path, list[dict]]]) -> list[str]:
     """One framework's page: its entries and declared promises, then its rows per results file."""
     from maskfuzz.targets.registry import get
@@ -201,11 +218,39 @@ def framework_page(name: str, files: list[tuple[Path, list[dict]]]) -> list[str]
             for p in e.promises
         ) or "none declared: only the universal invariants apply"
         out.append(f"| {entry} | {e.kind} | {_cell(words)} |")
+    out += [
+        "",
+        "## Options and truncation, as declared (`targets/adapters/`)",
+        "",
+        "| entry | option (values; default) | where the framework reads it | what it does |",
+        "|---|---|---|---|",
+    ]
+    rows = 0
+    for entry in spec.entries:
+        e = spec.for_entry(entry)
+        for o in e.options:
+            values = ", ".join(map(str, o.values))
+            out.append(f"| {entry} | `{o.name}` ({_cell(values)}; {o.default}) | {_cell(o.cite)} | {_cell(o.doc)} |")
+            rows += 1
+        if e.truncation is not None:
+            t = e.truncation
+            what = f"score {t.score}, bootstrap {t.bootstrap}, row {t.row}" + (" (terminal)" if t.terminal else "")
+            out.append(f"| {entry} | a row cut by the length limit | {_cell(t.cite)} | {_cell(what)} |")
+            rows += 1
+    if not rows:
+        out.append("| - | none declared | | |")
+    out += [
+        "",
+        f"The hand-written reading notes of this page before the promise model (how each entry calls {name}, what "
+        "is not modelled) are in the history: `git log -p -- docs/kinds/" + name + ".md`; their verdicts "
+        "(\"true defect\", \"design difference\") are superseded by the tables below and by the audit.",
+    ]
     for path, targets in files:
         mine = [t for t in targets if t["target"].split("@")[0].split(":")[0] == name]
         if not mine:
             continue
-        out += ["", f"## {path.stem}", ""] + counts(mine) + [""] + entry_rows(mine)
+        title = {"releases": "Newest releases (the default pins)", "head": "HEAD (`@main` of each mirror)"}
+        out += ["", f"## {title.get(path.stem, path.stem)}", ""] + counts(mine) + [""] + entry_rows(mine)
         out += ["", "Defects with the promise they break and what their pipeline witness is built from:", ""]
         out += defect_lines(mine)
         out += ["", "Semantics cards:", ""] + card_rows(mine)
@@ -217,11 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", type=Path)
     p.add_argument("--title", default="")
     p.add_argument("--framework", help="print this framework's page instead")
+    p.add_argument(
+        "--family",
+        metavar="T:E@PIN,...",
+        help="print the semantics cards of these group-advantage entries side by side, with their defects",
+    )
     args = p.parse_args(argv)
     if args.framework:
         sys.stdout.write("\n".join(framework_page(args.framework, [(f, load([f])) for f in args.results])))
         return 0
     targets = load(args.results)
+    if args.family:
+        sys.stdout.write("\n".join(family_table(targets, args.family.split(","))) + "\n")
+        return 0
     out = [f"### {args.title}", ""] if args.title else []
     out += counts(targets) + [""] + entry_rows(targets) + ["", "Semantics cards of the group advantages:", ""]
     out += group_cards(targets) + ["", "Options and truncated rows: coverage:", ""] + option_rows(targets) + [""]

@@ -83,6 +83,16 @@ def grpo_fixed_group_size(case: Case):
     return (_broadcast(case, adv),)
 
 
+def grpo_whole_batch_on_unequal_groups(case: Case):
+    """Equal groups as declared; unequal ones all normalised as one group of the whole batch (the
+    fallback miles and slime take when the sample count is not n_samples_per_prompt * groups)."""
+    sizes = torch.unique(case.group, return_counts=True)[1] if case.group is not None else None
+    if sizes is None or bool((sizes == sizes[0]).all()):
+        return grpo_correct(case)
+    whole = case.replace(group=torch.zeros_like(case.group))
+    return (_broadcast(case, _grpo(whole, _score_rows(case), case.trainable.any(1))),)
+
+
 def grpo_biased_std(case: Case):
     """Divides by the biased (1/n) std where the unbiased one is declared."""
     return (_broadcast(case, _grpo(case, _score_rows(case), case.trainable.any(1), unbiased=False)),)

@@ -64,8 +64,6 @@ def _semantics(args: argparse.Namespace, repos: dict) -> int:
     from maskfuzz.fuzz.commands.fuzz import _resolve_labels
     from maskfuzz.targets.session import SetupError, Skip, open_target
 
-    if args.cases is not None and args.cases < 1:
-        raise UsageError(f"--cases {args.cases}: a card needs at least one clean case")
     for text in args.semantics:
         if "@" not in text:
             raise UsageError(f"--semantics {text!r}: name the pin too, e.g. verl:grpo@0.9.1")
