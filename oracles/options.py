@@ -113,6 +113,26 @@ class Option:
         }
 
 
+def without(space: tuple[Option, ...], absent: dict) -> tuple[tuple[Option, ...], list[str]]:
+    """`space` without the values `absent` names (option -> (values, why): modes the code at a pin lacks), and a
+    note per option narrowed. ValueError when an option's default is among them (the entry cannot run as
+    configured by default: the caller skips it)."""
+    out, notes = [], []
+    for o in space:
+        gone, why = absent.get(o.name, ((), ""))
+        gone = [v for v in o.values if v in tuple(gone)]
+        if not gone:
+            out.append(o)
+            continue
+        if o.default in gone:
+            raise ValueError(f"option {o.name}: its default {o.default!r} is absent at this pin ({why})")
+        kept = tuple(v for v in o.values if v not in gone)
+        effect = {v: e for v, e in o.effect.items() if v in kept}
+        out.append(dataclasses.replace(o, values=kept, effect=effect))
+        notes.append(f"option {o.name}: {', '.join(map(str, gone))} not drawn, absent at this pin ({why})")
+    return tuple(out), notes
+
+
 def resolve(space: tuple[Option, ...], chosen: dict) -> dict:
     """Every option of `space` with its value: `chosen` over the defaults. An option `space` does
     not have, or a value it does not take, is a CaseError that names the space."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from maskfuzz.oracles.options import without
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import CONTRACTS
 from maskfuzz.targets import registry as registry_mod
@@ -164,6 +165,14 @@ def open_target(
             raise SetupError(message) from None
         info = dict(loaded) | {"checkout": dict(checkout.info)}
         declared = spec.declared(ref.entry, ref.pin)
+        absent = {k: (tuple(v), why) for k, (v, why) in (info.get("absent_options") or {}).items()}
+        if absent:  # a mode the code at this pin lacks is never drawn: it would be a tool error, not a finding
+            try:
+                options, narrowed = without(declared.options, absent)
+            except ValueError as exc:
+                raise Skip(f"{ref} ({checkout.resolved}): {exc}") from None
+            declared = dataclasses.replace(declared, options=options)
+            info["notes"] = list(info.get("notes", [])) + narrowed
         twin_of = spec.for_entry(ref.entry).twin_of
         if twin_of is not None:
             label = f"{ref.target}:{twin_of}@{ref.pin}"

@@ -67,6 +67,8 @@ def _load(args: dict):
     except NotPresent as exc:
         return ("skip", str(exc)), None
     info = {"where": loaded.where, "notes": list(loaded.notes), "stand_ins_used": sorted(finder.used)}
+    if loaded.absent_options:
+        info["absent_options"] = {k: [list(v), why] for k, (v, why) in loaded.absent_options.items()}
     return ("loaded", info), loaded
 
 

@@ -334,3 +334,18 @@ def test_a_finding_keeps_only_the_options_and_the_cut_rows_it_needs():
     assert verdict.failed
     simple, again = _simplest_configuration(run, DECLARED, case, verdict, "cpu")
     assert simple.options == {"reward_clip": 1.0} and simple.truncated is None and again.failed
+
+
+def test_values_absent_at_a_pin_leave_the_option_space_with_a_note():
+    """A mode the code at a pin lacks (verl's token-sum before 0.6) is never drawn: fuzzing it files a tool error."""
+    from maskfuzz.oracles.options import Option, without
+
+    mode = Option("critic.loss_agg_mode", ("token-mean", "token-sum", "seq-mean-token-sum"), "token-mean", "x.py:1",
+                  effect={"token-sum": {"variant": {"mode": "token-sum"}}})  # fmt: skip
+    other = Option("critic.cliprange_value", (0.5, 0.2), 0.5, "x.py:2")
+    space, notes = without((mode, other), {"critic.loss_agg_mode": (("token-sum",), "agg_loss has modes ...")})
+    assert space[0].values == ("token-mean", "seq-mean-token-sum") and "token-sum" not in space[0].effect
+    assert space[1] is other
+    assert len(notes) == 1 and "token-sum not drawn" in notes[0]
+    with pytest.raises(ValueError, match="default"):
+        without((mode,), {"critic.loss_agg_mode": (("token-mean",), "gone")})

@@ -36,6 +36,8 @@ class Loaded:
     run: RunFn
     where: str  # "path/in/checkout.py::function" actually called
     notes: list[str] = field(default_factory=list)  # state provided, source extracted, ...
+    # option values the code at this pin does not have: name -> (values, why); never drawn (a tool error if drawn)
+    absent_options: dict[str, tuple[tuple, str]] = field(default_factory=dict)
 
 
 def import_from(root: Path, module: str):

@@ -32,6 +32,21 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 _CORE = "verl.trainer.ppo.core_algos"
+AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def agg_modes(root: Path) -> tuple[tuple[str, ...], str]:
+    """The loss_agg_mode strings `agg_loss` at this pin compares against (its source names each one; any other
+    raises "Invalid loss_agg_mode"), and where it is."""
+    fn, where = function_from(root, [(_CORE, "agg_loss")])
+    text = inspect.getsource(fn)
+    return tuple(m for m in AGG_MODES if f'"{m}"' in text or f"'{m}'" in text), where
+
+
+def _absent_modes(root: Path, option: str) -> dict:
+    present, where = agg_modes(root)
+    gone = tuple(m for m in AGG_MODES if m not in present)
+    return {option: (gone, f"{where} has modes {', '.join(present)}")} if gone else {}
 _TF = "verl.utils.torch_functional"
 
 # entry -> (function in core_algos, fixed keyword arguments)
@@ -272,6 +287,7 @@ def load_value(root: Path, entry: str) -> Loaded:
         where,
         [f"critic.cliprange_value (default {CLIPRANGE_VALUE}) and critic.loss_agg_mode (default token-mean) from the "
          f"case's options, {how}"],
+        absent_options=_absent_modes(root, "critic.loss_agg_mode") if "loss_agg_mode" in params else {},
     )  # fmt: skip
 
 
@@ -295,6 +311,9 @@ def load_loss(root: Path, entry: str) -> Loaded:
     fn, where = function_from(root, [(_CORE, "agg_loss")])
     params = inspect.signature(fn).parameters
     global_info = all(p in params for p in ("dp_size", "batch_num_tokens", "global_batch_size"))
+    present, _ = agg_modes(root)
+    if mode not in present:
+        raise NotPresent(f"{where} has no loss_agg_mode {mode!r} at this pin (modes: {', '.join(present)})")
     if mode == "seq-mean-token-sum-norm" and "loss_scale_factor" not in params:
         raise NotPresent(
             f"{where} has no loss_scale_factor at this pin: seq-mean-token-sum-norm divides by the padded width "
@@ -428,7 +447,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
         "rollout_is_weights None (no rollout correction); entropy_coeff 0 and use_kl_loss False (the defaults) add "
         "no term; log-ratio clamped to [-20, 20] inside verl",
     ]
-    return Loaded(run, where, notes)
+    return Loaded(run, where, notes, absent_options=_absent_modes(root, "actor.loss_agg_mode"))
 
 
 def _trainer_function(root: Path, name: str):
