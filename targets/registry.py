@@ -43,6 +43,9 @@ class TargetSpec:
     pip_args: tuple[str, ...] = ()
     pins: tuple[Pin, ...] = ()
     entries: tuple[str, ...] = ("default",)  # entry points; the first is the default
+    # the entries `maskfuzz fuzz` with no target covers (a first run in minutes; `--all` covers every entry):
+    # the GAE or PPO-trainer entry, the GRPO advantage and the policy loss at its default mode
+    first_run: tuple[str, ...] = ()
     whitening: Whitening | None = None
     masked_zero: bool = True  # promises advantages == 0 at masked positions
     masked_zero_why: str = ""  # where it documents otherwise
@@ -131,6 +134,11 @@ class TargetSpec:
                 if rev == pin or (len(pin) >= 7 and (rev.startswith(pin) or pin.startswith(rev))):
                     return dom
         return self.pipeline
+
+    @property
+    def first_run_entries(self) -> tuple[str, ...]:
+        """`first_run`, or the default entry alone."""
+        return tuple(e for e in self.entries if e in self.first_run) or self.entries[:1]
 
     def pin(self, rev: str) -> Pin | None:
         return next((p for p in self.pins if p.rev == rev), None)

@@ -136,7 +136,7 @@ def test_a_run_without_json_or_corpus_leaves_its_results_in_the_working_director
     assert data["targets"][0]["findings"] and list((folder / "corpus").rglob("*.json"))
     err = capsys.readouterr().err.splitlines()
     assert any(line.startswith(f"results: {folder}") for line in err[-4:])
-    assert any("maskfuzz repro" in line and "--target usergae:leaky" in line for line in err[-4:])
+    assert any("maskfuzz repro" in line and "--callable usergae:leaky" in line for line in err[-4:])
     assert any("maskfuzz replay" in line for line in err[-4:])
 
 
@@ -249,7 +249,7 @@ def test_an_interrupted_run_writes_what_finished_and_names_the_rest(tmp_path, ca
 
     monkeypatch.setattr(cmd, "run_job", fake)
     out = tmp_path / "r.json"
-    code = main(["fuzz", "verl@0.9.1", "--json", str(out), "--corpus", str(tmp_path / "c"), "--quiet"])
+    code = main(["fuzz", "verl@0.9.1", "--jobs", "1", "--json", str(out), "--corpus", str(tmp_path / "c"), "--quiet"])
     assert code == 130
     data = json.loads(out.read_text())
     assert data["interrupted"] is True and len(data["targets"]) == 2
@@ -270,3 +270,68 @@ def test_the_next_command_after_a_callable_run_works_as_printed(user_module, cap
     assert main(argv + ["--no-judge"]) == 0  # the script was written and checked
     assert "reproduced" in capsys.readouterr().out
     assert (user_module / argv[argv.index("-o") + 1] / "repro.py").is_file()
+
+
+def test_a_run_without_targets_is_the_first_run_set_with_its_budget_split_and_says_what_it_left_out(
+    tmp_path, capsys, monkeypatch
+):
+    """`maskfuzz fuzz` alone: every default framework's first-run entries at its default pins, 120 s of fuzzing
+    split across them, and a last line naming what it left out and the command that covers everything."""
+    import maskfuzz.fuzz.commands.fuzz as cmd
+    from maskfuzz.targets.registry import registry
+
+    seen = []
+
+    def fake(job):
+        seen.append(job)
+        return {"target": job.label.partition("@")[0], "pin": job.label.partition("@")[2], "status": "ok",
+                "findings": [], "defects": [], "examples": 1, "seconds": 0.0, "checked": {}, "failed": {},
+                "kind": "gae", "reason": ""}  # fmt: skip
+
+    monkeypatch.setattr(cmd, "run_job", fake)
+    code = main(["fuzz", "--jobs", "1", "--json", str(tmp_path / "r.json"), "--corpus", str(tmp_path / "c")])
+    assert code == 0
+    want = {(s.id, p.rev) for s in registry().values() for p in s.default_pins}
+    assert {(j.label.split(":")[0].split("@")[0], j.label.split("@")[1]) for j in seen} == want
+    assert len(seen) == sum(len(s.first_run_entries) * len(s.default_pins) for s in registry().values())
+    assert all(j.budget == pytest.approx(cmd.FIRST_RUN_BUDGET / len(seen)) or j.budget == 1.0 for j in seen)
+    err = capsys.readouterr().err
+    assert "left out:" in err and "maskfuzz fuzz --all" in err
+    # --all: every entry, no split budget unless asked
+    seen.clear()
+    out = ["--json", str(tmp_path / "a.json"), "--corpus", str(tmp_path / "c")]
+    assert main(["fuzz", "--all", "--jobs", "1", *out]) == 0
+    assert len(seen) > 100 and all(j.budget is None for j in seen)
+    assert main(["fuzz", "verl@0.9.1", "--all"]) == 2
+
+
+def test_the_last_block_says_per_framework_what_affects_it_and_each_skip_reason_once():
+    from maskfuzz.fuzz.commands.fuzz import framework_summary
+
+    defect = {"id": "verl@0.9.1/score-lost", "mechanism": "score-lost", "reach": "pipeline", "severity": "high",
+              "promise": "universal:score-kept", "properties": ["score-kept"], "case": {"shape": [1, 2]}}  # fmt: skip
+    low = dict(defect, id="verl:grpo@0.9.1/crash-degenerate", severity="low", mechanism="crash-degenerate")
+    finding = {"defect": defect["id"], "corpus_file": "c/verl/score-kept-1.json"}
+    results = [
+        {"target": "verl:grpo", "pin": "0.9.1", "status": "ok", "defects": [low], "findings": [], "facts": []},
+        {"target": "verl", "pin": "0.9.1", "status": "ok", "defects": [defect], "findings": [finding],
+         "facts": [{"kind": "semantics"}]},
+        *[{"target": f"verl:e{i}", "pin": "0.4.1", "status": "skipped", "defects": [], "findings": [],
+           "reason": f"verl:e{i}@0.4.1 (verl==0.4.1): function not present at this pin"} for i in range(3)],
+    ]  # fmt: skip
+    text = framework_summary(results)
+    lines = text.splitlines()
+    assert "verl (0.4.1, 0.9.1): 2 of 5 entries ran" in text
+    high = next(i for i, x in enumerate(lines) if "high" in x)
+    assert high < next(i for i, x in enumerate(lines) if "low " in x)  # most severe first
+    assert "maskfuzz repro c/verl/score-kept-1.json --target verl@0.9.1" in lines[high + 1]
+    assert text.count("function not present at this pin") == 1 and "3 entries skipped" in text
+    assert "1 semantics" in text
+
+
+def test_every_first_run_entry_is_a_registered_entry():
+    from maskfuzz.targets.registry import registry
+
+    for spec in registry().values():
+        assert set(spec.first_run) <= set(spec.entries), (spec.id, set(spec.first_run) - set(spec.entries))
+        assert spec.first_run_entries[0] == spec.entries[0]  # the GAE / trainer entry leads

@@ -32,6 +32,8 @@ from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.reference import CONTRACTS
 
+FIRST_RUN_BUDGET = 120.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -64,7 +66,19 @@ def register(sub) -> None:
         "--profile", choices=tuple(profiles.PROFILES), help="dev (default), ci or nightly; or MASKFUZZ_PROFILE"
     )
     p.add_argument("--max-examples", type=positive_int, help="examples per target (overrides the profile)")
-    p.add_argument("--budget", type=positive_float, help="seconds per target (overrides the profile)")
+    p.add_argument(
+        "--budget",
+        type=positive_float,
+        help="seconds of fuzzing for the whole run, split evenly across the entries (each gets budget x jobs / "
+        f"entries; triage adds to it); overrides the profile. Default with no target: {FIRST_RUN_BUDGET:g}",
+    )
+    p.add_argument(
+        "--all",
+        dest="all_entries",
+        action="store_true",
+        help="with no target: every entry of every framework at the default pins (the default is the first-run set: "
+        "each framework's GAE or PPO-trainer entry, its GRPO advantage and its policy loss)",
+    )
     p.add_argument("--seed", type=int, help="Hypothesis seed (default 0; the nightly profile uses the date, YYYYMMDD)")
     p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
     p.add_argument("--no-nonfinite", action="store_true", help="draw no NaN / inf poison")
@@ -76,7 +90,9 @@ def register(sub) -> None:
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--junit", type=Path, help="write a JUnit XML report (a test per target x property)")
     p.add_argument("--corpus", type=Path, help="save every new finding to this corpus directory")
-    p.add_argument("--jobs", type=positive_int, default=1, help="fuzz this many targets in parallel processes")
+    p.add_argument(
+        "--jobs", type=positive_int, help="fuzz this many targets in parallel processes (default: the CPU count)"
+    )
     p.add_argument(
         "--option",
         dest="options",
@@ -121,12 +137,22 @@ def main(args) -> int:
         raise UsageError(str(exc)) from None
     require_device(args.device)
     _check_callables(args.callables, args.source)
-    labels = _resolve_labels(args.targets, args.callables, repos)
+    if args.all_entries and (args.targets or args.callables):
+        raise UsageError("--all is for a run without targets (every entry at the default pins); name entries instead")
+    first_run = not args.targets and not args.callables and not args.all_entries and profile.name != "nightly"
+    labels = _resolve_labels(args.targets, args.callables, repos, first_run=first_run)
+    left_out = _left_out(labels) if first_run else []
     fixed = _parse_options(args.options)
+    if args.jobs is None:
+        args.jobs = os.cpu_count() or 1
+    if first_run and args.budget is None and args.max_examples is None:
+        args.budget = FIRST_RUN_BUDGET
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples if args.max_examples is not None else profile.max_examples
-    budget = args.budget if args.budget is not None else profile.budget
+    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
+    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
+    budget = share(args.budget) if args.budget is not None else profile.budget
     _check_outputs(args.json, args.junit, args.corpus)
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
@@ -155,14 +181,17 @@ def main(args) -> int:
     ]
     _say(
         f"maskfuzz fuzz: {len(jobs)} target(s), profile {profile.name}, up to {max_examples} examples each"
-        + (f", budget {budget:g} s" if budget else "")
-        + f", seed {args.seed}"
+        + (f", {budget:.0f} s of fuzzing each" if budget else "")
+        + (f" ({args.budget:g} s over {args.jobs} job(s))" if args.budget is not None else "")
+        + f", seed {args.seed}, {args.jobs} job(s)"
+        + (" (the first-run set; --all for every entry)" if first_run else "")
     )
     started = time.monotonic()
     results, left = _run_all(jobs, args.jobs, started)
     interrupted = bool(left)
     elapsed = time.monotonic() - started
     print(summary_table(results))
+    print(framework_summary(results, results_dir))
     if interrupted:
         _say(f"interrupted after {elapsed:.1f} s: {len(results)} of {len(jobs)} target(s) finished; not run: "
              + ", ".join(left[:12]) + (f" and {len(left) - 12} more" if len(left) > 12 else ""))  # fmt: skip
@@ -181,6 +210,9 @@ def main(args) -> int:
         write_junit(payload, args.junit)
         _say(f"wrote {args.junit}")
     _next_steps(results, results_dir, args.corpus)
+    if left_out:
+        _say(f"left out: {len(left_out)} more entries of the default pins ({_by_framework(left_out)}); "
+             "`maskfuzz fuzz --all` covers every one")  # fmt: skip
     if interrupted:
         return 130
     if any(r["status"] == "error" for r in results):
@@ -199,7 +231,7 @@ def _check_outputs(json_path: Path | None, junit: Path | None, corpus: Path | No
     for flag, path in (("--json", json_path), ("--junit", junit), ("--corpus", corpus)):
         if path is None:
             continue
-        parent = next((p for p in [path, *path.parents] if p.exists()), None)
+        parent = next((p for p in path.parents if p.exists()), None)  # an existing file is overwritten
         if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
             raise UsageError(f"{flag} {path}: cannot create it under {parent} (not a writable directory)")
 
@@ -293,12 +325,35 @@ def _check_callables(callables: list[str], source: str | None) -> None:
             raise UsageError(f"--callable {c}: @REV needs --source REPO (the git repository to take REV from)")
 
 
-def _resolve_labels(targets: list[str], callables: list[str], repos: dict) -> list[str]:
+def _left_out(labels: list[str]) -> list[str]:
+    """Every entry at the default pins that a first run (`labels`) does not cover."""
+    every = _resolve_labels([], [], {})
+    return [x for x in every if x not in set(labels)]
+
+
+def _by_framework(labels: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for x in labels:
+        fw = x.split("@")[0].split(":")[0]
+        counts[fw] = counts.get(fw, 0) + 1
+    return ", ".join(f"{fw} {n}" for fw, n in counts.items())
+
+
+def _resolve_labels(targets: list[str], callables: list[str], repos: dict, first_run: bool = False) -> list[str]:
+    """The entries to fuzz: each TARGET[:ENTRY][@PIN] (a framework alone means all its entries); with no
+    target every entry at the default pins, or with `first_run` each framework's first-run entries there."""
     from maskfuzz.targets.registry import registry
     from maskfuzz.targets.session import RefError, parse_ref
 
     specs = registry()
     if not targets and not callables:
+        if first_run:
+            return [
+                f"{spec.id}{'' if e == spec.entries[0] else ':' + e}@{pin.rev}"
+                for spec in specs.values()
+                for pin in spec.default_pins
+                for e in spec.first_run_entries
+            ]
         targets = [f"{spec.id}@{pin.rev}" for spec in specs.values() for pin in spec.default_pins]
     labels = []
     for text in targets:
@@ -539,6 +594,54 @@ SHORT = {
 }
 
 
+def framework_summary(results: list[dict], folder: Path | None = None) -> str:
+    """The run's last block, read top-down: per framework its defects (promise, reach, severity and the command
+    that reproduces each, most severe and pipeline first), its facts by kind, then what was skipped, each
+    reason once."""
+    rank = {"high": 0, "medium": 1, "low": 2}
+    by: dict[str, list[dict]] = {}
+    for r in results:
+        by.setdefault(r["target"].split("@")[0].split(":")[0], []).append(r)
+    lines = ["", "Per framework:"]
+    for fw, rs in by.items():
+        ran = sum(r["status"] == "ok" for r in rs)
+        pins = sorted({r["pin"] for r in rs})
+        lines.append(f"{fw} ({', '.join(pins)}): {ran} of {len(rs)} entries ran")
+        rows = []
+        for r in rs:
+            label = r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}"
+            files = {f.get("defect"): f.get("corpus_file") for f in r.get("findings", []) if f.get("corpus_file")}
+            for d in r.get("defects", []):
+                where = files.get(d["id"])
+                out = (folder or Path(".")) / "repro" / Path(where).stem if where else None
+                cmd = f"maskfuzz repro {where} --target {label} -o {out}" if where else f"maskfuzz fuzz {label}"
+                rows.append((rank.get(d["severity"], 3), d["reach"] != "pipeline", label, d, cmd))
+        if rows:
+            lines.append(f"  you are affected by {len(rows)} defect(s):")
+            for _, _, label, d, cmd in sorted(rows, key=lambda x: x[:3]):
+                lines.append(f"    {d['severity']:<6} {d['reach']:<8} {label}: breaks {d.get('promise', '?')} "
+                             f"({d['mechanism']})")  # fmt: skip
+                lines.append(f"           reproduce: {cmd}")
+        else:
+            lines.append("  no defect found")
+        facts: dict[str, int] = {}
+        for r in rs:
+            for f in r.get("facts", []):
+                facts[f["kind"]] = facts.get(f["kind"], 0) + 1
+        if facts:
+            lines.append("  facts (no promise broken): " + ", ".join(f"{n} {k}" for k, n in sorted(facts.items())))
+        reasons: dict[str, list[str]] = {}
+        for r in rs:
+            if r["status"] != "ok":
+                text = (r.get("reason") or "").splitlines()[0] if r.get("reason") else r["status"]
+                text = text.split("): ", 1)[1] if "): " in text else text  # the label is said once, below
+                reasons.setdefault(f"{r['status']}: {text}", []).append(r["target"].split("@")[0])
+        for text, who in reasons.items():
+            lines.append(f"  {len(who)} {'entry' if len(who) == 1 else 'entries'} {text[:200]} ({', '.join(who[:6])}"
+                         + (f" and {len(who) - 6} more" if len(who) > 6 else "") + ")")  # fmt: skip
+    return "\n".join(lines)
+
+
 def summary_table(results: list[dict]) -> str:
     """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
     width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
@@ -566,7 +669,8 @@ def summary_table(results: list[dict]) -> str:
             lines.append(f"kind {kind}:")
         lines += [head, "-" * len(head)]
         for r in (r for r in results if r.get("kind", "gae") == kind):
-            row = r["target"].ljust(width) + r["status"].ljust(9) + str(r["examples"]).rjust(8) + " "
+            shown = "ran" if r["status"] == "ok" else "failed" if r["status"] == "error" else r["status"]
+            row = r["target"].ljust(width) + shown.ljust(9) + str(r["examples"]).rjust(8) + " "
             if r["status"] != "ok":
                 lines.append(row + (r["reason"].splitlines()[0] if r["reason"] else ""))
                 continue

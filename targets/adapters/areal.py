@@ -251,6 +251,7 @@ LOSS_PROMISES = (
 
 SPEC = TargetSpec(
     id="areal",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.areal",
     own=PACKAGES,
     # the loop skips masked tokens: `nextvalues` and `lastgaelam` are carried over positions with

@@ -756,6 +756,7 @@ KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISE
 
 SPEC = TargetSpec(
     id="miles",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.miles",
     own=("miles",),
     contract="compressed",

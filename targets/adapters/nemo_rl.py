@@ -265,6 +265,7 @@ GAE_PROMISES = (
 
 SPEC = TargetSpec(
     id="nemo-rl",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.nemo_rl",
     own=PACKAGES,
     # carry-forward masking: at masked positions next_values and last_gae_lam keep the last trainable token's,

@@ -702,6 +702,7 @@ ENTRY_OVERRIDES["gae-kl"] = dict(
 
 SPEC = TargetSpec(
     id="openrlhf",
+    first_run=('default', 'group_norm', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.openrlhf",
     own=("openrlhf",),
     contract="dense",

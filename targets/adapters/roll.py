@@ -743,6 +743,7 @@ SPEC_DOMAIN = Domain(
 
 SPEC = TargetSpec(
     id="roll",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.roll",
     own=("roll",),
     # ROLL multiplies token rewards and (for storage) values by the response mask and then runs a plain GAE loop

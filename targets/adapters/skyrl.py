@@ -639,6 +639,7 @@ _GAE_HEAD = Domain(
 
 SPEC = TargetSpec(
     id="skyrl",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.skyrl",
     own=("skyrl", "skyrl_train", "skyrl_gym"),
     contract="dense",

@@ -752,6 +752,7 @@ KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISE
 
 SPEC = TargetSpec(
     id="slime",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.slime",
     own=("slime",),
     contract="compressed",

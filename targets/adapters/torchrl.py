@@ -402,6 +402,7 @@ ENTRY_OVERRIDES["agg-prompt-mean"]["promises"] = agg_promise("prompt_mean")
 
 SPEC = TargetSpec(
     id="torchrl",
+    first_run=('default', 'mc-advantage', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.torchrl",
     own=("torchrl",),
     contract="dense",

@@ -1041,6 +1041,7 @@ ENTRY_OVERRIDES["policy-grpo"] = dict(
 
 SPEC = TargetSpec(
     id="trl",
+    first_run=('train', 'grpo', 'policy-grpo'),
     adapter="maskfuzz.targets.adapters.trl",
     own=PACKAGES,
     contract="dense",

@@ -1063,6 +1063,7 @@ for _overrides in KIND_OVERRIDES.values():
 
 SPEC = TargetSpec(
     id="verl",
+    first_run=('default', 'grpo', 'policy-loss'),
     adapter="maskfuzz.targets.adapters.verl",
     own=("verl",),
     contract="compressed",
