@@ -181,6 +181,8 @@ def family_table(targets: list[dict], labels: list[str]) -> list[str]:
         raise SystemExit(f"not in the results: {', '.join(missing)}")
     chosen = [by[x] for x in labels]
     lines = group_cards(chosen)
+    notes = [(x, (t.get("semantics") or {}).get("note")) for x, t in zip(labels, chosen)]
+    lines += [""] + [f"- {_cell(x)}: {_cell(n)}" for x, n in notes if n] if any(n for _, n in notes) else []
     lines += ["", "| target@pin | defects: promise, mechanism [reach, severity] | facts |", "|---|---|---|"]
     for label, t in zip(labels, chosen):
         defects = "; ".join(f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}]"
