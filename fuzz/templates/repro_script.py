@@ -252,6 +252,7 @@ class Loaded:
     run: Callable
     where: str  # "path/in/checkout.py::function"
     notes: list = field(default_factory=list)
+    absent_options: dict = field(default_factory=dict)  # option values the checkout lacks (not used here)
 
 
 def import_from(root: Path, module: str) -> types.ModuleType:
