@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,7 +33,8 @@ from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.reference import CONTRACTS
 
-FIRST_RUN_BUDGET = 120.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)
+FIRST_RUN_BUDGET = 60.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)
+FIRST_RUN_SIZES = Sizes(8, 64)  # the first run's batches: every layout and poison still drawn, shrunk fast
 
 
 def register(sub) -> None:
@@ -77,7 +79,7 @@ def register(sub) -> None:
         dest="all_entries",
         action="store_true",
         help="with no target: every entry of every framework at the default pins (the default is the first-run set: "
-        "each framework's GAE or PPO-trainer entry, its GRPO advantage and its policy loss)",
+        "at each framework's newest default release, its GAE or PPO-trainer entry, GRPO advantage and policy loss)",
     )
     p.add_argument("--seed", type=int, help="Hypothesis seed (default 0; the nightly profile uses the date, YYYYMMDD)")
     p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
@@ -126,6 +128,7 @@ class Job:
     quiet: bool
     extra: dict = field(default_factory=dict)
     source: str | None = None  # a --callable's git repository (--source)
+    small: bool = False  # the first run: batches up to FIRST_RUN_SIZES (faster examples, faster shrinking)
     options: dict | None = None  # --option: the framework options every case runs with (None: drawn)
 
 
@@ -175,6 +178,7 @@ def main(args) -> int:
             str(args.corpus) if args.corpus else None,
             args.quiet,
             source=str(Path(args.source).expanduser().resolve()) if args.source else None,
+            small=first_run and not args.scale,
             options=fixed,
         )
         for label in labels
@@ -184,7 +188,8 @@ def main(args) -> int:
         + (f", {budget:.0f} s of fuzzing each" if budget else "")
         + (f" ({args.budget:g} s over {args.jobs} job(s))" if args.budget is not None else "")
         + f", seed {args.seed}, {args.jobs} job(s)"
-        + (" (the first-run set; --all for every entry)" if first_run else "")
+        + (f" (the first-run set, batches up to {FIRST_RUN_SIZES.max_b} x {FIRST_RUN_SIZES.max_t}; --all for every "
+           "entry)" if first_run else "")
     )
     started = time.monotonic()
     results, left = _run_all(jobs, args.jobs, started)
@@ -325,6 +330,11 @@ def _check_callables(callables: list[str], source: str | None) -> None:
             raise UsageError(f"--callable {c}: @REV needs --source REPO (the git repository to take REV from)")
 
 
+def _version_key(rev: str) -> tuple:
+    """'0.9.1' -> (0, 9, 1): release pins ordered by their numbers ('0.11.4' after '0.9.1')."""
+    return tuple(int(x) for x in re.findall(r"\d+", rev))
+
+
 def _left_out(labels: list[str]) -> list[str]:
     """Every entry at the default pins that a first run (`labels`) does not cover."""
     every = _resolve_labels([], [], {})
@@ -347,11 +357,12 @@ def _resolve_labels(targets: list[str], callables: list[str], repos: dict, first
 
     specs = registry()
     if not targets and not callables:
-        if first_run:
+        if first_run:  # the newest default release of each framework, its first-run entries
             return [
-                f"{spec.id}{'' if e == spec.entries[0] else ':' + e}@{pin.rev}"
+                f"{spec.id}{'' if e == spec.entries[0] else ':' + e}@{newest}"
                 for spec in specs.values()
-                for pin in spec.default_pins
+                if spec.default_pins
+                for newest in [max((p.rev for p in spec.default_pins), key=_version_key)]
                 for e in spec.first_run_entries
             ]
         targets = [f"{spec.id}@{pin.rev}" for spec in specs.values() for pin in spec.default_pins]
@@ -432,7 +443,7 @@ def run_job(job: Job) -> dict:
                 max_examples=job.max_examples,
                 seed=job.seed,
                 budget=job.budget,
-                sizes=Sizes.scaled() if job.scale else Sizes(),
+                sizes=Sizes.scaled() if job.scale else FIRST_RUN_SIZES if job.small else Sizes(),
                 nonfinite=job.nonfinite,
                 device=job.device,
                 progress=progress,
