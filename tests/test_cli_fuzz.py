@@ -173,7 +173,7 @@ def test_a_hostile_working_directory_gives_the_same_results(tmp_path):
     def run(cwd, extra_path: str = "") -> dict:
         env = dict(os.environ, PYTHONPATH=extra_path)
         argv = ["maskfuzz", "fuzz", "verl:default@0.9.1", "verl:grpo@0.9.1", "--max-examples", "25", "--seed", "5"]
-        argv += ["--json", "out.json"]
+        argv += ["--jobs", "1", "--json", "out.json"]
         r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode in (0, 1), r.stderr[-2000:]
         assert "hostile" not in r.stderr
