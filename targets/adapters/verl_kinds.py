@@ -32,6 +32,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
 _CORE = "verl.trainer.ppo.core_algos"
+_TF = "verl.utils.torch_functional"
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -47,7 +48,7 @@ def _absent_modes(root: Path, option: str) -> dict:
     present, where = agg_modes(root)
     gone = tuple(m for m in AGG_MODES if m not in present)
     return {option: (gone, f"{where} has modes {', '.join(present)}")} if gone else {}
-_TF = "verl.utils.torch_functional"
+
 
 # entry -> (function in core_algos, fixed keyword arguments)
 GROUP = {
