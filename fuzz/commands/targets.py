@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 from maskfuzz.fuzz.commands.argtypes import positive_int
 from maskfuzz.targets import cache as cachemod
@@ -27,6 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--repo", action="append", metavar="NAME=PATH", default=[],
                    help="a local clone or bare mirror for target NAME (repeatable; also MASKFUZZ_REPOS)")
     p.add_argument("--json", action="store_true", help="print the listing as JSON")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="add each target's api and pipeline domains, options and truncation, with citations")
     p.add_argument("--semantics", action="append", default=[], metavar="T[:ENTRY]@PIN",
                    help="print the semantics card of the entry (every entry of T without one) at PIN (repeatable)")
     p.add_argument("--cases", type=positive_int, default=None, help="clean cases per card (default 32)")
@@ -53,8 +56,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"cache": str(cache), "targets": data}, indent=1))
     else:
-        print(listing.render(data, cache))
+        print(listing.render(data, cache, verbose=args.verbose, width=_columns()))
     return 0
+
+
+def _columns() -> int:
+    """The terminal's width (COLUMNS, else the terminal, else 100), never below 60."""
+    return max(60, shutil.get_terminal_size((100, 24)).columns)
 
 
 def _semantics(args: argparse.Namespace, repos: dict) -> int:
