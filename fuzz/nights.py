@@ -153,6 +153,7 @@ class Night:
     repro_dirs: list[Path] = field(default_factory=list)  # a previous report's copied reproducers
     facts: list[dict] = field(default_factory=list)  # findings that break no promise: where, kind, mechanism, ...
     semantics: dict[str, dict] = field(default_factory=dict)  # target@pin -> its semantics card (JSON)
+    history: list[dict] = field(default_factory=list)  # a previous report's nights: {generated, defects}
 
     def add_failure(self, f: Failure) -> None:
         old = self.failures.get(f.identity)
@@ -409,6 +410,9 @@ def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
     for where, card in (data.get("semantics") or {}).items():
         if isinstance(card, dict):
             night.semantics[where] = card
+    for h in data.get("history") or []:
+        if isinstance(h, dict) and isinstance(h.get("defects"), dict):
+            night.history.append({"generated": str(h.get("generated") or ""), "defects": dict(h["defects"])})
     for c in data.get("coverage") or []:
         cov = night.cover(c["target"], c["pin"])
         cov.status, cov.reason, cov.resolved = c.get("status", ""), c.get("reason", ""), c.get("resolved", "")

@@ -12,13 +12,14 @@ itself, so the output directory is self-contained and its links work wherever it
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from maskfuzz.fuzz.nights import (
     FORMAT,
@@ -34,11 +35,88 @@ from maskfuzz.fuzz.nights import (
     first_line,
     load_night,
 )
-from maskfuzz.fuzz.report_page import Document, Link, Section, Table, render_html, render_markdown
+from maskfuzz.fuzz.report_page import Document, Link, Plot, Section, Table, render_html, render_markdown
 
 __all__ = ["ReportInputError", "Identity", "load_night", "compare", "write_report", "build"]
 
 DEFECT_FIELDS = ("id", "promise", "mechanism", "reach", "severity", "where", "properties", "smallest", "state")
+FRAMEWORK_FIELDS = ("framework", "defects", "high", "medium", "low", "reach pipeline", "facts", "ran", "leading defect")
+HISTORY_NIGHTS = 60  # nights of defects per framework a report.json carries for the plot
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
+def framework_of(target: str) -> str:
+    """`verl:grpo` -> `verl`."""
+    return target.split(":", 1)[0]
+
+
+def defects_per_framework(failing: Iterable[Failure]) -> dict[str, int]:
+    """Distinct defects (by defect id) per framework among failing findings."""
+    ids: dict[str, set] = defaultdict(set)
+    for f in failing:
+        ids[framework_of(f.identity.target)].add(f.defect)
+    return {fw: len(v) for fw, v in sorted(ids.items())}
+
+
+def history(previous: Night | None, cmp: Comparison, tonight: Night, now: str) -> list[dict]:
+    """Defects per framework night by night, oldest first, ending with this one: a previous
+    report's own history, else what the previous result files show, then tonight (every framework
+    that ran, 0 where it has none); the last `HISTORY_NIGHTS`."""
+    nights = []
+    if previous is not None:
+        nights = list(previous.history) or [{
+            "generated": previous.date or "previous", "defects": defects_per_framework(previous.failures.values()),
+        }]  # fmt: skip
+    frameworks = {framework_of(c.target) for c in tonight.coverage.values() if c.status == "ok"}
+    here = {fw: 0 for fw in sorted(frameworks)} | defects_per_framework(cmp.new + cmp.still)
+    return (nights + [{"generated": now, "defects": here}])[-HISTORY_NIGHTS:]
+
+
+def _history_plot(nights: list[dict]) -> Plot:
+    names = sorted({fw for n in nights for fw in n["defects"]})
+    return Plot(
+        "Defects per framework, night by night (distinct defects failing; 0 where none or not run)",
+        [n["generated"] for n in nights],
+        {fw: [int(n["defects"].get(fw, 0)) for n in nights] for fw in names},
+    )
+
+
+def _defect_rank(fs: list[Failure]) -> tuple[int, bool]:
+    """Severity first, then pipeline reach before api: the order a maintainer reads defects in."""
+    best = min(SEVERITY_RANK.get(f.severity, 3) for f in fs)
+    return best, not any(f.triage.get("reach") == "pipeline" for f in fs)
+
+
+def _framework_rows(tonight: Night, failing: list[Failure]) -> list[list]:
+    """One row per framework: its defects by severity and reach, facts, what ran, the leading defect.
+    Most high-severity defects first."""
+    by_fw: dict[str, dict[str, list[Failure]]] = defaultdict(lambda: defaultdict(list))
+    for f in failing:
+        by_fw[framework_of(f.identity.target)][f.defect].append(f)
+    covered: dict[str, list[Coverage]] = defaultdict(list)
+    for (target, _), cov in tonight.coverage.items():
+        covered[framework_of(target)].append(cov)
+    facts: dict[str, int] = defaultdict(int)
+    for fact in tonight.facts:
+        facts[framework_of(fact["where"].partition("@")[0])] += 1
+    rows = []
+    for fw in sorted(set(covered) | set(by_fw)):
+        defects = by_fw.get(fw, {})
+        sev = [min((f.severity for f in fs), key=lambda x: SEVERITY_RANK.get(x, 3)) for fs in defects.values()]
+        pipeline = sum(any(f.triage.get("reach") == "pipeline" for f in fs) for fs in defects.values())
+        lead = ""
+        if defects:
+            top = min(defects.values(), key=_defect_rank)
+            t = next((f.triage for f in top if f.triage), {})
+            lead = f"{t.get('promise', top[0].identity.property)}: {t.get('mechanism', first_line(top[0].message))}"
+        covs = covered.get(fw, [])
+        ran = sum(c.status == "ok" for c in covs)
+        rows.append([
+            fw, str(len(defects)), *(str(sev.count(s)) for s in ("high", "medium", "low")), str(pipeline),
+            str(facts.get(fw, 0)), f"{ran} of {len(covs)}", lead,
+        ])  # fmt: skip
+    rows.sort(key=lambda r: (-int(r[2]), -int(r[1]), r[0]))
+    return rows
 
 
 def cell_state(cov: Coverage | None, prop: str, n_findings: int) -> str:
@@ -80,8 +158,12 @@ def build(
     repro_dirs: Iterable[Path] = (),
     now: str = "",
     bisections: Bisections | None = None,
+    nights: list[dict] | None = None,
 ) -> Document:
-    """The report's content; copies corpus entries / reproducers of listed findings into `out`."""
+    """The report's content; copies corpus entries / reproducers of listed findings into `out`.
+    A nightly report (with a previous night) shows new / still failing / fixed / unknown; a run
+    report lists its findings. `nights` is the defects-per-framework history (`history`)."""
+    nightly = cmp.had_previous
     repro_dirs = [Path(d) for d in repro_dirs]
     links = _Linker(out, repro_dirs, [*cmp.new, *cmp.still, *(f for f, _ in cmp.fixed)])
     per_cell: dict[tuple, int] = defaultdict(int)
@@ -90,13 +172,17 @@ def build(
     rows = []
     for (target, pin), cov in tonight.coverage.items():
         cells = [cell_state(cov, p, per_cell[(target, pin, p)]) for p in PROPERTIES]
-        rows.append([f"{target}@{pin}", cov.resolved or "", str(cov.examples) if cov.fuzzed else "-", *cells])
+        examples = str(cov.examples) if cov.fuzzed else "-"
+        rows.append([f"{target}@{pin}", _short_rev(cov.resolved or ""), examples, *cells])
     n = {s: sum(c.status == s for c in tonight.coverage.values()) for s in ("ok", "skipped", "error")}
-    counts = (
-        f"{len(tonight.coverage)} target@pin(s): {n['ok']} ok, {n['skipped']} skipped, {n['error']} error(s). "
-        f"Findings failing tonight: {len(tonight.failures)} ({len(cmp.new)} new, {len(cmp.still)} still failing); "
-        f"fixed since the previous night: {len(cmp.fixed)}; unknown (not checked tonight): {len(cmp.unknown)}."
-    )
+    counts = f"{len(tonight.coverage)} target@pin(s): {n['ok']} ran, {n['skipped']} skipped, {n['error']} error(s). "
+    if nightly:
+        counts += (
+            f"Findings failing tonight: {len(tonight.failures)} ({len(cmp.new)} new, {len(cmp.still)} still failing); "
+            f"fixed since the previous night: {len(cmp.fixed)}; unknown (not checked tonight): {len(cmp.unknown)}."
+        )
+    else:
+        counts += f"Findings that break a promise: {len(tonight.failures)}; facts: {len(tonight.facts)}."
     kinds = defaultdict(int)
     for _, k in tonight.files:
         kinds[k] += 1
@@ -105,14 +191,14 @@ def build(
         + ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items()))
         + ").",
         "Previous night: "
-        + (
-            (f"report generated {cmp.previous_date}." if cmp.previous_date else "result files given.")
-            if cmp.had_previous
-            else "none given: every finding tonight is listed as new."
-        ),
+        + (f"report generated {cmp.previous_date}." if cmp.previous_date else "result files given.")
+        if nightly
+        else "A single run: no previous night given (`--previous REPORT.json` compares two nights and lists what "
+        "is new, still failing, fixed or unknown).",
         counts,
         "A finding's identity across nights: target (with entry point), pin as asked, property, failure signature.",
     ]
+    nights = nights or [{"generated": now, "defects": defects_per_framework(cmp.new + cmp.still)}]
 
     def finding_rows(items: list[Failure], extra: str | None = None) -> list[list]:
         out_rows = []
@@ -137,8 +223,17 @@ def build(
     state = {id(f): "new" for f in cmp.new} | {id(f): "still failing" for f in cmp.still}
     sections = [
         Section(
+            "Defects per framework",
+            "What each framework is affected by: distinct defects (findings that break a promise, grouped by root "
+            "cause), by severity and reach, the facts (no promise broken), how many of its target@pins ran, and its "
+            "leading defect (highest severity, pipeline reach first).",
+            Table(list(FRAMEWORK_FIELDS), _framework_rows(tonight, cmp.new + cmp.still)),
+            empty="no results",
+            plot=_history_plot(nights),
+        ),
+        Section(
             "Defects",
-            "Failing tonight, grouped by root cause: one line per defect (mechanism, reach, severity, the "
+            "Failing, grouped by root cause: one line per defect (mechanism, reach, severity, the "
             "properties it explains, the smallest case).",
             Table(
                 ["defect", "promise", "mechanism", "reach", "severity", "target@pin", "properties", "smallest B x T",
@@ -174,6 +269,26 @@ def build(
             Table(["target@pin", "resolved", "examples", *PROPERTIES], rows, "matrix"),
             empty="no results",
         ),
+        *(_comparison_sections(cmp, head, finding_rows, links) if nightly else [Section(
+            "Findings",
+            "Every finding of this run that breaks a promise, one line per target@pin, property and signature.",
+            Table(head + ["corpus", "repro"], finding_rows(cmp.new)),
+        )]),  # fmt: skip
+        Section(
+            "Skipped / errors",
+            "Target pins (or replays) that did not run tonight, with the reason.",
+            Table(["target@pin", "status", "source", "reason"], _skip_rows(tonight.skips)),
+        ),
+    ]
+    for s in sections:
+        if s.title not in ("Matrix", "Defects per framework") and s.table is not None:
+            s.title = f"{s.title} ({len(s.table.rows)})"
+    return Document("maskfuzz nightly report" if nightly else "maskfuzz run report", lines, sections)
+
+
+def _comparison_sections(cmp: Comparison, head: list[str], finding_rows, links: "_Linker") -> list[Section]:
+    """A nightly report's diff against the previous night: new, still failing, fixed, unknown."""
+    return [
         Section(
             "New",
             "Failing tonight, not open the previous night.",
@@ -213,16 +328,7 @@ def build(
                 ],
             ),
         ),
-        Section(
-            "Skipped / errors",
-            "Target pins (or replays) that did not run tonight, with the reason.",
-            Table(["target@pin", "status", "source", "reason"], _skip_rows(tonight.skips)),
-        ),
     ]
-    for s in sections:
-        if s.title != "Matrix" and s.table is not None:
-            s.title = f"{s.title} ({len(s.table.rows)})"
-    return Document("maskfuzz nightly report", lines, sections)
 
 
 def _bisect_section(b: Bisections, links: "_Linker", out: Path) -> Section:
@@ -459,6 +565,18 @@ def _bisection_json(res, out: Path) -> dict:
     }
 
 
+def strict_json(o: Any) -> Any:
+    """`o` with every non-finite float as the string Python prints ("inf", "-inf", "nan"): report.json
+    is strict JSON for any reader, while cards and evidence may hold a clamp bound of inf."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return repr(o)
+    if isinstance(o, dict):
+        return {k: strict_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [strict_json(v) for v in o]
+    return o
+
+
 def _rel(p: Path | None, base: Path) -> str | None:
     if p is None:
         return None
@@ -493,9 +611,11 @@ def write_report(
 
         jobs, not_bisected = nightly_bisect.plan(cmp, tonight, prev)
         bisections = Bisections(bisect(jobs, out / "bisect") if jobs else [], not_bisected)
-    doc = build(tonight, cmp, out, repro_dirs, now, bisections)
+    nights = history(prev, cmp, tonight, now)
+    doc = build(tonight, cmp, out, repro_dirs, now, bisections, nights)
     (out / "report.md").write_text(render_markdown(doc), encoding="utf-8")
     (out / "report.html").write_text(render_html(doc), encoding="utf-8")
-    data = report_json(tonight, cmp, out, now, bisections)
-    (out / "report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    frameworks = [dict(zip(FRAMEWORK_FIELDS, row)) for row in _framework_rows(tonight, cmp.new + cmp.still)]
+    data = report_json(tonight, cmp, out, now, bisections) | {"frameworks": frameworks, "history": nights}
+    (out / "report.json").write_text(json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return doc, cmp

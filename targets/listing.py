@@ -8,6 +8,7 @@ code is already in the cache or resolvable from a local --repo.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Mapping
 
@@ -68,10 +69,12 @@ def _configuration(spec: TargetSpec) -> dict:
     return out
 
 
-def render(data: list[dict], cache: Path | None = None) -> str:
-    """Human-readable listing: one block per target, `*` marks a default pin."""
+def render(data: list[dict], cache: Path | None = None, verbose: bool = False, width: int = 100) -> str:
+    """Human-readable listing: one block per target, `*` marks a default pin. The default fits a
+    terminal `width` columns wide (entries grouped by kind, one line per pin); `verbose` adds each
+    target's domains, options and truncation semantics with their citations, wrapped to `width`."""
     lines = []
-    width = max([len(_short(p["rev"])) for t in data for p in t["pins"]] + [8])
+    rev_w = max([len(_short(p["rev"])) for t in data for p in t["pins"]] + [8])
     for t in data:
         source = []
         if t["repo"]:
@@ -81,43 +84,62 @@ def render(data: list[dict], cache: Path | None = None) -> str:
         if t["package"]:
             source.append(f"pypi:{t['package']}")
         whitens = ", whitens" if t["whitens"] else ""
-        lines.append(f"{t['id']}  ({t['contract']}{whitens})  {'  '.join(source)}")
-        kinds = t.get("kinds", {})
-        entries = [f"{e} ({kinds.get(e, 'gae')})" for e in t["entries"]]
-        lines.append(f"    entries (kind; the first is the default): {', '.join(entries)}")
-        for name, why in t.get("api", {}).items():
-            lines.append(f"    api: no {name}: {why}")
-        if t.get("pipeline") is None:
-            lines.append("    pipeline: not declared (every finding reported at reach api)")
-        else:
-            for name, why in t["pipeline"].items():
-                lines.append(f"    pipeline: no {name}: {why}")
-            for rev, narrowed in t.get("pipeline_by_pin", {}).items():
-                lines.append(
-                    f"    pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items())
-                )
-        for entry, conf in t.get("configuration", {}).items():
-            for o in conf["options"]:
-                values = "|".join(json.dumps(v) for v in o["values"])
-                lines.append(
-                    f"    option {entry}: {o['name']} = {values} (default {json.dumps(o['default'])}; {o['cite']})"
-                )
-            if conf["truncation"] is not None:
-                tr = conf["truncation"]
-                lines.append(f"    truncation {entry}: {tr['semantics']} ({tr['cite']})")
+        lines.append(_fit(f"{t['id']}  ({t['contract']}{whitens})  {'  '.join(source)}", width))
+        lines += _wrap(f"entries ({len(t['entries'])}): {_by_kind(t)}", width, "    ")
+        if verbose:
+            lines += [x for text in _details(t) for x in _wrap(text, width, "    ")]
         if not t["pins"]:
             lines.append(f"    pins: none registered; name one, e.g. {t['id']}@<commit>")
         for p in t["pins"]:
             mark = "*" if p["default"] else " "
             where = "offline" if p["offline"] else "needs network"
-            lines.append(f"  {mark} {_short(p['rev']):<{width}} {p['kind']:<8} {where:<14} {p['label']}")
+            lines.append(_fit(f"  {mark} {_short(p['rev']):<{rev_w}} {p['kind']:<8} {where:<14} {p['label']}", width))
     n_pins = sum(len(t["pins"]) for t in data)
     n_off = sum(p["offline"] for t in data for p in t["pins"])
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
     lines.append("")
     lines.append(f"{len(data)} targets, {n_pins} pins ({n_off} available offline); * = in the default fuzz set")
     lines.append(f"cache: {cache}")
+    if not verbose:
+        lines.append("domains, options and truncation with their citations: --verbose; everything as data: --json")
     return "\n".join(lines)
+
+
+def _by_kind(t: dict) -> str:
+    """Entries grouped by kind, in registry order: `gae: default, agentic; kl: kl, kl-k3`."""
+    groups: dict[str, list[str]] = {}
+    for e in t["entries"]:
+        groups.setdefault(t.get("kinds", {}).get(e, "gae"), []).append(e)
+    return "; ".join(f"{kind}: {', '.join(es)}" for kind, es in groups.items()) + " (the first is the default)"
+
+
+def _details(t: dict) -> list[str]:
+    """The --verbose lines of one target: domains, per-pin narrowing, options, truncation."""
+    out = [f"api: no {name}: {why}" for name, why in t.get("api", {}).items()]
+    if t.get("pipeline") is None:
+        out.append("pipeline: not declared (every finding reported at reach api)")
+    else:
+        out += [f"pipeline: no {name}: {why}" for name, why in t["pipeline"].items()]
+        for rev, narrowed in t.get("pipeline_by_pin", {}).items():
+            out.append(f"pipeline at {_short(rev)}: " + "; ".join(f"no {k}: {v}" for k, v in narrowed.items()))
+    for entry, conf in t.get("configuration", {}).items():
+        for o in conf["options"]:
+            values = "|".join(json.dumps(v) for v in o["values"])
+            out.append(f"option {entry}: {o['name']} = {values} (default {json.dumps(o['default'])}; {o['cite']})")
+        if conf["truncation"] is not None:
+            tr = conf["truncation"]
+            out.append(f"truncation {entry}: {tr['semantics']} ({tr['cite']})")
+    return out
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False) or [indent]  # fmt: skip
+
+
+def _fit(line: str, width: int) -> str:
+    """One line cut to `width` columns, marked where it was cut."""
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _short(rev: str) -> str:

@@ -298,7 +298,8 @@ def test_the_targets_listing_shows_each_entry_option_space_and_truncation(tmp_pa
     assert list(conf) == ["default"]  # grpo has no options and no truncation semantics
     assert [o["name"] for o in conf["default"]["options"]] == ["norm_adv", "reward_clip", "mask_no_eos"]
     assert conf["default"]["truncation"]["semantics"] == "bootstrap from the state value"
-    text = listing.render([row], cache=tmp_path)
+    text = listing.render([row], cache=tmp_path, verbose=True, width=400)
+    assert "option default" not in listing.render([row], cache=tmp_path)  # details only with --verbose
     assert "option default: norm_adv = false|true (default false; fw/trainer.py:10)" in text
     assert "truncation default: bootstrap from the state value (test.py:1)" in text
 

@@ -115,11 +115,15 @@ def test_new_still_failing_and_fixed(tmp_path):
     assert "poison" in fixed_md
 
 
-def test_without_previous_everything_is_new(tmp_path):
+def test_without_previous_it_is_a_run_report_and_everything_is_new(tmp_path):
     tonight = write_fuzz(tmp_path / "t.json", target("verl@0.4.1", findings=[POISON]))
     data = run_report(tmp_path, [tonight])
     assert set(states(data).values()) == {"new"}
-    assert "none given" in (tmp_path / "out" / "report.md").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.startswith("# maskfuzz run report\n") and "no previous night given" in md
+    assert "## Findings (1)" in md and "## Still failing" not in md and "## Unknown" not in md
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["## Defects per framework", "## Defects (1)"]  # what affects whom leads
 
 
 @pytest.mark.parametrize("status", ["skipped", "error"])
@@ -479,3 +483,27 @@ def test_the_report_leads_with_defects_grouping_findings_by_mechanism(tmp_path):
     assert all(f["defect"] and f["reach"] for f in data["findings"])
     text = (tmp_path / "out" / "report.md").read_text()
     assert text.index("Defects") < text.index("Matrix")
+
+
+def test_defects_per_framework_lead_and_report_json_is_strict(tmp_path):
+    """One row per framework, most high-severity defects first (two findings of one defect count
+    once); a semantics card holding inf is written as strict JSON ("-inf"), never rejected."""
+    leak = {"defect": "verl/masked-value-bootstrap", "mechanism": "masked-value-bootstrap", "severity": "high",
+            "reach": "pipeline", "promise": "universal:poison"}  # fmt: skip
+    lost = {"defect": "trl/score-lost", "mechanism": "score-lost", "severity": "medium", "reach": "api"}
+    card = {"kind": "kl", "variant": {"clamp": [float("-inf"), 20.0]}, "dimensions": [], "matches_declared": True}
+    tonight = write_fuzz(
+        tmp_path / "t.json",
+        target("trl@1.12.0", findings=[SCORE | lost]),
+        target("verl@0.4.1", findings=[POISON | leak, REFERENCE | leak]) | {"semantics": card},
+        target("skyrl@0.3.1", "skipped", reason="no PPO"),
+    )
+    data = run_report(tmp_path, [tonight])
+    json.loads((tmp_path / "out" / "report.json").read_text(), parse_constant=pytest.fail)
+    assert data["semantics"]["verl@0.4.1"]["variant"]["clamp"] == ["-inf", 20.0]
+    rows = {r["framework"]: r for r in data["frameworks"]}
+    assert [r["framework"] for r in data["frameworks"]] == ["verl", "trl", "skyrl"]
+    assert (rows["verl"]["defects"], rows["verl"]["high"], rows["verl"]["reach pipeline"]) == ("1", "1", "1")
+    assert rows["verl"]["leading defect"] == "universal:poison: masked-value-bootstrap"
+    assert (rows["trl"]["medium"], rows["skyrl"]["ran"], rows["skyrl"]["defects"]) == ("1", "0 of 1", "0")
+    assert data["history"][-1]["defects"] == {"trl": 1, "verl": 1}  # skyrl did not run: no point for it
