@@ -36,6 +36,11 @@ class AcquireError(Exception):
     """The code of a pin could not be brought into the cache; the message says what to do."""
 
 
+class PinMissing(AcquireError):
+    """The pin names nothing: the package index answered without that version, or the repository
+    has no such revision. Bad input, unlike a network that is down."""
+
+
 @dataclass(frozen=True)
 class Checkout:
     """A pin's code on disk. `root` goes first on sys.path in the worker."""
@@ -111,7 +116,8 @@ def _acquire_release(spec: TargetSpec, pin: str, cache: Path, downloader) -> Che
     try:
         root, meta = wheels.fetch_release(spec.package, version, cache, spec.pip_args, downloader)
     except wheels.DownloadError as exc:
-        raise AcquireError(_release_advice(spec, version, exc)) from None
+        error = PinMissing if exc.kind == "version" and exc.versions else AcquireError
+        raise error(_release_advice(spec, version, exc)) from None
     except OSError as exc:
         raise AcquireError(f"{where}: cannot write the release into the cache {cache}: {exc}") from None
     info = {"source": f"pypi:{spec.package}", "wheel": meta["wheel"], "sha256": meta["sha256"]}
@@ -179,7 +185,7 @@ def _acquire_git(
         full = resolve_revision(repo, pin)
         root = repo.checkout(full)
     except gitrepo.UnknownRevision as exc:
-        raise AcquireError(f"{where}: unknown revision: {exc} -- {fix} (a full or short hash, tag or branch)") from None
+        raise PinMissing(f"{where}: unknown revision: {exc} -- {fix} (a full or short hash, tag or branch)") from None
     except gitrepo.Unreachable as exc:
         fix = f"give --repo {spec.id}=/path/to/clone (a clone or a bare mirror)"
         raise AcquireError(f"{where}: {exc} -- {fix}") from None

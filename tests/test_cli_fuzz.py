@@ -234,6 +234,31 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, ca
     assert "cannot create" in capsys.readouterr().err
 
 
+def test_a_pin_that_names_nothing_is_refused_once_before_any_work(capsys, monkeypatch):
+    """`maskfuzz fuzz verl@0.9.9` once fuzzed for 21 s and printed the same download error on 27 rows."""
+    import maskfuzz.fuzz.commands.fuzz as cmd
+    from maskfuzz.targets import acquire as acquire_mod
+
+    def missing(spec, pin, repos=None, cache=None, **kw):
+        raise acquire_mod.PinMissing(f"{spec.id}@{pin}: no wheel of verl=={pin}; the index offers 0.9.0, 0.9.1")
+
+    monkeypatch.setattr(acquire_mod, "acquire", missing)
+    monkeypatch.setattr(cmd, "run_job", lambda job: pytest.fail("fuzzed although the pin names nothing"))
+    assert main(["fuzz", "verl@0.9.9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("the index offers 0.9.0, 0.9.1") == 1 and "nothing was run" in err
+
+
+def test_a_skip_reason_is_printed_once_below_the_table():
+    row = {"kind": "gae", "status": "skipped", "examples": 0, "findings": [], "checked": {}, "failed": {},
+           "reason": "verl@0.9.1: no network\nmore"}  # fmt: skip
+    rows = [row | {"target": f"verl:{e}@0.9.1"} for e in ("a", "b", "c")]
+    from maskfuzz.fuzz.commands.fuzz import summary_table
+
+    text = summary_table(rows)
+    assert text.count("no network") == 1 and text.count("reason 1") == 4  # three rows and the legend
+
+
 def test_an_interrupted_run_writes_what_finished_and_names_the_rest(tmp_path, capsys, monkeypatch):
     """Ctrl-C during the third entry: the two finished ones are in the JSON, the rest are named, exit 130."""
     import maskfuzz.fuzz.commands.fuzz as cmd

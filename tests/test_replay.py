@@ -20,6 +20,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.properties import Declared, judge
 from maskfuzz.oracles.reference import reference
+from maskfuzz.targets import acquire as acquire_mod
 
 pytest_plugins = ["pytester"]
 
@@ -404,7 +405,23 @@ def test_cli_target_at_a_pin_that_cannot_be_set_up_exits_2(corpus: Path, monkeyp
         raise session.SetupError(f"{ref}: no wheel of verl==0.9.9 for this interpreter")
         yield  # pragma: no cover
 
+    def offline(spec, pin, repos=None, cache=None, **kw):  # the index cannot be asked: not a bad pin
+        raise acquire_mod.AcquireError(f"{spec.id}@{pin}: no network")
+
     monkeypatch.setattr(session, "open_target", no_such_release)
+    monkeypatch.setattr(acquire_mod, "acquire", offline)
     assert cli_main(["replay", str(corpus), "--target", "verl@0.9.9"]) == 2
     err = capsys.readouterr().err
     assert "cannot set up" in err and "--target verl@0.9.9: no replay could set it up" in err
+
+
+def test_cli_target_at_a_pin_that_names_nothing_is_refused_before_any_replay(corpus: Path, monkeypatch, capsys):
+    """The index answers without 0.9.9: bad input, said once, exit 2, and no entry is replayed."""
+    def missing(spec, pin, repos=None, cache=None, **kw):
+        raise acquire_mod.PinMissing(f"{spec.id}@{pin}: no wheel of verl=={pin}; the index offers 0.9.0, 0.9.1")
+
+    monkeypatch.setattr(acquire_mod, "acquire", missing)
+    assert cli_main(["replay", str(corpus), "--target", "verl@0.9.9"]) == 2
+    err = capsys.readouterr().err
+    assert "--target names no such pin, nothing was replayed" in err and "the index offers 0.9.0, 0.9.1" in err
+    assert "[1/" not in err  # refused before the first replay

@@ -28,6 +28,7 @@ from pathlib import Path
 from maskfuzz.fuzz import profiles
 from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
+from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
@@ -157,6 +158,11 @@ def main(args) -> int:
     share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
     budget = share(args.budget) if args.budget is not None else profile.budget
     _check_outputs(args.json, args.junit, args.corpus)
+    named = [(label.partition("@")[0].split(":")[0], label.partition("@")[2]) for label in labels
+             if label not in args.callables and args.targets]  # fmt: skip
+    problems = missing_pins(named, repos)
+    if problems:
+        raise UsageError("no such pin, nothing was run:\n  " + "\n  ".join(problems))
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
         results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
@@ -673,6 +679,7 @@ def summary_table(results: list[dict]) -> str:
         lines += [f"  {f['id']}: {f['kind']}: {f['evidence']}" for f in facts]
     lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)"]
     kinds = list(dict.fromkeys(r.get("kind", "gae") for r in results))
+    reasons: dict[str, int] = {}  # each reason once, below the table; a row names its number
     for kind in kinds:
         props = kind_properties(kind)
         head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT.get(p, p)[:9].rjust(9) for p in props)
@@ -683,7 +690,8 @@ def summary_table(results: list[dict]) -> str:
             shown = "ran" if r["status"] == "ok" else "failed" if r["status"] == "error" else r["status"]
             row = r["target"].ljust(width) + shown.ljust(9) + str(r["examples"]).rjust(8) + " "
             if r["status"] != "ok":
-                lines.append(row + (r["reason"].splitlines()[0] if r["reason"] else ""))
+                text = r["reason"].splitlines()[0] if r["reason"] else "(no reason given)"
+                lines.append(row + f"reason {reasons.setdefault(text, len(reasons) + 1)}")
                 continue
             found = {f["property"] for f in r["findings"]}
             cells = []
@@ -692,6 +700,8 @@ def summary_table(results: list[dict]) -> str:
                 cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
                 cells.append(cell.rjust(9))
             lines.append(row + " ".join(cells))
+    if reasons:
+        lines += ["", "Why those entries did not run:"] + [f"  reason {n}: {text}" for text, n in reasons.items()]
     n_find = sum(len(r["findings"]) for r in results)
     n_def = sum(len(r.get("defects", [])) for r in results)
     n_fact = len(facts)

@@ -19,6 +19,7 @@ from typing import TextIO
 
 from maskfuzz.fuzz import replay as rp
 from maskfuzz.fuzz.cli import UsageError, require_device
+from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.corpus import CorpusError, Entry, load_all
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.fuzz.repos import parse_repos
@@ -107,6 +108,9 @@ def execute(
     if ledger_errors:  # without the ledger every expectation would be wrong: replay nothing
         entries = []
 
+    problems = missing_pins([(target, pin) for target, _, pin in overrides], repos)
+    if problems:
+        raise UsageError("--target names no such pin, nothing was replayed:\n  " + "\n  ".join(problems))
     jobs = rp.plan(entries, ledger, overrides)
     for target, _, pin in overrides:
         if not any(e.target == target for e in entries):
