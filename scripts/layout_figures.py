@@ -8,7 +8,11 @@ Counts, over the product packages (oracles/, fuzz/, targets/; tests excluded):
   function-local imports maskfuzz imports inside a function body
   private imports        `from maskfuzz.x import _name` across modules
   long files             modules over 800 lines
-  kind dispatch          comparisons of a `kind` value with a string literal (`kind == "gae"`, `kind in (...)`)
+  kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`)
+  against the direction  imports from a higher layer (fuzz > targets > oracles), and, inside oracles, from
+                         the shared vocabulary (oracles/*.py) up into a kind (oracles/kinds/)
+
+`tests/test_layout.py` holds the tree to these figures (per file, so a new violation fails).
 """
 
 from __future__ import annotations
@@ -21,6 +25,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracles", "fuzz", "targets")
+LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from its own layer or below
+# the kinds' names (tests/test_layout.py checks this against oracles.kinds.ALL_KINDS)
+KIND_NAMES = ("gae", "returns", "group-advantage", "normalization", "kl", "loss-aggregation", "value-loss",
+              "policy-loss")  # fmt: skip
+CLI_LAYER = ("fuzz/cli.py", "fuzz/commands/")  # where imports inside functions are the rule (lazy commands)
+
+
+def against_direction(importer: str, imported: str) -> str | None:
+    """Why `importer` (maskfuzz.x.y) may not import `imported`, or None when it may."""
+    a, b = importer.split(".")[1], imported.split(".")[1]
+    if LAYER[b] > LAYER[a]:
+        return f"{a} imports {b}: the direction is fuzz -> targets -> oracles"
+    in_kinds = lambda m: m.startswith("maskfuzz.oracles.kinds")  # noqa: E731
+    if a == b == "oracles" and in_kinds(imported) and not in_kinds(importer):
+        return "the oracles vocabulary imports a kind: the direction is kinds -> vocabulary"
+    return None
 
 
 def modules() -> dict[str, Path]:
@@ -55,7 +75,7 @@ def _target(node: ast.AST, here: str, is_pkg: bool) -> list[str]:
 def figures() -> dict:
     mods = modules()
     edges: dict[str, set[str]] = {m: set() for m in mods}
-    local, private, dispatch, long_files = [], [], [], []
+    local, private, dispatch, long_files, direction = [], [], [], [], []
     for name, path in mods.items():
         text = path.read_text(encoding="utf-8")
         n_lines = text.count("\n") + 1
@@ -70,6 +90,9 @@ def figures() -> dict:
             for t in targets:
                 if t != name:
                     edges[name].add(t)
+            why = next((w for t in targets if t != name for w in [against_direction(name, t)] if w), None)
+            if why:
+                direction.append((str(path.relative_to(ROOT)), node.lineno, why))
             if targets and id(node) in in_func:
                 local.append((str(path.relative_to(ROOT)), node.lineno))
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maskfuzz"):
@@ -83,9 +106,9 @@ def figures() -> dict:
                     for x in names
                 )
                 literal = any(
-                    isinstance(x, ast.Constant) and isinstance(x.value, str)
+                    isinstance(x, ast.Constant) and x.value in KIND_NAMES
                     or isinstance(x, (ast.Tuple, ast.List, ast.Set))
-                    and any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in x.elts)
+                    and any(isinstance(e, ast.Constant) and e.value in KIND_NAMES for e in x.elts)
                     for x in names
                 )
                 if mentions_kind and literal:
@@ -102,7 +125,24 @@ def figures() -> dict:
         "long_files": [f"{f} ({n})" for f, n in long_files],
         "kind_string_dispatch": len(dispatch),
         "dispatch": [f"{f}:{line}" for f, line in dispatch],
+        "against_direction": len(direction),
+        "direction": [f"{f}:{line} {why}" for f, line, why in direction],
+        # per file, for tests/test_layout.py (line numbers move with every edit; files do not)
+        "by_file": {
+            "function_local_imports": _count(f for f, _ in local if not f.startswith(CLI_LAYER)),
+            "kind_string_dispatch": _count(f for f, _ in dispatch),
+            "private_imports": _count(f for f, _, _ in private),
+            "against_direction": _count(f for f, _, _ in direction),
+        },
+        "long_file_lines": dict(long_files),
     }
+
+
+def _count(files) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in files:
+        out[f] = out.get(f, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -150,12 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{f['modules']} modules: {f['import_cycles']} import cycle(s), {f['function_local_imports']} function-local "
         f"maskfuzz imports, {f['private_imports']} private cross-module imports, {f['files_over_800_lines']} files "
-        f"over 800 lines, {f['kind_string_dispatch']} string comparisons of a kind"
+        f"over 800 lines, {f['kind_string_dispatch']} string comparisons of a kind, {f['against_direction']} "
+        "import(s) against the direction"
     )
     for c in f["cycles"]:
         print(f"  cycle ({len(c)}): {', '.join(c)}")
     for line in f["long_files"]:
         print(f"  long: {line}")
+    for line in f["direction"]:
+        print(f"  direction: {line}")
     return 0
 
 
