@@ -26,6 +26,7 @@ from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.acquire import AcquireError, Checkout, acquire
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.registry import TargetSpec
+from maskfuzz.targets.repos import parse_repos
 
 CALLABLE_ADAPTER = "maskfuzz.targets.adapters.callable"
 
@@ -108,8 +109,6 @@ class Handle:
 
 
 def _default_repos() -> dict[str, Path]:
-    from maskfuzz.fuzz.repos import parse_repos  # fuzz depends on targets, not the other way round at import
-
     try:
         return parse_repos(None)
     except ValueError as exc:

@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from maskfuzz.fuzz.bisect import evaluation_bound
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import Verdict
+from maskfuzz.targets.repos import parse_repos
 
 PR_1827 = "3d2e0e411c4a20501a1841003880b0245700618a"  # fix: run PPO GAE over trainable tokens only
 PR_1720 = "6875694c5a67c8067640de070a76328b7de71faa"  # terminal rewards injected at the last response token

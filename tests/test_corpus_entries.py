@@ -22,7 +22,7 @@ import torch
 from maskfuzz.fuzz import replay as rp
 from maskfuzz.fuzz.corpus import LEDGER_NAME, CorpusError, load_all
 from maskfuzz.fuzz.ledger import Ledger
-from maskfuzz.fuzz.repos import parse_repos
+from maskfuzz.targets.repos import parse_repos
 
 ROOT = Path(os.environ.get("MASKFUZZ_CORPUS") or Path(__file__).resolve().parents[1] / "corpus")
 DEVICE = os.environ.get("MASKFUZZ_DEVICE", "cpu")

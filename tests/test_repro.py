@@ -39,11 +39,11 @@ import torch
 from maskfuzz.fuzz import repro
 from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.corpus import Entry, Found, save
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.properties import Declared, Verdict, judge
 from maskfuzz.targets import registry
+from maskfuzz.targets.repos import parse_repos
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION = "gae_impl:gae"

@@ -204,9 +204,9 @@ def test_verl_kind_findings_reproduce_from_the_wheel(
     status,
     title,
 ):
-    from maskfuzz.fuzz.repos import parse_repos
     from maskfuzz.targets import registry
     from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.repos import parse_repos
 
     label = f"verl:{entry}@{PIN}"
     found = Entry("verl", PIN, prop, case, Verdict(prop, "fail", "hand-made"), entry_point=entry, found=Found.now(0))
@@ -247,9 +247,9 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
     """The committed policy-loss findings (a dual clip that an option never reaches, a per-micro-batch
     normaliser bisected to its fix) give a script that reproduces them without maskfuzz, and a report
     with the configured variant, the root cause and (verl) the bisection."""
-    from maskfuzz.fuzz.repos import parse_repos
     from maskfuzz.targets import registry
     from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.repos import parse_repos
     from maskfuzz.targets.session import parse_ref
 
     corpus = Path(__file__).resolve().parents[1] / "corpus"
@@ -287,9 +287,9 @@ GIT_KIND_FINDINGS = [
 def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, prop, case):
     """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
     mk`): the script copies those members and cuts the prefix."""
-    from maskfuzz.fuzz.repos import parse_repos
     from maskfuzz.targets import registry
     from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.repos import parse_repos
 
     if target not in parse_repos(None):
         pytest.skip(f"{target} is git only: needs MASKFUZZ_REPOS={target}=/path/to/a/clone")

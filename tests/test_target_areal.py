@@ -21,12 +21,12 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import areal
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import open_target
 
 RELEASE = "1.0.4"

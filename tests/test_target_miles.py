@@ -30,12 +30,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import miles
 from maskfuzz.targets.adapters.slime import Samples
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import Skip, open_target
 from tests.test_target_slime import KL_REWARD, KL_REWARD_FINITE
 

@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
@@ -37,6 +36,7 @@ from maskfuzz.targets import registry
 from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import Skip, open_target
 
 HEAD_PIN, FIRST_PIN, BEFORE_PIN = (p.rev for p in nemo_rl.SPEC.pins)

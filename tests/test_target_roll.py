@@ -35,13 +35,13 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets import registry
 from maskfuzz.targets.adapters import roll, roll_kinds
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import open_target
 
 SEED_PIN, HEAD_PIN, FIX_PIN = "c09bc8bc9f43", "8eb27cc2dc34", "090ac94658ad"

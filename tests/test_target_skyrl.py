@@ -28,13 +28,13 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.oracles.reference import classic_gae_loop
 from maskfuzz.targets.adapters import skyrl
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import open_target
 
 PIN = "0.3.1"

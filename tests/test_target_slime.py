@@ -20,12 +20,12 @@ import types
 import pytest
 import torch
 
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import slime
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import open_target
 
 HEAD = "624b824a8"

@@ -27,10 +27,10 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import torchrl
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import open_target
 
 PIN = "0.14.1"

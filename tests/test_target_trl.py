@@ -25,12 +25,12 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import trl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import Skip, open_target
 
 NEWEST_PPO = "1.12.0"

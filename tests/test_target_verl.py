@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.fuzz.triage import judge_finding, retriage
 from maskfuzz.oracles.case import Case
@@ -38,6 +37,7 @@ from maskfuzz.oracles.properties import TargetFailure, judge
 from maskfuzz.oracles.reference import masked_whiten, reference
 from maskfuzz.targets.adapters import verl
 from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.session import SetupError, open_target
 
 OLD, NEW = "0.4.1", "0.9.1"  # the last plain-loop release and the newest (masked carry) release

@@ -90,7 +90,7 @@ def setup(args, entry):
     """(history, evaluator, unit, description) for the arguments: git commits of a target, its
     releases, or a --callable function's repository."""
     from maskfuzz.fuzz import bisect_env
-    from maskfuzz.fuzz.repos import parse_repos
+    from maskfuzz.targets.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)

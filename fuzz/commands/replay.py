@@ -22,8 +22,8 @@ from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.corpus import CorpusError, Entry, load_all
 from maskfuzz.fuzz.ledger import Ledger
-from maskfuzz.fuzz.repos import parse_repos
 from maskfuzz.oracles.case import CaseError, dtype_name
+from maskfuzz.targets.repos import parse_repos
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 

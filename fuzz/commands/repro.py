@@ -161,9 +161,9 @@ def _registered(args, entry):
     """(TargetInfo, setup) for a registered target; setup() acquires the pin's code and returns
     (Environment, judge)."""
     from maskfuzz.fuzz import repro as rp
-    from maskfuzz.fuzz.repos import parse_repos
     from maskfuzz.targets import registry
     from maskfuzz.targets.acquire import AcquireError, acquire
+    from maskfuzz.targets.repos import parse_repos
     from maskfuzz.targets.session import RefError, parse_ref
 
     try:

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from maskfuzz.fuzz.cli import UsageError
-    from maskfuzz.fuzz.repos import parse_repos
+    from maskfuzz.targets.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)
