@@ -181,12 +181,14 @@ def test_targets_command_lists_pins_and_offline_availability(toy, capsys, monkey
     from maskfuzz.fuzz.commands import targets as command
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # the toy registry knows none of the real targets
-    assert command.run(argparse.Namespace(repo=[f"toy={toy['repos']['toy']}"], json=True)) == 0
+    assert command.run(argparse.Namespace(repo=[f"toy={toy['repos']['toy']}"], json=True, verbose=False)) == 0
     out = json.loads(capsys.readouterr().out)
     (t,) = out["targets"]
     assert out["cache"] == str(toy["cache"]) and t["id"] == "toy" and t["entries"] == ["default", "double"]
     assert [(p["rev"], p["kind"], p["offline"]) for p in t["pins"]] == [("v2", "git", True), ("v1", "git", True)]
-    assert command.run(argparse.Namespace(repo=[], json=False)) == 0  # no --repo, nothing cached: needs network
+    monkeypatch.setenv("COLUMNS", "80")
+    assert command.run(argparse.Namespace(repo=[], json=False, verbose=False)) == 0  # nothing cached: needs network
     text = capsys.readouterr().out
-    assert "toy  (dense)" in text and "entries (kind; the first is the default): default (gae), double (gae)" in text
+    assert "toy  (dense)" in text and "entries (2): gae: default, double (the first is the default)" in text
+    assert max(map(len, text.splitlines())) <= 80 and "--verbose" in text  # fits the terminal; details on ask
     assert "v2" in text and "needs network" in text and "1 targets, 2 pins (0 available offline)" in text
