@@ -101,7 +101,7 @@ def render(data: list[dict], cache: Path | None = None, verbose: bool = False, w
     lines.append(f"{len(data)} targets, {n_pins} pins ({n_off} available offline); * = in the default fuzz set")
     lines.append(f"cache: {cache}")
     if not verbose:
-        lines.append("domains, options and truncation with their citations: --verbose; everything as data: --json")
+        lines.append("details (domains, options, truncation, cited): --verbose; data: --json")
     return "\n".join(lines)
 
 

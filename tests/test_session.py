@@ -190,5 +190,6 @@ def test_targets_command_lists_pins_and_offline_availability(toy, capsys, monkey
     assert command.run(argparse.Namespace(repo=[], json=False, verbose=False)) == 0  # nothing cached: needs network
     text = capsys.readouterr().out
     assert "toy  (dense)" in text and "entries (2): gae: default, double (the first is the default)" in text
-    assert max(map(len, text.splitlines())) <= 80 and "--verbose" in text  # fits the terminal; details on ask
+    shown = [line for line in text.splitlines() if not line.startswith("cache: ")]  # a path is never cut
+    assert max(map(len, shown)) <= 80 and "--verbose" in text  # fits the terminal; details on ask
     assert "v2" in text and "needs network" in text and "1 targets, 2 pins (0 available offline)" in text
