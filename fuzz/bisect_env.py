@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
 from maskfuzz.fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
+from maskfuzz.fuzz.semantics import card
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.properties import judge
+from maskfuzz.targets import acquire, gitrepo, session
+from maskfuzz.targets import cache as cachemod
 
 
 class CaseEntry(Protocol):
@@ -51,7 +55,6 @@ class CommitHistory:
         self.history = history
 
     def resolve(self, rev: str) -> str:
-        from maskfuzz.targets import acquire, gitrepo
 
         try:
             return acquire.resolve_revision(self.history, rev)
@@ -119,8 +122,6 @@ class Worktrees:
 def local_history(path: str | Path, name: str = "local", cache: Path | None = None):
     """A `targets.gitrepo.CachedRepo` over a local clone or bare mirror that is no registered
     target (e.g. the repository of a `--callable` function): cached as `local-<name>`."""
-    from maskfuzz.targets import cache as cachemod
-    from maskfuzz.targets import gitrepo
 
     cache = Path(cache) if cache is not None else cachemod.cache_dir()
     try:
@@ -268,7 +269,6 @@ def outcome_of(verdicts: list, prop: str) -> Outcome:
 
 
 def _judge(run, case: Case, declared, device: str, prop: str) -> Outcome:
-    from maskfuzz.oracles.properties import judge
 
     return outcome_of(judge(run, case, declared, device, only=(prop,)), prop)
 
@@ -311,7 +311,6 @@ class TargetEvaluator:
 
     def _session(self):
         if self._opener is None or self._ref_factory is None:
-            from maskfuzz.targets import session
 
             self._opener = self._opener or session.open_target
             self._ref_factory = self._ref_factory or session.TargetRef
@@ -353,7 +352,6 @@ class SemanticsEvaluator(TargetEvaluator):
     def value(self, handle) -> str | None:
         """The dimension's value at the opened revision, or None when the card has no such told dimension."""
         if self._card is None:
-            from maskfuzz.fuzz.semantics import card
 
             self._card = card
         d = self._card(handle.run, handle.declared).dimension(self.dimension)
@@ -406,12 +404,11 @@ class CallableEvaluator:
         self.worktrees = Worktrees(history)
 
     def __call__(self, revision: Revision) -> Outcome:
-        from maskfuzz.targets.session import open_callable
 
         self.worktrees.before(revision.id)
         try:
             root = self.history.checkout(revision.id) / self.subdir
-            with open_callable(
+            with session.open_callable(
                 self.function, declared=self.declared, device=self.device, timeout=self.timeout, path=root
             ) as handle:
                 return _judge(handle.run, self.entry.case, handle.declared, self.device, self.entry.property)
