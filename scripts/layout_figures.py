@@ -29,7 +29,9 @@ LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from it
 # the kinds' names (tests/test_layout.py checks this against oracles.kinds.ALL_KINDS)
 KIND_NAMES = ("gae", "returns", "group-advantage", "normalization", "kl", "loss-aggregation", "value-loss",
               "policy-loss")  # fmt: skip
-CLI_LAYER = ("fuzz/cli.py", "fuzz/commands/")  # where imports inside functions are the rule (lazy commands)
+# The entry points, where imports inside functions are the rule: the command line (each command
+# imports what it runs) and the pytest plugin (loaded in every pytest run of a maintainer's suite).
+CLI_LAYER = ("fuzz/cli.py", "fuzz/commands/", "fuzz/pytest_plugin.py")
 
 
 def against_direction(importer: str, imported: str) -> str | None:
