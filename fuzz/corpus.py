@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from maskfuzz.fuzz.signature import DTYPE_CLASS, failure_kind, identity, position_kind, signature  # noqa: F401
 from maskfuzz.oracles.case import DTYPES, Case, CaseError, quantize
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 from maskfuzz.oracles.properties import Verdict
@@ -319,70 +320,6 @@ def case_size(case: Case) -> tuple[int, int]:
     b, t = case.shape
     nnz = sum(int((x != 0).sum()) for x in (case.token_rewards, case.values, case.score))  # NaN != 0
     return (b * t, nnz)
-
-
-# ---------------------------------------------------------------------------------------------
-# The failure signature: what makes two findings "the same bug" for de-duplication.
-# ---------------------------------------------------------------------------------------------
-DTYPE_CLASS = {"float64": "f64", "float32": "f32", "bfloat16": "half", "float16": "half"}
-_EXC_NAME = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt))\b")
-
-
-def position_kind(case: Case, b: int, t: int) -> str:
-    """The structural role of position [b, t] in its row:
-
-    padding          not a real token
-    masked-real      a real token that is not trainable (observation, tool output, gap)
-    last-trainable   the last trainable token of the row (where the score lands)
-    before-gap       a trainable token followed by a non-trainable one, with more trainable later
-    trainable        any other trainable token
-    """
-    if not bool(case.attention[b, t]):
-        return "padding"
-    row = case.trainable[b]
-    if not bool(row[t]):
-        return "masked-real"
-    if not bool(row[t + 1 :].any()):
-        return "last-trainable"
-    return "trainable" if bool(row[t + 1]) else "before-gap"
-
-
-def failure_kind(message: str) -> str:
-    """For failures without positions (crashes, exceptions): 'crash', 'hang', the exception type
-    named in the message, or 'nonfinite'; '' when the message names none of them."""
-    rerun = message.startswith("perturbed rerun failed")
-    text = message.split(":", 1)[1].strip() if rerun else message
-    if re.match(r"(crash|hang)\b", text):
-        kind = text.split(None, 1)[0].rstrip(":")
-    elif (m := _EXC_NAME.search(text)) is not None:
-        kind = m.group(1)
-    elif "non-finite output" in text:
-        kind = "nonfinite"
-    else:
-        kind = ""
-    return f"rerun-{kind}" if rerun and kind else kind
-
-
-def signature(prop: str, verdict: Verdict, case: Case) -> str:
-    """The failure signature used to de-duplicate findings of one (target, property):
-
-        <property>|<output>|<kinds of the positions involved, sorted, '+'-joined>|<dtype class>[|<failure kind>]
-
-    e.g. "poison|advantages|last-trainable+trainable|f32" or "no-crash|-|-|f32|IndexError".
-    Two findings with the same signature are taken to be the same bug; `record` keeps the smaller.
-    The dtype class groups bfloat16 and float16 ("half"): rounding bugs look alike in both.
-    """
-    kinds = sorted({position_kind(case, int(b), int(t)) for b, t in verdict.positions})
-    parts = [prop, verdict.output or "-", "+".join(kinds) or "-", DTYPE_CLASS[case.dtype]]
-    kind = failure_kind(verdict.message)
-    if kind:
-        parts.append(kind)
-    # a finding that needs an option or a cut row is its own claim, never merged with the default's
-    if case.options:
-        parts.append("options:" + ",".join(f"{k}={v}" for k, v in sorted(case.options.items())))
-    if case.truncated is not None and bool(case.truncated.any()):
-        parts.append("truncated")
-    return "|".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -865,17 +802,6 @@ def _finding_triage(finding: Any) -> dict | None:
     if promise is not None:
         out |= promise.to_json() | {"reach_evidence": "cited" if out["reach"] == "pipeline" else ""}
     return out
-
-
-def identity(entry: Entry) -> tuple:
-    """What makes two entries one defect: (target key, root cause, the options it needs) once triaged, so
-    the properties one mechanism breaks are one entry (the others in `also`) while a failure that needs an
-    option (another cause with the same mechanism's name) stays its own; else (target key, property,
-    signature)."""
-    mechanism = (entry.triage or {}).get("mechanism")
-    if mechanism:
-        return (entry.key, "mechanism", mechanism, tuple(sorted(entry.case.options)))
-    return (entry.key, "signature", entry.property, entry.signature)
 
 
 def record(finding: Any, root: Path | str | Store) -> Recorded:
