@@ -31,7 +31,7 @@ from maskfuzz.oracles.case import Case
 
 
 class CaseEntry(Protocol):
-    """What the evaluators need of a corpus entry (`fuzz.corpus.Entry` has these)."""
+    """What the evaluators need of a corpus entry (`fuzz.corpus_codec.Entry` has these)."""
 
     case: Case
     property: str

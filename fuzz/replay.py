@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from maskfuzz.fuzz.corpus import LEDGER_NAME, CorpusError, Entry, encode_float, signature
+from maskfuzz.fuzz.corpus import LEDGER_NAME
+from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, encode_float
 from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.properties import Verdict, judge
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")

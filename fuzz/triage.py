@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
@@ -59,8 +60,6 @@ class Defect:
     built_from: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        from maskfuzz.fuzz.corpus import case_to_json
-
         return {
             "id": self.id,
             "mechanism": self.mechanism,
@@ -101,8 +100,6 @@ class Fact:
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        from maskfuzz.fuzz.corpus import case_to_json
-
         return {
             "id": self.id,
             "kind": self.kind,
