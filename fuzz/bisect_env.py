@@ -35,7 +35,7 @@ from maskfuzz.targets import cache as cachemod
 
 
 class CaseEntry(Protocol):
-    """What the evaluators need of a corpus entry (`fuzz.corpus.Entry` has these)."""
+    """What the evaluators need of a corpus entry (`fuzz.corpus_codec.Entry` has these)."""
 
     case: Case
     property: str

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 from hypothesis.errors import Flaky
 
+from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.option_strategies import configured
 from maskfuzz.fuzz.strategies import Sizes, cases
@@ -67,8 +68,6 @@ class Finding:
         return self.promise is not None
 
     def to_dict(self) -> dict:
-        from maskfuzz.fuzz.corpus import case_to_json
-
         b, t = self.case.shape
         return {
             "property": self.property,

@@ -24,9 +24,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from maskfuzz.fuzz.corpus_codec import case_from_json
+from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.properties import INVARIANT as GAE_INVARIANT
+from maskfuzz.oracles.properties import Verdict
 
 INVARIANT = {**GAE_INVARIANT, **KIND_INVARIANT}
 
@@ -60,9 +63,6 @@ def _finding_text(f: dict) -> str:
 def _signature(f: dict) -> str:
     """The corpus signature of a finding dict, or '' when its case cannot be read."""
     try:
-        from maskfuzz.fuzz.corpus import case_from_json, signature
-        from maskfuzz.oracles.properties import Verdict
-
         case = case_from_json(f["case"])
         v = Verdict(f["property"], "fail", f.get("message", ""), f.get("output", ""), f.get("positions") or [])
         return signature(f["property"], v, case)

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maskfuzz.fuzz.corpus import CorpusError, dumps, parse_json
+from maskfuzz.fuzz.corpus_codec import CorpusError, dumps, parse_json
 
 FORMAT = "maskfuzz-ledger"
 VERSION = 1

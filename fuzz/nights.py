@@ -14,7 +14,7 @@ A finding's identity across nights is
 - the pin *as asked* ("0.4.1", "HEAD", "8eb27cc2dc34"), not the resolved commit: a moving pin
   (a branch) is one line of history, so "HEAD still fails" stays one finding from night to night;
   the resolved commit / wheel is shown next to it;
-- the signature is `fuzz.corpus.signature(property, verdict, case)`, the one the corpus
+- the signature is `fuzz.signature.signature(property, verdict, case)`, the one the corpus
   de-duplicates with (output, kinds of the positions involved, dtype class, failure kind).
 
 Comparison (tonight = RESULTS, previous = PREVIOUS):
@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from maskfuzz.fuzz.corpus import load
+from maskfuzz.fuzz.corpus_codec import CorpusError, case_from_json, entry_id
+from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 from maskfuzz.oracles.properties import SEVERITY, Verdict
 from maskfuzz.oracles.semantics import changes as semantic_changes
@@ -247,8 +250,6 @@ def _field(d: dict, key: str, kind: type | tuple, path: Path, where: str) -> Any
 
 
 def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
-    from maskfuzz.fuzz.corpus import CorpusError, case_from_json, entry_id, signature
-
     for i, t in enumerate(data["targets"]):
         where = f"targets[{i}]."
         label = _field(t, "target", str, path, where)
@@ -328,8 +329,6 @@ def _fact(d: dict, where: str, source: str) -> dict:
 
 
 def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
-    from maskfuzz.fuzz.corpus import CorpusError, load, signature
-
     for i, r in enumerate(_field(data, "results", list, path, "")):
         where = f"results[{i}]."
         key = _field(r, "target", str, path, where)
@@ -432,8 +431,6 @@ def _by_signature(roots: list[Path], ident: Identity) -> Path | None:
     """The corpus entry that stands for this (target key, property, signature) in one of `roots`:
     `record` keeps one entry per signature, so a finding whose own file was replaced by a smaller
     case of the same signature is represented by that one."""
-    from maskfuzz.fuzz.corpus import CorpusError, load
-
     for root in roots:
         for f in sorted((root / ident.target.split(":", 1)[0]).glob(f"{ident.property}-*.json")):
             try:

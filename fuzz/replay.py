@@ -29,9 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from maskfuzz.fuzz.corpus import LEDGER_NAME, CorpusError, Entry, encode_float, signature
+from maskfuzz.fuzz.corpus import LEDGER_NAME
+from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, encode_float
 from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.fuzz.signature import signature
+from maskfuzz.fuzz.triage import retriage as triage_again
 from maskfuzz.oracles.properties import Verdict, judge
+from maskfuzz.targets.registry import get, registry
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")
 BAD = ("fail", "fixed", "error")
@@ -158,8 +162,6 @@ class Outcome:
 
 def _entry_kind(target: str, entry: str | None) -> dict:
     """{"entry", "kind"} of a registered target's entry (the entry's own name for the default)."""
-    from maskfuzz.targets.registry import registry
-
     spec = registry().get(target)
     if spec is None:
         return {"entry": entry or "", "kind": "gae"}
@@ -213,8 +215,6 @@ def plan(
 def pin_kind(target: str, pin: str) -> str:
     """'release' or 'git': from the registry when it lists the pin, else by its look (a version
     number of a target with a PyPI package is a release)."""
-    from maskfuzz.targets.registry import get
-
     try:
         spec = get(target)
     except KeyError:
@@ -262,8 +262,6 @@ def judge_entry(run: Any, declared: Any, entry: Entry, device: str = "cpu", dtyp
 def retriage(handle: Any, entry: Entry, verdict: Verdict, dtype: str | None) -> dict:
     """Root cause, reach, promise and severity recomputed at this pin (reach without a search: the
     case, the recorded witness or its projection into the pipeline domain)."""
-    from maskfuzz.fuzz.triage import retriage as triage_again
-
     case = entry.case if dtype is None else entry.case.replace(dtype=dtype)
     case = verdict.case or case  # a twin (a crash, the poisoned case): the finding is about the twin's own case
     if not hasattr(handle.declared, "pipeline"):  # a fake handle of the tests without the triage fields

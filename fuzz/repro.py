@@ -69,7 +69,8 @@ from typing import Any, Iterable
 
 import torch
 
-from maskfuzz.fuzz.corpus import Entry, position_kind
+from maskfuzz.fuzz.corpus_codec import Entry
+from maskfuzz.fuzz.signature import position_kind
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT

@@ -27,7 +27,7 @@ from typing import Callable
 
 from hypothesis import strategies as st
 
-from maskfuzz.fuzz.corpus import case_to_json
+from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.strategies import Sizes, cases
 from maskfuzz.fuzz.triage import Defect, triage

@@ -22,15 +22,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose
-from maskfuzz.oracles.kinds import GAE_KINDS, KINDS
-from maskfuzz.oracles.kinds.judge import clean_twin
+from maskfuzz.oracles.kinds import GAE_KINDS, KINDS, spec
+from maskfuzz.oracles.kinds.judge import clean_twin, with_padding
 from maskfuzz.oracles.options import resolve
 from maskfuzz.oracles.promises import Promise, broken, fact_kind
-from maskfuzz.oracles.properties import Declared, Run, judge
+from maskfuzz.oracles.properties import Declared, Run, judge, with_extra_row, with_inserted_gap
 from maskfuzz.oracles.severity import degenerate, grade, worst
 
 WITNESS_EXAMPLES = 80  # a pipeline search per finding: small, the case is usually projected instead
@@ -59,8 +60,6 @@ class Defect:
     built_from: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        from maskfuzz.fuzz.corpus import case_to_json
-
         return {
             "id": self.id,
             "mechanism": self.mechanism,
@@ -101,8 +100,6 @@ class Fact:
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        from maskfuzz.fuzz.corpus import case_to_json
-
         return {
             "id": self.id,
             "kind": self.kind,
@@ -194,17 +191,12 @@ def reach(
 
 def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None:
     """Why the twin a property builds lies outside the pipeline (the failure is on the twin)."""
-    from maskfuzz.oracles.properties import with_extra_row, with_inserted_gap
-
     if prop == "gap-invariance":
         made = with_inserted_gap(case)
         twin = made[0] if made else None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
     elif prop == "pad-invariance" and declared.kind not in ("gae", "returns"):
-        from maskfuzz.oracles.kinds import spec
-        from maskfuzz.oracles.kinds.judge import with_padding
-
         twin = with_padding(case, spec(declared.kind), declared)
     else:
         return None

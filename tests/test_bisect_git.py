@@ -234,13 +234,13 @@ def test_thousand_commits_keep_one_worktree(tmp_path, cache):
 
 def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
     """`maskfuzz bisect CASE --callable fakefw:compute --source REPO`: real worker, real judge."""
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
     from maskfuzz.oracles.properties import Verdict
 
     states = ["good"] * 3 + ["bad", "broken", "bad", "bad"]
     _, shas = build(tmp_path / "repo", states)
-    entry = corpus.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
+    entry = corpus_codec.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
     case_file = corpus.save(entry, tmp_path / "corpus")
     out = tmp_path / "bisect.json"
     argv = [
@@ -264,12 +264,12 @@ def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
 
 def test_command_line_usage_errors(tmp_path, cache, capsys):
     """Set-up problems exit 2 with a message, before any evaluation."""
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
     from maskfuzz.oracles.properties import Verdict
 
     _, shas = build(tmp_path / "repo", ["good", "bad", "bad"])
-    entry = corpus.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
+    entry = corpus_codec.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))
     case_file = str(corpus.save(entry, tmp_path / "corpus"))
     src = ["--callable", "fakefw:compute", "--source", str(tmp_path / "repo")]
     with pytest.raises(SystemExit) as exc:  # argparse refuses a count below 1 itself

@@ -49,10 +49,11 @@ def miles_repo():
 
 
 def _bisect(tmp_path, capsys, old: str, new: str) -> dict:
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
 
-    entry = corpus.Entry("miles", PR_1720[:9], "score-kept", SEED_CASE, Verdict("score-kept", "fail", "score lost"))
+    verdict = Verdict("score-kept", "fail", "score lost")
+    entry = corpus_codec.Entry("miles", PR_1720[:9], "score-kept", SEED_CASE, verdict)
     case_file = corpus.save(entry, tmp_path / "corpus")
     out = tmp_path / "bisect.json"
     code = main(["bisect", str(case_file), "--old", old, "--new", new, "--json", str(out)])

@@ -199,7 +199,7 @@ def test_target_evaluator_over_releases_with_a_fake_session():
 def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
     """verl 0.4.1 runs GAE over masked positions; 0.5.0 (#2337) skips them: the fix is 0.5.0.
     Downloads the verl wheels the search probes (about five, ~1 MB each) into the maskfuzz cache."""
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)  # no --repo for verl: its releases are bisected
@@ -208,7 +208,7 @@ def test_verl_release_bisection_names_0_5_0(tmp_path, capsys, monkeypatch):
     except (BisectError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"the package index is not reachable: {exc}")
     assert {"0.4.1", "0.5.0", "0.9.1"} <= set(versions)
-    entry = corpus.Entry("verl", "0.4.1", "reference", GAP_CASE, Verdict("reference", "fail", "differs"))
+    entry = corpus_codec.Entry("verl", "0.4.1", "reference", GAP_CASE, Verdict("reference", "fail", "differs"))
     case_file = corpus.save(entry, tmp_path / "corpus")
     out = tmp_path / "bisect.json"
     code = main(["bisect", str(case_file), "--old", "0.4.1", "--new", "0.9.1", "--json", str(out)])
@@ -246,12 +246,12 @@ def test_a_kind_entry_bisects_like_gae(tmp_path, capsys, monkeypatch):
     """verl's REINFORCE++ (the returns kind) reset the return at a masked token up to 0.8.0; a gap
     case recorded on the entry `verl:reinforce++` at 0.5.0 passes at 0.9.1. The kind travels with
     the entry: nothing changes on the user's side (`--versions` keeps it to the two cached wheels)."""
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus_codec
     from maskfuzz.oracles.case import Case
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
     gap = Case.build(trainable=[[1, 1]], score=[1.0], gamma=1.0, lam=1.0)  # a gap inserted at 1 resets the return
-    entry = corpus.Entry(
+    entry = corpus_codec.Entry(
         "verl", "0.5.0", "gap-invariance", gap, Verdict("gap-invariance", "fail", "differs"), entry_point="reinforce++"
     )
     d = _bisect_releases(entry, tmp_path, capsys, "0.5.0,0.9.1")
@@ -265,12 +265,12 @@ def test_a_loss_aggregation_entry_bisects_to_the_global_normaliser_release(tmp_p
     share) and takes the step's global normalisers from 0.7.0: a two-micro-batch step of unequal token
     counts is split-dependent at 0.5.0 and 0.6.1 and invariant from 0.7.0 (measured over the seven
     releases 0.5.0 .. 0.9.1: 5 evaluations)."""
-    from maskfuzz.fuzz import corpus
+    from maskfuzz.fuzz import corpus_codec
     from maskfuzz.oracles.case import Case
 
     monkeypatch.delenv("MASKFUZZ_REPOS", raising=False)
     step = Case.build(trainable=[[1, 1], [1, 0]], extra={"loss": [[1.0, 3.0], [5.0, 0.0]]}, split=[0, 1])
-    entry = corpus.Entry(
+    entry = corpus_codec.Entry(
         "verl", "0.5.0", "split-invariance", step, Verdict("split-invariance", "fail", "differs"),
         entry_point="agg-token-mean",
     )  # fmt: skip

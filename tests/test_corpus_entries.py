@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from maskfuzz.fuzz import replay as rp
-from maskfuzz.fuzz.corpus import LEDGER_NAME, CorpusError, load_all
+from maskfuzz.fuzz.corpus import LEDGER_NAME, load_all
+from maskfuzz.fuzz.corpus_codec import CorpusError
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.targets.repos import parse_repos
 
@@ -75,7 +76,8 @@ def test_entries_live_where_their_content_says():
 
 
 def test_no_entry_holds_a_path_of_the_machine_that_wrote_it():
-    from maskfuzz.fuzz.corpus import machine_path, parse_json
+    from maskfuzz.fuzz.corpus import machine_path
+    from maskfuzz.fuzz.corpus_codec import parse_json
 
     held = {str(e.path): machine_path(parse_json(e.path.read_bytes())) for e in ENTRIES}
     assert not {k: v for k, v in held.items() if v}, held

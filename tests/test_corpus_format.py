@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maskfuzz.fuzz.corpus import (
+from maskfuzz.fuzz.corpus import load, save
+from maskfuzz.fuzz.corpus_codec import (
     CorpusError,
     Entry,
     Found,
@@ -20,9 +21,7 @@ from maskfuzz.fuzz.corpus import (
     dumps,
     encode_bits,
     encode_float,
-    load,
     parse_json,
-    save,
 )
 from maskfuzz.oracles.case import DTYPES, Case, quantize
 from maskfuzz.oracles.properties import Verdict

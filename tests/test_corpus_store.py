@@ -9,18 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from maskfuzz.fuzz.corpus import (
-    DirectoryStore,
-    case_size,
-    discover,
-    entry_from_finding,
-    failure_kind,
-    load,
-    position_kind,
-    record,
-    signature,
-)
+from maskfuzz.fuzz.corpus import DirectoryStore, case_size, discover, entry_from_finding, load, record
 from maskfuzz.fuzz.ledger import Expectation, Ledger
+from maskfuzz.fuzz.signature import failure_kind, position_kind, signature
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import Verdict
 
@@ -229,7 +220,8 @@ def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
 def test_an_entry_holding_a_path_of_the_machine_that_wrote_it_is_refused(tmp_path):
     import dataclasses
 
-    from maskfuzz.fuzz.corpus import CorpusError, Entry, Found, machine_path, save
+    from maskfuzz.fuzz.corpus import machine_path, save
+    from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found
     from maskfuzz.oracles.case import Case
     from maskfuzz.oracles.properties import Verdict
 

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from maskfuzz.fuzz.cli import main
-from maskfuzz.fuzz.corpus import case_to_json
+from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.junit import write_junit
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import PROPERTIES

@@ -22,7 +22,8 @@ from test_report import CASE, finding, target, write_fuzz
 
 from maskfuzz.fuzz import nightly_bisect as nb
 from maskfuzz.fuzz import report as rep
-from maskfuzz.fuzz.corpus import Entry, save
+from maskfuzz.fuzz.corpus import save
+from maskfuzz.fuzz.corpus_codec import Entry
 from maskfuzz.oracles.properties import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from maskfuzz.fuzz import corpus
+from maskfuzz.fuzz import corpus, corpus_codec
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case, CaseError
 from maskfuzz.oracles.domain import Domain
@@ -155,22 +155,22 @@ def test_a_configured_promise_is_not_configured_twice():
 # -- the case format -------------------------------------------------------------------------
 def test_case_json_round_trip_with_truncation_and_options():
     case = _one_row(truncated=[True], bootstrap=[4.0], options={"norm_adv": True}, dtype="bfloat16")
-    data = corpus.case_to_json(case)
+    data = corpus_codec.case_to_json(case)
     assert data["truncated"] == [True] and data["options"] == {"norm_adv": True}
-    back = corpus.case_from_json(json.loads(json.dumps(data)))
+    back = corpus_codec.case_from_json(json.loads(json.dumps(data)))
     assert back.truncated.tolist() == [True] and back.bootstrap.tolist() == [4.0]
     assert back.options == {"norm_adv": True}
-    plain = corpus.case_to_json(_one_row(truncated=[False]))
+    plain = corpus_codec.case_to_json(_one_row(truncated=[False]))
     assert "truncated" not in plain and "options" not in plain  # old readers see the old format
 
 
 def test_corrupt_truncation_fields_name_the_field():
-    data = corpus.case_to_json(_one_row(truncated=[True], bootstrap=[4.0]))
+    data = corpus_codec.case_to_json(_one_row(truncated=[True], bootstrap=[4.0]))
     bad = dict(data, truncated=[1])
-    with pytest.raises(corpus.CorpusError, match=r"case\.truncated.*booleans"):
-        corpus.case_from_json(bad)
-    with pytest.raises(corpus.CorpusError, match=r"case\.truncated"):
-        corpus.case_from_json(dict(data, truncated=[True, False]))
+    with pytest.raises(corpus_codec.CorpusError, match=r"case\.truncated.*booleans"):
+        corpus_codec.case_from_json(bad)
+    with pytest.raises(corpus_codec.CorpusError, match=r"case\.truncated"):
+        corpus_codec.case_from_json(dict(data, truncated=[True, False]))
     with pytest.raises(CaseError, match="bootstrap must be finite"):
         _one_row(truncated=[True], bootstrap=[float("nan")])
 

@@ -14,7 +14,8 @@ import torch
 
 from maskfuzz.fuzz import replay as rp
 from maskfuzz.fuzz.cli import main as cli_main
-from maskfuzz.fuzz.corpus import CorpusError, Entry, Found, load, save
+from maskfuzz.fuzz.corpus import load, save
+from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found
 from maskfuzz.fuzz.ledger import Expectation, Ledger
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain

@@ -14,7 +14,9 @@ import pytest
 
 from maskfuzz.fuzz import report as rep
 from maskfuzz.fuzz.cli import main
-from maskfuzz.fuzz.corpus import Entry, Found, case_to_json, save, signature
+from maskfuzz.fuzz.corpus import save
+from maskfuzz.fuzz.corpus_codec import Entry, Found, case_to_json
+from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import ALL_PROPERTIES
 from maskfuzz.oracles.properties import PROPERTIES, Verdict

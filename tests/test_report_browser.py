@@ -14,7 +14,8 @@ import pytest
 from browser import Browser, find_chromium, png_colours
 from test_report import CASE, POISON, REFERENCE, SCORE, finding, run_report, target, write_fuzz
 
-from maskfuzz.fuzz.corpus import Entry, Found, save
+from maskfuzz.fuzz.corpus import save
+from maskfuzz.fuzz.corpus_codec import Entry, Found
 from maskfuzz.oracles.properties import Verdict
 
 CHROMIUM = find_chromium()

@@ -38,7 +38,8 @@ import torch
 
 from maskfuzz.fuzz import repro
 from maskfuzz.fuzz.cli import main as cli
-from maskfuzz.fuzz.corpus import Entry, Found, save
+from maskfuzz.fuzz.corpus import save
+from maskfuzz.fuzz.corpus_codec import Entry, Found
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.properties import Declared, Verdict, judge

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from maskfuzz.fuzz import repro
 from maskfuzz.fuzz.cli import main as cli
-from maskfuzz.fuzz.corpus import Entry, Found, save
+from maskfuzz.fuzz.corpus import save
+from maskfuzz.fuzz.corpus_codec import Entry, Found
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.repro_kinds import build_kind_check

@@ -22,8 +22,10 @@ import json
 import sys
 from pathlib import Path
 
+from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz.bisect import FIX, FOUND, INCONCLUSIVE, BisectError, BisectResult, Outcome, Revision, bisect
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
+from maskfuzz.fuzz.corpus_codec import CorpusError
 
 
 def register(subparsers) -> None:
@@ -68,11 +70,9 @@ def _usage(message: str) -> Exception:
 
 
 def _load_case(path: str):
-    from maskfuzz.fuzz import corpus
-
     try:
         return corpus.load(path)
-    except corpus.CorpusError as exc:
+    except CorpusError as exc:
         raise _usage(str(exc)) from None
 
 

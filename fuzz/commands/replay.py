@@ -20,7 +20,8 @@ from typing import TextIO
 from maskfuzz.fuzz import replay as rp
 from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.preflight import missing_pins
-from maskfuzz.fuzz.corpus import CorpusError, Entry, load_all
+from maskfuzz.fuzz.corpus import load_all
+from maskfuzz.fuzz.corpus_codec import CorpusError, Entry
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.oracles.case import CaseError, dtype_name
 from maskfuzz.targets.repos import parse_repos

@@ -19,7 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz.commands.argtypes import positive_float
+from maskfuzz.fuzz.corpus import LEDGER_NAME
+from maskfuzz.fuzz.corpus_codec import CorpusError
+from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.oracles.reference import CONTRACTS
 
 
@@ -57,7 +61,6 @@ def _usage(message: str) -> Exception:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskfuzz.fuzz import corpus
     from maskfuzz.fuzz import repro as rp
     from maskfuzz.fuzz.cli import require_device
 
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     args.out = args.out.resolve()  # the script runs inside it: a relative -o would be resolved twice
     try:
         entry = corpus.load(args.case)
-    except corpus.CorpusError as exc:
+    except CorpusError as exc:
         raise _usage(str(exc)) from None
     try:
         bisect = rp.bisect_of(entry, args.bisect)
@@ -139,9 +142,6 @@ def _upstream_test(entry, target, env, written, out: Path) -> None:
 
 def _fix_pin(entry) -> str | None:
     """A pin the corpus ledger records as fixed ("passes", "fixed by ...") for this entry."""
-    from maskfuzz.fuzz.corpus import LEDGER_NAME
-    from maskfuzz.fuzz.ledger import Ledger
-
     path = getattr(entry, "path", None)
     if path is None:
         return None
