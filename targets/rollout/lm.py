@@ -254,11 +254,14 @@ def describe(request: RolloutRequest) -> dict:
 
 def load(root: Path | None, entry: str | None) -> Loaded:
     """Worker adapter: `run(request, device)` answers a `RolloutRequest` with `(Generation,)`. The tokenizer
-    and the model of each `ModelConfig` are built once per worker (kept in this closure)."""
+    and the model of each `ModelConfig` are built once per worker (kept in this closure); loading runs one
+    token of the default model, so the first request costs what the others do."""
     import transformers
 
     tokenizer = build_tokenizer()
-    models: dict[ModelConfig, object] = {}
+    models: dict[ModelConfig, object] = {ModelConfig(): build_model(ModelConfig(), tokenizer)}
+    # one token of the default model now: generate()'s first call imports most of its machinery (seconds)
+    generate(RolloutRequest(max_new_tokens=1), tokenizer=tokenizer, model=models[ModelConfig()])
 
     def run(request: RolloutRequest, device: str) -> tuple[Generation]:
         if request.model not in models:
