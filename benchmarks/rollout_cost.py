@@ -146,7 +146,7 @@ def main() -> int:
         print(f"  fork server resident set: {ws[-1]['server']:.0f} MiB (shared by every forked worker)")
     print()
     print(f"  ratios witness / fuzz example: setup {w['setup'] / f['setup']:.2f}x, run {w['run'] / f['run']:.1f}x "
-          f"(vs the engine's mean example {w['run'] / f['engine']:.0f}x), total {total_w / total_f:.2f}x, "
+          f"(vs the engine's mean example {w['run'] / f['engine']:.1f}x), total {total_w / total_f:.2f}x, "
           f"peak RSS {w['rss'] / f['rss']:.2f}x, py peak {w['py'] / f['py']:.2f}x")  # fmt: skip
     return 0
 
