@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("fuzz", "targets", "replay", "bisect", "repro", "report")
+COMMANDS = ("fuzz", "targets", "replay", "bisect", "repro", "validate", "report")
 
 
 class UsageError(Exception):

@@ -85,6 +85,10 @@ class _Spawned:
     def receive(self):
         return protocol.receive(self._proc.stdout)
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def alive(self) -> bool:
         return self._proc.poll() is None
 
@@ -109,6 +113,10 @@ class _Forked:
     def __init__(self, env: dict, stderr_path: str):
         self._pid, self._conn = _SERVER.spawn(stderr_path, env, os.getcwd())
         self._killed = False
+
+    @property
+    def pid(self) -> int:
+        return self._pid
 
     def send(self, message) -> None:
         # plain pickle: multiprocessing's pickler would share tensors through a resource sharer
@@ -195,6 +203,12 @@ class Worker:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id while one runs (None before `start` and after `close`), e.g. to read its
+        memory in /proc."""
+        return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> Worker:
         self.start()

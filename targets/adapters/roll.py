@@ -941,3 +941,14 @@ def _pipeline_config() -> SimpleNamespace:
             grouping="batch", norm_mean_type=None, norm_std_type=None, method="identity"
         ),
     )
+
+
+def rlvr_config(max_len_mask: bool = False) -> SimpleNamespace:
+    """`_pipeline_config` with the fields the RLVR pipeline's `get_sample_level_mask` reads: `max_len_mask` as
+    given, the difficulty and error-length masks off (their defaults). Used by the real-rollout path
+    (`targets.rollout.roll`), which calls ROLL's sample mask on the batch ROLL built from a generation."""
+    config = _pipeline_config()
+    config.max_len_mask = max_len_mask
+    config.difficulty_mask = False
+    config.error_max_len_clip = False
+    return config
