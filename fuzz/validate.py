@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from maskfuzz.fuzz.corpus import Entry, case_to_json, encode_float
+from maskfuzz.fuzz.corpus_codec import Entry, case_to_json, encode_float
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import POISON_PROBE, Declared, expected_outputs
 from maskfuzz.oracles.tolerance import bounds, mismatches
