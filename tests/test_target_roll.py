@@ -118,9 +118,9 @@ def test_seed_case_leaks_the_masked_value(pin, request):
     assert v["poison"].failed and v["poison"].observed == LEAKED
     assert v["poison"].expected == pytest.approx([0.95, 1.0], rel=1e-6)
     assert v["reference"].failed and v["reference"].observed == LEAKED
-    # the row twin's padding column carries a probe critic value: the same bootstrap moves the row's advantages
-    assert v["row-independence"].failed
-    for prop in ("no-crash", "masked-zero", "deterministic"):
+    # the leak is inside the row: since padding twins add a padding column only as non-sample padding (zero
+    # critic value, as the pipeline builds it), the row twin no longer re-finds it; poison and reference do
+    for prop in ("no-crash", "masked-zero", "deterministic", "row-independence"):
         assert v[prop].status == "pass", (prop, v[prop].message)
 
 
@@ -632,8 +632,9 @@ def test_agg_seq_mean_token_sum_norm_divides_by_the_width_not_the_rows(kinds_ope
 
 
 ROLL_AGG_FUZZ = {  # entry -> properties that fail on a short fuzz (all others pass)
-    # the unmasked numerator: masked losses leak into the loss, an all-masked step sums them over 1 token
-    "agg-token-mean": {"reference", "poison", "poison-nonfinite", "masked-zero", "pad-invariance", "empty-step"},
+    # the unmasked numerator: masked losses leak into the loss, an all-masked step sums them over 1 token (a padding
+    # column holds a zero loss, as the pipeline builds it, so pad-invariance holds; poison finds the leak)
+    "agg-token-mean": {"reference", "poison", "poison-nonfinite", "masked-zero", "empty-step"},
     "agg-seq-mean-token-sum": {"poison-nonfinite"},  # NaN * 0 in masked_sum
     "agg-seq-mean-token-mean": {"poison-nonfinite"},
     "agg-seq-mean-token-sum-norm": {"reference", "pad-invariance", "poison-nonfinite"},
