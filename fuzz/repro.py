@@ -82,7 +82,7 @@ from maskfuzz.oracles.properties import (
     POISON_PROBE,
     SEVERITY,
     Declared,
-    _baseline,
+    baseline,
     expected_outputs,
     sanitized,
     with_extra_row,
@@ -193,7 +193,7 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     if exp is None:
         raise Unsupported("the target's whitening is undefined for this case (fewer than two trainable positions)")
     ref_adv, ref_ret = exp
-    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening, baseline=_baseline(case, declared))
+    bnd = bounds(case, declared.contract, ref_adv, ref_ret, declared.whitening, baseline=baseline(case, declared))
     live = case.trainable
     if prop in ("row-independence", "gap-invariance"):
         return _twin_check(case, prop, declared, bnd)
@@ -279,7 +279,7 @@ def _poison_check(case: Case, prop: str, declared: Declared) -> Check:
     exp = expected_outputs(clean, declared)
     if exp is None:
         raise Unsupported("the target's whitening is undefined for this case (fewer than two trainable positions)")
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     b_rows, t_len = case.shape
     data = {
         "kind": "twin",

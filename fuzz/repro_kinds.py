@@ -16,7 +16,7 @@ from maskfuzz.fuzz.repro import Check, Unsupported, _mask_rows, _rows, _toleranc
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
-from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, clean_twin, condition_of, with_padding
+from maskfuzz.oracles.kinds.judge import affine_twin, carries_poison, clean_twin, condition_of, with_padding
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import POISON_PROBE, Declared
 from maskfuzz.oracles.tolerance import FLOOR, SAFETY, UNIT_ROUNDOFF, kind_bound
@@ -105,13 +105,13 @@ def _twin(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -> Ch
         if not bool((~case.trainable).any()):
             raise Unsupported(f"{prop}: no masked position")
         clean = clean_twin(case, k)
-        if prop == "poison-nonfinite" or _carries_poison(case, k):
+        if prop == "poison-nonfinite" or carries_poison(case, k):
             what = "0 instead of the NaN / inf inputs" if prop == "poison-nonfinite" else "0 instead of the inputs"
             what = f"the same input with {what} at masked positions"
             return _two_runs(case, clean, k, v, clean, "twin", "case", what)
         probe = min(POISON_PROBE, poison_cap(case.dtype))
         poisoned = clean_twin(case, k, probe, declared.domain)
-        if not _carries_poison(poisoned, k):
+        if not carries_poison(poisoned, k):
             raise Unsupported("poison: the domain lets no input carry anything under the mask")
         return _two_runs(poisoned, case, k, v, case, "twin", "case", "the same input with 0 at masked positions")
     if prop == "pad-invariance":
