@@ -70,6 +70,8 @@ from typing import Any, Iterable
 import torch
 
 from maskfuzz.fuzz.corpus import Entry, position_kind
+from maskfuzz.fuzz.repro_check import Check, Unsupported, float_rows, mask_rows, rounded_tolerances
+from maskfuzz.fuzz.repro_kinds import build_kind_check
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
@@ -148,33 +150,15 @@ TWIN_PROPERTIES = ("poison", "poison-nonfinite", "row-independence", "gap-invari
 EXIT_CODES = {0: "fixed", 1: "reproduced", 2: "error"}
 
 
-class Unsupported(Exception):
-    """No faithful reproducer can be written (exit 2 with this reason)."""
-
-
 # =============================================================================================
 # The check: what the script runs and compares (mirrors oracles.properties.judge).
 # =============================================================================================
-@dataclass(frozen=True)
-class Check:
-    """`case` is what the script runs first (the triggering example), `twin` the second input of
-    a two-run check; `data` is the script's CHECK; the strings say it in words for the report."""
-
-    case: Case
-    twin: Case | None
-    data: dict
-    expected_from: str  # where the expected numbers come from
-    twin_is: str = ""  # how the twin differs from the case
-
-
 def build_check(case: Case, prop: str, declared: Declared) -> Check:
     """The check of `prop` on `case` for a target that promises `declared`. Raises Unsupported
     when the property does not apply to this case (the judge would say n/a)."""
     if prop not in INVARIANT:
         raise Unsupported(f"unknown property {prop!r}")
     if declared.kind not in GAE_KINDS:
-        from maskfuzz.fuzz.repro_kinds import build_kind_check
-
         return build_kind_check(case, prop, declared)
     declared = declared.configured(case)
     why = declared.domain.rejects(case)
@@ -185,7 +169,7 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     if prop in ("poison", "poison-nonfinite"):
         return _poison_check(case, prop, declared)
     if prop == "deterministic":
-        where = _mask_rows(torch.ones(case.shape, dtype=torch.bool))
+        where = mask_rows(torch.ones(case.shape, dtype=torch.bool))
         outputs = {"advantages": {"where": where}, "returns": {"where": where}}
         return Check(case, None, {"kind": "same", "outputs": outputs}, "the first run of the same input (bitwise)")
 
@@ -243,7 +227,7 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     data = {
         "kind": "expected",
         "outputs": {
-            name: {"expected": _rows(exp_), "tolerance": _tolerance(tol), "where": _mask_rows(where)}
+            name: {"expected": float_rows(exp_), "tolerance": rounded_tolerances(tol), "where": mask_rows(where)}
             for name, (exp_, tol, where) in outputs.items()
         },
     }
@@ -287,8 +271,8 @@ def _poison_check(case: Case, prop: str, declared: Declared) -> Check:
         "rows": list(range(b_rows)),
         "columns": list(range(t_len)),
         "outputs": {
-            "advantages": {"tolerance": _tolerance(2.0 * bnd.advantages), "where": _mask_rows(case.trainable)},
-            "returns": {"tolerance": _tolerance(2.0 * bnd.returns), "where": _mask_rows(case.trainable)},
+            "advantages": {"tolerance": rounded_tolerances(2.0 * bnd.advantages), "where": mask_rows(case.trainable)},
+            "returns": {"tolerance": rounded_tolerances(2.0 * bnd.returns), "where": mask_rows(case.trainable)},
         },
     }
     return Check(probe, clean, data, f"the target's own outputs on {twin_is}", twin_is)
@@ -318,8 +302,8 @@ def _twin_check(case: Case, prop: str, declared: Declared, bnd) -> Check:
         "rows": rows,
         "columns": columns,
         "outputs": {
-            "advantages": {"tolerance": _tolerance(2.0 * bnd.advantages), "where": _mask_rows(case.trainable)},
-            "returns": {"tolerance": _tolerance(2.0 * bnd.returns), "where": _mask_rows(case.trainable)},
+            "advantages": {"tolerance": rounded_tolerances(2.0 * bnd.advantages), "where": mask_rows(case.trainable)},
+            "returns": {"tolerance": rounded_tolerances(2.0 * bnd.returns), "where": mask_rows(case.trainable)},
         },
     }
     return Check(case, twin, data, "the target's own outputs on the case as given", twin_is)
@@ -331,34 +315,6 @@ def _whiten_like(x: torch.Tensor, case: Case, declared: Declared) -> torch.Tenso
 
 def _whitened(declared: Declared) -> str:
     return ", whitened over the batch as the target whitens" if declared.whitening is not None else ""
-
-
-def _mask_rows(m: torch.Tensor) -> list[str]:
-    return ["".join("1" if x else "0" for x in row) for row in m.tolist()]
-
-
-def _rows(x: torch.Tensor) -> list[list[float]]:
-    return [[float(v) for v in row] for row in x.tolist()]
-
-
-def _up(x: float) -> float:
-    """`x` rounded up to three significant digits (tolerances read better; never tighter)."""
-    if not math.isfinite(x) or x <= 0:
-        return float(x)
-    e = math.floor(math.log10(x)) - 2
-    m = math.ceil(x / 10.0**e - 1e-9)
-    y = float(f"{m}e{e}")
-    while y < x:  # guard against the division rounding down
-        m += 1
-        y = float(f"{m}e{e}")
-    return y
-
-
-def _tolerance(t: torch.Tensor) -> list[list[float]] | float:
-    """Per-position tolerances, rounded up; one number when they are all the same."""
-    rows = [[_up(float(v)) for v in row] for row in t.tolist()]
-    flat = {v for row in rows for v in row}
-    return flat.pop() if len(flat) == 1 else rows
 
 
 # =============================================================================================
@@ -1015,10 +971,10 @@ def case_dict(case: Case) -> dict:
         "dtype": case.dtype,
         "gamma": case.gamma,
         "lam": case.lam,
-        "attention": _mask_rows(case.attention),
-        "trainable": _mask_rows(case.trainable),
-        "token_rewards": _rows(case.token_rewards),
-        "values": _rows(case.values),
+        "attention": mask_rows(case.attention),
+        "trainable": mask_rows(case.trainable),
+        "token_rewards": float_rows(case.token_rewards),
+        "values": float_rows(case.values),
         "score": [float(x) for x in case.score.tolist()],
         **(
             {"truncated": case.truncated.tolist(), "bootstrap": [float(x) for x in case.bootstrap_values().tolist()]}
@@ -1027,7 +983,7 @@ def case_dict(case: Case) -> dict:
         ),
         **({"options": dict(sorted(case.options.items()))} if case.options else {}),
         **({"group": case.group.tolist()} if case.group is not None else {}),
-        **({"extra": {name: _rows(x) for name, x in case.extra.items()}} if case.extra else {}),
+        **({"extra": {name: float_rows(x) for name, x in case.extra.items()}} if case.extra else {}),
         **({"split": case.split.tolist(), "ranks": case.ranks} if case.split is not None else {}),
     }
 
