@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from maskfuzz.fuzz.repro import Check, Unsupported, _mask_rows, _rows, _tolerance
+from maskfuzz.fuzz.repro_check import Check, Unsupported, float_rows, mask_rows, rounded_tolerances
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
-from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, clean_twin, condition_of, with_padding
+from maskfuzz.oracles.kinds.judge import affine_twin, carries_poison, clean_twin, condition_of, with_padding
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import POISON_PROBE, Declared
 from maskfuzz.oracles.tolerance import FLOOR, SAFETY, UNIT_ROUNDOFF, kind_bound
@@ -40,7 +40,7 @@ def build_kind_check(case: Case, prop: str, declared: Declared) -> Check:
     if prop == "empty-step":
         return _empty(case, k)
     if prop == "deterministic":
-        where = _mask_rows(torch.ones(case.shape, dtype=torch.bool))
+        where = mask_rows(torch.ones(case.shape, dtype=torch.bool))
         return Check(
             case, None, {"kind": "same", "outputs": {n: {"where": where} for n in k.outputs}}, "the first run (bitwise)"
         )
@@ -50,8 +50,8 @@ def build_kind_check(case: Case, prop: str, declared: Declared) -> Check:
         dead = ~case.trainable
         if not dead.any():
             raise Unsupported("masked-zero: the case has no non-trainable position")
-        zero = _rows(torch.zeros(case.shape, dtype=torch.float64))
-        outputs = {n: {"expected": zero, "tolerance": 0.0, "where": _mask_rows(dead)} for n in k.zero_outputs}
+        zero = float_rows(torch.zeros(case.shape, dtype=torch.float64))
+        outputs = {n: {"expected": zero, "tolerance": 0.0, "where": mask_rows(dead)} for n in k.zero_outputs}
         return Check(case, None, {"kind": "expected", "outputs": outputs}, "0 at every non-trainable position")
     if prop in ("reference", "affine"):
         return _expected(case, prop, k, v, declared)
@@ -78,11 +78,11 @@ def _expected(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -
     ref = k.module.reference(reference_case(case, declared), v)
     if ref is None:
         raise Unsupported("the kind's statistic is undefined for this case (too few trainable positions)")
-    live = _mask_rows(case.trainable)
+    live = mask_rows(case.trainable)
     outputs = {
         n: {
-            "expected": _rows(ref[n]),
-            "tolerance": _tolerance(kind_bound(case.dtype, ref[n], condition_of(k, case, v, n))),
+            "expected": float_rows(ref[n]),
+            "tolerance": rounded_tolerances(kind_bound(case.dtype, ref[n], condition_of(k, case, v, n))),
             "where": live,
         }
         for n in k.outputs
@@ -93,7 +93,7 @@ def _expected(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -
 def _empty(case: Case, k: KindSpec) -> Check:
     extra = {n: torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for n, x in case.extra.items()}
     empty = case.replace(trainable=torch.zeros_like(case.trainable), extra=extra)
-    zero, everywhere = _rows(torch.zeros(case.shape, dtype=torch.float64)), _mask_rows(torch.ones(case.shape) > 0)
+    zero, everywhere = float_rows(torch.zeros(case.shape, dtype=torch.float64)), mask_rows(torch.ones(case.shape) > 0)
     outputs = {n: {"expected": zero, "tolerance": 0.0, "where": everywhere} for n in k.outputs}
     return Check(empty, None, {"kind": "zero", "outputs": outputs}, "a finite 0 everywhere, or a documented error")
 
@@ -105,13 +105,13 @@ def _twin(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -> Ch
         if not bool((~case.trainable).any()):
             raise Unsupported(f"{prop}: no masked position")
         clean = clean_twin(case, k)
-        if prop == "poison-nonfinite" or _carries_poison(case, k):
+        if prop == "poison-nonfinite" or carries_poison(case, k):
             what = "0 instead of the NaN / inf inputs" if prop == "poison-nonfinite" else "0 instead of the inputs"
             what = f"the same input with {what} at masked positions"
             return _two_runs(case, clean, k, v, clean, "twin", "case", what)
         probe = min(POISON_PROBE, poison_cap(case.dtype))
         poisoned = clean_twin(case, k, probe, declared.domain)
-        if not _carries_poison(poisoned, k):
+        if not carries_poison(poisoned, k):
             raise Unsupported("poison: the domain lets no input carry anything under the mask")
         return _two_runs(poisoned, case, k, v, case, "twin", "case", "the same input with 0 at masked positions")
     if prop == "pad-invariance":
@@ -167,11 +167,11 @@ def _two_runs(
     columns = list(range(first.shape[1])) if columns is None else columns
     rtol, atol = FLOOR[judged_on.dtype]
     u = UNIT_ROUNDOFF[judged_on.dtype]
-    live = _mask_rows(judged_on.trainable)
+    live = mask_rows(judged_on.trainable)
     outputs = {}
     for n in k.outputs:
         absolute = 2.0 * (atol + SAFETY * u * condition_of(k, judged_on, v, n))
-        outputs[n] = {"tolerance": _tolerance(absolute), "relative": 2.0 * rtol, "where": live}
+        outputs[n] = {"tolerance": rounded_tolerances(absolute), "relative": 2.0 * rtol, "where": live}
     if check == "at-least":
         outputs = {"loss": outputs["loss"]}
     data = {"kind": check, "observed": observed, "rows": rows, "columns": columns, "outputs": outputs}

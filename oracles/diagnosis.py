@@ -41,8 +41,8 @@ from maskfuzz.oracles.properties import (
     POISON_PROBE,
     Declared,
     Run,
-    _baseline,
     _call,
+    baseline,
     expected_outputs,
     judge,
     sanitized,
@@ -116,7 +116,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     if exp is None:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")
     c_adv, c_ret = _call(run, clean)
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     live = clean.trainable
     slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
     probe = min(POISON_PROBE, poison_cap(clean.dtype))
@@ -231,7 +231,7 @@ def _row_order(run: Run, clean: Case, declared: Declared) -> str | None:
     exp = expected_outputs(clean, declared)
     if exp is None:
         return None
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     slack = self_slack(clean.dtype, adv[clean.trainable], ret[clean.trainable])
     live = clean.trainable
     moved = _moved(r_adv[back], adv, bnd.advantages, slack, live) | _moved(r_ret[back], ret, bnd.returns, slack, live)

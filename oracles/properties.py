@@ -396,7 +396,7 @@ def judge(
         ref_adv,
         ref_ret,
         declared.whitening,
-        baseline=_baseline(case, declared),
+        baseline=baseline(case, declared),
     )
     base = _Base(case, adv, ret, ref_adv, ref_ret, bnd)
 
@@ -432,7 +432,7 @@ def judge(
     return _ordered(verdicts, "")
 
 
-def _baseline(case: Case, declared: Declared) -> torch.Tensor | None:
+def baseline(case: Case, declared: Declared) -> torch.Tensor | None:
     """The per-row baseline [B] a `returns` variant subtracts (ReMax), else None."""
     if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
         return case.extra["baseline"][:, 0]
@@ -567,7 +567,7 @@ def _check_poison(
         exp = expected_outputs(clean, declared)
         if exp is None:
             return _na(prop, "whitening undefined for this case")
-        bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+        bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     what = "non-finite" if nonfinite else "finite"
     slack = self_slack(case.dtype, c_adv[where], c_ret[where])
     verdict = _compare(

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskfuzz.fuzz import repro
+from maskfuzz.fuzz import repro, repro_assembly, repro_copier, repro_render
 from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry, Found
@@ -460,7 +460,8 @@ def test_nothing_written_when_the_script_cannot_run_or_disagrees(tmp_path):
 
 def test_unsupported_adapter_exits_2_naming_what_is_missing(tmp_path, capsys, monkeypatch):
     # every registered adapter can be copied now: make TRL's helper module one that a script may not copy
-    monkeypatch.setattr(repro, "NOT_FOLLOWED", repro.NOT_FOLLOWED + ("maskfuzz.targets.adapters.extract",))
+    not_followed = repro_copier.NOT_FOLLOWED + ("maskfuzz.targets.adapters.extract",)
+    monkeypatch.setattr(repro_copier, "NOT_FOLLOWED", not_followed)
     path = save(_entry("poison", SEED_PADDED, "trl", "0.11.4", None), tmp_path / "corpus")
     assert cli(["repro", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -490,15 +491,16 @@ def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
 def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
     """`from maskfuzz.targets.adapters import nemo_rl` then `nemo_rl.KL_TYPE` (NeMo-RL's and slime's kind
     adapters): the member is copied to the script's top level and the `nemo_rl.` prefix is cut."""
-    template = repro.Source("maskfuzz.fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
-    closure = repro.Closure(template)
+    template_text = repro_assembly.TEMPLATE.read_text(encoding="utf-8")
+    template = repro_copier.Source("maskfuzz.fuzz.templates.repro_script", template_text)
+    closure = repro_copier.Closure(template)
     text = (
         "from maskfuzz.targets.adapters import nemo_rl\n\n\n"
         "def f():\n"
         "    from maskfuzz.targets.adapters import nemo_rl as nr\n\n"
         "    return nemo_rl.KL_TYPE, 'é', nr.KL_IN_CLAMP\n"
     )
-    user = repro.Source("maskfuzz.targets.adapters.user_of_nemo", text)
+    user = repro_copier.Source("maskfuzz.targets.adapters.user_of_nemo", text)
     closure.add_source(user)
     closure.need(user, "f", "test")
     code = "\n".join(closure.code("maskfuzz.targets.adapters.user_of_nemo"))
@@ -506,7 +508,7 @@ def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
     assert closure.bound["KL_TYPE"] == closure.bound["KL_IN_CLAMP"] == "maskfuzz.targets.adapters.nemo_rl"
     assert not closure.missing
     # a re-export `KL_TYPE = nemo_rl.KL_TYPE` is the module's one definition, not a second one
-    again = repro.Source(
+    again = repro_copier.Source(
         "maskfuzz.targets.adapters.reexporter",
         "from maskfuzz.targets.adapters import nemo_rl\n\nKL_TYPE = nemo_rl.KL_TYPE\n\n\n"
         "def g():\n    return KL_TYPE\n",
@@ -515,26 +517,28 @@ def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
     closure.need(again, "g", "test")
     assert closure.bound["KL_TYPE"] == "maskfuzz.targets.adapters.nemo_rl"
     assert "KL_TYPE = nemo_rl.KL_TYPE" not in "\n".join(closure.code("maskfuzz.targets.adapters.reexporter"))
-    bare = repro.Source("maskfuzz.targets.adapters.bare", text.replace("nemo_rl.KL_TYPE", "getattr(nemo_rl, 'x')"))
-    closure = repro.Closure(template)
+    bare_text = text.replace("nemo_rl.KL_TYPE", "getattr(nemo_rl, 'x')")
+    bare = repro_copier.Source("maskfuzz.targets.adapters.bare", bare_text)
+    closure = repro_copier.Closure(template)
     closure.add_source(bare)
     with pytest.raises(repro.Unsupported, match="uses the module nemo_rl itself"):
         closure.need(bare, "f", "test")
 
 
 def test_copied_helper_must_be_stdlib_and_torch():
-    template = repro.Source("maskfuzz.fuzz.templates.repro_script", repro.TEMPLATE.read_text(encoding="utf-8"))
-    closure = repro.Closure(template)
+    template_text = repro_assembly.TEMPLATE.read_text(encoding="utf-8")
+    template = repro_copier.Source("maskfuzz.fuzz.templates.repro_script", template_text)
+    closure = repro_copier.Closure(template)
     extract = "maskfuzz.targets.adapters.extract"
-    helper = repro.Source(extract, "import numpy\n\n\ndef f():\n    return numpy.zeros(1)\n")
+    helper = repro_copier.Source(extract, "import numpy\n\n\ndef f():\n    return numpy.zeros(1)\n")
     closure.add_source(helper)
     with pytest.raises(repro.Unsupported, match="imports numpy .*only the standard library and torch"):
         closure.need(helper, "f", "test")
-    torch_only = repro.Source(extract, "import torch\n\n\ndef f():\n    return torch.zeros(1)\n")
-    closure = repro.Closure(template)
+    torch_only = repro_copier.Source(extract, "import torch\n\n\ndef f():\n    return torch.zeros(1)\n")
+    closure = repro_copier.Closure(template)
     closure.add_source(torch_only)
     closure.need(torch_only, "f", "test")  # torch is fine
-    assert repro.ImportLine("torch") in closure.imports
+    assert repro_copier.ImportLine("torch") in closure.imports
 
 
 def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
@@ -548,9 +552,9 @@ def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    call = repro.call_source("spec_reading_adapter")
+    call = repro_assembly.call_source("spec_reading_adapter")
     with pytest.raises(repro.Unsupported, match=r"TargetSpec from maskfuzz\.targets\.registry.*reads SPEC; give what"):
-        repro.assemble(call, {name: f"{name} = None\n" for name in repro.DATA_NAMES})
+        repro_assembly.assemble(call, {name: f"{name} = None\n" for name in repro_render.DATA_NAMES})
 
 
 def test_adapter_hooks(monkeypatch):
@@ -559,7 +563,7 @@ def test_adapter_hooks(monkeypatch):
 
     monkeypatch.setattr(adapter, "REPRO_UNSUPPORTED", "needs a GPU kernel", raising=False)
     with pytest.raises(repro.Unsupported, match="needs a GPU kernel"):
-        repro.call_source("maskfuzz.targets.adapters.torchrl")
+        repro_assembly.call_source("maskfuzz.targets.adapters.torchrl")
     monkeypatch.delattr(adapter, "REPRO_UNSUPPORTED")
     source = '''
         import functools
@@ -570,7 +574,7 @@ def test_adapter_hooks(monkeypatch):
             return functools.partial(fn), where
     '''
     monkeypatch.setattr(adapter, "repro_source", lambda: source, raising=False)
-    call = repro.call_source("maskfuzz.targets.adapters.torchrl")
+    call = repro_assembly.call_source("maskfuzz.targets.adapters.torchrl")
     plan = repro.make_plan(_entry("poison", SEED, "torchrl", "0.14.1", None),
                            repro.TargetInfo.from_spec(registry.get("torchrl"), None, "0.14.1"))
     text = repro.render_script(repro.Plan(plan.entry, plan.target, plan.check, call))
@@ -590,7 +594,7 @@ def test_bisect_field_of_the_entry_and_literals(tmp_path):
         (tmp_path / "x.json").write_text("[]")
         repro.bisect_of(load(path), tmp_path / "x.json")
     value = {"a": [[1.5, -0.0, math.inf], [math.nan, 2.0, -math.inf]], "b": ("x" * 150, None), "c": 3}
-    back = eval(repro.py_literal(value, top=True), {"math": math})  # noqa: S307 - our own literal
+    back = eval(repro_render.py_literal(value, top=True), {"math": math})  # noqa: S307 - our own literal
     assert back["a"][0] == [1.5, -0.0, math.inf] and math.isnan(back["a"][1][0]) and back["b"][0] == "x" * 150
 
 
@@ -607,7 +611,7 @@ def test_script_case_matches_oracles_case():
     for key, value in theirs.inputs("cpu").items():
         got = ours.inputs("cpu")[key]
         assert (torch.equal(got, value) and got.dtype == value.dtype) if torch.is_tensor(value) else got == value
-    assert repro_script.Case.from_dict(repro.case_dict(theirs)).values.equal(theirs.values)
+    assert repro_script.Case.from_dict(repro_render.case_dict(theirs)).values.equal(theirs.values)
 
 
 def test_identify_git_and_wheel(tmp_path):

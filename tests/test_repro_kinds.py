@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from maskfuzz.fuzz import repro
+from maskfuzz.fuzz import repro, repro_assembly, repro_check, repro_render
 from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry, Found
@@ -55,11 +55,11 @@ PICKS = [
 ]
 
 
-def script_verdict(fn, check: repro.Check, kind: str, documented=()) -> str:
+def script_verdict(fn, check: repro_check.Check, kind: str, documented=()) -> str:
     """The template's check for `check`, run in this process on `fn`: 'reproduced' or 'fixed'."""
     data = {
-        "CASE": repro.case_dict(check.case),
-        "TWIN": repro.case_dict(check.twin) if check.twin is not None else None,
+        "CASE": repro_render.case_dict(check.case),
+        "TWIN": repro_render.case_dict(check.twin) if check.twin is not None else None,
         "CHECK": check.data,
         "OUTPUTS": KINDS[kind].outputs,
         "DOCUMENTED_ERRORS": tuple(documented),
@@ -163,7 +163,7 @@ def test_the_script_case_carries_the_kind_fields():
         trainable=[[1, 0], [1, 1]], extra={"loss": [[1.5, float("nan")], [2.0, -1.0]]}, group=[3, 3], split=[1, 0],
         ranks=2, dtype="bfloat16",
     )  # fmt: skip
-    back = repro_script.Case.from_dict(repro.case_dict(case))
+    back = repro_script.Case.from_dict(repro_render.case_dict(case))
     assert back.group.tolist() == [3, 3] and back.split.tolist() == [1, 0] and back.ranks == 2
     assert back.extra["loss"][0, 0] == 1.5 and torch.isnan(back.extra["loss"][0, 1])
     two = back.rows([1])
@@ -313,10 +313,10 @@ def test_every_check_kind_renders_a_script_judge():
     clip-bound (`at-least`) finding get a script (a KeyError in `maskfuzz repro` before)."""
     from maskfuzz.targets import registry
 
-    template = repro.TEMPLATE.read_text(encoding="utf-8")
-    for kind, fn in repro.CHECK_FUNCTIONS.items():
+    template = repro_assembly.TEMPLATE.read_text(encoding="utf-8")
+    for kind, fn in repro_assembly.CHECK_FUNCTIONS.items():
         assert f"\ndef {fn}(run: Callable, case: Case, device: str) -> dict:" in template, kind
-        assert f"    return {fn}(run, Case.from_dict(CASE), device)" in repro._judge_source(kind)
+        assert f"    return {fn}(run, Case.from_dict(CASE), device)" in repro_assembly.judge_source(kind)
     steps = Case.build(trainable=[[1, 1], [1, 0]], extra={"v": [[1.0, 3.0], [2.0, 0.0]], "v_old": [[0.75, 0.0],
                        [2.0, 0.0]], "ret": [[0.0, 0.0], [1.0, 0.0]]}, dtype="float32")  # fmt: skip
     for prop, fn in (("empty-step", "check_zero"), ("clip-bound", "check_at_least")):

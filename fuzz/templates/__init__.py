@@ -1,1 +1,2 @@
-"""Source templates of the files `maskfuzz repro` writes (read as text by `fuzz.repro`, never run by maskfuzz)."""
+"""Source templates of the files `maskfuzz repro` writes (read as text by `fuzz.repro_assembly`; maskfuzz never
+runs them)."""

@@ -17,7 +17,7 @@ import itertools
 import torch
 
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
-from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, call, clean_twin, condition_of
+from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import Declared, judge
 from maskfuzz.oracles.semantics import DIMENSIONS
@@ -91,7 +91,7 @@ def _masked_overflow_probe(run, case, declared: Declared, prop: str):
     from maskfuzz.oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
-    if not _carries_poison(case, k):
+    if not carries_poison(case, k):
         return None
     clean = clean_twin(case, k)
     try:
@@ -153,7 +153,7 @@ def _leak_probe(run, case, declared: Declared, prop: str):
     from maskfuzz.oracles.diagnosis import Diagnosis
 
     k = spec(declared.kind)
-    if not _carries_poison(case, k):
+    if not carries_poison(case, k):
         return None
     try:
         verdict = next(v for v in judge(run, clean_twin(case, k), declared, only=(prop,)) if v.property == prop)
