@@ -56,10 +56,10 @@ def timed(fn: Callable, repeats: int) -> float:
 
 def load_verl(pin: str):
     """verl's modules from its released wheel, with the adapter's stand-ins for ray & co."""
-    from maskfuzz.targets import standins
-    from maskfuzz.targets.acquire import acquire
     from maskfuzz.targets.adapters.base import import_from
     from maskfuzz.targets.registry import get
+    from maskfuzz.targets.runtime import standins
+    from maskfuzz.targets.runtime.acquire import acquire
 
     spec = get("verl")
     checkout = acquire(spec, pin)

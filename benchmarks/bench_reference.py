@@ -43,8 +43,8 @@ def torchrl_root(pin: str, root: str | None) -> tuple[Path, str]:
     """The unpacked torchrl wheel to import, and how it was found."""
     if root:
         return Path(root), f"--torchrl-root {root}"
-    from maskfuzz.targets.acquire import acquire
     from maskfuzz.targets.registry import get
+    from maskfuzz.targets.runtime.acquire import acquire
 
     checkout = acquire(get("torchrl"), pin)
     return checkout.root, checkout.resolved

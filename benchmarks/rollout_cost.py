@@ -27,9 +27,9 @@ from maskfuzz.fuzz import validate as val
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets import registry
-from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.rollout.session import open_rollout
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024.0

@@ -30,8 +30,8 @@ from maskfuzz.fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
 from maskfuzz.fuzz.semantics import card
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets import acquire, gitrepo, session
-from maskfuzz.targets import cache as cachemod
+from maskfuzz.targets.runtime import acquire, gitrepo, session
+from maskfuzz.targets.runtime import cache as cachemod
 
 
 class CaseEntry(Protocol):

@@ -28,7 +28,7 @@ from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found, dumps, entry_f
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.fuzz.signature import identity
 from maskfuzz.oracles.case import Case
-from maskfuzz.targets.cache import lock as cache_lock  # an fcntl lock in the maskfuzz cache, released if we die
+from maskfuzz.targets.runtime.cache import lock as cache_lock  # an fcntl lock in the maskfuzz cache, released if we die
 
 LEDGER_NAME = "ledger.json"
 

@@ -61,11 +61,13 @@ def open_handle(
 ) -> Iterator[Any]:
     """The default opener: `targets.session.open_target`, its Skip / SetupError as Unavailable."""
     try:
-        from maskfuzz.targets import session
+        from maskfuzz.targets.runtime import session
     except ModuleNotFoundError as exc:
-        if exc.name != "maskfuzz.targets.session":
+        if exc.name != "maskfuzz.targets.runtime.session":
             raise
-        raise Unavailable("maskfuzz.targets.session is not available in this checkout (cannot open targets)") from None
+        raise Unavailable(
+            "maskfuzz.targets.runtime.session is not available in this checkout (cannot open targets)"
+        ) from None
     with ExitStack() as stack:
         try:
             ref = session.parse_ref(f"{target}:{entry_point}@{pin}" if entry_point else f"{target}@{pin}")

@@ -8,7 +8,7 @@
 The script is assembled from two kinds of source:
 
 * the template `fuzz/templates/repro_script.py` (a small `Case`, the checks, `main`) and the
-  worker's own stand-ins for heavy imports (`targets/standins.py`, copied, so the script imports
+  worker's own stand-ins for heavy imports (`targets/runtime/standins.py`, copied, so the script imports
   exactly as the worker does), of which only what `main` reaches is written;
 * the target's call, taken from its adapter (`targets/adapters/<name>.py`), in this order of
   preference (the adapter contract for reproducers):

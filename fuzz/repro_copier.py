@@ -30,11 +30,11 @@ NOT_FOLLOWED = ("maskfuzz.targets.adapters.base",)
 # maskfuzz modules (besides other adapters) whose definitions may be copied into a script; their code
 # goes into the script's support section (adapters and PLAIN helpers go with the target's call).
 # loss_aggregation: `microbatches`, how a step is cut, which the loss-step driver reads.
-FOLLOWED = ("maskfuzz.targets.standins", "maskfuzz.oracles.kinds.loss_aggregation")
+FOLLOWED = ("maskfuzz.targets.runtime.standins", "maskfuzz.oracles.kinds.loss_aggregation")
 # maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
 # anything else from them is refused (the adapter's own module may import the framework's packages)
 PLAIN = (
-    "maskfuzz.targets.standins",
+    "maskfuzz.targets.runtime.standins",
     "maskfuzz.targets.adapters.extract",
     "maskfuzz.oracles.options",
     "maskfuzz.oracles.kinds.loss_aggregation",

@@ -12,9 +12,9 @@ import textwrap
 from pathlib import Path
 from typing import Mapping
 
-from maskfuzz.targets import acquire as acquire_mod
-from maskfuzz.targets import cache as cachemod
 from maskfuzz.targets.registry import TargetSpec, registry
+from maskfuzz.targets.runtime import acquire as acquire_mod
+from maskfuzz.targets.runtime import cache as cachemod
 
 
 def rows(

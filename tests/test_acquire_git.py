@@ -13,9 +13,9 @@ from pathlib import Path
 import git
 import pytest
 
-from maskfuzz.targets import acquire as acq
-from maskfuzz.targets import gitrepo
 from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.runtime import acquire as acq
+from maskfuzz.targets.runtime import gitrepo
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {
@@ -195,7 +195,7 @@ _RACE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from maskfuzz.targets import acquire as acq
+    from maskfuzz.targets.runtime import acquire as acq
     from maskfuzz.targets.registry import TargetSpec
     spec = TargetSpec(id="toy", adapter="maskfuzz.targets.adapters.callable", own=("toy",), contract="compressed")
     time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # start together
@@ -270,7 +270,7 @@ def test_no_source_at_all_asks_for_a_repo(cache):
 
 
 def test_cache_dir_lock_and_stale_scratch(tmp_path):
-    from maskfuzz.targets import cache as cachemod
+    from maskfuzz.targets.runtime import cache as cachemod
 
     assert cachemod.cache_dir({"MASKFUZZ_CACHE": "/a", "XDG_CACHE_HOME": "/b"}) == Path("/a")
     assert cachemod.cache_dir({"XDG_CACHE_HOME": "/b"}) == Path("/b/maskfuzz")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from maskfuzz.targets import acquire as acq
-from maskfuzz.targets import wheels
 from maskfuzz.targets.registry import Pin, TargetSpec
+from maskfuzz.targets.runtime import acquire as acq
+from maskfuzz.targets.runtime import wheels
 
 
 def spec(**kw) -> TargetSpec:

@@ -16,7 +16,7 @@ import pytest
 from maskfuzz.fuzz.bisect import evaluation_bound
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import Verdict
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.repos import parse_repos
 
 PR_1827 = "3d2e0e411c4a20501a1841003880b0245700618a"  # fix: run PPO GAE over trainable tokens only
 PR_1720 = "6875694c5a67c8067640de070a76328b7de71faa"  # terminal rewards injected at the last response token
@@ -39,7 +39,7 @@ def miles_repo():
     repos = parse_repos(None)
     if "miles" not in repos:
         pytest.skip("needs a local miles clone or mirror: set MASKFUZZ_REPOS=miles=/path/to/miles")
-    from maskfuzz.targets import gitrepo
+    from maskfuzz.targets.runtime import gitrepo
 
     try:
         gitrepo.rev_parse(gitrepo.open_local(repos["miles"]), PR_1827)

@@ -237,7 +237,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, ca
 def test_a_pin_that_names_nothing_is_refused_once_before_any_work(capsys, monkeypatch):
     """`maskfuzz fuzz verl@0.9.9` once fuzzed for 21 s and printed the same download error on 27 rows."""
     import maskfuzz.fuzz.commands.fuzz as cmd
-    from maskfuzz.targets import acquire as acquire_mod
+    from maskfuzz.targets.runtime import acquire as acquire_mod
 
     def missing(spec, pin, repos=None, cache=None, **kw):
         raise acquire_mod.PinMissing(f"{spec.id}@{pin}: no wheel of verl=={pin}; the index offers 0.9.0, 0.9.1")

@@ -23,7 +23,7 @@ from maskfuzz.fuzz import replay as rp
 from maskfuzz.fuzz.corpus import LEDGER_NAME, load_all
 from maskfuzz.fuzz.corpus_codec import CorpusError
 from maskfuzz.fuzz.ledger import Ledger
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.repos import parse_repos
 
 ROOT = Path(os.environ.get("MASKFUZZ_CORPUS") or Path(__file__).resolve().parents[1] / "corpus")
 DEVICE = os.environ.get("MASKFUZZ_DEVICE", "cpu")

@@ -208,7 +208,7 @@ def test_record_accepts_the_engines_finding(tmp_path: Path):
 
 
 def test_record_holds_a_lock_on_the_corpus(tmp_path: Path, monkeypatch):
-    from maskfuzz.targets.cache import LockTimeout
+    from maskfuzz.targets.runtime.cache import LockTimeout
 
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     store = DirectoryStore(tmp_path / "corpus")

@@ -12,7 +12,7 @@ import pytest
 from maskfuzz.fuzz.semantics import clean_cases
 from maskfuzz.oracles.options import resolve
 from maskfuzz.targets.registry import registry
-from maskfuzz.targets.session import SetupError, Skip, open_target
+from maskfuzz.targets.runtime.session import SetupError, Skip, open_target
 
 DEFAULT_PINS = [(spec.id, pin.rev) for spec in registry().values() for pin in spec.default_pins]
 

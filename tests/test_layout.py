@@ -60,8 +60,8 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/torchrl_kinds.py': 4,
         'targets/adapters/trl_kinds.py': 3,
         'targets/adapters/verl_kinds.py': 7,
-        'targets/forkserver.py': 1,
-        'targets/worker.py': 2,
+        'targets/runtime/forkserver.py': 1,
+        'targets/runtime/worker.py': 2,
     },
     'kind_string_dispatch': {
         'fuzz/commands/fuzz.py': 1,

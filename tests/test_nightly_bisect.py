@@ -201,7 +201,7 @@ VERL_FIX = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # [algo] feat: mask out o
 @pytest.fixture
 def verl_clone(tmp_path):
     """A clone of the verl mirror (MASKFUZZ_REPOS) whose branch ends at #2337, with a work tree."""
-    from maskfuzz.targets.repos import parse_repos
+    from maskfuzz.targets.runtime.repos import parse_repos
 
     repos = parse_repos(None)
     if "verl" not in repos:

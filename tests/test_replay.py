@@ -21,7 +21,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.properties import Declared, judge
 from maskfuzz.oracles.reference import reference
-from maskfuzz.targets import acquire as acquire_mod
+from maskfuzz.targets.runtime import acquire as acquire_mod
 
 pytest_plugins = ["pytester"]
 
@@ -255,7 +255,9 @@ def test_ledger_matching_and_errors(tmp_path: Path):
 
 # -- the default opener translates the session's exceptions -----------------------------------------
 def test_open_handle_turns_session_errors_into_skips(monkeypatch):
-    session = pytest.importorskip("maskfuzz.targets.session", reason="targets/session.py is not in this checkout")
+    session = pytest.importorskip(
+        "maskfuzz.targets.runtime.session", reason="targets/runtime/session.py is not in this checkout"
+    )
 
     def raising(exc):
         @contextlib.contextmanager
@@ -399,7 +401,7 @@ def test_at_another_dtype_the_ledger_does_not_apply():
 
 def test_cli_target_at_a_pin_that_cannot_be_set_up_exits_2(corpus: Path, monkeypatch, capsys):
     """`replay --target verl@0.9.9` (no such release) once exited 0 with every replay skipped; `fuzz` exits 2."""
-    from maskfuzz.targets import session
+    from maskfuzz.targets.runtime import session
 
     @contextlib.contextmanager
     def no_such_release(ref, repos=None, device="cpu", **kw):

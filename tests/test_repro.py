@@ -44,7 +44,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.properties import Declared, Verdict, judge
 from maskfuzz.targets import registry
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.repos import parse_repos
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION = "gae_impl:gae"
@@ -643,7 +643,7 @@ def test_identify_git_and_wheel(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_verl_poison_reproduces_at_041_and_is_fixed_at_050(tmp_path, capsys, clean_python):
-    from maskfuzz.targets.acquire import AcquireError, acquire
+    from maskfuzz.targets.runtime.acquire import AcquireError, acquire
 
     spec = registry.get("verl")
     try:
@@ -674,7 +674,7 @@ def test_roll_seed_case_at_c09bc8bc9f43(tmp_path, capsys, clean_python):
     repos = parse_repos(None)
     if "roll" not in repos:
         pytest.skip("needs a ROLL mirror: MASKFUZZ_REPOS=roll=/path/to/ROLL (e.g. /work/.mirror/alibaba+ROLL/repo)")
-    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.runtime.acquire import acquire
 
     path = save(_entry("poison", SEED, "roll", "c09bc8bc9f43", None), tmp_path / "corpus")
     code = cli(["repro", str(path), "-o", str(tmp_path / "out")])
@@ -703,8 +703,8 @@ def _failing_entry(label: str) -> Path:
 def _reproduce_in_clean_python(tmp_path, capsys, clean_python, label: str) -> dict:
     """`maskfuzz repro` of a failing corpus finding at `label`: exit 0 with the judge agreeing, and the
     script exits 1 on the same code in an interpreter without maskfuzz and passes ruff. Its JSON."""
-    from maskfuzz.targets.acquire import acquire
-    from maskfuzz.targets.session import parse_ref
+    from maskfuzz.targets.runtime.acquire import acquire
+    from maskfuzz.targets.runtime.session import parse_ref
 
     path = _failing_entry(label)
     code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])
@@ -758,7 +758,7 @@ def test_an_old_wheels_extracted_function_reproduces(tmp_path, capsys, clean_pyt
     code = cli(["repro", str(path), "--target", label, "-o", str(tmp_path / "out")])
     captured = capsys.readouterr()
     assert code == 0 and "judge agrees (fail)" in captured.out, captured.err
-    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.runtime.acquire import acquire
 
     root = acquire(registry.get("trl"), "0.11.4", parse_repos(None)).root
     code, data = run_clean(clean_python, tmp_path / "out" / "repro.py", root, tmp_path)

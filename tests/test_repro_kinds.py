@@ -206,8 +206,8 @@ def test_verl_kind_findings_reproduce_from_the_wheel(
     title,
 ):
     from maskfuzz.targets import registry
-    from maskfuzz.targets.acquire import acquire
-    from maskfuzz.targets.repos import parse_repos
+    from maskfuzz.targets.runtime.acquire import acquire
+    from maskfuzz.targets.runtime.repos import parse_repos
 
     label = f"verl:{entry}@{PIN}"
     found = Entry("verl", PIN, prop, case, Verdict(prop, "fail", "hand-made"), entry_point=entry, found=Found.now(0))
@@ -249,9 +249,9 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
     normaliser bisected to its fix) give a script that reproduces them without maskfuzz, and a report
     with the configured variant, the root cause and (verl) the bisection."""
     from maskfuzz.targets import registry
-    from maskfuzz.targets.acquire import acquire
-    from maskfuzz.targets.repos import parse_repos
-    from maskfuzz.targets.session import parse_ref
+    from maskfuzz.targets.runtime.acquire import acquire
+    from maskfuzz.targets.runtime.repos import parse_repos
+    from maskfuzz.targets.runtime.session import parse_ref
 
     corpus = Path(__file__).resolve().parents[1] / "corpus"
     code = cli(["repro", str(corpus / path), "--target", label, "-o", str(tmp_path / "out")])
@@ -289,8 +289,8 @@ def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_pyt
     """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
     mk`): the script copies those members and cuts the prefix."""
     from maskfuzz.targets import registry
-    from maskfuzz.targets.acquire import acquire
-    from maskfuzz.targets.repos import parse_repos
+    from maskfuzz.targets.runtime.acquire import acquire
+    from maskfuzz.targets.runtime.repos import parse_repos
 
     if target not in parse_repos(None):
         pytest.skip(f"{target} is git only: needs MASKFUZZ_REPOS={target}=/path/to/a/clone")

@@ -27,9 +27,9 @@ from maskfuzz.fuzz.cli import main
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import Verdict
 from maskfuzz.targets import registry
-from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.session import open_rollout
+from maskfuzz.targets.runtime.repos import parse_repos
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_PIN, FIX_PIN = "c09bc8bc9f43", "090ac94658ad"

@@ -14,7 +14,15 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.registry import Pin, TargetSpec
-from maskfuzz.targets.session import RefError, SetupError, Skip, TargetRef, open_callable, open_target, parse_ref
+from maskfuzz.targets.runtime.session import (
+    RefError,
+    SetupError,
+    Skip,
+    TargetRef,
+    open_callable,
+    open_target,
+    parse_ref,
+)
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
@@ -145,7 +153,7 @@ def test_unimportable_pin_is_a_setup_error_that_says_what_to_do(toy):
 
 
 def test_unknown_pin_is_a_setup_error_before_any_worker(toy, monkeypatch):
-    import maskfuzz.targets.session as session
+    import maskfuzz.targets.runtime.session as session
 
     monkeypatch.setattr(session, "Worker", None)  # a worker start would fail with a TypeError
     with pytest.raises(SetupError, match=r"toy@nope: unknown revision.*git -C"):

@@ -26,8 +26,8 @@ from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import areal
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 RELEASE = "1.0.4"
 GIT_PINS = [p.rev for p in areal.SPEC.pins if p.kind == "git"]

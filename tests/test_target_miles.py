@@ -34,9 +34,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import miles
 from maskfuzz.targets.adapters.slime import Samples
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import Skip, open_target
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import Skip, open_target
 from tests.test_target_slime import KL_REWARD, KL_REWARD_FINITE
 
 FIX = "3d2e0e411"  # PR #1827: run PPO GAE over trainable tokens only
@@ -276,7 +276,7 @@ def fixed(repos):
 
 @pytest.mark.needs_mirror
 def test_pinned_before_is_the_first_parent_of_the_fix(repos):
-    from maskfuzz.targets import gitrepo
+    from maskfuzz.targets.runtime import gitrepo
 
     repo = gitrepo.open_local(repos["miles"])
     fix = repo.commit(gitrepo.rev_parse(repo, FIX))
@@ -1158,7 +1158,7 @@ def _lines(text: str, lines: str) -> str:
 
 @pytest.mark.network
 def test_every_wheel_promise_quotes_the_words_at_its_line():
-    from maskfuzz.targets.acquire import acquire
+    from maskfuzz.targets.runtime.acquire import acquire
 
     root = acquire(miles.SPEC, "0.0.2").root
     for entry in miles.SPEC.entries:

@@ -36,8 +36,8 @@ from maskfuzz.targets import registry
 from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import Skip, open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import Skip, open_target
 
 HEAD_PIN, FIRST_PIN, BEFORE_PIN = (p.rev for p in nemo_rl.SPEC.pins)
 

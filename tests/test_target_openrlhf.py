@@ -30,7 +30,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import openrlhf
 from maskfuzz.targets.adapters.base import NotPresent
-from maskfuzz.targets.session import SetupError, open_target
+from maskfuzz.targets.runtime.session import SetupError, open_target
 
 NEWEST, OLDEST = "0.11.2", "0.3.6.post1"
 DECLARED = openrlhf.SPEC.declared()
@@ -409,7 +409,7 @@ def test_short_fuzz_of_the_aggregation_entries(entry, name):
 @pytest.mark.network
 def test_aggregation_entries_skip_before_aggregate_loss():
     from maskfuzz.targets.adapters import openrlhf_kinds
-    from maskfuzz.targets.session import Skip
+    from maskfuzz.targets.runtime.session import Skip
 
     assert set(openrlhf_kinds.AGGREGATE) == set(AGG) and set(AGG) <= set(openrlhf.SPEC.entries)
     with pytest.raises(Skip, match="aggregate_loss"):
@@ -421,7 +421,7 @@ def test_aggregation_entries_skip_before_aggregate_loss():
 def test_value_loss_by_hand():
     """ValueLoss(0.5) over a step of two micro-batches with OpenRLHF's own step normalisers: the token mean of
     0.5 max((clip - R)^2, (v - R)^2) over the step's 3 tokens."""
-    from maskfuzz.targets.session import open_target
+    from maskfuzz.targets.runtime.session import open_target
 
     case = Case.build(
         trainable=[[1, 1, 0], [1, 0, 0]],

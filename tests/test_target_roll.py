@@ -40,9 +40,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets import registry
 from maskfuzz.targets.adapters import roll, roll_kinds
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 SEED_PIN, HEAD_PIN, FIX_PIN = "c09bc8bc9f43", "8eb27cc2dc34", "090ac94658ad"
 

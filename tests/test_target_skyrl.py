@@ -33,9 +33,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.oracles.reference import classic_gae_loop
 from maskfuzz.targets.adapters import skyrl
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 PIN = "0.3.1"
 FIRST = "0.1.0"

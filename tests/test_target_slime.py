@@ -24,9 +24,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import slime
 from maskfuzz.targets.adapters.base import NotPresent
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 HEAD = "624b824a8"
 OLDER = "166441911"

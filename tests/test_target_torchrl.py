@@ -30,8 +30,8 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import torchrl
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 PIN = "0.14.1"
 ENTRIES = ("default", "vec")
@@ -696,7 +696,7 @@ def test_value_loss_at_git_main():
 def test_value_loss_is_absent_before_the_loss_mask():
     """0.12.0: PPO reduces every loss_* key with _reduce(value, reduction) over all elements (ppo.py:1307): no
     loss mask to express the case's mask with, so the entry is not present."""
-    from maskfuzz.targets.session import Skip
+    from maskfuzz.targets.runtime.session import Skip
 
     with pytest.raises(Skip, match="take no loss mask at this pin"):
         with open_target("torchrl:value-loss@0.12.0"):

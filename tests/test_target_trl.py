@@ -30,8 +30,8 @@ from maskfuzz.oracles.properties import judge
 from maskfuzz.targets.adapters import trl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import Skip, open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import Skip, open_target
 
 NEWEST_PPO = "1.12.0"
 OLD = "0.11.4"

@@ -37,8 +37,8 @@ from maskfuzz.oracles.properties import TargetFailure, judge
 from maskfuzz.oracles.reference import masked_whiten, reference
 from maskfuzz.targets.adapters import verl
 from maskfuzz.targets.adapters.base import NotPresent
-from maskfuzz.targets.repos import parse_repos
-from maskfuzz.targets.session import SetupError, open_target
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import SetupError, open_target
 
 OLD, NEW = "0.4.1", "0.9.1"  # the last plain-loop release and the newest (masked carry) release
 MASKING = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # #2337 "mask out observation token in GAE"

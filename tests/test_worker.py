@@ -12,7 +12,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import TargetFailure
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerSkip
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
 
 ADAPTER = "maskfuzz.targets.adapters.callable"
 
@@ -122,7 +122,7 @@ def test_workers_never_import_from_the_working_directory(tmp_path, module_dir, m
     import subprocess
     import sys
 
-    from maskfuzz.targets.forkserver import NO_CWD_MAIN
+    from maskfuzz.targets.runtime.forkserver import NO_CWD_MAIN
 
     hostile = tmp_path / "hostile"
     for pkg in ("targets", "fuzz", "transformers"):
@@ -136,7 +136,7 @@ def test_workers_never_import_from_the_working_directory(tmp_path, module_dir, m
         assert torch.equal(adv, torch.tensor([[3.0, 3.0, 1.0], [-1.0, 1.0, 1.0]]))
     # the command line the fork server and spawned workers start with: run from that directory
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for module in ("maskfuzz.targets.worker", "maskfuzz.targets.forkserver"):
+    for module in ("maskfuzz.targets.runtime.worker", "maskfuzz.targets.runtime.forkserver"):
         proc = subprocess.run(
             [sys.executable, "-c", NO_CWD_MAIN.format(module=module)] + (["-1"] if module.endswith("server") else []),
             cwd=hostile, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,

@@ -77,7 +77,7 @@ def _load_case(path: str):
 
 
 def _split_target(text: str) -> tuple[str, str | None]:
-    from maskfuzz.targets.session import RefError, parse_ref
+    from maskfuzz.targets.runtime.session import RefError, parse_ref
 
     try:
         ref = parse_ref(text.split("@", 1)[0] + "@bisect")  # the pin is what we bisect: ignore it
@@ -90,7 +90,7 @@ def setup(args, entry):
     """(history, evaluator, unit, description) for the arguments: git commits of a target, its
     releases, or a --callable function's repository."""
     from maskfuzz.fuzz import bisect_env
-    from maskfuzz.targets.repos import parse_repos
+    from maskfuzz.targets.runtime.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)
@@ -116,7 +116,8 @@ def setup(args, entry):
         )
         return history, evaluator, "commit", f"{args.callable} in {args.source}"
 
-    from maskfuzz.targets import acquire, registry
+    from maskfuzz.targets import registry
+    from maskfuzz.targets.runtime import acquire
 
     target, target_entry = _split_target(args.target) if args.target else (entry.target, entry.entry_point)
     if target == "callable":

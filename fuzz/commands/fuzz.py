@@ -32,7 +32,7 @@ from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.reference import CONTRACTS
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.repos import parse_repos
 
 FIRST_RUN_BUDGET = 60.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)
 FIRST_RUN_SIZES = Sizes(8, 64)  # the first run's batches: every layout and poison still drawn, shrunk fast
@@ -318,7 +318,7 @@ def _check_options(declared, options: dict) -> None:
     """--option against the target's option space: SetupError naming the space when it is not in it."""
     from maskfuzz.oracles.case import CaseError
     from maskfuzz.oracles.options import resolve
-    from maskfuzz.targets.session import SetupError
+    from maskfuzz.targets.runtime.session import SetupError
 
     try:
         resolve(tuple(declared.options), options)
@@ -359,7 +359,7 @@ def _resolve_labels(targets: list[str], callables: list[str], repos: dict, first
     """The entries to fuzz: each TARGET[:ENTRY][@PIN] (a framework alone means all its entries); with no
     target every entry at the default pins, or with `first_run` each framework's first-run entries there."""
     from maskfuzz.targets.registry import registry
-    from maskfuzz.targets.session import RefError, parse_ref
+    from maskfuzz.targets.runtime.session import RefError, parse_ref
 
     specs = registry()
     if not targets and not callables:
@@ -392,7 +392,7 @@ def run_job(job: Job) -> dict:
     sake: set-up problems become status 'error', an absent function 'skipped')."""
     from maskfuzz.fuzz.engine import fuzz_target
     from maskfuzz.fuzz.triage import triage
-    from maskfuzz.targets.session import SetupError, Skip, open_callable, open_target
+    from maskfuzz.targets.runtime.session import SetupError, Skip, open_callable, open_target
 
     out = {
         "target": job.label,
@@ -541,8 +541,8 @@ def _callable_checkout(source: str, function: str, rev: str) -> tuple[Path, str]
     """(worktree, full hash) of `rev` in a --callable's --source repository (cached like a target's clone)."""
     from maskfuzz.fuzz.bisect import BisectError
     from maskfuzz.fuzz.bisect_env import local_history
-    from maskfuzz.targets import gitrepo
-    from maskfuzz.targets.session import SetupError
+    from maskfuzz.targets.runtime import gitrepo
+    from maskfuzz.targets.runtime.session import SetupError
 
     try:
         history = local_history(source, function.partition(":")[0].split(".")[0] or "callable")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from maskfuzz.targets import acquire as acquire_mod
 from maskfuzz.targets.registry import get
+from maskfuzz.targets.runtime import acquire as acquire_mod
 
 
 def missing_pins(pairs: Iterable[tuple[str, str]], repos: Mapping[str, Path]) -> list[str]:

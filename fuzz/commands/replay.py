@@ -24,7 +24,7 @@ from maskfuzz.fuzz.corpus import load_all
 from maskfuzz.fuzz.corpus_codec import CorpusError, Entry
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.oracles.case import CaseError, dtype_name
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.repos import parse_repos
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 

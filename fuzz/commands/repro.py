@@ -162,9 +162,9 @@ def _registered(args, entry):
     (Environment, judge)."""
     from maskfuzz.fuzz import repro as rp
     from maskfuzz.targets import registry
-    from maskfuzz.targets.acquire import AcquireError, acquire
-    from maskfuzz.targets.repos import parse_repos
-    from maskfuzz.targets.session import RefError, parse_ref
+    from maskfuzz.targets.runtime.acquire import AcquireError, acquire
+    from maskfuzz.targets.runtime.repos import parse_repos
+    from maskfuzz.targets.runtime.session import RefError, parse_ref
 
     try:
         repos = parse_repos(args.repo)
@@ -180,7 +180,7 @@ def _registered(args, entry):
 
     def judge() -> tuple[str, dict]:
         from maskfuzz.oracles.properties import judge as judge_case
-        from maskfuzz.targets.session import SetupError, Skip, open_target
+        from maskfuzz.targets.runtime.session import SetupError, Skip, open_target
 
         try:
             with open_target(ref, repos=repos, device=args.device) as handle:
@@ -226,7 +226,7 @@ def _callable(args, entry):
 
     def judge() -> str:
         from maskfuzz.oracles.properties import judge as judge_case
-        from maskfuzz.targets.session import SetupError, open_callable
+        from maskfuzz.targets.runtime.session import SetupError, open_callable
 
         try:
             with open_callable(args.callable, declared=declared, device=args.device, path=root) as handle:
@@ -244,7 +244,7 @@ def _source_checkout(source: Path, function: str, entry) -> tuple[Path, str]:
 
     from maskfuzz.fuzz.bisect import BisectError
     from maskfuzz.fuzz.bisect_env import local_history
-    from maskfuzz.targets import gitrepo
+    from maskfuzz.targets.runtime import gitrepo
 
     rev = entry.resolved if entry.resolved and re.fullmatch(r"[0-9a-f]{40}", entry.resolved) else "HEAD"
     try:

@@ -13,9 +13,9 @@ import json
 import shutil
 
 from maskfuzz.fuzz.commands.argtypes import positive_int
-from maskfuzz.targets import cache as cachemod
 from maskfuzz.targets import listing
 from maskfuzz.targets.registry import registry
+from maskfuzz.targets.runtime import cache as cachemod
 
 
 def register(subparsers) -> None:
@@ -38,7 +38,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from maskfuzz.fuzz.cli import UsageError
-    from maskfuzz.targets.repos import parse_repos
+    from maskfuzz.targets.runtime.repos import parse_repos
 
     try:
         repos = parse_repos(args.repo)
@@ -70,7 +70,7 @@ def _semantics(args: argparse.Namespace, repos: dict) -> int:
     from maskfuzz.fuzz import semantics
     from maskfuzz.fuzz.cli import UsageError
     from maskfuzz.fuzz.commands.fuzz import _resolve_labels
-    from maskfuzz.targets.session import SetupError, Skip, open_target
+    from maskfuzz.targets.runtime.session import SetupError, Skip, open_target
 
     for text in args.semantics:
         if "@" not in text:

@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from maskfuzz.fuzz.cli import UsageError
     from maskfuzz.oracles.properties import TargetFailure
     from maskfuzz.targets import registry
-    from maskfuzz.targets.repos import parse_repos
     from maskfuzz.targets.rollout.session import open_rollout
-    from maskfuzz.targets.session import RefError, SetupError, Skip, parse_ref
+    from maskfuzz.targets.runtime.repos import parse_repos
+    from maskfuzz.targets.runtime.session import RefError, SetupError, Skip, parse_ref
 
     try:
         entry = corpus.load(args.case)

@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from maskfuzz.targets.standins import StandInFinder, install
+from maskfuzz.targets.runtime.standins import StandInFinder, install
 
 # ---------------------------------------------------------------------------------------------
 # The finding (placeholders: `maskfuzz repro` writes the real values).
@@ -75,7 +75,7 @@ def prepare(root: Path) -> tuple[Callable, str]:
 
 # ---------------------------------------------------------------------------------------------
 # Heavy packages the computation never uses: inert stand-ins when missing, a blocker for DENY.
-# (targets/standins.py, the worker's own, is copied into the script with what it needs.)
+# (targets/runtime/standins.py, the worker's own, is copied into the script with what it needs.)
 # ---------------------------------------------------------------------------------------------
 def install_stand_ins() -> StandInFinder:
     """Keep the DENY packages missing, stand in for the STAND_INS packages that are not installed

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from maskfuzz.targets import registry as registry_mod
-from maskfuzz.targets.acquire import AcquireError, Checkout, acquire
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.registry import TargetSpec
-from maskfuzz.targets.repos import parse_repos
 from maskfuzz.targets.rollout import BATCH_CODE
-from maskfuzz.targets.session import SetupError, Skip, TargetRef, load_advice, parse_ref
+from maskfuzz.targets.runtime.acquire import AcquireError, Checkout, acquire
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import SetupError, Skip, TargetRef, load_advice, parse_ref
 
 LM_ADAPTER = "maskfuzz.targets.rollout.lm"
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import git
 
-from maskfuzz.targets import cache as cachemod
+from maskfuzz.targets.runtime import cache as cachemod
 
 # Never let git wait for credentials on a terminal (a private or mistyped URL would hang a worker).
 _GIT_ENV = {

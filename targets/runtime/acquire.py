@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from maskfuzz.targets import cache as cachemod
-from maskfuzz.targets import gitrepo, wheels
 from maskfuzz.targets.registry import TargetSpec
+from maskfuzz.targets.runtime import cache as cachemod
+from maskfuzz.targets.runtime import gitrepo, wheels
 
 VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9.]+)?$")
 

@@ -1,7 +1,7 @@
 """The worker process: imports one target's real code once and runs the cases sent to it.
 
 Started by `targets.client.Worker`, forked from its fork server (`forked`) or as
-`python -m maskfuzz.targets.worker` (`main`). Messages are pickles between the fuzzer and its own child
+`python -m maskfuzz.targets.runtime.worker` (`main`). Messages are pickles between the fuzzer and its own child
 (never read from files), over a multiprocessing Connection or length-prefixed on a private
 duplicate of stdout; the target's own output goes to a log file or stderr, so whatever the target
 prints cannot corrupt the protocol.
@@ -54,8 +54,8 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def _load(args: dict):
-    from maskfuzz.targets import standins
     from maskfuzz.targets.adapters.base import NotPresent
+    from maskfuzz.targets.runtime import standins
 
     root = args.get("root")
     if root:
@@ -102,7 +102,7 @@ def serve(receive, reply) -> None:
 
 
 def main() -> int:
-    """`python -m maskfuzz.targets.worker`: requests on stdin, replies on a private duplicate of stdout."""
+    """`python -m maskfuzz.targets.runtime.worker`: requests on stdin, replies on a private duplicate of stdout."""
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -3,7 +3,7 @@ some frameworks pull in at import) once, then forks a worker per request.
 
 Unlike multiprocessing's forkserver it never re-imports the caller's `__main__` in a worker, so a
 script without a main guard, `python -c` or stdin is fine. The protocol, over a Unix socket pair
-given to `python -m maskfuzz.targets.forkserver FD`:
+given to `python -m maskfuzz.targets.runtime.forkserver FD`:
 
     -> JSON {"stderr": path, "env": {...}, "cwd": path} with one file descriptor attached (the
        worker's end of its own socket pair, spoken to with multiprocessing.connection)
@@ -30,12 +30,13 @@ from multiprocessing.connection import Connection
 
 # `python -m M` puts the working directory first on sys.path, so a `targets/` folder or an
 # `oracles.py` where maskfuzz runs would shadow ours: drop it, then run the module as __main__
+SERVER_MODULE = "maskfuzz.targets.runtime.forkserver"  # this module, as the server process runs it
 NO_CWD_MAIN = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
 PRELOAD = (
     "torch",
     "torch._dynamo",
     "maskfuzz.oracles.properties",
-    "maskfuzz.targets.worker",
+    "maskfuzz.targets.runtime.worker",
     "maskfuzz.targets.adapters.base",
 )
 
@@ -73,7 +74,7 @@ def serve(control: socket.socket) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                from maskfuzz.targets import worker
+                from maskfuzz.targets.runtime import worker
 
                 worker.forked(Connection(fds[0]), request["stderr"], request["env"], request["cwd"])
             finally:
@@ -109,7 +110,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)  # maskfuzz from its installation, as in targets.client
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", NO_CWD_MAIN.format(module="maskfuzz.targets.forkserver"), str(theirs.fileno())],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module=SERVER_MODULE), str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,

@@ -23,10 +23,10 @@ from maskfuzz.oracles.options import without
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import CONTRACTS
 from maskfuzz.targets import registry as registry_mod
-from maskfuzz.targets.acquire import AcquireError, Checkout, acquire
-from maskfuzz.targets.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.registry import TargetSpec
-from maskfuzz.targets.repos import parse_repos
+from maskfuzz.targets.runtime.acquire import AcquireError, Checkout, acquire
+from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
+from maskfuzz.targets.runtime.repos import parse_repos
 
 CALLABLE_ADAPTER = "maskfuzz.targets.adapters.callable"
 

@@ -5,11 +5,11 @@ returns) or raises `TargetFailure` with kind 'exception' (the target raised), 'c
 process died) or 'hang' (no answer within the timeout). After a crash or hang the process is
 killed and the next call starts and loads a fresh one, so a run goes on.
 
-Processes are forked from a fork server (targets/forkserver.py) that has imported torch and its
+Processes are forked from a fork server (targets/runtime/forkserver.py) that has imported torch and its
 compiler stack once, so starting a worker costs a fork and the target's own imports instead of a
 whole interpreter start (a miles bisection step: about 2 s, worktree included, against about 7 s
 with a fresh interpreter). `MASKFUZZ_WORKER_START=spawn` starts each worker as a fresh
-`python -m maskfuzz.targets.worker` instead (slower; for debugging, or where fork is unavailable).
+`python -m maskfuzz.targets.runtime.worker` instead (slower; for debugging, or where fork is unavailable).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import TargetFailure
-from maskfuzz.targets import worker as protocol
-from maskfuzz.targets.forkserver import NO_CWD_MAIN, ForkServer
+from maskfuzz.targets.runtime import worker as protocol
+from maskfuzz.targets.runtime.forkserver import NO_CWD_MAIN, ForkServer
 
 START_ENV = "MASKFUZZ_WORKER_START"
 
@@ -64,11 +64,11 @@ def _worker_env(extra: dict) -> dict:
 
 
 class _Spawned:
-    """A worker as a fresh interpreter: `python -m maskfuzz.targets.worker` on pipes."""
+    """A worker as a fresh interpreter: `python -m maskfuzz.targets.runtime.worker` on pipes."""
 
     def __init__(self, env: dict, stderr):
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", NO_CWD_MAIN.format(module="maskfuzz.targets.worker")],
+            [sys.executable, "-c", NO_CWD_MAIN.format(module="maskfuzz.targets.runtime.worker")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from maskfuzz.targets import cache as cachemod
+from maskfuzz.targets.runtime import cache as cachemod
 
 META = ".maskfuzz-release.json"
 # pip prints these when it cannot reach the index (before "No matching distribution found").
