@@ -71,6 +71,7 @@ import torch
 
 from maskfuzz.fuzz.corpus import Entry, position_kind
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import baseline as _baseline
 from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import outputs as kind_outputs
@@ -82,7 +83,6 @@ from maskfuzz.oracles.properties import (
     POISON_PROBE,
     SEVERITY,
     Declared,
-    _baseline,
     expected_outputs,
     sanitized,
     with_extra_row,

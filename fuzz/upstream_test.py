@@ -22,7 +22,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import MECHANISMS
-from maskfuzz.oracles.properties import Declared, _baseline, expected_outputs
+from maskfuzz.oracles.properties import Declared, baseline, expected_outputs
 from maskfuzz.oracles.tolerance import FLOOR, bounds
 
 
@@ -174,7 +174,7 @@ def render(
     exp = expected_outputs(case, declared)
     if exp is None:
         raise ValueError("the reference is undefined for this case (whitening over < 2 trainable tokens)")
-    bnd = bounds(case, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(case, declared))
+    bnd = bounds(case, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(case, declared))
     live = case.trainable
     rtol, atol = FLOOR[case.dtype]
     tol = {n: 2.0 * float(b[live].max()) + atol for n, b in (("advantages", bnd.advantages), ("returns", bnd.returns))}

@@ -34,23 +34,14 @@ import torch
 
 from maskfuzz.oracles import kl_reward
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.declared import Declared, baseline
+from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
 from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import (
-    POISON_PROBE,
-    Declared,
-    Run,
-    _baseline,
-    _call,
-    expected_outputs,
-    judge,
-    sanitized,
-    with_extra_row,
-    with_inserted_gap,
-)
+from maskfuzz.oracles.properties import expected_outputs, judge, sanitized, with_extra_row, with_inserted_gap
 from maskfuzz.oracles.reference import last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import bounds, mismatches, self_slack
+from maskfuzz.oracles.verdict import Run, call
 
 MECHANISMS: dict[str, str] = {
     "masked-value-bootstrap": "a critic value at a non-trainable position bootstraps into trainable advantages",
@@ -115,8 +106,8 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     exp = expected_outputs(clean, declared)
     if exp is None:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")
-    c_adv, c_ret = _call(run, clean)
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    c_adv, c_ret = call(run, clean)
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     live = clean.trainable
     slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
     probe = min(POISON_PROBE, poison_cap(clean.dtype))
@@ -128,7 +119,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             if prop != "poison" and not bool((own != 0).any()):
                 continue  # the case has no such poison: a leak of the probe's cannot explain its failure
             poked = clean.replace(**{field: torch.where(live, getattr(clean, field), torch.full_like(c_adv, probe))})
-            p_adv, p_ret = _call(run, poked)
+            p_adv, p_ret = call(run, poked)
             moved = _moved(p_ret, c_ret, bnd.returns, slack, live)
             if declared.whitening is None:  # whitened advantages move with any masked statistic: returns decide
                 moved = moved | _moved(p_adv, c_adv, bnd.advantages, slack, live)
@@ -140,7 +131,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             if prop != "poison" and not bool((own != clean.extra[name][~live]).any()):
                 continue
             poked = clean.replace(extra={**clean.extra, name: torch.where(live, clean.extra[name], -probe)})
-            p_adv, p_ret = _call(run, poked)
+            p_adv, p_ret = call(run, poked)
             moved = _moved(p_ret, c_ret, bnd.returns, slack, live) | _moved(p_adv, c_adv, bnd.advantages, slack, live)
             if moved.any():
                 where = moved.nonzero().tolist()[0]
@@ -212,7 +203,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
 def _row_alone(run: Run, clean: Case, c_adv, c_ret, bnd, slack) -> str | None:
     """Whether a row run by itself gives other outputs than in the batch (a statistic over the rows)."""
     for b in range(clean.shape[0]):
-        a_adv, a_ret = _call(run, clean.rows([b]))
+        a_adv, a_ret = call(run, clean.rows([b]))
         live = clean.trainable[b : b + 1]
         moved = _moved(a_adv, c_adv[b : b + 1], bnd.advantages[b : b + 1], slack, live) | _moved(
             a_ret, c_ret[b : b + 1], bnd.returns[b : b + 1], slack, live
@@ -225,13 +216,13 @@ def _row_alone(run: Run, clean: Case, c_adv, c_ret, bnd, slack) -> str | None:
 def _row_order(run: Run, clean: Case, declared: Declared) -> str | None:
     """Whether reversing the rows alone (no row added) moves a row's output on the clean case."""
     perm = list(reversed(range(clean.shape[0])))
-    adv, ret = _call(run, clean)
-    r_adv, r_ret = _call(run, clean.rows(perm))
+    adv, ret = call(run, clean)
+    r_adv, r_ret = call(run, clean.rows(perm))
     back = torch.tensor(perm)  # its own inverse
     exp = expected_outputs(clean, declared)
     if exp is None:
         return None
-    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=_baseline(clean, declared))
+    bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     slack = self_slack(clean.dtype, adv[clean.trainable], ret[clean.trainable])
     live = clean.trainable
     moved = _moved(r_adv[back], adv, bnd.advantages, slack, live) | _moved(r_ret[back], ret, bnd.returns, slack, live)
@@ -261,7 +252,7 @@ def _score_misplaced(run: Run, clean: Case, declared: Declared, c_adv, c_ret, bn
     if not clean.trainable.any():
         return None
     bumped = clean.replace(score=clean.score + 1.0)
-    b_adv, b_ret = _call(run, bumped)
+    b_adv, b_ret = call(run, bumped)
     e0, e1 = expected_outputs(clean, declared), expected_outputs(bumped, declared)
     if e0 is None or e1 is None:
         return None

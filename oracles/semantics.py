@@ -25,9 +25,10 @@ from typing import Any, Callable
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared, baseline
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import Declared, _baseline, expected_outputs
+from maskfuzz.oracles.properties import expected_outputs
 from maskfuzz.oracles.reference import last_trainable
 from maskfuzz.oracles.tolerance import bounds, kind_bound, mismatches
 
@@ -262,7 +263,7 @@ def _reference(case: Case, declared: Declared, variant: dict) -> tuple[Outputs, 
             return None
         if exp is None:
             return None
-        bnd = bounds(reference_case(case, d), d.contract, exp[0], exp[1], d.whitening, baseline=_baseline(case, d))
+        bnd = bounds(reference_case(case, d), d.contract, exp[0], exp[1], d.whitening, baseline=baseline(case, d))
         return {"advantages": exp[0], "returns": exp[1]}, {"advantages": bnd.advantages, "returns": bnd.returns}
     k = spec(declared.kind)
     try:
