@@ -16,7 +16,8 @@ from maskfuzz.fuzz.repro import Check, Unsupported, _mask_rows, _rows, _toleranc
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
-from maskfuzz.oracles.kinds.judge import _carries_poison, affine_twin, clean_twin, condition_of, with_padding
+from maskfuzz.oracles.kinds.judge import affine_twin, clean_twin, condition_of, with_padding
+from maskfuzz.oracles.kinds.judge import carries_poison as _carries_poison
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import POISON_PROBE, Declared
 from maskfuzz.oracles.tolerance import FLOOR, SAFETY, UNIT_ROUNDOFF, kind_bound

@@ -61,7 +61,6 @@ class Declared:
         return dataclasses.replace(apply(self, case.options), applied=key)
 
 
-
 def documented(declared: Declared, exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, TargetFailure) and exc.kind != "exception":

@@ -28,7 +28,6 @@ Whether a mechanism breaks a promise is `oracles.promises`' question, and how ba
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
@@ -36,33 +35,16 @@ from maskfuzz.oracles import kl_reward
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared, baseline
 from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
+from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
 from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
+from maskfuzz.oracles.mechanisms import MECHANISMS as MECHANISMS
+from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.properties import expected_outputs, judge, sanitized, with_extra_row, with_inserted_gap
 from maskfuzz.oracles.reference import last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import bounds, mismatches, self_slack
 from maskfuzz.oracles.verdict import Run, call
 
-MECHANISMS: dict[str, str] = {
-    "masked-value-bootstrap": "a critic value at a non-trainable position bootstraps into trainable advantages",
-    "masked-reward-leak": "a reward (or KL term) at a non-trainable position reaches trainable outputs",
-    "extra-decay": "each masked token between trainable ones adds a decay step and a zero bootstrap",
-    "score-lost": "the outcome reward lands on a masked position, is decayed or is dropped",
-    "turn-reward-lost": "a per-turn return reads one token's reward per turn: rewards elsewhere in the turn are lost",
-    "nan-through-mask": "NaN / inf under the mask reaches trainable outputs (a mask product keeps NaN)",
-    "crash-degenerate": "an error or a non-finite output on a valid edge input (empty or all-masked rows, ...)",
-    "masked-statistics": "a statistic (whitening mean / variance) counts non-trainable tokens, rows or groups",
-    "split-normaliser": "a normaliser depends on the split of the step or on padding",
-    "masked-loss-leak": "a per-token loss at a non-trainable position reaches the step's loss or its gradient",
-    "precision": "arithmetic below the precision of the inputs (the property holds in float64)",
-    "nondeterminism": "the same input gives different bits on CPU",
-    "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
-    "group-mixing": "a group statistic crosses group boundaries (rows assumed contiguous or of one size)",
-    "row-order": "a row's output depends on the order of the rows",
-    "variant-mismatch": "the output is another variant's (std, eps, singleton rule, estimator): documented or not",
-    "implementations-disagree": "two implementations of one computation in the framework give different outputs",
-    "unexplained": "no single-mechanism probe isolates it",
-}
 _BY_PROPERTY = {
     "no-crash": "crash-degenerate",
     "poison-nonfinite": "nan-through-mask",
@@ -71,18 +53,10 @@ _BY_PROPERTY = {
 }
 
 
-@dataclass(frozen=True)
-class Diagnosis:
-    mechanism: str
-    evidence: str  # what the probe that decided it saw
-
-
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
     declared = declared.configured(case)
     if declared.kind not in ("gae", "returns"):
-        from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
-
         return diagnose_kind(run, case, declared, prop)
     if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
         return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")

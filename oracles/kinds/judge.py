@@ -197,7 +197,7 @@ def _logprob(name: str, domain) -> bool:
     return name in ("logp", "old_logp") and not domain.masked_logprobs
 
 
-def _carries_poison(case: Case, k: KindSpec) -> bool:
+def carries_poison(case: Case, k: KindSpec) -> bool:
     dead = ~case.trainable
     per = case.per_token()
     return any(bool((per[n][dead] != 0).any()) for n in k.poisoned if n in per)
@@ -215,7 +215,7 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
         return _twin_compare(
             prop, k, v, clean, mine, theirs, case.trainable, "non-finite poison under the mask changed the output"
         )
-    if _carries_poison(case, k):
+    if carries_poison(case, k):
         clean, poisoned, mine_out, msg = (
             clean_twin(case, k),
             case,
@@ -225,7 +225,7 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
     else:
         probe = min(POISON_PROBE, poison_cap(case.dtype))
         poisoned = clean_twin(case, k, probe, declared.domain)
-        if not _carries_poison(poisoned, k):
+        if not carries_poison(poisoned, k):
             return na(prop, "the domain lets no input carry anything under the mask")
         clean, poisoned, mine_out, msg = (
             case,
