@@ -17,11 +17,11 @@ import itertools
 import torch
 
 from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
 from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of, judge
 from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.semantics import DIMENSIONS
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
 _BY_PROPERTY = {
