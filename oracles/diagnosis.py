@@ -28,50 +28,23 @@ Whether a mechanism breaks a promise is `oracles.promises`' question, and how ba
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
 from maskfuzz.oracles import kl_reward
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.declared import Declared, baseline
+from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
+from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
 from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
+from maskfuzz.oracles.mechanisms import MECHANISMS as MECHANISMS
+from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import (
-    POISON_PROBE,
-    Declared,
-    Run,
-    _call,
-    baseline,
-    expected_outputs,
-    judge,
-    sanitized,
-    with_extra_row,
-    with_inserted_gap,
-)
+from maskfuzz.oracles.properties import expected_outputs, judge, sanitized, with_extra_row, with_inserted_gap
 from maskfuzz.oracles.reference import last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import bounds, mismatches, self_slack
+from maskfuzz.oracles.verdict import Run, call
 
-MECHANISMS: dict[str, str] = {
-    "masked-value-bootstrap": "a critic value at a non-trainable position bootstraps into trainable advantages",
-    "masked-reward-leak": "a reward (or KL term) at a non-trainable position reaches trainable outputs",
-    "extra-decay": "each masked token between trainable ones adds a decay step and a zero bootstrap",
-    "score-lost": "the outcome reward lands on a masked position, is decayed or is dropped",
-    "turn-reward-lost": "a per-turn return reads one token's reward per turn: rewards elsewhere in the turn are lost",
-    "nan-through-mask": "NaN / inf under the mask reaches trainable outputs (a mask product keeps NaN)",
-    "crash-degenerate": "an error or a non-finite output on a valid edge input (empty or all-masked rows, ...)",
-    "masked-statistics": "a statistic (whitening mean / variance) counts non-trainable tokens, rows or groups",
-    "split-normaliser": "a normaliser depends on the split of the step or on padding",
-    "masked-loss-leak": "a per-token loss at a non-trainable position reaches the step's loss or its gradient",
-    "precision": "arithmetic below the precision of the inputs (the property holds in float64)",
-    "nondeterminism": "the same input gives different bits on CPU",
-    "masked-nonzero": "non-zero advantages at masked positions (no effect where the loss masks them)",
-    "group-mixing": "a group statistic crosses group boundaries (rows assumed contiguous or of one size)",
-    "row-order": "a row's output depends on the order of the rows",
-    "variant-mismatch": "the output is another variant's (std, eps, singleton rule, estimator): documented or not",
-    "implementations-disagree": "two implementations of one computation in the framework give different outputs",
-    "unexplained": "no single-mechanism probe isolates it",
-}
 _BY_PROPERTY = {
     "no-crash": "crash-degenerate",
     "poison-nonfinite": "nan-through-mask",
@@ -80,18 +53,10 @@ _BY_PROPERTY = {
 }
 
 
-@dataclass(frozen=True)
-class Diagnosis:
-    mechanism: str
-    evidence: str  # what the probe that decided it saw
-
-
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
     declared = declared.configured(case)
     if declared.kind not in ("gae", "returns"):
-        from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
-
         return diagnose_kind(run, case, declared, prop)
     if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
         return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
@@ -115,7 +80,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     exp = expected_outputs(clean, declared)
     if exp is None:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")
-    c_adv, c_ret = _call(run, clean)
+    c_adv, c_ret = call(run, clean)
     bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     live = clean.trainable
     slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
@@ -128,7 +93,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             if prop != "poison" and not bool((own != 0).any()):
                 continue  # the case has no such poison: a leak of the probe's cannot explain its failure
             poked = clean.replace(**{field: torch.where(live, getattr(clean, field), torch.full_like(c_adv, probe))})
-            p_adv, p_ret = _call(run, poked)
+            p_adv, p_ret = call(run, poked)
             moved = _moved(p_ret, c_ret, bnd.returns, slack, live)
             if declared.whitening is None:  # whitened advantages move with any masked statistic: returns decide
                 moved = moved | _moved(p_adv, c_adv, bnd.advantages, slack, live)
@@ -140,7 +105,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
             if prop != "poison" and not bool((own != clean.extra[name][~live]).any()):
                 continue
             poked = clean.replace(extra={**clean.extra, name: torch.where(live, clean.extra[name], -probe)})
-            p_adv, p_ret = _call(run, poked)
+            p_adv, p_ret = call(run, poked)
             moved = _moved(p_ret, c_ret, bnd.returns, slack, live) | _moved(p_adv, c_adv, bnd.advantages, slack, live)
             if moved.any():
                 where = moved.nonzero().tolist()[0]
@@ -212,7 +177,7 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
 def _row_alone(run: Run, clean: Case, c_adv, c_ret, bnd, slack) -> str | None:
     """Whether a row run by itself gives other outputs than in the batch (a statistic over the rows)."""
     for b in range(clean.shape[0]):
-        a_adv, a_ret = _call(run, clean.rows([b]))
+        a_adv, a_ret = call(run, clean.rows([b]))
         live = clean.trainable[b : b + 1]
         moved = _moved(a_adv, c_adv[b : b + 1], bnd.advantages[b : b + 1], slack, live) | _moved(
             a_ret, c_ret[b : b + 1], bnd.returns[b : b + 1], slack, live
@@ -225,8 +190,8 @@ def _row_alone(run: Run, clean: Case, c_adv, c_ret, bnd, slack) -> str | None:
 def _row_order(run: Run, clean: Case, declared: Declared) -> str | None:
     """Whether reversing the rows alone (no row added) moves a row's output on the clean case."""
     perm = list(reversed(range(clean.shape[0])))
-    adv, ret = _call(run, clean)
-    r_adv, r_ret = _call(run, clean.rows(perm))
+    adv, ret = call(run, clean)
+    r_adv, r_ret = call(run, clean.rows(perm))
     back = torch.tensor(perm)  # its own inverse
     exp = expected_outputs(clean, declared)
     if exp is None:
@@ -261,7 +226,7 @@ def _score_misplaced(run: Run, clean: Case, declared: Declared, c_adv, c_ret, bn
     if not clean.trainable.any():
         return None
     bumped = clean.replace(score=clean.score + 1.0)
-    b_adv, b_ret = _call(run, bumped)
+    b_adv, b_ret = call(run, bumped)
     e0, e1 = expected_outputs(clean, declared), expected_outputs(bumped, declared)
     if e0 is None or e1 is None:
         return None

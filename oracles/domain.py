@@ -57,6 +57,7 @@ FEATURES = (
 # a production citation of the masked input covers padding too, unless the domain narrows padding apart
 _FALLBACK = {"padding_values": "masked_values", "padding_rewards": "masked_rewards"}
 _CITES = re.compile(r"[\w/.-]+\.\w+:\d+")
+POISON_PROBE = 100.0  # the finite poison a probe puts under the mask (at most `poison_cap` of the dtype)
 
 
 def poison_cap(dtype: str) -> float:

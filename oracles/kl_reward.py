@@ -18,6 +18,7 @@ import dataclasses
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds import kl
 
 KEY = "kl_reward"
 EXTRAS = ("logp", "ref_logp")  # per-token inputs: poisoned under the mask, cleaned by the poison twins
@@ -25,8 +26,6 @@ EXTRAS = ("logp", "ref_logp")  # per-token inputs: poisoned under the mask, clea
 
 def options(variant: dict) -> tuple[float, dict]:
     """(coef, the `kl` kind's variant) of a `kl_reward` variant; ValueError names a bad key."""
-    from maskfuzz.oracles.kinds import kl  # not at module level: the kinds package imports the GAE properties
-
     spec = dict(variant)
     coef = float(spec.pop("coef", 0.0))
     return coef, kl.options(spec)
@@ -37,8 +36,6 @@ def shaped(case: Case, variant: dict) -> tuple[torch.Tensor, torch.Tensor]:
     missing = [n for n in EXTRAS if n not in case.extra]
     if missing:
         raise ValueError(f"a kl_reward target reads extra {missing}: the case has {sorted(case.extra)}")
-    from maskfuzz.oracles.kinds import kl
-
     coef, spec = options(variant)
     penalty = kl.reference(case, spec, vectorised=True)["kl"]
     live = case.trainable

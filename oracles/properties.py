@@ -1,43 +1,28 @@
 """The properties of the spec, as checks that run an estimator on a case and return verdicts.
 
-A `Run` maps a `Case` to (advantages, returns), both [B, T], or raises. The property ids below are
-the vocabulary of every output of the tool. Checks that need perturbed reruns (poison, row
-independence, gap invariance) build those cases themselves; `judge` runs every check that
-applies to a case and returns one verdict per property.
+A `Run` maps a `Case` to (advantages, returns), both [B, T], or raises. The property ids
+(`oracles.verdict.PROPERTIES`) are the vocabulary of every output of the tool. Checks that need
+perturbed reruns (poison, row independence, gap invariance) build those cases themselves; `judge`
+runs every check that applies to a case and returns one verdict per property.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.domain import Domain, poison_cap
+from maskfuzz.oracles.declared import Declared, baseline, documented
+from maskfuzz.oracles.domain import POISON_PROBE, Domain, poison_cap
+from maskfuzz.oracles.kinds.judge import judge as judge_kind
 from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
-from maskfuzz.oracles.options import Truncation, apply, changes_reference, reference_case
-from maskfuzz.oracles.reference import Whitening, classic_gae_loop, last_trainable, masked_whiten, reference
+from maskfuzz.oracles.options import changes_reference, reference_case
+from maskfuzz.oracles.reference import classic_gae_loop, last_trainable, masked_whiten, reference
 from maskfuzz.oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
+from maskfuzz.oracles.verdict import PROPERTIES, Run, TwinFailure, Verdict, call, describe, diff, na, ok
+from maskfuzz.oracles.verdict import TargetFailure as TargetFailure
 
-Run = Callable[[Case], "tuple[torch.Tensor, torch.Tensor]"]
-
-# Priority order: when one case violates several, the first listed names the finding.
-PROPERTIES: tuple[str, ...] = (
-    "no-crash",
-    "poison-nonfinite",
-    "poison",
-    "score-kept",
-    "telescoping",
-    "all-trainable",
-    "gap-invariance",
-    "row-independence",
-    "masked-zero",
-    "deterministic",
-    "reference",
-)
 INVARIANT = {
     "reference": "outputs at trainable positions equal the float64 reference of the declared contract",
     "poison": "finite values / token rewards at non-trainable positions never change trainable outputs",
@@ -57,137 +42,6 @@ SEVERITY = {p: "high" for p in PROPERTIES} | {
     "masked-zero": "low",
     "deterministic": "medium",
 }
-POISON_PROBE = 100.0
-MAX_REPORTED = 32
-
-
-class TwinFailure(Exception):
-    """A perturbed twin (row order, inserted gap, clean or probe twin) made the target fail: a
-    no-crash finding on the twin's own case, never a violation of the property that built it."""
-
-    def __init__(self, case: Case, cause: BaseException):
-        super().__init__(str(cause))
-        self.case = case
-        self.cause = cause
-
-
-class TargetFailure(Exception):
-    """A target run that produced no output: `kind` is 'exception', 'crash' or 'hang'."""
-
-    def __init__(self, kind: str, detail: str):
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class Declared:
-    """What a target promises: its contract, whether it whitens inside, whether masked advantages
-    are zero, which errors are documented behaviour, and the inputs it can express."""
-
-    contract: str = "compressed"
-    whitening: Whitening | None = None
-    masked_zero: bool = True
-    documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
-    domain: Domain = field(default_factory=Domain)  # the api domain: what the function accepts
-    pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
-    kind: str = "gae"  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
-    variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>.py)
-    # the run of a second implementation of the same computation in the framework, and its label
-    twin: Callable | None = field(default=None, compare=False, hash=False, repr=False)
-    twin_label: str = ""
-    # the framework's options that touch the math (oracles.options.Option) and what the
-    # configuration in force does: truncated rows, the score map (both read by the reference)
-    options: tuple = field(default=(), hash=False)
-    truncation: Truncation | None = None  # None: not declared (no truncated row is drawn; terminal)
-    score_map: tuple = ()
-    applied: tuple | None = None  # the options this promise is configured with (None: not yet)
-    # the framework's own words at the pin (`oracles.promises.Promise`, each with the properties it covers):
-    # what turns a difference from our reference into a defect, beside the universal invariants
-    promises: tuple = field(default=(), hash=False)
-    # the function's inputs are its caller's own (a --callable): its api domain stands for its pipeline
-    own_inputs: bool = False
-
-    def configured(self, case: Case) -> "Declared":
-        """This promise under the options `case` runs with (`oracles.options.apply`); a promise
-        configured once stays as it is for the twins of the case, which keep its options."""
-        key = tuple(sorted(case.options.items()))
-        if self.applied is not None:
-            if self.applied != key:
-                raise ValueError(
-                    f"a promise configured for options {dict(self.applied)} judged a case with {dict(key)}"
-                )
-            return self
-        return dataclasses.replace(apply(self, case.options), applied=key)
-
-
-@dataclass
-class Verdict:
-    """The outcome of one property on one case."""
-
-    property: str
-    status: str  # "pass" | "fail" | "n/a"
-    message: str = ""
-    output: str = ""  # "advantages" | "returns" | ""
-    positions: list = field(default_factory=list)  # [[b, t], ...]
-    expected: list = field(default_factory=list)
-    observed: list = field(default_factory=list)
-    # the case this verdict is about when it is not the judged case: a perturbed twin that crashed
-    case: Case | None = field(default=None, compare=False, repr=False)
-    # information beside the verdict, name -> number (e.g. what the split would change without the
-    # framework's global normalisers); the engine keeps the largest per name
-    info: dict = field(default_factory=dict, compare=False)
-    # a failure where every output is the expected one times one factor c: that c (a rescale of one term)
-    scale: float | None = field(default=None, compare=False)
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "fail"
-
-    def to_dict(self) -> dict:
-        return {
-            "property": self.property,
-            "status": self.status,
-            "message": self.message,
-            "output": self.output,
-            "positions": self.positions,
-            "expected": self.expected,
-            "observed": self.observed,
-        }
-
-
-def _ok(prop: str, msg: str = "") -> Verdict:
-    return Verdict(prop, "pass", msg)
-
-
-def _na(prop: str, msg: str) -> Verdict:
-    return Verdict(prop, "n/a", msg)
-
-
-def _diff(prop: str, name: str, bad: torch.Tensor, expected: torch.Tensor, observed: torch.Tensor, msg: str) -> Verdict:
-    pos = bad.nonzero().tolist()[:MAX_REPORTED]
-    return Verdict(
-        prop,
-        "fail",
-        f"{msg} ({int(bad.sum())} position(s) of {name})",
-        name,
-        [list(p) for p in pos],
-        [float(expected[b, t]) for b, t in pos],
-        [float(observed[b, t]) for b, t in pos],
-    )
-
-
-def _call(run: Run, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
-    out = run(case)
-    if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TargetFailure("exception", f"returned {type(out).__name__}, expected (advantages, returns)")
-    adv, ret = out
-    shape = list(case.shape)
-    for name, x in (("advantages", adv), ("returns", ret)):
-        if not isinstance(x, torch.Tensor) or list(x.shape) != shape:
-            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise TargetFailure("exception", f"{name} has shape {got}, expected {shape}")
-    return adv.detach().to("cpu", torch.float64), ret.detach().to("cpu", torch.float64)
 
 
 def _compare(prop, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.0, slack=0.0) -> Verdict:
@@ -196,8 +50,8 @@ def _compare(prop, exp_adv, exp_ret, bnd: Bounds, adv, ret, where, msg, scale=1.
             continue
         bad = mismatches(obs, exp, bound * scale + slack, where)
         if bad.any():
-            return _diff(prop, name, bad, exp, obs, msg)
-    return _ok(prop)
+            return diff(prop, name, bad, exp, obs, msg)
+    return ok(prop)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,14 +183,6 @@ def _whiten_like(adv: torch.Tensor, case: Case, declared: Declared) -> torch.Ten
     return adv if declared.whitening is None else masked_whiten(adv, case.trainable, declared.whitening)
 
 
-def _documented(declared: Declared, exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, TargetFailure) and exc.kind != "exception":
-        return False
-    detail = exc.detail if isinstance(exc, TargetFailure) else text
-    return any(re.search(p, detail) or re.search(p, text) for p in declared.documented_errors)
-
-
 def judge(
     run: Run, case: Case, declared: Declared, device: str = "cpu", only: tuple[str, ...] | None = None
 ) -> list[Verdict]:
@@ -345,8 +191,6 @@ def judge(
     The case's options configure `declared` first."""
     declared = declared.configured(case)
     if declared.kind not in ("gae", "returns"):
-        from maskfuzz.oracles.kinds.judge import judge as judge_kind
-
         return judge_kind(run, case, declared, device=device, only=only)
     want = set(only or PROPERTIES)
     verdicts: dict[str, Verdict] = {}
@@ -354,12 +198,12 @@ def judge(
         # the target documents its statistics as undefined here: nothing about the case is judged
         return _ordered({}, "the target's whitening is undefined for < 2 trainable positions")
     try:
-        adv, ret = _call(run, case)
+        adv, ret = call(run, case)
     except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
-        if _documented(declared, exc):
-            verdicts["no-crash"] = _ok("no-crash", f"documented error: {exc}")
+        if documented(declared, exc):
+            verdicts["no-crash"] = ok("no-crash", f"documented error: {exc}")
         else:
-            verdicts["no-crash"] = Verdict("no-crash", "fail", _describe(exc))
+            verdicts["no-crash"] = Verdict("no-crash", "fail", describe(exc))
         return _ordered(verdicts, "the base run raised")
 
     if case.has_nonfinite_poison():
@@ -369,7 +213,7 @@ def judge(
             verdicts["poison-nonfinite"] = _check_poison(run, case, declared, adv, ret, nonfinite=True)
         if "masked-zero" in want:  # NaN kept at a masked advantage reaches the loss through `adv * mask`
             verdicts["masked-zero"] = _check_masked_zero(_Base(case, adv, ret, adv, ret, None), declared)
-        verdicts["no-crash"] = _ok("no-crash")
+        verdicts["no-crash"] = ok("no-crash")
         return _ordered(verdicts, "checked for non-finite poison (and masked zeros under it) only")
 
     live = case.trainable
@@ -380,14 +224,14 @@ def judge(
         leak = _nonfinite_from_poison(run, case, declared, adv, ret) if "poison" in want else None
         if leak is not None:
             verdicts["poison"] = leak
-            verdicts["no-crash"] = _ok("no-crash", "the non-finite output comes from finite poison")
+            verdicts["no-crash"] = ok("no-crash", "the non-finite output comes from finite poison")
             return _ordered(verdicts, "finite poison made the output non-finite")
         obs = torch.where(torch.isfinite(adv), ret, adv)
-        verdicts["no-crash"] = _diff(
+        verdicts["no-crash"] = diff(
             "no-crash", "advantages", bad, torch.zeros_like(adv), obs, "non-finite output on finite inputs"
         )
         return _ordered(verdicts, "the base run gave non-finite outputs")
-    verdicts["no-crash"] = _ok("no-crash")
+    verdicts["no-crash"] = ok("no-crash")
 
     ref_adv, ref_ret = expected_outputs(case, declared)
     bnd = bounds(
@@ -426,43 +270,36 @@ def judge(
             if crash is not None and not verdicts["no-crash"].failed:
                 verdicts["no-crash"] = crash
         except Exception as exc:  # noqa: BLE001 - the base case itself failed on a rerun
-            verdicts[prop] = _na(prop, f"the rerun of the base case failed: {_describe(exc)}")
+            verdicts[prop] = na(prop, f"the rerun of the base case failed: {describe(exc)}")
             if not verdicts["no-crash"].failed:
-                verdicts["no-crash"] = Verdict("no-crash", "fail", f"a second run of the case failed: {_describe(exc)}")
+                verdicts["no-crash"] = Verdict("no-crash", "fail", f"a second run of the case failed: {describe(exc)}")
     return _ordered(verdicts, "")
-
-
-def baseline(case: Case, declared: Declared) -> torch.Tensor | None:
-    """The per-row baseline [B] a `returns` variant subtracts (ReMax), else None."""
-    if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
-        return case.extra["baseline"][:, 0]
-    return None
 
 
 def _closed_form(check, prop: str, base: "_Base", declared: Declared) -> Verdict:
     """A closed-form property is stated on the case's own score and masks: n/a when the
     configuration (a score map, a truncated row's semantics) changes them; `reference` judges it."""
     if changes_reference(base.case, declared):
-        return _na(prop, "the options or a truncated row change the reference's inputs: judged by reference")
+        return na(prop, "the options or a truncated row change the reference's inputs: judged by reference")
     if declared.variant.get("baseline"):
-        return _na(prop, "a baseline is subtracted from the returns: judged by reference")
+        return na(prop, "a baseline is subtracted from the returns: judged by reference")
     if declared.contract == "segment":
-        return _na(prop, "the segment contract gives each turn one value (a closed form per token does not apply)")
+        return na(prop, "the segment contract gives each turn one value (a closed form per token does not apply)")
     return check(base, declared)
 
 
 def _twin_failed(prop: str, exc: TwinFailure, declared: Declared) -> tuple[Verdict, Verdict | None]:
     """The property is n/a (its twin could not be judged); the twin's failure is a no-crash
     verdict about the twin's own case unless the error is documented behaviour."""
-    if _documented(declared, exc.cause):
-        return _na(prop, f"the perturbed twin raised a documented error: {exc.cause}"), None
-    crash = Verdict("no-crash", "fail", f"the {prop} twin of the case: {_describe(exc.cause)}", case=exc.case)
-    return _na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case"), crash
+    if documented(declared, exc.cause):
+        return na(prop, f"the perturbed twin raised a documented error: {exc.cause}"), None
+    crash = Verdict("no-crash", "fail", f"the {prop} twin of the case: {describe(exc.cause)}", case=exc.case)
+    return na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case"), crash
 
 
 def _call_twin(run: Run, twin: Case) -> tuple[torch.Tensor, torch.Tensor]:
     try:
-        return _call(run, twin)
+        return call(run, twin)
     except Exception as exc:  # noqa: BLE001 - any failure of the target on a twin
         raise TwinFailure(twin, exc) from exc
 
@@ -476,13 +313,7 @@ def _poison_may_overflow(case: Case) -> bool:
 
 
 def _ordered(verdicts: dict[str, Verdict], why_missing: str) -> list[Verdict]:
-    return [verdicts.get(p) or _na(p, why_missing or "not requested") for p in PROPERTIES]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TargetFailure):
-        return str(exc)
-    return f"raised {type(exc).__name__}: {exc}"
+    return [verdicts.get(p) or na(p, why_missing or "not requested") for p in PROPERTIES]
 
 
 def _nonfinite_from_poison(run: Run, case: Case, declared: Declared, adv, ret) -> Verdict | None:
@@ -492,7 +323,7 @@ def _nonfinite_from_poison(run: Run, case: Case, declared: Declared, adv, ret) -
     if not bool((case.values[dead] != 0).any() or (case.token_rewards[dead] != 0).any()):
         return None
     try:
-        c_adv, c_ret = _call(run, sanitized(case))
+        c_adv, c_ret = call(run, sanitized(case))
     except Exception:  # noqa: BLE001 - then it is not the poison's doing
         return None
     live = case.trainable
@@ -501,20 +332,20 @@ def _nonfinite_from_poison(run: Run, case: Case, declared: Declared, adv, ret) -
     for name, obs, clean in (("advantages", adv, c_adv), ("returns", ret, c_ret)):
         bad = live & ~torch.isfinite(obs)
         if bad.any():
-            return _diff("poison", name, bad, clean, obs, "finite poison under the mask made the output non-finite")
+            return diff("poison", name, bad, clean, obs, "finite poison under the mask made the output non-finite")
     return None
 
 
 def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
     if not declared.masked_zero:
-        return _na("masked-zero", "the target documents non-zero advantages at masked positions")
+        return na("masked-zero", "the target documents non-zero advantages at masked positions")
     dead = ~base.case.trainable  # NaN / inf there fail too (`~(|x| <= atol)`)
     if not dead.any():
-        return _na("masked-zero", "no non-trainable position")
+        return na("masked-zero", "no non-trainable position")
     _, atol = FLOOR[base.case.dtype]
     bad = dead & ~(base.adv.abs() <= atol)
     if bad.any():
-        return _diff(
+        return diff(
             "masked-zero",
             "advantages",
             bad,
@@ -522,7 +353,7 @@ def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
             base.adv,
             "non-zero advantage at a masked position",
         )
-    return _ok("masked-zero")
+    return ok("masked-zero")
 
 
 def _check_poison(
@@ -533,7 +364,7 @@ def _check_poison(
     prop = "poison-nonfinite" if nonfinite else "poison"
     dead = case.poison_mask()
     if not dead.any():
-        return _na(prop, "no non-trainable position to poison")
+        return na(prop, "no non-trainable position to poison")
     if nonfinite:  # the twin keeps the finite poison, so a finite leak cancels out of the comparison
         probe, clean = case, finite_twin(case)
     else:
@@ -560,13 +391,13 @@ def _check_poison(
     if nonfinite:  # where the clean twin is itself non-finite there is nothing to compare
         where = where & torch.isfinite(c_adv) & torch.isfinite(c_ret)
         if not where.any():
-            return _na(prop, "the clean twin's outputs are non-finite at every trainable position")
+            return na(prop, "the clean twin's outputs are non-finite at every trainable position")
     if known is not None and clean.lam == case.lam:
         bnd = known
     else:
         exp = expected_outputs(clean, declared)
         if exp is None:
-            return _na(prop, "whitening undefined for this case")
+            return na(prop, "whitening undefined for this case")
         bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     what = "non-finite" if nonfinite else "finite"
     slack = self_slack(case.dtype, c_adv[where], c_ret[where])
@@ -612,14 +443,14 @@ def _check_rows(run: Run, base: _Base, declared: Declared) -> Verdict:
 
 def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
     if declared.contract != "compressed":
-        return _na("gap-invariance", "applies to the compressed contract only")
+        return na("gap-invariance", "applies to the compressed contract only")
     made = with_inserted_gap(base.case)
     if made is None:
-        return _na("gap-invariance", "no row has two trainable tokens")
+        return na("gap-invariance", "no row has two trainable tokens")
     twin, p = made
     why = declared.domain.rejects(twin)
     if why:
-        return _na("gap-invariance", f"the target cannot express the twin: {why}")
+        return na("gap-invariance", f"the target cannot express the twin: {why}")
     t_adv, t_ret = _call_twin(run, twin)
     keep = [i for i in range(twin.shape[1]) if i != p]
     return _compare(
@@ -639,9 +470,9 @@ def _check_gap(run: Run, base: _Base, declared: Declared) -> Verdict:
 def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
     case = base.case
     if case.gamma != 0.0:
-        return _na("score-kept", "applies at gamma = 0")
+        return na("score-kept", "applies at gamma = 0")
     if not case.trainable.any():
-        return _na("score-kept", "no trainable token")
+        return na("score-kept", "no trainable token")
     last = last_trainable(case.trainable)
     # at gamma = 0 every advantage is its own TD error r' - V; the score joins at the last token
     raw = torch.where(case.trainable, case.token_rewards - case.values, torch.zeros_like(case.values))
@@ -649,7 +480,7 @@ def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
     expected = _whiten_like(raw, case, declared)
     bad = mismatches(base.adv, expected, base.bounds.advantages, last)
     if bad.any():
-        return _diff(
+        return diff(
             "score-kept",
             "advantages",
             bad,
@@ -657,13 +488,13 @@ def _check_score_kept(base: _Base, declared: Declared) -> Verdict:
             base.adv,
             "the outcome reward is not kept at the last trainable token",
         )
-    return _ok("score-kept")
+    return ok("score-kept")
 
 
 def _check_telescoping(base: _Base, declared: Declared) -> Verdict:
     case = base.case
     if not (case.gamma == 1.0 and case.lam == 1.0):
-        return _na("telescoping", "applies at gamma = lam = 1")
+        return na("telescoping", "applies at gamma = lam = 1")
     zero = torch.zeros_like(case.values)
     r = torch.where(case.trainable, case.token_rewards, zero)
     r = r + torch.where(last_trainable(case.trainable), case.score[:, None], zero)
@@ -672,16 +503,16 @@ def _check_telescoping(base: _Base, declared: Declared) -> Verdict:
     expected = _whiten_like(raw, case, declared)
     bad = mismatches(base.adv, expected, base.bounds.advantages, case.trainable)
     if bad.any():
-        return _diff(
+        return diff(
             "telescoping", "advantages", bad, expected, base.adv, "A_t != sum of later rewards - V_t at gamma = lam = 1"
         )
-    return _ok("telescoping")
+    return ok("telescoping")
 
 
 def _check_all_trainable(base: _Base, declared: Declared) -> Verdict:
     case = base.case
     if not bool(case.trainable.all()):
-        return _na("all-trainable", "applies when every position is real and trainable")
+        return na("all-trainable", "applies when every position is real and trainable")
     adv = torch.zeros_like(case.values)
     ret = torch.zeros_like(case.values)
     for b in range(case.shape[0]):
@@ -705,10 +536,10 @@ def _check_all_trainable(base: _Base, declared: Declared) -> Verdict:
 
 def _check_deterministic(run: Run, base: _Base, device: str) -> Verdict:
     if device != "cpu":
-        return _na("deterministic", f"bitwise determinism is a CPU property (device {device})")
-    adv2, ret2 = _call(run, base.case)
+        return na("deterministic", f"bitwise determinism is a CPU property (device {device})")
+    adv2, ret2 = call(run, base.case)
     for name, a, b in (("advantages", base.adv, adv2), ("returns", base.ret, ret2)):
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
         if not same.all():
-            return _diff("deterministic", name, ~same, a, b, "a second run gave different bits")
-    return _ok("deterministic")
+            return diff("deterministic", name, ~same, a, b, "a second run gave different bits")
+    return ok("deterministic")

@@ -25,36 +25,15 @@ from typing import Any, Callable
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared, baseline
+from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds.judge import condition_of
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import Declared, baseline, expected_outputs
+from maskfuzz.oracles.properties import expected_outputs
 from maskfuzz.oracles.reference import last_trainable
 from maskfuzz.oracles.tolerance import bounds, kind_bound, mismatches
 
-# kind -> dimension -> its candidate values (the first dimensions name masking choices). For the kinds beyond
-# GAE a dimension is a key of the kind's variant; for GAE and returns "contract" is the declared contract.
-_AGG = {
-    "empty_rows": ["excluded", "counted"],
-    "mode": ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "prompt-mean"],
-    "scope": ["step", "micro-batch"],
-}
-DIMENSIONS: dict[str, dict[str, list]] = {
-    "gae": {"contract": ["compressed", "dense", "segment"]},
-    "returns": {"contract": ["compressed", "dense", "segment"]},
-    "group-advantage": {
-        "empty_rows": ["excluded", "counted"],
-        "std": ["unbiased", "biased", None],
-        "eps_place": ["std", "var", "floor"],
-        "singleton": ["raw", "zero"],
-        "std_level": ["group", "batch"],
-        "estimator": ["grpo", "rloo", "opo", "gpg", "passk"],
-    },
-    "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
-    "kl": {"estimator": ["k1", "abs", "k2", "k3"]},
-    "loss-aggregation": dict(_AGG),
-    "value-loss": {**_AGG, "half": [True, False]},
-    "policy-loss": {**_AGG, "dual_clip": [None, 3.0], "clip_high": [None, 0.28], "advantages": ["token", "row"]},
-}
 MASKED = "masked outputs"  # what outputs hold at masked positions on clean cases
 SCORE_TAIL = "score on a masked tail"  # GAE / returns: whether a score behind an observation tail arrives
 
@@ -272,8 +251,6 @@ def _reference(case: Case, declared: Declared, variant: dict) -> tuple[Outputs, 
         return None
     if ref is None:
         return None
-    from maskfuzz.oracles.kinds.judge import condition_of
-
     return ref, {n: kind_bound(case.dtype, ref[n], condition_of(k, case, v, n)) for n in ref}
 
 

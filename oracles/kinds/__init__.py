@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, policy_loss, value_loss
+from maskfuzz.oracles.verdict import PROPERTIES
 
 
 @dataclass(frozen=True)
@@ -114,15 +115,11 @@ def spec(kind: str) -> KindSpec:
 def properties(kind: str) -> tuple[str, ...]:
     """The property ids of `kind`, in priority order."""
     if kind in GAE_KINDS:
-        from maskfuzz.oracles.properties import PROPERTIES
-
         return PROPERTIES
     return spec(kind).properties
 
 
 def _all_properties() -> tuple[str, ...]:
-    from maskfuzz.oracles.properties import PROPERTIES
-
     return tuple(dict.fromkeys([*PROPERTIES, *(p for k in KINDS.values() for p in k.properties)]))
 
 

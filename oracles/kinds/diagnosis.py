@@ -16,11 +16,12 @@ import itertools
 
 import torch
 
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
-from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of
+from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of, judge
+from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import Declared, judge
-from maskfuzz.oracles.semantics import DIMENSIONS
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
 _BY_PROPERTY = {
@@ -40,8 +41,6 @@ NEIGHBOURS = {kind: dims for kind, dims in DIMENSIONS.items() if kind not in GAE
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
-    from maskfuzz.oracles.diagnosis import Diagnosis
-
     if prop in _SHIFTABLE:
         try:
             centred = _centred_probe(run, case, declared, prop)
@@ -88,8 +87,6 @@ def _masked_overflow_probe(run, case, declared: Declared, prop: str):
     """A crash or non-finite output that goes away when every input under the mask is 0 comes from the
     masked values (an exp of a masked log-ratio that overflows, a NaN through a mask product), not
     from the edge case: `nan-through-mask`. None when the clean case fails too (a real crash)."""
-    from maskfuzz.oracles.diagnosis import Diagnosis
-
     k = spec(declared.kind)
     if not carries_poison(case, k):
         return None
@@ -112,8 +109,6 @@ def _centred_probe(run, case, declared: Declared, prop: str):
     over live positions: the failure came from cancellation at a large offset (a one-pass
     variance), not from masking or grouping. Only where a shift changes nothing in exact
     arithmetic: std-normalised group advantages, shift-mean whitening."""
-    from maskfuzz.oracles.diagnosis import Diagnosis
-
     k = spec(declared.kind)
     v = k.module.options(declared.variant)
     shift_free = (declared.kind == "group-advantage" and v["estimator"] == "grpo" and v["std"] is not None) or (
@@ -150,8 +145,6 @@ def _centred_probe(run, case, declared: Declared, prop: str):
 
 def _leak_probe(run, case, declared: Declared, prop: str):
     """The leak mechanism when `case` carries poison and `prop` holds once it is 0 (else None)."""
-    from maskfuzz.oracles.diagnosis import Diagnosis
-
     k = spec(declared.kind)
     if not carries_poison(case, k):
         return None
@@ -168,8 +161,6 @@ def _leak_probe(run, case, declared: Declared, prop: str):
 
 
 def _probe(run, case, declared: Declared, prop: str):
-    from maskfuzz.oracles.diagnosis import Diagnosis
-
     k = spec(declared.kind)
     leak = _leak_probe(run, case, declared, prop)
     if leak is not None:

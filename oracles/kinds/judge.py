@@ -13,23 +13,13 @@ from __future__ import annotations
 import torch
 
 from maskfuzz.oracles.case import DTYPES, Case
-from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.declared import Declared, documented
+from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import (
-    POISON_PROBE,
-    Declared,
-    TargetFailure,
-    TwinFailure,
-    Verdict,
-    _describe,
-    _diff,
-    _documented,
-    _na,
-    _ok,
-)
 from maskfuzz.oracles.severity import RESCALE_RTOL, uniform_factor
 from maskfuzz.oracles.tolerance import kind_bound, mismatches, self_slack
+from maskfuzz.oracles.verdict import TargetFailure, TwinFailure, Verdict, describe, diff, na, ok
 
 Outputs = dict[str, torch.Tensor]
 
@@ -44,7 +34,7 @@ def judge(
     v = k.module.options(declared.variant)
     want = set(only or k.properties)
     verdicts: dict[str, Verdict] = {}
-    ordered = lambda why: [verdicts.get(p) or _na(p, why or "not requested") for p in k.properties]  # noqa: E731
+    ordered = lambda why: [verdicts.get(p) or na(p, why or "not requested") for p in k.properties]  # noqa: E731
     if k.split and not bool(case.trainable.any()):  # an empty step: what it must give is empty-step's alone
         if "empty-step" in want:
             verdicts["empty-step"] = _empty_step(run, k, case, declared)
@@ -57,13 +47,13 @@ def judge(
     try:
         out = call(run, case, k)
     except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
-        ok = _documented(declared, exc)
+        known = documented(declared, exc)
         verdicts["no-crash"] = (
-            _ok("no-crash", f"documented error: {exc}") if ok else Verdict("no-crash", "fail", _describe(exc))
+            ok("no-crash", f"documented error: {exc}") if known else Verdict("no-crash", "fail", describe(exc))
         )
         return ordered("the base run raised")
     if case.has_nonfinite_poison():
-        verdicts["no-crash"] = _ok("no-crash")  # a crashing clean twin replaces it (_guard)
+        verdicts["no-crash"] = ok("no-crash")  # a crashing clean twin replaces it (_guard)
         if "poison-nonfinite" in want:
             verdicts["poison-nonfinite"] = _guard(
                 "poison-nonfinite", lambda: _poison(run, k, v, case, out, True, declared), verdicts, declared
@@ -75,11 +65,11 @@ def judge(
     for name in k.outputs:
         bad = live & ~torch.isfinite(out[name])
         if bad.any():
-            verdicts["no-crash"] = _diff(
+            verdicts["no-crash"] = diff(
                 "no-crash", name, bad, ref[name], out[name], "non-finite output on finite inputs"
             )
             return ordered("the base run gave non-finite outputs")
-    verdicts["no-crash"] = _ok("no-crash")
+    verdicts["no-crash"] = ok("no-crash")
     bound = {n: kind_bound(case.dtype, ref[n], condition_of(k, case, v, n)) for n in k.outputs}
     # a row the configuration takes out of training (a cut row masked by mask_truncated_completions) has no
     # expected output: the reference is compared where the configured case trains
@@ -131,13 +121,13 @@ def _guard(prop: str, check, verdicts: dict, declared: Declared | None = None) -
     try:
         return check()
     except TwinFailure as exc:
-        if declared is not None and _documented(declared, exc.cause):
-            return _na(prop, f"the perturbed twin raised a documented error: {exc.cause}")
+        if declared is not None and documented(declared, exc.cause):
+            return na(prop, f"the perturbed twin raised a documented error: {exc.cause}")
         if not verdicts["no-crash"].failed:
             verdicts["no-crash"] = Verdict(
-                "no-crash", "fail", f"the {prop} twin of the case: {_describe(exc.cause)}", case=exc.case
+                "no-crash", "fail", f"the {prop} twin of the case: {describe(exc.cause)}", case=exc.case
             )
-        return _na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case")
+        return na(prop, "its perturbed twin failed: reported as no-crash on the twin's own case")
 
 
 def _twin(run, twin: Case, k: KindSpec) -> Outputs:
@@ -160,12 +150,12 @@ def _compare(prop, exp: Outputs, obs: Outputs, bound: Outputs, where, msg, slack
     for name in exp:
         bad = mismatches(obs[name], exp[name], bound[name] + slack, where)
         if bad.any():
-            verdict = _diff(prop, name, bad, exp[name], obs[name], msg)
+            verdict = diff(prop, name, bad, exp[name], obs[name], msg)
             factor = _one_factor(exp, obs, where)
             if factor is not None:  # every output off by one factor: a rescale of the term (severity medium)
                 verdict.scale = factor
             return verdict
-    return _ok(prop)
+    return ok(prop)
 
 
 def _one_factor(exp: Outputs, obs: Outputs, where) -> float | None:
@@ -216,12 +206,12 @@ def carries_poison(case: Case, k: KindSpec) -> bool:
 def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool, declared: Declared) -> Verdict:
     prop = "poison-nonfinite" if nonfinite else "poison"
     if not bool((~case.trainable).any()):
-        return _na(prop, "no masked position")
+        return na(prop, "no masked position")
     if nonfinite:
         clean = clean_twin(case, k)
         theirs, mine = out, _twin(run, clean, k)
         if not all(bool(torch.isfinite(mine[n][case.trainable]).all()) for n in mine):
-            return _na(prop, "the clean twin's own output is not finite")
+            return na(prop, "the clean twin's own output is not finite")
         return _twin_compare(
             prop, k, v, clean, mine, theirs, case.trainable, "non-finite poison under the mask changed the output"
         )
@@ -236,7 +226,7 @@ def _poison(run, k: KindSpec, v: dict, case: Case, out: Outputs, nonfinite: bool
         probe = min(POISON_PROBE, poison_cap(case.dtype))
         poisoned = clean_twin(case, k, probe, declared.domain)
         if not carries_poison(poisoned, k):
-            return _na(prop, "the domain lets no input carry anything under the mask")
+            return na(prop, "the domain lets no input carry anything under the mask")
         clean, poisoned, mine_out, msg = (
             case,
             poisoned,
@@ -299,7 +289,7 @@ def _pad(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
 
 def _permutation(run, k, v, case: Case, out: Outputs) -> Verdict:
     if case.shape[0] < 2:
-        return _na("permutation", "one row")
+        return na("permutation", "one row")
     perm = torch.arange(case.shape[0] - 1, -1, -1)
     got = _twin(run, case.rows(perm), k)
     back = {n: x[perm] for n, x in got.items()}  # perm is its own inverse
@@ -311,16 +301,16 @@ def _permutation(run, k, v, case: Case, out: Outputs) -> Verdict:
 def _isolation(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
     level = v.get("level", "group")
     if case.group is None or level == "batch":
-        return _na("group-isolation", "no group-level statistic")
+        return na("group-isolation", "no group-level statistic")
     if v.get("std_level") == "batch" or v.get("whiten_tokens") or v.get("estimator") == "gpg":
-        return _na("group-isolation", "a batch statistic (std_level='batch', whiten_tokens, GPG's alpha): by design")
+        return na("group-isolation", "a batch statistic (std_level='batch', whiten_tokens, GPG's alpha): by design")
     keys = case.group.unique()
     if len(keys) < 2:
-        return _na("group-isolation", "one group")
+        return na("group-isolation", "one group")
     rows = (case.group == case.group[0]).nonzero().flatten()
     alone = case.rows(rows)
     if k.module.reference(reference_case(alone, declared), v) is None:
-        return _na("group-isolation", "the group alone has an undefined statistic")
+        return na("group-isolation", "the group alone has an undefined statistic")
     got = _twin(run, alone, k)
     mine = {n: x[rows] for n, x in out.items()}
     return _twin_compare(
@@ -350,12 +340,12 @@ def affine_twin(case: Case, k: KindSpec) -> tuple[Case | None, str]:
 def _affine(run, k, v, case: Case, declared: Declared) -> Verdict:
     twin, how = affine_twin(case, k)
     if twin is None:
-        return _na("affine", how)
+        return na("affine", how)
     if declared.score_map:
-        return _na("affine", "the options map the score (clip, scale): not affine-invariant by design")
+        return na("affine", "the options map the score (clip, scale): not affine-invariant by design")
     ref = k.module.reference(reference_case(twin, declared), v)
     if ref is None or _overflows(twin, ref, k, v):
-        return _na("affine", "the reference is undefined at the moved input")
+        return na("affine", "the reference is undefined at the moved input")
     got = _twin(run, twin, k)
     bound = {n: kind_bound(twin.dtype, ref[n], condition_of(k, twin, v, n)) for n in k.outputs}
     live = reference_case(twin, declared).trainable
@@ -367,46 +357,46 @@ def _twin_agrees(declared: Declared, k: KindSpec, v: dict, case: Case, out: Outp
     trainable positions (a disagreement is a defect of the pair, whichever is right)."""
     if declared.twin is None:
         if declared.twin_label:
-            return _na("twin", f"{declared.twin_label} does not load at this pin")
-        return _na("twin", "the framework has no second implementation of this entry")
+            return na("twin", f"{declared.twin_label} does not load at this pin")
+        return na("twin", "the framework has no second implementation of this entry")
     try:
         theirs = call(declared.twin, case, k)
     except Exception as exc:  # noqa: BLE001 - the twin's own failure is its own finding, not this entry's
-        return _na("twin", f"{declared.twin_label} failed on this case: {_describe(exc)}")
+        return na("twin", f"{declared.twin_label} failed on this case: {describe(exc)}")
     msg = f"{declared.twin_label} gives a different output"
     return _twin_compare("twin", k, v, case, out, theirs, case.trainable, msg)
 
 
 def _masked_zero(declared: Declared, k: KindSpec, case: Case, out: Outputs) -> Verdict:
     if not declared.masked_zero:
-        return _na("masked-zero", "the target documents non-zero outputs at masked positions")
+        return na("masked-zero", "the target documents non-zero outputs at masked positions")
     dead = ~case.trainable
     for name in k.zero_outputs:
         bad = dead & (out[name] != 0)
         if bad.any():
-            return _diff(
+            return diff(
                 "masked-zero", name, bad, torch.zeros_like(out[name]), out[name], "non-zero output at a masked position"
             )
-    return _ok("masked-zero")
+    return ok("masked-zero")
 
 
 def _deterministic(run, k, case: Case, out: Outputs, device: str) -> Verdict:
     if device != "cpu":
-        return _na("deterministic", "bitwise repeatability is a CPU promise")
+        return na("deterministic", "bitwise repeatability is a CPU promise")
     again = _twin(run, case, k)
     for name in k.outputs:
         same = (again[name] == out[name]) | (torch.isnan(again[name]) & torch.isnan(out[name]))
         if not bool(same.all()):
-            return _diff("deterministic", name, ~same, out[name], again[name], "a second run gave different bits")
-    return _ok("deterministic")
+            return diff("deterministic", name, ~same, out[name], again[name], "a second run gave different bits")
+    return ok("deterministic")
 
 
 def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
     """The step as one micro-batch on one rank gives the outputs of the step as split."""
     if case.split is None or (len(case.split.unique()) < 2 and case.ranks == 1):
-        return _na("split-invariance", "one micro-batch on one rank")
+        return na("split-invariance", "one micro-batch on one rank")
     if v.get("scope") == "micro-batch":
-        return _na("split-invariance", "the framework documents normalising each micro-batch on its own")
+        return na("split-invariance", "the framework documents normalising each micro-batch on its own")
     whole = case.replace(split=None, ranks=1)
     got = _twin(run, whole, k)
     n_mb = len(case.split.unique())
@@ -442,15 +432,15 @@ def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
     try:
         got = call(run, empty, k)
     except Exception as exc:  # noqa: BLE001 - an error is fine only when the framework documents it
-        if _documented(declared, exc):
-            return _ok("empty-step", f"documented error: {exc}")
-        return Verdict("empty-step", "fail", f"an all-masked step raised: {_describe(exc)}", case=empty)
+        if documented(declared, exc):
+            return ok("empty-step", f"documented error: {exc}")
+        return Verdict("empty-step", "fail", f"an all-masked step raised: {describe(exc)}", case=empty)
     everywhere = torch.ones(case.shape, dtype=torch.bool)
     for name in k.outputs:
         bad = ~torch.isfinite(got[name]) | (got[name] != 0)
         if bad.any():
             what = "a non-finite" if not bool(torch.isfinite(got[name]).all()) else "a non-zero"
-            verdict = _diff(
+            verdict = diff(
                 "empty-step", name, bad & everywhere, torch.zeros_like(got[name]), got[name],
                 f"an all-masked step gives {what} {name}",
             )  # fmt: skip
@@ -458,7 +448,7 @@ def _empty_step(run, k, case: Case, declared: Declared) -> Verdict:
                 verdict.property, verdict.status, verdict.message, verdict.output, verdict.positions,
                 verdict.expected, verdict.observed, case=empty,
             )  # fmt: skip
-    return _ok("empty-step")
+    return ok("empty-step")
 
 
 def _clip_bound(run, k, v, case: Case, out: Outputs) -> Verdict:
@@ -468,11 +458,11 @@ def _clip_bound(run, k, v, case: Case, out: Outputs) -> Verdict:
     got = _twin(run, free, k)
     live = case.trainable
     if not live.any():
-        return _na("clip-bound", "no trainable position")
+        return na("clip-bound", "no trainable position")
     slack = self_slack(case.dtype, out["loss"][live], got["loss"][live])
     tol = 2.0 * kind_bound(case.dtype, got["loss"], condition_of(k, free, v, "loss")) + slack
     below = live & (out["loss"] < got["loss"] - tol)
     if below.any():
         msg = "the clipped loss is below the unclipped one"
-        return _diff("clip-bound", "loss", below, got["loss"], out["loss"], msg)
-    return _ok("clip-bound")
+        return diff("clip-bound", "loss", below, got["loss"], out["loss"], msg)
+    return ok("clip-bound")

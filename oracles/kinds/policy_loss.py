@@ -24,8 +24,8 @@ import math
 
 import torch
 
+import maskfuzz.oracles.kinds.loss_aggregation as agg
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds import loss_aggregation as agg
 from maskfuzz.oracles.tolerance import SAFETY, UNIT_ROUNDOFF
 
 OUTPUTS = ("loss", "grad")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
+import maskfuzz.oracles.kinds.loss_aggregation as agg
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds import loss_aggregation as agg
 from maskfuzz.oracles.tolerance import SAFETY, UNIT_ROUNDOFF
 
 OUTPUTS = ("loss", "grad")
