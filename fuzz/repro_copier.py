@@ -10,6 +10,7 @@ import ast
 import builtins
 import importlib
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -421,8 +422,14 @@ def _is_attribute_base(node: ast.AST, name: ast.Name) -> bool:
 
 
 def _followed(module: str) -> bool:
-    """Whether definitions imported from maskfuzz module `module` are copied into the script."""
-    return module in FOLLOWED or (module.startswith("maskfuzz.targets.adapters.") and module not in NOT_FOLLOWED)
+    """Whether definitions imported from maskfuzz module `module` are copied into the script: the shared
+    helpers in FOLLOWED, a legacy adapter (`targets/adapters/<name>.py`) or a framework's worker-side
+    calls (`targets/<name>/calls*.py`; never its declaration, which the worker does not run)."""
+    if module in FOLLOWED:
+        return True
+    if module.startswith("maskfuzz.targets.adapters."):
+        return module not in NOT_FOLLOWED
+    return re.fullmatch(r"maskfuzz\.targets\.\w+\.calls\w*", module) is not None
 
 
 def _module_key(module: str) -> tuple:

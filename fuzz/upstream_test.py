@@ -67,7 +67,7 @@ def _skyrl(case: Case) -> dict:
 
 
 def _torchrl(case: Case) -> dict:
-    from maskfuzz.targets.adapters.torchrl import framework_inputs
+    from maskfuzz.targets.torchrl.calls import framework_inputs
 
     x = framework_inputs(case, "cpu")
     return {k: x[k] for k in ("state_value", "next_state_value", "reward", "done", "terminated")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
@@ -165,8 +166,9 @@ COMMON_HEAVY = (
     "codetiming",
 )  # not tensordict: maskfuzz installs it (torchrl needs it), and verl's DataProto uses the real one
 
-# One adapter module per target; each defines `SPEC`, its registry entry (one place per target).
-ADAPTER_MODULES: dict[str, str] = {
+# Frameworks not yet in a folder of their own: one adapter module each (`targets/adapters/<name>.py`)
+# holding both its `SPEC` and the worker's calls.
+LEGACY_ADAPTERS: dict[str, str] = {
     "roll": "maskfuzz.targets.adapters.roll",
     "miles": "maskfuzz.targets.adapters.miles",
     "slime": "maskfuzz.targets.adapters.slime",
@@ -176,18 +178,41 @@ ADAPTER_MODULES: dict[str, str] = {
     "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
     "areal": "maskfuzz.targets.adapters.areal",
     "skyrl": "maskfuzz.targets.adapters.skyrl",
-    "torchrl": "maskfuzz.targets.adapters.torchrl",
 }
+DECLARATION, CALLS = "declare", "calls"
+
+
+def framework_folders(root: Path = Path(__file__).resolve().parent) -> dict[str, str]:
+    """The frameworks in a folder of their own, `targets/<name>/` (the id is the folder's name with
+    `-` for `_`): `declare.py` is what the fuzzer reads (`SPEC`: pins, domains, entries, options,
+    citations), `calls.py` and `calls_kinds.py` what the worker runs. Found from the folders, so a
+    new framework is a new folder."""
+    return {
+        p.name.replace("_", "-"): f"maskfuzz.targets.{p.name}.{DECLARATION}"
+        for p in sorted(root.iterdir())
+        if (p / f"{DECLARATION}.py").is_file()
+    }
+
+
+# target id -> the module that defines its SPEC (one place per target)
+ADAPTER_MODULES: dict[str, str] = {**LEGACY_ADAPTERS, **framework_folders()}
+
+
+def _calls_of(module: str) -> str:
+    """The worker-side module a SPEC in `module` must name as its adapter."""
+    head, _, last = module.rpartition(".")
+    return f"{head}.{CALLS}" if last == DECLARATION else module
 
 
 def registry() -> dict[str, TargetSpec]:
-    """Every registered target, by id (adapter modules import no upstream code at import time)."""
+    """Every registered target, by id (declarations import no upstream code at import time)."""
     out = {}
     for target_id, module in ADAPTER_MODULES.items():
         spec = importlib.import_module(module).SPEC
-        if spec.id != target_id or spec.adapter != module:
+        if spec.id != target_id or spec.adapter != _calls_of(module):
             raise RuntimeError(
-                f"{module}.SPEC says id={spec.id!r} adapter={spec.adapter!r}; expected {target_id!r}, {module!r}"
+                f"{module}.SPEC says id={spec.id!r} adapter={spec.adapter!r}; expected {target_id!r}, "
+                f"{_calls_of(module)!r}"
             )
         out[target_id] = spec
     return out

@@ -51,7 +51,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
         'targets/adapters/slime_kinds.py': 10,
-        'targets/adapters/torchrl_kinds.py': 4,
         'targets/adapters/trl_kinds.py': 3,
         'targets/adapters/verl_kinds.py': 7,
         'targets/runtime/forkserver.py': 1,

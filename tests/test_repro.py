@@ -559,11 +559,11 @@ def test_call_that_reads_spec_is_refused_with_the_fix(tmp_path, monkeypatch):
 
 def test_adapter_hooks(monkeypatch):
     """REPRO_UNSUPPORTED refuses; repro_source() replaces the copied call."""
-    import maskfuzz.targets.adapters.torchrl as adapter
+    import maskfuzz.targets.torchrl.calls as adapter
 
     monkeypatch.setattr(adapter, "REPRO_UNSUPPORTED", "needs a GPU kernel", raising=False)
     with pytest.raises(repro.Unsupported, match="needs a GPU kernel"):
-        repro_assembly.call_source("maskfuzz.targets.adapters.torchrl")
+        repro_assembly.call_source("maskfuzz.targets.torchrl.calls")
     monkeypatch.delattr(adapter, "REPRO_UNSUPPORTED")
     source = '''
         import functools
@@ -574,7 +574,7 @@ def test_adapter_hooks(monkeypatch):
             return functools.partial(fn), where
     '''
     monkeypatch.setattr(adapter, "repro_source", lambda: source, raising=False)
-    call = repro_assembly.call_source("maskfuzz.targets.adapters.torchrl")
+    call = repro_assembly.call_source("maskfuzz.targets.torchrl.calls")
     plan = repro.make_plan(_entry("poison", SEED, "torchrl", "0.14.1", None),
                            repro.TargetInfo.from_spec(registry.get("torchrl"), None, "0.14.1"))
     text = repro.render_script(repro.Plan(plan.entry, plan.target, plan.check, call))

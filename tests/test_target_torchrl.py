@@ -29,9 +29,10 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import torchrl
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
+from maskfuzz.targets.torchrl import calls as torchrl_calls
+from maskfuzz.targets.torchrl import declare as torchrl
 
 PIN = "0.14.1"
 ENTRIES = ("default", "vec")
@@ -75,7 +76,7 @@ def test_mapping_ends_each_row_at_its_last_trainable_token():
         score=[10, 20],
         dtype="float64",
     )
-    x = torchrl.framework_inputs(case, "cpu")
+    x = torchrl_calls.framework_inputs(case, "cpu")
     assert all(t.shape == (2, 4, 1) for t in x.values())
     assert x["done"].squeeze(-1).tolist() == [[False, False, True, False], [False] * 4]
     assert torch.equal(x["terminated"], x["done"])
@@ -263,7 +264,7 @@ def test_git_main_has_the_same_functions():
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (targets/adapters/torchrl_kinds.py) at 0.14.1: MCAdvantage (mc-advantage: the
+# Entries beyond GAE (targets/torchrl/calls_kinds.py) at 0.14.1: MCAdvantage (mc-advantage: the
 # per-step branch, mc-advantage-sum: trajectory_return="sum") and KLComputation (kl). Values are
 # hand-computed from torchrl/objectives/llm/grpo.py:1502-1512, 1583 and envs/llm/transforms/kl.py:1558-1563.
 # ---------------------------------------------------------------------------------------------
@@ -502,7 +503,7 @@ def test_a_truncated_row_is_done_but_not_terminated_with_the_bootstrap_as_next_v
         bootstrap=[4.0, 7.0],
         dtype="float64",
     )
-    x = torchrl.framework_inputs(case, "cpu")
+    x = torchrl_calls.framework_inputs(case, "cpu")
     assert x["done"].squeeze(-1).tolist() == [[False, True, False]] * 2
     assert x["terminated"].squeeze(-1).tolist() == [[False, False, False], [False, True, False]]
     # the bootstrap where the critic's V(state after the last token) goes; the ended row keeps its shifted value
@@ -802,7 +803,7 @@ def test_policy_loss_is_declared_with_citations():
         "mode": "token-mean",
         "scope": "micro-batch",
     }
-    assert torchrl.SPEC.adapter_for("policy-loss").endswith("torchrl_kinds")
+    assert torchrl.SPEC.adapter_for("policy-loss").endswith("torchrl.calls_kinds")
 
 
 @pytest.mark.network

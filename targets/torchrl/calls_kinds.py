@@ -37,6 +37,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
+from maskfuzz.targets.adapters.loss_step import run_step
 
 _GRPO = "torchrl.objectives.llm.grpo"
 _KL = "torchrl.envs.llm.transforms.kl"
@@ -162,8 +163,6 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
     adapter returns `_aggregate_loss_value(...) / gradient_accumulation_steps` with gradient_accumulation_steps
     = the micro-batches of the rank (`Step.rank_micro_batches`). The GRPO recipes train on one process
     (no data-parallel all-reduce in the scripts); ranks, when the case has them, are averaged by the driver."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     mod = import_from(root, _GRPO)
     cls = getattr(mod, "GRPOLoss", None)
     if cls is None:
@@ -210,8 +209,6 @@ def load_kl_to_ref(root: Path) -> Loaded:
     aggregated by the call (the `transform="k3"` reference); per micro-batch, / gradient_accumulation_steps as
     the GRPO training loop divides every loss key (see `load_aggregation`)."""
     from tensordict import TensorDict
-
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     mod = import_from(root, _GRPO)
     cls = getattr(mod, "GRPOLoss", None)
@@ -283,8 +280,6 @@ def load_value(root: Path) -> Loaded:
     optimizer per mini-batch, sota-implementations/ppo/ppo_mujoco.py:244-253)."""
     from tensordict import TensorDict
     from tensordict.nn import TensorDictModule
-
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     mod = import_from(root, _PPO)
     common = import_from(root, _COMMON)
@@ -397,8 +392,6 @@ def load_policy(root: Path) -> Loaded:
     separate term; the trainer's sum would add it), the neutral coefficient 0. Per micro-batch / the accumulation
     steps, as `load_aggregation` (0.14.1 torchrl/trainers/trainers.py:474-479)."""
     from tensordict import TensorDict
-
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     mod = import_from(root, _GRPO)
     cls = getattr(mod, "GRPOLoss", None)

@@ -55,21 +55,12 @@ in the api domain (no token mask to express them).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import torch
-
-from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
-from maskfuzz.targets.adapters.torchrl_kinds import VALUE_CLIP
 from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
-
-_MODULE = "torchrl.objectives.value.functional"
-_ENTRIES = {"default": "generalized_advantage_estimate", "vec": "vec_generalized_advantage_estimate"}
-_ADV_MODULE = "torchrl.objectives.value.advantages"
+from maskfuzz.targets.torchrl.calls_kinds import VALUE_CLIP
 
 # Truncation (0.14.1 lines; the same code at every pin and at git main): `terminated` cuts the bootstrap,
 # `done` cuts the lambda recursion; a step that is `done` but not `terminated` (a trajectory truncated by the
@@ -105,7 +96,7 @@ _OPTIONS = (
     ),
 )
 
-# Entries beyond GAE (targets/adapters/torchrl_kinds.py). Lines at 0.14.1 (git main ae9719f17b15 in brackets).
+# Entries beyond GAE (targets/torchrl/calls_kinds.py). Lines at 0.14.1 (git main ae9719f17b15 in brackets).
 _GRPO = "torchrl/objectives/llm/grpo.py"
 _KLPY = "torchrl/envs/llm/transforms/kl.py"
 _PER_TRAJECTORY = (
@@ -403,7 +394,7 @@ ENTRY_OVERRIDES["agg-prompt-mean"]["promises"] = agg_promise("prompt_mean")
 SPEC = TargetSpec(
     id="torchrl",
     first_run=('default', 'mc-advantage', 'policy-loss'),
-    adapter="maskfuzz.targets.adapters.torchrl",
+    adapter="maskfuzz.targets.torchrl.calls",
     own=("torchrl",),
     contract="dense",
     git_url="https://github.com/pytorch/rl.git",
@@ -478,86 +469,3 @@ ENTRY_OVERRIDES["module"]["pipeline"] = dataclasses.replace(SPEC.pipeline, produ
 ENTRY_OVERRIDES["module"]["pipeline_by_pin"] = {
     rev: dataclasses.replace(dom, produces=MODULE_PRODUCES) for rev, dom in SPEC.pipeline_by_pin.items()
 }
-
-def framework_inputs(case: Case, device: str) -> dict:
-    """torchrl's keyword inputs for `case`: float tensors [B, T, 1] in the case's dtype, bool flags [B, T, 1].
-
-    A truncated row (`case.truncated_rows()`, cut by the length limit) ends its trajectory with `done` but not
-    `terminated` at its last trainable token, and the critic value of the state after that token
-    (`case.bootstrap_values()[b]`) is the `next_state_value` there, as a collector with a value network gives it."""
-    x = case.inputs(device)
-    b_rows, t_len = case.shape
-    trainable = case.trainable.to(device)
-    pos = torch.arange(t_len, device=device).expand(b_rows, t_len)
-    last = torch.where(trainable, pos, torch.full_like(pos, -1)).max(dim=1).values
-    end = (pos == last[:, None]) & trainable  # all False in a row without trainable tokens
-    cut = end & case.truncated_rows().to(device)[:, None]
-    reward = x["token_rewards"] + torch.where(end, x["score"][:, None], torch.zeros_like(x["token_rewards"]))
-    values = x["values"]
-    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
-    boot = case.bootstrap_values().to(device=device, dtype=values.dtype)[:, None].expand(b_rows, t_len)
-    next_values = torch.where(cut, boot, next_values)
-    return {
-        "state_value": values.unsqueeze(-1),
-        "next_state_value": next_values.unsqueeze(-1),
-        "reward": reward.unsqueeze(-1),
-        "done": end.unsqueeze(-1),
-        "terminated": (end & ~cut).unsqueeze(-1),
-    }
-
-
-def _run_module(cls, case: Case, device: str):
-    """`GAE(gamma, lmbda, value_network=None, average_gae, vectorized)` on the tensordict a collector hands it
-    (values already filled: `state_value` and `("next", "state_value")`, advantages.py:2276-2290 at 0.14.1)."""
-    from tensordict import TensorDict
-
-    x = framework_inputs(case, device)
-    b_rows, t_len = case.shape
-    average_gae = case.options.get("average_gae", False)
-    vectorized = case.options.get("vectorized", False)
-    module = cls(gamma=case.gamma, lmbda=case.lam, value_network=None, average_gae=average_gae, vectorized=vectorized)
-    nxt = {
-        "reward": x["reward"],
-        "done": x["done"],
-        "terminated": x["terminated"],
-        "truncated": x["done"] & ~x["terminated"],
-        "state_value": x["next_state_value"],
-    }
-    td = TensorDict({"state_value": x["state_value"], "next": nxt}, batch_size=[b_rows, t_len], device=device)
-    out = module(td)
-    return out.get("advantage").squeeze(-1), out.get("value_target").squeeze(-1)
-
-
-def load(root: Path, entry: str | None) -> Loaded:
-    """torchrl's GAE for `entry` from `root`: "default" the functional loop, "vec" the vectorised functional,
-    "module" the `GAE` value-estimator module (the one PPO builds) with its options."""
-    if entry == "module":
-        cls, where = function_from(root, [(_ADV_MODULE, "GAE")])
-
-        def run_module(case: Case, device: str):
-            return _run_module(cls, case, device)
-
-        notes = [
-            "GAE(gamma, lmbda, value_network=None, average_gae=<option>, vectorized=<option>) on "
-            "TensorDict(state_value, next=(reward, done, terminated, truncated, state_value)) [B, T, 1]",
-            "done at the last trainable token; terminated too unless the row is truncated, whose "
-            "('next', 'state_value') there is the case's bootstrap value",
-        ]
-        return Loaded(run=run_module, where=where, notes=notes)
-    name = _ENTRIES.get(entry or "default")
-    if name is None:
-        raise NotPresent(
-            f"torchrl's GAE adapter has no entry {entry!r}; its GAE entries: {', '.join([*_ENTRIES, 'module'])}"
-        )
-    fn, where = function_from(root, [(_MODULE, name)])
-
-    def run(case: Case, device: str):
-        adv, ret = fn(case.gamma, case.lam, **framework_inputs(case, device))
-        return adv.squeeze(-1), ret.squeeze(-1)
-
-    notes = [
-        "done = terminated at the last trainable token of each row; next_state_value = values shifted, 0 after the row",
-        "a truncated row: done but not terminated there, next_state_value there = the case's bootstrap value",
-        "gamma and lambda passed as Python floats, as the functional API documents (scalars)",
-    ]
-    return Loaded(run=run, where=where, notes=notes)
