@@ -46,7 +46,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/areal_kinds.py': 3,
         'targets/adapters/miles_kinds.py': 9,
         'targets/adapters/nemo_rl_kinds.py': 3,
-        'targets/adapters/openrlhf_kinds.py': 10,
         'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
@@ -87,7 +86,6 @@ ALLOWED: dict[str, dict[str, int]] = {
 LONG_FILES = {
     'targets/adapters/areal.py',
     'targets/adapters/miles.py',
-    'targets/adapters/openrlhf.py',
     'targets/adapters/roll.py',
     'targets/adapters/skyrl.py',
     'targets/adapters/slime.py',

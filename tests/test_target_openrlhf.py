@@ -28,8 +28,9 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import openrlhf
 from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.openrlhf import calls as openrlhf_calls
+from maskfuzz.targets.openrlhf import declare as openrlhf
 from maskfuzz.targets.runtime.session import SetupError, open_target
 
 NEWEST, OLDEST = "0.11.2", "0.3.6.post1"
@@ -151,12 +152,12 @@ def fake_tree(fake_package):
 def test_a_tree_without_the_method_is_a_skip(fake_tree):
     root = fake_tree("class RemoteExperienceMaker:\n    def make_experience(self):\n        pass\n")
     with pytest.raises(NotPresent, match="get_advantages_and_returns"):
-        openrlhf.load(root, None)
+        openrlhf_calls.load(root, None)
 
 
 def test_a_tree_without_the_module_is_a_skip(fake_tree):
     with pytest.raises(NotPresent, match="experience_maker"):
-        openrlhf.load(fake_tree(None), None)
+        openrlhf_calls.load(fake_tree(None), None)
 
 
 def test_a_changed_signature_fails_loudly(fake_tree):
@@ -168,7 +169,7 @@ def test_a_changed_signature_fails_loudly(fake_tree):
         """
     )
     with pytest.raises(RuntimeError, match="expected \\(self, values, rewards, action_mask, gamma, lambd\\)"):
-        openrlhf.load(root, None)
+        openrlhf_calls.load(root, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ def test_the_pipeline_domain_is_cited_and_rejects_what_it_narrows(pin):
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (targets/adapters/openrlhf_kinds.py) at the newest release: the experience
+# Entries beyond GAE (targets/openrlhf/calls_kinds.py) at the newest release: the experience
 # maker's real compute_advantages_and_returns (group_norm / dr_grpo / rloo / reinforce),
 # compute_approx_kl (kl-k1/k2/k3) and masked_mean. Values below are hand-computed from the code.
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ def test_each_entry_declares_a_cited_pipeline(name):
 
 
 # ---------------------------------------------------------------------------------------------
-# loss-aggregation: models/loss.py::aggregate_loss over one optimizer step (openrlhf_kinds.load_aggregate), the
+# loss-aggregation: models/loss.py::aggregate_loss over one optimizer step (calls_kinds.load_aggregate), the
 # normalisers from loss_utils._optimizer_step_loss_norm, DeepSpeed's 1 / gas per micro-batch.
 # ---------------------------------------------------------------------------------------------
 AGG = ("agg-token-mean", "agg-seq-mean-token-mean")
@@ -408,10 +409,10 @@ def test_short_fuzz_of_the_aggregation_entries(entry, name):
 
 @pytest.mark.network
 def test_aggregation_entries_skip_before_aggregate_loss():
-    from maskfuzz.targets.adapters import openrlhf_kinds
+    from maskfuzz.targets.openrlhf import calls_kinds
     from maskfuzz.targets.runtime.session import Skip
 
-    assert set(openrlhf_kinds.AGGREGATE) == set(AGG) and set(AGG) <= set(openrlhf.SPEC.entries)
+    assert set(calls_kinds.AGGREGATE) == set(AGG) and set(AGG) <= set(openrlhf.SPEC.entries)
     with pytest.raises(Skip, match="aggregate_loss"):
         with opened(f"openrlhf:agg-token-mean@{OLDEST}"):
             pass
@@ -537,7 +538,7 @@ def test_fuzzing_with_options_checks_every_value(newest):
 
 # ---------------------------------------------------------------------------------------------
 # policy-loss: models/loss.py::PolicyLoss (0.11.2:116-259) at the CLI defaults (clip 0.2 / 0.2, no dual clip,
-# token-mean; ppo_actor.py:76-86), the step's global normalisers, DeepSpeed's 1 / gas (openrlhf_kinds.load_policy).
+# token-mean; ppo_actor.py:76-86), the step's global normalisers, DeepSpeed's 1 / gas (calls_kinds.load_policy).
 # ---------------------------------------------------------------------------------------------
 # row 0: r = 1 (A 1: l -1, slope -1); r = e^0.5 > 1.2 with A 1 (the clip binds: l -1.2, slope 0);
 # row 1: r = e^0.5 with A -1 (outside the range, the unclipped term is the max: l e^0.5, slope e^0.5);

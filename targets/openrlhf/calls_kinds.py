@@ -42,7 +42,10 @@ from types import SimpleNamespace
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.openrlhf.calls import CLIP_RANGE, STOP_OFF, STOP_PROPERLY, OptionNotAtPin
 
 _MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 _EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"
@@ -55,9 +58,13 @@ AGGREGATE = {"agg-token-mean": True, "agg-seq-mean-token-mean": False}
 KL_IN_REWARD = {"reinforce-kl": ("reinforce", "k1")}
 # --algo.kl.init_coef (default 0.01, cli/train_ppo_ray.py:438 at 0.11.2) is the value of the fixed controller
 # without --algo.kl.target (FixedKLController, trainer/ppo_trainer.py:176), read as self.kl_ctl.value by
-# compute_advantages_and_returns (experience_maker.py:286); the same constant as openrlhf.KL_INIT_COEF
+# compute_advantages_and_returns (experience_maker.py:286); the same constant as calls.KL_INIT_COEF
 KL_INIT_COEF = 0.01
 _WIDE = (-float("inf"), float("inf"))  # opened wide; +-1e30 overflows a float16 reward (git 3c3be623)
+# options the loads read (their Option declarations are in declare.py)
+VALUE_CLIP = "critic.value_clip"
+DUAL_CLIP = "actor.dual_clip"
+LOSS_AGG_MODE = "actor.loss_agg_mode"
 
 
 class GroupShapeError(ValueError):
@@ -104,9 +111,7 @@ def prompt_order(group: torch.Tensor) -> tuple[list[int], int]:
 
 def _args(estimator: str, n: int, gamma: float, options: dict | None = None) -> SimpleNamespace:
     """strategy.args at the CLI defaults, with the case's options where the adapter declares them
-    (openrlhf.CLIP_RANGE c -> --reward.clip_range -c c; openrlhf.STOP_PROPERLY, 1.0 standing for None)."""
-    from maskfuzz.targets.adapters.openrlhf import CLIP_RANGE, STOP_OFF, STOP_PROPERLY
-
+    (calls.CLIP_RANGE c -> --reward.clip_range -c c; calls.STOP_PROPERLY, 1.0 standing for None)."""
     options = options or {}
     c = options.get(CLIP_RANGE)
     coef = options.get(STOP_PROPERLY, STOP_OFF)
@@ -133,8 +138,6 @@ def load_estimator(root: Path, estimator: str, kl_estimator: str | None = None) 
     experience_cls = getattr(import_from(root, _EXPERIENCE), "Experience", None)
     if experience_cls is None:
         raise NotPresent(f"{_EXPERIENCE} has no Experience")
-    from maskfuzz.targets.adapters.openrlhf import STOP_OFF, STOP_PROPERLY, OptionNotAtPin
-
     has_truncated = "truncated" in getattr(experience_cls, "__dataclass_fields__", {})
     src = inspect.getsource(method)
     penalised = has_truncated and "apply_length_penalties" in src
@@ -250,9 +253,6 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
       `engine.backward` (utils/deepspeed/deepspeed.py:177-181), which divides it by gas (the 1 / gas that
       loss_utils.py:60-63 pre-compensates); the driver then averages the ranks as DeepSpeed averages gradients.
     """
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     token_level = AGGREGATE[entry]
     mod = import_from(root, _LOSS)
     fn = getattr(mod, "aggregate_loss", None)
@@ -296,9 +296,6 @@ def load_value(root: Path) -> Loaded:
     same `iter_grad_accum_global_norm` window normalisers as the actor (trainer/ray/ppo_critic.py:99-104, passed
     as `**loss_batch_info` at :152-158), DeepSpeed's 1 / gas on every micro-batch (`strategy.backward`, :168);
     the gradient is taken with respect to the critic's values."""
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     mod = import_from(root, _LOSS)
     cls = getattr(mod, "ValueLoss", None)
     if cls is None or "dp_size" not in inspect.signature(cls.forward).parameters:
@@ -307,8 +304,6 @@ def load_value(root: Path) -> Loaded:
     step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
     if step_norm is None:
         raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
-    from maskfuzz.targets.adapters.openrlhf import VALUE_CLIP
-
     losses: dict = {}
 
     def micro(rows, v, mask, step):
@@ -349,9 +344,6 @@ def load_policy(root: Path) -> Loaded:
     same scalar only when configured (ppo_actor.py:318-353; off by default, cli/train_ppo_ray.py:467, :469-473, :524):
     not included. The gradient is taken
     with respect to the current log-probs."""
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     mod = import_from(root, _LOSS)
     cls = getattr(mod, "PolicyLoss", None)
     if cls is None:
@@ -370,8 +362,6 @@ def load_policy(root: Path) -> Loaded:
     step_norm = getattr(utils, "_optimizer_step_loss_norm", None)
     if step_norm is None:
         raise NotPresent(f"{_LOSS_UTILS}._optimizer_step_loss_norm (the per-step global normalisers) is not present")
-    from maskfuzz.targets.adapters.openrlhf import DUAL_CLIP, LOSS_AGG_MODE
-
     losses: dict = {}
 
     def micro(rows, logp, mask, step):
@@ -422,9 +412,9 @@ def load(root: Path, entry: str) -> Loaded:
         return load_value(root)
     if entry == "policy-loss":
         return load_policy(root)
-    if entry in KL_IN_REWARD:  # "gae-kl" is a kind "gae" entry: the GAE adapter (openrlhf.py) loads it
+    if entry in KL_IN_REWARD:  # "gae-kl" is a kind "gae" entry: the GAE calls (calls.py) load it
         return load_estimator(root, *KL_IN_REWARD[entry])
-    raise ValueError(f"openrlhf_kinds has no entry {entry!r}")
+    raise ValueError(f"openrlhf's calls_kinds has no entry {entry!r}")
 
 
 def _approx_kl(root: Path):
