@@ -81,10 +81,19 @@ def _history_plot(nights: list[dict]) -> Plot:
     )
 
 
+def _severity(fs: list[Failure]) -> str:
+    """A defect's severity: the highest of its findings'."""
+    return min((f.severity for f in fs), key=lambda x: SEVERITY_RANK.get(x, 3))
+
+
+def _on_pipeline(fs: list[Failure]) -> bool:
+    """Whether any finding of a defect reaches it through the pipeline."""
+    return any(f.triage.get("reach") == "pipeline" for f in fs)
+
+
 def _defect_rank(fs: list[Failure]) -> tuple[int, bool]:
     """Severity first, then pipeline reach before api: the order a maintainer reads defects in."""
-    best = min(SEVERITY_RANK.get(f.severity, 3) for f in fs)
-    return best, not any(f.triage.get("reach") == "pipeline" for f in fs)
+    return SEVERITY_RANK.get(_severity(fs), 3), not _on_pipeline(fs)
 
 
 def _framework_rows(tonight: Night, failing: list[Failure]) -> list[list]:
@@ -102,8 +111,8 @@ def _framework_rows(tonight: Night, failing: list[Failure]) -> list[list]:
     rows = []
     for fw in sorted(set(covered) | set(by_fw)):
         defects = by_fw.get(fw, {})
-        sev = [min((f.severity for f in fs), key=lambda x: SEVERITY_RANK.get(x, 3)) for fs in defects.values()]
-        pipeline = sum(any(f.triage.get("reach") == "pipeline" for f in fs) for fs in defects.values())
+        sev = [_severity(fs) for fs in defects.values()]
+        pipeline = sum(_on_pipeline(fs) for fs in defects.values())
         lead = ""
         if defects:
             top = min(defects.values(), key=_defect_rank)
@@ -381,12 +390,11 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
     groups: dict[str, list[Failure]] = defaultdict(list)
     for f in failing:
         groups[f.defect].append(f)
-    rank = {"high": 0, "medium": 1, "low": 2}
     rows = []
     for defect, fs in groups.items():
         t = next((f.triage for f in fs if f.triage), {})
-        reach = "pipeline" if any(f.triage.get("reach") == "pipeline" for f in fs) else t.get("reach", "unknown")
-        sev = min((f.severity for f in fs), key=lambda x: rank.get(x, 3))
+        reach = "pipeline" if _on_pipeline(fs) else t.get("reach", "unknown")
+        sev = _severity(fs)
         small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
         promise = next((f.triage["promise"] for f in fs if f.triage.get("promise")), "(not triaged)")
         rows.append([
@@ -394,7 +402,7 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
             ", ".join(sorted({f.identity.where for f in fs})), ", ".join(sorted({f.identity.property for f in fs})),
             "x".join(map(str, small.shape)) if small else "", ", ".join(sorted({state.get(id(f), "") for f in fs})),
         ])  # fmt: skip
-    rows.sort(key=lambda r: (rank.get(r[4], 3), r[3] != "pipeline", r[0]))
+    rows.sort(key=lambda r: (SEVERITY_RANK.get(r[4], 3), r[3] != "pipeline", r[0]))
     return rows
 
 
