@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found, dumps, entry_from_json, parse_json
+from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.ledger import Ledger
 from maskfuzz.fuzz.signature import identity
 from maskfuzz.oracles.case import Case
@@ -72,6 +73,20 @@ def save(entry: Entry, root: Path | str) -> Path:
     if path.exists():
         load(path)  # raises CorpusError for a corrupt file: keep it for a human to look at
         return _with_path(entry, path).path
+    return _write(entry, path)
+
+
+def rewrite(entry: Entry) -> Path:
+    """Write `entry` over its own file (`entry.path`, read before: the same id) atomically, e.g. with a
+    validation recorded; CorpusError when the file is not that entry's."""
+    if entry.path is None:
+        raise CorpusError("the entry was not loaded from a file, so there is nothing to rewrite")
+    if load(entry.path).id != entry.id:
+        raise CorpusError(f"holds another entry than {entry.id}", entry.path)
+    return _write(entry, entry.path)
+
+
+def _write(entry: Entry, path: Path) -> Path:
     where = machine_path(entry.to_json())
     if where is not None:
         raise CorpusError(
@@ -232,7 +247,7 @@ def _finding_triage(finding: Any) -> dict | None:
     out = {k: getattr(finding, k, "") for k in keys}
     promise = getattr(finding, "promise", None)
     if promise is not None:
-        out |= promise.to_json() | {"reach_evidence": "cited" if out["reach"] == "pipeline" else ""}
+        out |= promise.to_json() | {"reach_evidence": reach_evidence(out["reach"])}
     return out
 
 

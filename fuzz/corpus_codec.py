@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from maskfuzz.fuzz import evidence
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.case import DTYPES, Case, CaseError, quantize
 from maskfuzz.oracles.kinds import ALL_KINDS, outputs
@@ -373,6 +374,7 @@ class Entry:
     triage: dict | None = None  # defect, mechanism, evidence, severity, reach, reach_how
     witness: Case | None = None  # the pipeline-domain case behind `reach: pipeline`, when not `case`
     bisect: dict | None = None  # a `maskfuzz bisect --json` result recorded with the entry (the repro report shows it)
+    validation: dict | None = None  # `maskfuzz validate --record`: the real rollout's verdict (fuzz.evidence)
 
     @property
     def key(self) -> str:
@@ -423,7 +425,9 @@ class Entry:
             },
             "triage": None if self.triage is None else dict(self.triage),
             "witness": None if self.witness is None else case_to_json(self.witness),
-        } | ({"bisect": self.bisect} if self.bisect is not None else {})
+        } | ({"bisect": self.bisect} if self.bisect is not None else {}) | (
+            {"validation": self.validation} if self.validation is not None else {}
+        )
 
 
 def entry_from_json(d: Any) -> Entry:
@@ -485,6 +489,11 @@ def entry_from_json(d: Any) -> Entry:
         entry = dataclasses.replace(entry, triage=_triage_from_json(d.get("triage")), witness=witness)
     if d.get("bisect") is not None:
         entry = dataclasses.replace(entry, bisect=_get(d, "bisect", dict))
+    if d.get("validation") is not None:
+        try:
+            entry = dataclasses.replace(entry, validation=evidence.check(d["validation"]))
+        except evidence.ValidationError as exc:
+            raise CorpusError(str(exc), field=exc.field) from None
     return entry
 
 

@@ -24,6 +24,7 @@ from hypothesis import seed as hyp_seed
 from hypothesis.errors import Flaky
 
 from maskfuzz.fuzz.corpus_codec import case_to_json
+from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.option_strategies import configured
 from maskfuzz.fuzz.strategies import Sizes, cases
@@ -75,7 +76,7 @@ class Finding:
             "mechanism": self.mechanism,
             "evidence": self.evidence,
             "reach": self.reach,
-            "reach_evidence": "cited" if self.reach == "pipeline" else "",
+            "reach_evidence": reach_evidence(self.reach),
             "severity": self.severity,
             "reach_how": self.reach_how,
             "class": "defect" if self.promise is not None else (self.fact or ""),

@@ -311,7 +311,8 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
 
 
 def _triage_of(d: dict) -> dict:
-    keys = ("defect", "mechanism", "severity", "reach", "reach_evidence", "class", "promise", "promise_text")
+    keys = ("defect", "mechanism", "severity", "reach", "reach_evidence", "reach_note", "class", "promise",
+            "promise_text")
     return {k: d[k] for k in keys if d.get(k)}
 
 

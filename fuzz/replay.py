@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from maskfuzz.fuzz import evidence
 from maskfuzz.fuzz.corpus import LEDGER_NAME
 from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, encode_float
 from maskfuzz.fuzz.ledger import Expectation, Ledger
@@ -339,7 +340,7 @@ def replay_one(
         out.seconds = time.monotonic() - start
         return out
     if judged.state == "fail" and judged.verdict is not None:
-        out.triaged = retriage(handle, e, judged.verdict, dtype)
+        out.triaged = evidence.applied(retriage(handle, e, judged.verdict, dtype), e.validation, out.resolved)
     out.seconds = time.monotonic() - start
     out.verdict = judged.verdict
     # the ledger speaks of the recorded dtype: at another one a result is plain pass / fail

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from maskfuzz.fuzz.evidence import CITED, EXECUTED, label
 from maskfuzz.fuzz.nights import (
     FORMAT,
     PROPERTIES,
@@ -91,6 +92,12 @@ def _on_pipeline(fs: list[Failure]) -> bool:
     return any(f.triage.get("reach") == "pipeline" for f in fs)
 
 
+def _evidence(fs: list[Failure]) -> str:
+    """How a defect's pipeline reach is known: executed when any finding's input was rebuilt on a real rollout."""
+    found = {f.triage.get("reach_evidence", "") for f in fs if f.triage.get("reach") == "pipeline"}
+    return EXECUTED if EXECUTED in found else (CITED if found else "")
+
+
 def _defect_rank(fs: list[Failure]) -> tuple[int, bool]:
     """Severity first, then pipeline reach before api: the order a maintainer reads defects in."""
     return SEVERITY_RANK.get(_severity(fs), 3), not _on_pipeline(fs)
@@ -113,6 +120,7 @@ def _framework_rows(tonight: Night, failing: list[Failure]) -> list[list]:
         defects = by_fw.get(fw, {})
         sev = [_severity(fs) for fs in defects.values()]
         pipeline = sum(_on_pipeline(fs) for fs in defects.values())
+        ran_it = sum(_evidence(fs) == EXECUTED for fs in defects.values())
         lead = ""
         if defects:
             top = min(defects.values(), key=_defect_rank)
@@ -121,7 +129,8 @@ def _framework_rows(tonight: Night, failing: list[Failure]) -> list[list]:
         covs = covered.get(fw, [])
         ran = sum(c.status == "ok" for c in covs)
         rows.append([
-            fw, str(len(defects)), *(str(sev.count(s)) for s in ("high", "medium", "low")), str(pipeline),
+            fw, str(len(defects)), *(str(sev.count(s)) for s in ("high", "medium", "low")),
+            f"{pipeline} ({ran_it} executed)" if ran_it else str(pipeline),
             str(facts.get(fw, 0)), f"{ran} of {len(covs)}", lead,
         ])  # fmt: skip
     rows.sort(key=lambda r: (-int(r[2]), -int(r[1]), r[0]))
@@ -393,7 +402,9 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
     rows = []
     for defect, fs in groups.items():
         t = next((f.triage for f in fs if f.triage), {})
-        reach = "pipeline" if _on_pipeline(fs) else t.get("reach", "unknown")
+        reach = label("pipeline", _evidence(fs)) if _on_pipeline(fs) else t.get("reach", "unknown")
+        if notes := sorted({f.triage["reach_note"] for f in fs if f.triage.get("reach_note")}):
+            reach += f"; {notes[0]}"
         sev = _severity(fs)
         small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
         promise = next((f.triage["promise"] for f in fs if f.triage.get("promise")), "(not triaged)")
@@ -402,7 +413,7 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
             ", ".join(sorted({f.identity.where for f in fs})), ", ".join(sorted({f.identity.property for f in fs})),
             "x".join(map(str, small.shape)) if small else "", ", ".join(sorted({state.get(id(f), "") for f in fs})),
         ])  # fmt: skip
-    rows.sort(key=lambda r: (SEVERITY_RANK.get(r[4], 3), r[3] != "pipeline", r[0]))
+    rows.sort(key=lambda r: (SEVERITY_RANK.get(r[4], 3), not r[3].startswith("pipeline"), r[0]))
     return rows
 
 

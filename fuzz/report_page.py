@@ -176,7 +176,7 @@ def render_html(doc: Document) -> str:
             for k, c in enumerate(row):
                 cls = _css_class(c) if s.table.kind == "matrix" and k >= 3 and isinstance(c, str) else ""
                 if k in styled and isinstance(c, str) and c:
-                    cls = f"{styled[k]}-{_slug(c)}"
+                    cls = f"{styled[k]}-{_slug(c.split(' (')[0])}"  # "pipeline (executed)": styled as pipeline
                 tds.append((f'<td class="{cls}">' if cls else "<td>") + _html_cell(c) + "</td>")
             out.append("<tr>" + "".join(tds) + "</tr>")
         out.append("</tbody>")

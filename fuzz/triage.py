@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
+from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose
@@ -65,7 +66,7 @@ class Defect:
             "mechanism": self.mechanism,
             "description": MECHANISMS.get(self.mechanism, ""),
             "reach": self.reach,
-            "reach_evidence": "cited" if self.reach == "pipeline" else "",
+            "reach_evidence": reach_evidence(self.reach),
             "severity": self.severity,
             "properties": self.properties,
             **(self.promise.to_json() if self.promise else {}),
@@ -350,7 +351,7 @@ def retriage(run: Run, case: Case, verdict, declared: Declared, key: str, known:
         "class": "defect" if f.is_defect else f.fact,
     }
     if f.is_defect:
-        out |= f.promise.to_json() | {"reach_evidence": "cited" if f.reach == "pipeline" else ""}
+        out |= f.promise.to_json() | {"reach_evidence": reach_evidence(f.reach)}
     else:
         out["why_not_a_defect"] = f.why_fact
     return out

@@ -47,6 +47,11 @@ class CannotValidate(Exception):
     """The finding cannot be run on a real rollout (the message says why): exit 2."""
 
 
+class NotBuilt(CannotValidate):
+    """The real path ran and built no batch holding the case (the message says what it searched): a pipeline
+    label it does not back, recorded as `built: false` (fuzz.evidence)."""
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A batch the framework built from real generations that holds the case's masks.
@@ -138,7 +143,7 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
         if len(rows) == len(want):
             return Scenario(request, gen.rows(rows), tuple(rows), tuple(offsets), length, seed + 1, pool_size)
     shown = ", ".join(f"row {b}: {r}" for b, r in enumerate(want))
-    raise CannotValidate(
+    raise NotBuilt(
         f"the real path built no batch holding the case's masks ({shown}; T trainable, R masked real, P padding) "
         f"in {max_seeds} seeds x {pool_size} generated rows (max_new_tokens {n_new})"
     )
@@ -190,7 +195,7 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
         raise CannotValidate(f"no real-rollout recipe for property {entry.property!r} yet (covered: {SUPPORTED})")
     pipeline = declared.pipeline
     if pipeline is not None and (why := pipeline.rejects(case)):
-        raise CannotValidate(f"the case lies outside what {rollout.ref.target}'s pipeline builds: {why}")
+        raise NotBuilt(f"the case lies outside what {rollout.ref.target}'s pipeline builds: {why}")
     if case.has_nonfinite_poison():
         raise CannotValidate("NaN / inf under the mask: the critic's values are finite in a real step")
     scenario = search(case, rollout, max_seeds)

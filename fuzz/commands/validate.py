@@ -9,6 +9,11 @@ mask, before compute_advantage) and the step's outputs are judged against maskfu
 Writes DIR/validation.json (the record: recipe, scenario, buggy vs reference outputs) and DIR/validation.md.
 The target defaults to the case's own target, entry point and pin.
 
+With --record the verdict is stored in the corpus file itself (`validation`: target, resolved pin, built,
+reproduced, the verdict line, the hooked boundary, the date), at the case's own pin only: a reproduced
+validation makes the finding `reach: pipeline (executed)` in replay and reports (`fuzz.evidence`), one that
+did not reproduce or built nothing is shown beside its cited reach.
+
 Exit codes: 1 reproduced (the masked value moves valid-token outputs off the reference), 0 not reproduced,
 2 cannot run (no real-rollout path for the target, set-up error, no batch of the real path holds the case's
 masks; the reason is printed).
@@ -37,6 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR", help="where validation.json / .md go")
     p.add_argument("--max-seeds", type=positive_int, default=64, metavar="N", help="generation seeds to search")
     p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="seconds a worker call may take")
+    p.add_argument("--record", action="store_true", help="store the verdict in the corpus file (its own pin only)")
     p.set_defaults(func=run)
 
 
@@ -45,8 +51,23 @@ def _cannot(message: str) -> int:
     return 2
 
 
-def run(args: argparse.Namespace) -> int:
+def _today() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _store(entry, validation: dict) -> None:
+    import dataclasses
+
     from maskfuzz.fuzz import corpus
+
+    corpus.rewrite(dataclasses.replace(entry, validation=validation))
+    print(f"recorded in {entry.path}: built {validation['built']}, reproduced {validation['reproduced']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskfuzz.fuzz import corpus, evidence
     from maskfuzz.fuzz import validate as val
     from maskfuzz.fuzz.cli import UsageError
     from maskfuzz.oracles.properties import TargetFailure
@@ -69,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--target {text}: the case is a {entry.target} finding, not one of {ref.target}")
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"-o {args.out}: exists and is not a directory")
+    if args.record and (ref.pin != entry.pin or ref.entry != entry.entry_point):
+        raise UsageError(f"--record: {text} is not the case's own {entry.key}@{entry.pin}; record at its pin only")
     declared = registry.get(ref.target).declared(ref.entry, ref.pin)
     print(f"maskfuzz validate: {entry.key}/{entry.property}-{entry.id} on {ref} (a real rollout)", flush=True)
     try:
@@ -76,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {ref} = {rollout.checkout.resolved}; searching the case's masks in real batches", flush=True)
             record = val.validate(entry, rollout, declared, max_seeds=args.max_seeds)
     except (SetupError, Skip) as exc:
+        return _cannot(str(exc))
+    except val.NotBuilt as exc:
+        if args.record:
+            _store(entry, evidence.not_built(str(ref), entry.resolved or entry.pin, str(exc), date=_today()))
         return _cannot(str(exc))
     except val.CannotValidate as exc:
         return _cannot(str(exc))
@@ -87,4 +114,6 @@ def run(args: argparse.Namespace) -> int:
     md_path.write_text(val.markdown(record))
     print(f"  {record['verdict']['line']}")
     print(f"wrote {json_path} and {md_path}")
+    if args.record:
+        _store(entry, evidence.stored(record, date=_today()))
     return 1 if record["verdict"]["reproduced"] else 0
