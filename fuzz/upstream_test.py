@@ -60,7 +60,7 @@ def _openrlhf(case: Case) -> dict:
 
 
 def _skyrl(case: Case) -> dict:
-    from maskfuzz.targets.adapters.skyrl import framework_inputs
+    from maskfuzz.targets.skyrl.calls import framework_inputs
 
     x = framework_inputs(case, "cpu")
     return {"rewards": x["token_level_rewards"], "values": x["values"], "mask": x["response_mask"]}

@@ -175,8 +175,6 @@ LEGACY_ADAPTERS: dict[str, str] = {
     "verl": "maskfuzz.targets.adapters.verl",
     "trl": "maskfuzz.targets.adapters.trl",
     "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
-    "areal": "maskfuzz.targets.adapters.areal",
-    "skyrl": "maskfuzz.targets.adapters.skyrl",
 }
 DECLARATION, CALLS = "declare", "calls"
 

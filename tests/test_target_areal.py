@@ -23,9 +23,10 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import areal
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.areal import calls as areal_calls
+from maskfuzz.targets.areal import declare as areal
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
 
@@ -150,7 +151,7 @@ def _tree(tmp_path, text: str):
 def test_method_without_the_loop_fails_loudly(tmp_path):
     root = _tree(tmp_path, "class PPOActor:\n    def _compute_advantages(self, data):\n        return data\n")
     with pytest.raises(BlockNotFound, match="none holds the GAE loop"):
-        areal.load(root, None)
+        areal_calls.load(root, None)
 
 
 def test_method_reading_unknown_self_attributes_fails_loudly(tmp_path):
@@ -163,12 +164,12 @@ def test_method_reading_unknown_self_attributes_fails_loudly(tmp_path):
         "        return data\n"
     )
     with pytest.raises(BlockNotFound, match="self.new_knob"):
-        areal.load(_tree(tmp_path, body), None)
+        areal_calls.load(_tree(tmp_path, body), None)
 
 
 def test_tree_without_ppo_actor_is_not_present(tmp_path):
     with pytest.raises(NotPresent, match="no PPOActor advantage method"):
-        areal.load(_tree(tmp_path, "class Critic:\n    pass\n"), None)
+        areal_calls.load(_tree(tmp_path, "class Critic:\n    pass\n"), None)
 
 
 def test_pipeline_domain_is_cited_and_rejects_what_areal_never_builds():
@@ -199,7 +200,7 @@ def test_pipeline_domain_is_cited_and_rejects_what_areal_never_builds():
 
 
 # ---------------------------------------------------------------------------------------------
-# Kinds beyond GAE (targets/adapters/areal_kinds.py): Normalization and KLEstimator compiled from
+# Kinds beyond GAE (targets/areal/calls_kinds.py): Normalization and KLEstimator compiled from
 # areal/utils/data.py at the pin.
 #
 # * reward_norm (group / group) gets the [B] scores with no loss mask (actor.py:172-173): a row without a
@@ -256,7 +257,7 @@ def test_kind_entries_are_declared():
 def test_blocks_of_group_ids():
     import torch
 
-    from maskfuzz.targets.adapters.areal_kinds import blocks
+    from maskfuzz.targets.areal.calls_kinds import blocks
 
     assert blocks(torch.tensor([5, 5, 2, 2, 2, 9])) == [2, 3, 1]
     assert blocks(torch.tensor([5, 2, 5])) is None
@@ -338,7 +339,7 @@ def test_older_layouts_load_so_a_bisection_does_not_fall_into_skips(rev):
 
 # ---------------------------------------------------------------------------------------------
 # Loss aggregation: ppo_actor_loss_fn's micro-batch token mean, scaled by the engine's loss_mask.count_nonzero()
-# weights (compute_total_loss_weight) and dp_size: the global token mean (areal_kinds.load_loss).
+# weights (compute_total_loss_weight) and dp_size: the global token mean (calls_kinds.load_loss).
 # row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
 # ---------------------------------------------------------------------------------------------
 AGG_STEP = Case.build(
@@ -403,7 +404,7 @@ def test_agg_token_mean_at_git_pins(rev):
 
 
 # ---------------------------------------------------------------------------------------------
-# Critic loss (areal_kinds.load_value): ppo_critic_loss_fn's micro-batch token mean, engine weights.
+# Critic loss (calls_kinds.load_value): ppo_critic_loss_fn's micro-batch token mean, engine weights.
 # ---------------------------------------------------------------------------------------------
 # row 0: v - v_old = 0.1 inside the clip range 0.5: 0.5 (1 - 0)^2, dl/dv = 1; row 1: v_old = 2, clipped to 1.5:
 # 0.5 * 1.5^2 = 1.125 beats 0.5 * 1^2, dl/dv = 0 (clamp saturated); 100 under the mask; micro-batches {0}, {1}
@@ -558,7 +559,7 @@ def test_option_spaces_are_declared_per_entry():
 
 
 # ---------------------------------------------------------------------------------------------
-# Policy loss (areal_kinds.load_policy): ppo_actor_loss_fn with proximal = old log-probs (decoupled loss off),
+# Policy loss (calls_kinds.load_policy): ppo_actor_loss_fn with proximal = old log-probs (decoupled loss off),
 # eps_clip 0.2, eps_clip_higher None, c_clip None (PPOActorConfig, 1.0.4 areal/api/cli_args.py:1460-1475), the
 # micro-batch token mean scaled by the engine's count_nonzero weights: the step's token mean.
 #

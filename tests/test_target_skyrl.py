@@ -32,10 +32,11 @@ from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.oracles.reference import classic_gae_loop
-from maskfuzz.targets.adapters import skyrl
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
+from maskfuzz.targets.skyrl import calls as skyrl_calls
+from maskfuzz.targets.skyrl import declare as skyrl
 
 PIN = "0.3.1"
 FIRST = "0.1.0"
@@ -70,7 +71,7 @@ def test_framework_inputs_put_the_score_on_the_last_real_token():
         score=[10, 20],
         dtype="float64",
     )
-    x = skyrl.framework_inputs(case, "cpu")
+    x = skyrl_calls.framework_inputs(case, "cpu")
     # row 0: observation at 2 gets the score, padding at 3 has no reward; row 1: left pad at 0
     assert x["token_level_rewards"].tolist() == [[0.5, 0, 10.25, 0], [0, 0, 0, 20.5]]
     assert x["response_mask"].tolist() == [[1, 1, 1, 0], [0, 1, 1, 1]]
@@ -347,7 +348,7 @@ def test_a_tree_without_the_function_is_a_skip(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Kinds beyond GAE (release 0.3.1): the outcome estimators, REINFORCE++, compute_approx_kl and
-# normalize_advantages_dict, each SkyRL's own function from the wheel (targets/adapters/skyrl_kinds.py).
+# normalize_advantages_dict, each SkyRL's own function from the wheel (targets/skyrl/calls_kinds.py).
 #
 # * The outcome estimators sum token_level_rewards over every column (ppo_utils.py:1053 / :970): a reward on
 #   a real token outside the loss mask (an observation, a masked tail) enters the score -- SkyRL's rewards are
@@ -580,7 +581,7 @@ def test_batch_norm_is_not_present_at_git_main():
 
 
 # ---------------------------------------------------------------------------------------------
-# Loss aggregation (skyrl_kinds.load_aggregation). Releases: reduce_loss per micro-batch, / accumulation
+# Loss aggregation (calls_kinds.load_aggregation). Releases: reduce_loss per micro-batch, / accumulation
 # steps (0.3.1 worker.py:692); git main: the advantages of the whole step pre-scaled by
 # apply_loss_reduction_to_advantages_minibatch, then reduce_loss (a sum) per micro-batch times dp_size.
 # ---------------------------------------------------------------------------------------------
@@ -674,7 +675,7 @@ def test_git_main_prescaled_advantages_by_hand():
 
 
 # ---------------------------------------------------------------------------------------------
-# Critic loss (skyrl_kinds.load_value): ppo_critic_loss per micro-batch, / accumulation steps.
+# Critic loss (calls_kinds.load_value): ppo_critic_loss per micro-batch, / accumulation steps.
 # ---------------------------------------------------------------------------------------------
 # row 0: v - v_old = 0.1 inside the clip range 0.2: 0.5 (1 - 0)^2, dl/dv = 1; row 1: v_old = 2, clipped to 1.8:
 # 0.5 * 1.8^2 = 1.62 beats 0.5 * 1^2, dl/dv = 0 (clamp saturated); 100 under the mask
@@ -807,7 +808,7 @@ def test_overlong_filtering_short_fuzz_checks_both_values():
 
 
 # ---------------------------------------------------------------------------------------------
-# policy-loss (skyrl_kinds.load_policy): ppo_policy_loss (PolicyLossRegistry "regular") at cfg.trainer.algorithm's
+# policy-loss (calls_kinds.load_policy): ppo_policy_loss (PolicyLossRegistry "regular") at cfg.trainer.algorithm's
 # defaults; releases reduce per micro-batch (reduce_loss, / accumulation steps), git main pre-scales the advantages.
 # ---------------------------------------------------------------------------------------------
 # row 0: r = 1 (A 1: l -1, slope -1); r = e^0.5 > 1.2 with A 1 (the clip binds: l -1.2, slope 0);

@@ -1,4 +1,4 @@
-"""AReaL's masked math beyond GAE: loaders for the entries of `targets.adapters.areal.SPEC`.
+"""AReaL's masked math beyond GAE: loaders for the entries of `targets.areal.declare.SPEC`.
 
 `Normalization` and `KLEstimator` are AReaL's own classes, compiled from `areal/utils/data.py` at
 the pin (`SourceTree`, as the GAE entry compiles the actor: importing `areal` pulls its controller
@@ -32,8 +32,10 @@ from pathlib import Path
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import SourceTree
+from maskfuzz.targets.adapters.loss_step import run_step, run_step_gloo
 
 DATA = "areal/utils/data.py"
 NORM = {
@@ -41,7 +43,7 @@ NORM = {
     "grpo": dict(mean_level="group", mean_leave1out=False, std_level="group", std_unbiased=True, eps=1e-5),
     "adv-norm": dict(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5),
 }
-# entry -> (option name prefix): the NormConfig fields a case's options override (targets/adapters/areal.py
+# entry -> (option name prefix): the NormConfig fields a case's options override (targets/areal/declare.py
 # GRPO_OPTIONS, ADV_NORM_OPTIONS); "none" is YAML null
 PREFIX = {"grpo": "actor.reward_norm.", "adv-norm": "actor.adv_norm."}
 KL = {"kl-k1": "k1", "kl-k2": "k2", "kl-k3": "k3"}
@@ -128,8 +130,6 @@ def _total_weight(root: Path, tree: SourceTree):
     none (v0.3.4 fsdp_engine.py:390-398)."""
     import torch.distributed as dist
 
-    from maskfuzz.oracles.kinds.loss_aggregation import microbatches
-
     total_fn = real_fn = None
     epath = Path(root) / TRAIN_ENGINE
     if epath.is_file():
@@ -166,8 +166,6 @@ def _total_weight(root: Path, tree: SourceTree):
 def step_driver(root: Path):
     """`run_step`, or `run_step_gloo` for a step on more than one rank where the pin's engine all-reduces the
     loss weight with torch.distributed (compute_total_loss_weight): the collective then runs for real."""
-    from maskfuzz.targets.adapters.loss_step import run_step, run_step_gloo
-
     gloo = (Path(root) / TRAIN_ENGINE).is_file()
 
     def drive(case: Case, device: str, micro, leaf_name: str = "loss"):
@@ -283,7 +281,9 @@ def load_value(root: Path, entry: str) -> Loaded:
 
 
 # PPOActorConfig defaults, eps_clip 0.2, eps_clip_higher None (= eps_clip), c_clip None (no dual clip), 1.0.4
-# cli_args.py:1460-1475: targets/adapters/areal.py POLICY_OPTION_DEFAULTS, overridden by case.options
+# cli_args.py:1460-1475, overridden by case.options (declare.py's POLICY_OPTIONS take their defaults from here; a
+# plain dict, so a standalone repro script copies no Option)
+POLICY_OPTION_DEFAULTS = {"actor.eps_clip": 0.2, "actor.eps_clip_higher": None, "actor.c_clip": None}
 
 
 def load_policy(root: Path, entry: str) -> Loaded:
@@ -315,8 +315,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     total_weight, how = _total_weight(root, tree)
     fsdp = Path(root) / FSDP_ENGINE
     shortcut = fsdp.is_file() and "local_weight == 0" in fsdp.read_text(encoding="utf-8", errors="replace")
-
-    from maskfuzz.targets.adapters.areal import POLICY_OPTION_DEFAULTS
 
     def micro(rows, logp, mask, step):
         dev, dt = logp.device, logp.dtype

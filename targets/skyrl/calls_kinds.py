@@ -1,4 +1,4 @@
-"""SkyRL's masked math beyond GAE: loaders for the entries of `targets.adapters.skyrl.SPEC`.
+"""SkyRL's masked math beyond GAE: loaders for the entries of `targets.skyrl.declare.SPEC`.
 
 Every loader imports SkyRL's own function from `ppo_utils` at the pin (the wheel's
 `skyrl_train/utils/ppo_utils.py`, git main's `skyrl/backends/skyrl_train/utils/ppo_utils.py`) and
@@ -6,7 +6,7 @@ feeds it what SkyRL's trainer feeds it:
 
 * outcome estimators (`grpo`, `dr-grpo`, `rloo`, `reinforce++`) get `token_level_rewards` with the
   scalar score on the last *real* response token (`per_token_reward[-1] = float(reward)`, the rule
-  `targets.adapters.skyrl` checks in the trainer) plus the case's token rewards at real tokens (0 at
+  `targets.skyrl.calls` checks in the trainer) plus the case's token rewards at real tokens (0 at
   padding), `response_mask` = the response indicator (canonical `attention`, never the loss mask:
   0.3.1 skyrl_train/trainer.py:771-775) and `index` = the row's uid (np.ndarray of str,
   0.3.1 skyrl_train/trainer.py:741);
@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -34,7 +35,9 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
-from maskfuzz.targets.adapters.skyrl import KL_TYPE
+from maskfuzz.targets.adapters.extract import SourceTree
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.skyrl.calls import KL_COEF, KL_TYPE, framework_inputs, import_roots, kl_penalty
 
 _MODULES = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
 
@@ -58,12 +61,14 @@ VALUE = ("value-loss",)
 VALUE_CLIP = 0.2  # algorithm.value_clip default (0.3.1 skyrl_train/config/ppo_base_config.yaml:137; git main
 # skyrl/train/config/config.py:921)
 ENTRIES = (*OUTCOME, *RETURNS, *KL, *NORMALIZATION, *AGGREGATION, *VALUE)
+MAX_SEQ_LEN = 32  # the constant of seq_mean_token_sum_norm, `algorithm.max_seq_len`, as a user sets it
 
 
-NORM_BY_STD = "trainer.algorithm.grpo_norm_by_std"  # = skyrl.NORM_BY_STD (the option names of the entries)
+# options the loads read (their Option declarations are in declare.py)
+NORM_BY_STD = "trainer.algorithm.grpo_norm_by_std"
 
 
-OVERLONG = "generator.apply_overlong_filtering"  # = skyrl.OVERLONG
+OVERLONG = "generator.apply_overlong_filtering"
 _OVERLONG_MODULES = ("skyrl_train.generators.utils", "skyrl.train.generators.utils")
 _EOS, _TOKEN = 2, 1  # token ids of the stand-in responses: only the last one's being EOS matters
 
@@ -73,10 +78,7 @@ def _overlong_fn(root: Path):
     stop_reasons)`, a9564572eb8e skyrl/train/generators/skyrl_gym_generator.py:796, :964) compiled from the pin's source
     (0.3.1 skyrl_train/generators/utils.py:216-232; git main skyrl/train/generators/utils.py:349): its module
     imports the generator stack (skyrl_gym, inference engines), the function itself only builtins."""
-    from maskfuzz.targets.adapters.extract import SourceTree
-    from maskfuzz.targets.adapters.skyrl import _import_roots
-
-    for base in [*_import_roots(Path(root)), Path(root)]:
+    for base in [*import_roots(Path(root)), Path(root)]:
         tree = SourceTree(base, ("skyrl_train", "skyrl"))
         for module in _OVERLONG_MODULES:
             path = tree.module_file(module)
@@ -106,9 +108,7 @@ def _filtered(case: Case, overlong) -> Case:
 
 
 def _function(root: Path, name: str):
-    from maskfuzz.targets.adapters.skyrl import _import_roots
-
-    for extra in reversed(_import_roots(Path(root))):
+    for extra in reversed(import_roots(Path(root))):
         if str(extra) not in sys.path:
             sys.path.insert(0, str(extra))
     return function_from(root, [(m, name) for m in _MODULES])
@@ -116,8 +116,6 @@ def _function(root: Path, name: str):
 
 def outcome_inputs(case: Case, device: str) -> dict:
     """token_level_rewards / response_mask / index as SkyRL's trainer builds them."""
-    from maskfuzz.targets.adapters.skyrl import framework_inputs
-
     x = framework_inputs(case, device)
     groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
     index = np.array([str(int(g)) for g in groups.tolist()])
@@ -219,9 +217,6 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
     (skyrl/train/dataset/preprocess.py:286-313; None groups: one prompt per row); micro_batch_size (read by
     token_mean_legacy only) = the largest micro-batch; max_seq_len = MAX_SEQ_LEN for every mode, as the
     trainer passes `algorithm.max_seq_len` whatever the mode (trainer.py:1502)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
-
     mode = AGGREGATION[entry]
     reduce_loss, where = _function(root, "reduce_loss")
     prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
@@ -243,8 +238,6 @@ def load_aggregation(root: Path, entry: str) -> Loaded:
         scale, scale_where = _function(root, "apply_loss_reduction_to_advantages_minibatch")
         boundaries_fn = None
         if mode == "prompt_mean":
-            from maskfuzz.targets.adapters.base import function_from
-
             boundaries_fn, _ = function_from(root, [("skyrl.train.dataset.preprocess", "compute_prompt_boundaries")])
         where = f"{scale_where} + reduce_loss"
 
@@ -302,10 +295,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     Both are `/ Step.rank_micro_batches`; FSDP averages gradients over data-parallel ranks (the driver's rank
     mean). No global normaliser: the per-micro-batch row mean is a mean of means, and the empty rows it
     counts are not documented, so the reference stays the canonical step sequence mean."""
-    from types import SimpleNamespace
-
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     fn, where = _function(root, "ppo_critic_loss")
     config = SimpleNamespace(value_clip=VALUE_CLIP)
 
@@ -328,8 +317,8 @@ def load_value(root: Path, entry: str) -> Loaded:
 
 
 POLICY = ("policy-loss",)
-POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"  # = skyrl.POLICY_LOSS_TYPE
-LOSS_REDUCTION = "trainer.algorithm.loss_reduction"  # = skyrl.LOSS_REDUCTION
+POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"
+LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
 
 
 def _algorithm(loss_type: str, reduction: str):
@@ -338,10 +327,6 @@ def _algorithm(loss_type: str, reduction: str):
     loss_reduction "token_mean", eps_clip_low / eps_clip_high 0.2, clip_ratio_c 3.0 (read only by dual_clip),
     use_tis False with tis_imp_ratio_cap -1 (releases), off_policy_correction at its defaults (v0.4.0 and git main;
     every correction None), max_seq_len = MAX_SEQ_LEN as for the agg-* entries."""
-    from types import SimpleNamespace
-
-    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
-
     off = SimpleNamespace(
         tis_ratio_type=None,
         token_tis_ratio_clip_high=2.0,
@@ -391,9 +376,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     (TIS / masks None), and None is its identity (apply_off_policy_correction returns the loss unchanged). The KL
     loss (use_kl_loss, on by default at git main with coefficient 1e-3) and the entropy bonus are separate terms of
     the worker's scalar (0.3.1 worker.py:667-690): not included (the `kl-*` entries cover the estimator)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-    from maskfuzz.targets.adapters.skyrl import MAX_SEQ_LEN
-
     fn, where = _function(root, "ppo_policy_loss")
     reduce_loss, _ = _function(root, "reduce_loss")
     prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
@@ -442,10 +424,8 @@ def load_policy(root: Path, entry: str) -> Loaded:
 
 def load_reinforce_kl(root: Path) -> Loaded:
     """REINFORCE++ with the KL in the reward, in the trainer's order: the score on the last real token, then
-    `apply_reward_kl_penalty` (compiled from the trainer source: `skyrl.kl_penalty`), then
+    `apply_reward_kl_penalty` (compiled from the trainer source: `calls.kl_penalty`), then
     compute_reinforce_plus_plus_outcome_advantage on the shaped rewards (as the reinforce++ entry calls it)."""
-    from maskfuzz.targets.adapters.skyrl import KL_COEF, kl_penalty
-
     fn, where = _function(root, RETURNS["reinforce++"])
     shape, shape_where = kl_penalty(root)
 
