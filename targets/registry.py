@@ -174,7 +174,6 @@ LEGACY_ADAPTERS: dict[str, str] = {
     "slime": "maskfuzz.targets.adapters.slime",
     "verl": "maskfuzz.targets.adapters.verl",
     "trl": "maskfuzz.targets.adapters.trl",
-    "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
     "areal": "maskfuzz.targets.adapters.areal",
     "skyrl": "maskfuzz.targets.adapters.skyrl",
 }

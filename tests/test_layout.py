@@ -45,7 +45,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'oracles/options.py': 2,
         'targets/adapters/areal_kinds.py': 3,
         'targets/adapters/miles_kinds.py': 9,
-        'targets/adapters/nemo_rl_kinds.py': 3,
         'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
