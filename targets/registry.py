@@ -173,7 +173,6 @@ LEGACY_ADAPTERS: dict[str, str] = {
     "miles": "maskfuzz.targets.adapters.miles",
     "slime": "maskfuzz.targets.adapters.slime",
     "verl": "maskfuzz.targets.adapters.verl",
-    "trl": "maskfuzz.targets.adapters.trl",
     "areal": "maskfuzz.targets.adapters.areal",
     "skyrl": "maskfuzz.targets.adapters.skyrl",
 }

@@ -49,7 +49,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
         'targets/adapters/slime_kinds.py': 10,
-        'targets/adapters/trl_kinds.py': 3,
         'targets/adapters/verl_kinds.py': 7,
         'targets/runtime/forkserver.py': 1,
         'targets/runtime/worker.py': 2,
@@ -72,7 +71,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/kind_strategies.py': 3,
         'targets/adapters/roll_kinds.py': 5,
         'targets/adapters/skyrl_kinds.py': 2,
-        'targets/adapters/trl_kinds.py': 2,
         'targets/adapters/verl_kinds.py': 3,
     },
     'against_direction': {
@@ -88,8 +86,6 @@ LONG_FILES = {
     'targets/adapters/roll.py',
     'targets/adapters/skyrl.py',
     'targets/adapters/slime.py',
-    'targets/adapters/trl.py',
-    'targets/adapters/trl_kinds.py',
     'targets/adapters/verl.py',
 }
 CYCLES: list[set[str]] = [
