@@ -32,6 +32,8 @@ NOT_FOLLOWED = ("maskfuzz.targets.adapters.base",)
 # goes into the script's support section (adapters and PLAIN helpers go with the target's call).
 # loss_aggregation: `microbatches`, how a step is cut, which the loss-step driver reads.
 FOLLOWED = ("maskfuzz.targets.runtime.standins", "maskfuzz.oracles.kinds.loss_aggregation")
+# a framework's worker-side calls, `targets/<name>/calls*.py` (never its declaration)
+_CALLS = re.compile(r"maskfuzz\.targets\.\w+\.calls\w*")
 # maskfuzz helper modules copied into scripts that must stay standard library + torch: an import of
 # anything else from them is refused (the adapter's own module may import the framework's packages)
 PLAIN = (
@@ -412,9 +414,12 @@ class Closure:
 
 
 def _adapter_module(line: ImportLine) -> str | None:
-    """The adapter module an import binds as an object (`from maskfuzz.targets.adapters import nemo_rl`), else None."""
+    """The adapter or calls module an import binds as an object (`from maskfuzz.targets.adapters import verl`,
+    `from maskfuzz.targets.nemo_rl import calls_kinds`), else None."""
     full = f"{line.module}.{line.name}"
-    return full if line.module == "maskfuzz.targets.adapters" and line.name and _followed(full) else None
+    if not line.name or not _followed(full):
+        return None
+    return full if line.module == "maskfuzz.targets.adapters" or _CALLS.fullmatch(full) else None
 
 
 def _is_attribute_base(node: ast.AST, name: ast.Name) -> bool:
@@ -429,7 +434,7 @@ def _followed(module: str) -> bool:
         return True
     if module.startswith("maskfuzz.targets.adapters."):
         return module not in NOT_FOLLOWED
-    return re.fullmatch(r"maskfuzz\.targets\.\w+\.calls\w*", module) is not None
+    return _CALLS.fullmatch(module) is not None
 
 
 def _module_key(module: str) -> tuple:

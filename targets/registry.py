@@ -173,8 +173,6 @@ LEGACY_ADAPTERS: dict[str, str] = {
     "miles": "maskfuzz.targets.adapters.miles",
     "slime": "maskfuzz.targets.adapters.slime",
     "verl": "maskfuzz.targets.adapters.verl",
-    "trl": "maskfuzz.targets.adapters.trl",
-    "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
 }
 DECLARATION, CALLS = "declare", "calls"
 

@@ -44,10 +44,8 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/upstream_test.py': 4,
         'oracles/options.py': 2,
         'targets/adapters/miles_kinds.py': 9,
-        'targets/adapters/nemo_rl_kinds.py': 3,
         'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/slime_kinds.py': 10,
-        'targets/adapters/trl_kinds.py': 3,
         'targets/adapters/verl_kinds.py': 7,
         'targets/runtime/forkserver.py': 1,
         'targets/runtime/worker.py': 2,
@@ -69,7 +67,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/commands/targets.py': 1,
         'fuzz/kind_strategies.py': 3,
         'targets/adapters/roll_kinds.py': 5,
-        'targets/adapters/trl_kinds.py': 2,
         'targets/adapters/verl_kinds.py': 3,
     },
     'against_direction': {
@@ -83,8 +80,6 @@ LONG_FILES = {
     'targets/adapters/miles.py',
     'targets/adapters/roll.py',
     'targets/adapters/slime.py',
-    'targets/adapters/trl.py',
-    'targets/adapters/trl_kinds.py',
     'targets/adapters/verl.py',
 }
 CYCLES: list[set[str]] = [

@@ -489,39 +489,40 @@ def test_extract_helpers_are_copied_and_spec_is_not(target, entry):
 
 
 def test_an_adapter_module_used_as_an_object_is_copied_member_by_member():
-    """`from maskfuzz.targets.adapters import nemo_rl` then `nemo_rl.KL_TYPE` (NeMo-RL's and slime's kind
-    adapters): the member is copied to the script's top level and the `nemo_rl.` prefix is cut."""
+    """`from maskfuzz.targets.nemo_rl import calls_kinds` then `calls_kinds.KL_TYPE` (a framework's calls module
+    bound as an object, as slime's kind adapter binds its adapter): the member is copied to the script's top level
+    and the `calls_kinds.` prefix is cut."""
     template_text = repro_assembly.TEMPLATE.read_text(encoding="utf-8")
     template = repro_copier.Source("maskfuzz.fuzz.templates.repro_script", template_text)
     closure = repro_copier.Closure(template)
     text = (
-        "from maskfuzz.targets.adapters import nemo_rl\n\n\n"
+        "from maskfuzz.targets.nemo_rl import calls_kinds\n\n\n"
         "def f():\n"
-        "    from maskfuzz.targets.adapters import nemo_rl as nr\n\n"
-        "    return nemo_rl.KL_TYPE, 'é', nr.KL_IN_CLAMP\n"
+        "    from maskfuzz.targets.nemo_rl import calls_kinds as nr\n\n"
+        "    return calls_kinds.KL_TYPE, 'é', nr.KL_IN_CLAMP\n"
     )
     user = repro_copier.Source("maskfuzz.targets.adapters.user_of_nemo", text)
     closure.add_source(user)
     closure.need(user, "f", "test")
     code = "\n".join(closure.code("maskfuzz.targets.adapters.user_of_nemo"))
     assert "return KL_TYPE, 'é', KL_IN_CLAMP" in code and "import" not in code
-    assert closure.bound["KL_TYPE"] == closure.bound["KL_IN_CLAMP"] == "maskfuzz.targets.adapters.nemo_rl"
+    assert closure.bound["KL_TYPE"] == closure.bound["KL_IN_CLAMP"] == "maskfuzz.targets.nemo_rl.calls_kinds"
     assert not closure.missing
-    # a re-export `KL_TYPE = nemo_rl.KL_TYPE` is the module's one definition, not a second one
+    # a re-export `KL_TYPE = calls_kinds.KL_TYPE` is the module's one definition, not a second one
     again = repro_copier.Source(
         "maskfuzz.targets.adapters.reexporter",
-        "from maskfuzz.targets.adapters import nemo_rl\n\nKL_TYPE = nemo_rl.KL_TYPE\n\n\n"
+        "from maskfuzz.targets.nemo_rl import calls_kinds\n\nKL_TYPE = calls_kinds.KL_TYPE\n\n\n"
         "def g():\n    return KL_TYPE\n",
     )
     closure.add_source(again)
     closure.need(again, "g", "test")
-    assert closure.bound["KL_TYPE"] == "maskfuzz.targets.adapters.nemo_rl"
-    assert "KL_TYPE = nemo_rl.KL_TYPE" not in "\n".join(closure.code("maskfuzz.targets.adapters.reexporter"))
-    bare_text = text.replace("nemo_rl.KL_TYPE", "getattr(nemo_rl, 'x')")
+    assert closure.bound["KL_TYPE"] == "maskfuzz.targets.nemo_rl.calls_kinds"
+    assert "KL_TYPE = calls_kinds.KL_TYPE" not in "\n".join(closure.code("maskfuzz.targets.adapters.reexporter"))
+    bare_text = text.replace("calls_kinds.KL_TYPE", "getattr(calls_kinds, 'x')")
     bare = repro_copier.Source("maskfuzz.targets.adapters.bare", bare_text)
     closure = repro_copier.Closure(template)
     closure.add_source(bare)
-    with pytest.raises(repro.Unsupported, match="uses the module nemo_rl itself"):
+    with pytest.raises(repro.Unsupported, match="uses the module calls_kinds itself"):
         closure.need(bare, "f", "test")
 
 

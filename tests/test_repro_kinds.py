@@ -273,7 +273,7 @@ def test_corpus_policy_loss_findings_reproduce_standalone(
 
 
 GIT_KIND_FINDINGS = [
-    # (target, pin, the module its kind adapter reads as an object, property, case): shrunk findings of
+    # (target, pin, a module name the script must not keep, property, case): shrunk findings of
     # `maskfuzz fuzz <t>:grpo@<pin>`: slime's batch-wide fallback for groups of unequal size (slime/ray/rollout.py:
     # 621-623 at 624b824a8) mixes the groups; NeMo-RL's float32 group statistics at an offset of 1e4
     ("nemo-rl", "7ea279abfbeb", "nemo_rl", "reference",
@@ -286,8 +286,9 @@ GIT_KIND_FINDINGS = [
 @pytest.mark.needs_mirror
 @pytest.mark.parametrize("target,pin,alias,prop,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
 def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, prop, case):
-    """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
-    mk`): the script copies those members and cuts the prefix."""
+    """NeMo-RL's kind calls import names from its GAE calls (`targets/nemo_rl/calls.py`) and slime's kind adapter
+    reads another adapter as a module object (`miles_kinds as mk`): the script copies those members, no module
+    prefix is left and nothing of maskfuzz is imported."""
     from maskfuzz.targets import registry
     from maskfuzz.targets.runtime.acquire import acquire
     from maskfuzz.targets.runtime.repos import parse_repos

@@ -33,9 +33,10 @@ from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets import registry
-from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
+from maskfuzz.targets.nemo_rl import calls as nemo_rl_calls
+from maskfuzz.targets.nemo_rl import declare as nemo_rl
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import Skip, open_target
 
@@ -274,10 +275,10 @@ def test_pipeline_domain_is_cited_and_rejects_what_the_ppo_loop_never_builds():
 
 def test_kl_scale_is_a_power_of_two_from_trainable_rewards_only():
     small = Case.build(trainable=[[1, 0]], token_rewards=[[-8.0, 1e30]])
-    assert nemo_rl._kl_scale(small) == 1.0  # the masked 1e30 is poison: it is clamped and masked by NeMo-RL
+    assert nemo_rl_calls._kl_scale(small) == 1.0  # the masked 1e30 is poison: it is clamped and masked by NeMo-RL
     big = Case.build(trainable=[[1, 1]], token_rewards=[[100.0, -3.0]])
-    assert nemo_rl._kl_scale(big) == 16.0 and 100.0 / 16.0 <= 8.0
-    assert nemo_rl._kl_scale(Case.build(trainable=[[0, 0]])) == 1.0
+    assert nemo_rl_calls._kl_scale(big) == 16.0 and 100.0 / 16.0 <= 8.0
+    assert nemo_rl_calls._kl_scale(Case.build(trainable=[[0, 0]])) == 1.0
 
 
 def _tree(tmp_path, text: str):
@@ -289,12 +290,12 @@ def _tree(tmp_path, text: str):
 
 def test_tree_without_the_module_is_not_present(tmp_path):
     with pytest.raises(NotPresent, match="advantage_estimator is not present"):
-        nemo_rl.load(tmp_path, None)
+        nemo_rl_calls.load(tmp_path, None)
 
 
 def test_module_without_the_class_is_not_present(tmp_path):
     with pytest.raises(NotPresent, match="no GeneralizedAdvantageEstimator"):
-        nemo_rl.load(_tree(tmp_path, "class GRPOAdvantageEstimator:\n    pass\n"), None)
+        nemo_rl_calls.load(_tree(tmp_path, "class GRPOAdvantageEstimator:\n    pass\n"), None)
 
 
 def test_class_reading_a_heavy_package_fails_loudly(tmp_path):
@@ -305,11 +306,11 @@ def test_class_reading_a_heavy_package_fails_loudly(tmp_path):
         "        return AutoTokenizer(mask)\n"
     )
     with pytest.raises(BlockNotFound, match="AutoTokenizer"):
-        nemo_rl.load(_tree(tmp_path, body), None)
+        nemo_rl_calls.load(_tree(tmp_path, body), None)
 
 
 # ---------------------------------------------------------------------------------------------
-# Kinds beyond GAE (targets/adapters/nemo_rl_kinds.py): GRPOAdvantageEstimator compiled from the checkout.
+# Kinds beyond GAE (targets/nemo_rl/calls_kinds.py): GRPOAdvantageEstimator compiled from the checkout.
 #
 # * valid_mask is all ones (advantage_estimator.py:85): a row without a trainable token counts in its group.
 # * calculate_baseline_and_std_per_prompt multiplies a float32 torch.eye / torch.ones matrix with the rewards
@@ -412,7 +413,7 @@ def test_grpo_with_the_leave_one_out_baseline_and_std_hand_computed():
 
 # ---------------------------------------------------------------------------------------------
 # Loss aggregation: ClippedPGLossFn's actor_loss block (masked_mean with global_normalization_factor) compiled from
-# the pin, with the worker's global_valid_toks / global_valid_seqs and `loss * dp_size` (nemo_rl_kinds.load_loss).
+# the pin, with the worker's global_valid_toks / global_valid_seqs and `loss * dp_size` (calls_kinds.load_loss).
 # row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: none; 100 under the mask; micro-batches {0}, {1, 2}
 # ---------------------------------------------------------------------------------------------
 AGG_STEP = Case.build(
@@ -482,7 +483,7 @@ def test_agg_short_fuzz(entry):
 
 # ---------------------------------------------------------------------------------------------
 # Value loss: MseValueLossFn.__call__ compiled from the pin, cliprange 0.2, scale 1, with the value worker's
-# global_valid_toks and `loss * dp_size` (nemo_rl_kinds.load_value). Micro-batches {0}, {1}, both over 2 tokens.
+# global_valid_toks and `loss * dp_size` (calls_kinds.load_value). Micro-batches {0}, {1}, both over 2 tokens.
 # row 0: v 1.1, v_old 1, R 0: inside the clip range, l = 0.5 * 1.21, dl/dv = 1.1;
 # row 1: v 2, v_old 1, R 3: clipped to 1.2, (1.2 - 3)^2 = 3.24 > (2 - 3)^2 = 1, l = 1.62, dl/dv = 0; 50 under the mask
 # ---------------------------------------------------------------------------------------------
@@ -630,7 +631,7 @@ def test_grpo_at_the_first_pin_reads_a_dict_config():
 
 # ---------------------------------------------------------------------------------------------
 # KL: the per-token KL-to-reference term of ClippedPGLossFn.__call__ compiled from the pin (its calculate_kl from
-# the source), reference_policy_kl_penalty 1 (nemo_rl_kinds.load_kl). logr = ref - logp, d = logp - ref:
+# the source), reference_policy_kl_penalty 1 (calls_kinds.load_kl). logr = ref - logp, d = logp - ref:
 #   d = 0.5:  k3 exp(-0.5) - 1 + 0.5 = 0.1065307;  k1 0.5;  k2 0.125
 #   d = -28:  logr 28 clamped to 20 (input clamp): k3 exp(20) - 1 - 20 = 4.85165e8 -> output clamp 10; k1 -20 -> -10;
 #             unclamped: k2 28^2 / 2 = 392, k3 exp(28) - 29
@@ -734,7 +735,7 @@ def test_whiten_short_fuzz_finds_only_nan_through_the_mask():
 
 
 def test_kl_and_whiten_loaders_fail_loudly_on_other_shapes(tmp_path):
-    from maskfuzz.targets.adapters import nemo_rl_kinds
+    from maskfuzz.targets.nemo_rl import calls_kinds as nemo_rl_kinds
 
     loss = tmp_path / "nemo_rl" / "algorithms" / "loss" / "loss_functions.py"
     loss.parent.mkdir(parents=True)
@@ -760,7 +761,7 @@ def test_kl_and_whiten_loaders_fail_loudly_on_other_shapes(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Policy loss: ClippedPGLossFn.__call__ whole, with its __init__ on ClippedPGLossConfig's defaults read from the pin
-# (ratio_clip 0.2 / 0.2, no dual clip, token_level_loss), reference_policy_kl_penalty 0 (nemo_rl_kinds.load_policy).
+# (ratio_clip 0.2 / 0.2, no dual clip, token_level_loss), reference_policy_kl_penalty 0 (calls_kinds.load_policy).
 # r = exp(logp - old_logp), l = max(-A r, -A clamp(r, 0.8, 1.2)), token-mean over the 5 trained tokens of the step
 # (global_valid_toks), micro-batches {0}, {1}:
 #   (0, 0) r = 1, A = 1: l = -1, dl/dlogp = -1;  (0, 1) r = e^0.3 = 1.35, A = 1: the clip binds, l = -1.2, slope 0;

@@ -27,11 +27,14 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import trl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import Skip, open_target
+from maskfuzz.targets.trl import calls as trl_calls
+from maskfuzz.targets.trl import declare as trl
+from maskfuzz.targets.trl import declare_ppo
+from maskfuzz.targets.trl.declare_kinds import DEFERRED_PROMISES, KL_ENTRIES
 
 NEWEST_PPO = "1.12.0"
 OLD = "0.11.4"
@@ -176,10 +179,10 @@ def test_release_without_ppo_trainer_skips_with_the_reason():
 def test_old_entry_exists_up_to_0_11_only(train):
     # the adapter imports nothing of trl, so it can look at the checkout in this process
     if train.pin == OLD:
-        assert trl.load(train.checkout.root, "compute_advantages").where.endswith("PPOTrainer.compute_advantages")
+        assert trl_calls.load(train.checkout.root, "compute_advantages").where.endswith("PPOTrainer.compute_advantages")
     else:
         with pytest.raises(NotPresent, match="standalone method exists up to 0.11"):
-            trl.load(train.checkout.root, "compute_advantages")
+            trl_calls.load(train.checkout.root, "compute_advantages")
 
 
 @pytest.mark.network
@@ -226,7 +229,8 @@ def test_pipeline_domains_are_cited_and_reject_what_the_ppo_loops_never_build():
     assert spec.declared("train", NEWEST_PPO).domain.rejects(nan_value) is None  # the api domain is unchanged
     # the old compute_advantages: step(response_masks=...) over query + response, float32 recursion
     old = spec.declared("compute_advantages", OLD).pipeline
-    assert old is trl.OLD_PIPELINE and old.cited() == [] and set(old.restrictions()) == {"dtypes", "nonfinite_poison"}
+    assert old is declare_ppo.OLD_PIPELINE and old.cited() == []
+    assert set(old.restrictions()) == {"dtypes", "nonfinite_poison"}
     multi = Case.build(
         trainable=[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0]],
         attention=[[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]],
@@ -271,7 +275,7 @@ def test_trainer_without_the_block_fails_loudly(tmp_path):
     # BlockNotFound is a RuntimeError, not NotPresent: the worker reports it as a load error
     # (a SetupError in a session), never as a skip
     with pytest.raises(BlockNotFound, match="no GAE loop"):
-        trl.load(root, None)
+        trl_calls.load(root, None)
     assert not issubclass(BlockNotFound, NotPresent)
 
 
@@ -293,15 +297,15 @@ def test_block_reading_unknown_args_fails_loudly(tmp_path):
     )
     root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
     with pytest.raises(BlockNotFound, match="args.new_discount"):
-        trl.load(root, None)
+        trl_calls.load(root, None)
 
 
 def test_tree_without_any_ppo_trainer_is_not_present(tmp_path):
     root = _tree(tmp_path, "trl/trainer/grpo_trainer.py", "class GRPOTrainer:\n    def train(self):\n        pass\n")
     with pytest.raises(NotPresent, match="no PPO trainer"):
-        trl.load(root, None)
+        trl_calls.load(root, None)
     with pytest.raises(NotPresent, match="compute_advantages"):
-        trl.load(root, "compute_advantages")
+        trl_calls.load(root, "compute_advantages")
 
 
 def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
@@ -332,7 +336,7 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Group-advantage entries (targets/adapters/trl_kinds.py): the inline advantage blocks of
+# Group-advantage entries (targets/trl/calls_group.py): the inline advantage blocks of
 # GRPOTrainer / RLOOTrainer._generate_and_score_completions, run from the source at the pin.
 # Values below are hand-computed from TRL's code (nanstd unbiased, std + 1e-4, nan_to_num).
 # ---------------------------------------------------------------------------------------------
@@ -340,7 +344,7 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
 from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
 from maskfuzz.fuzz.strategies import Sizes  # noqa: E402
-from maskfuzz.targets.adapters import trl_kinds  # noqa: E402
+from maskfuzz.targets.trl import calls_group, calls_kinds  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -449,7 +453,7 @@ def test_short_fuzz_of_the_group_entries(group_entry, name, failing):
     """Issue 24: empty rows counted is the declared variant and the padding twin adds a column, never a sample, so
     pad-invariance holds. What is left on `grpo` / `rloo`: `reference` / `affine` on a row mask_truncated_completions
     clears, judged at its original positions where TRL's broadcast advantage is never read (a judge artefact, see
-    trl.DEFERRED_PROMISES); `poison-nonfinite` on rloo (api: the log-probs under the mask are finite)."""
+    DEFERRED_PROMISES); `poison-nonfinite` on rloo (api: the log-probs under the mask are finite)."""
     res = _group_fuzz(group_entry(name))
     found = {f.property for f in res.findings}
     assert found <= failing, found
@@ -458,12 +462,12 @@ def test_short_fuzz_of_the_group_entries(group_entry, name, failing):
 
 
 def test_group_layout_fills_short_groups_with_unscorable_rows():
-    pos, n, k = trl_kinds.layout(torch.tensor([7, 4, 7, 9]), 4, fill=True)
+    pos, n, k = calls_group.layout(torch.tensor([7, 4, 7, 9]), 4, fill=True)
     assert (pos, n, k) == ([0, 2, 1, 4], 2, 3)  # group 7 -> slots 0, 1; group 4 -> 2 (3 filler); 9 -> 4 (5 filler)
-    with pytest.raises(trl_kinds.GroupShapeError, match="sizes"):
-        trl_kinds.layout(torch.tensor([7, 4, 7]), 3, fill=False)
-    with pytest.raises(trl_kinds.GroupShapeError, match="num_generations < 2"):
-        trl_kinds.layout(torch.tensor([1, 2]), 2, fill=False)
+    with pytest.raises(calls_group.GroupShapeError, match="sizes"):
+        calls_group.layout(torch.tensor([7, 4, 7]), 3, fill=False)
+    with pytest.raises(calls_group.GroupShapeError, match="num_generations < 2"):
+        calls_group.layout(torch.tensor([1, 2]), 2, fill=False)
 
 
 @pytest.mark.parametrize("name", ("grpo", "dr-grpo", "rloo"))
@@ -479,7 +483,7 @@ def test_each_group_entry_declares_a_cited_pipeline(name):
 
 # ---------------------------------------------------------------------------------------------
 # loss-aggregation: the `if self.loss_type ...` normalisation chain of GRPOTrainer._compute_loss, run from source per
-# micro-batch (trl_kinds.load_aggregate). Values hand-computed from the 1.16.0 block (grpo_trainer.py:3152-3184).
+# micro-batch (calls_aggregate.load_aggregate). Values hand-computed from the 1.16.0 block (grpo_trainer.py:3152-3184).
 # ---------------------------------------------------------------------------------------------
 NEWEST = "1.16.0"
 AGG = ("agg-grpo", "agg-bnpo", "agg-dr_grpo", "agg-dapo")
@@ -603,7 +607,7 @@ def test_each_aggregation_entry_is_declared(name):
     spec = trl.SPEC.for_entry(name)
     assert spec.kind == "loss-aggregation" and spec.masked_zero is True and spec.masked_zero_why
     assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
-    assert trl.SPEC.adapter_for(name).endswith("trl_kinds")
+    assert trl.SPEC.adapter_for(name).endswith("trl.calls_kinds")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -744,7 +748,7 @@ def test_short_fuzz_of_train_checks_the_penalty_and_cut_rows(train):
 # ---------------------------------------------------------------------------------------------
 # kl: GRPO's per-token k3 KL to the reference (the `if self.beta != 0.0:` statement of GRPOTrainer._compute_loss,
 # with TRL's coef_1 lines before it) and the PPO trainer's k1 / k3 KL (`logr = ref_logprobs - logprobs; kl = ...` of
-# PPOTrainer.train, with its padding masks and INVALID_LOGPROB fills), run from source (trl_kinds.load_kl_*).
+# PPOTrainer.train, with its padding masks and INVALID_LOGPROB fills), run from source (calls_kl.load_kl_*).
 # ---------------------------------------------------------------------------------------------
 # d = logp - ref = 0.5 and -1 at the trained tokens; the third position is padding (poison there)
 KL_CASE = Case.build(
@@ -840,10 +844,10 @@ def test_short_fuzz_of_the_kl_entries(group_entry, name, pin, failing):
     assert all(f.case.options.get("importance_sampling_level") == "sequence" for f in res.findings)
 
 
-@pytest.mark.parametrize("name", trl.KL_ENTRIES)
+@pytest.mark.parametrize("name", KL_ENTRIES)
 def test_each_kl_entry_is_declared(name):
     spec = trl.SPEC.for_entry(name)
-    assert spec.kind == "kl" and trl.SPEC.adapter_for(name).endswith("trl_kinds")
+    assert spec.kind == "kl" and trl.SPEC.adapter_for(name).endswith("trl.calls_kinds")
     assert spec.variant["estimator"] == ("k3" if name == "kl-grpo" else "k1") and spec.masked_zero_why
     assert spec.masked_zero is (name == "kl-ppo") and spec.truncation is None and spec.whitening is None
     for pin in (NEWEST_PPO, GIT_PIN, "0.19.1", OLD):
@@ -867,16 +871,16 @@ def test_kl_blocks_reading_unknown_names_fail_loudly(tmp_path):
     )
     root = _tree(tmp_path, "trl/trainer/grpo_trainer.py", body)
     with pytest.raises(BlockNotFound, match="self.kl_scale"):
-        trl_kinds.load(root, "kl-grpo")
+        calls_kinds.load(root, "kl-grpo")
     body = "class PPOTrainer:\n    def train(self):\n        kl = logprobs - ref_logprobs\n"
     root = _tree(tmp_path, "trl/trainer/ppo_trainer.py", body)
     with pytest.raises(BlockNotFound, match="no `kl = ...` after the padding masks"):
-        trl_kinds.load(root, "kl-ppo")
+        calls_kinds.load(root, "kl-ppo")
 
 
 # ---------------------------------------------------------------------------------------------
 # policy-loss: GRPOTrainer._compute_loss from `advantages = inputs["advantages"]` through the loss_type chain, run
-# from source per micro-batch (trl_kinds.load_policy) at GRPOConfig's defaults: loss_type "dapo" (grpo_config.py:
+# from source per micro-batch (calls_policy.load_policy) at GRPOConfig's defaults: loss_type "dapo" (grpo_config.py:
 # 801-802 at 1.16.0), epsilon 0.2 (:693-695), epsilon_high None = epsilon (grpo_trainer.py:946), delta None, beta 0.
 # ---------------------------------------------------------------------------------------------
 _OLD = -1.0
@@ -955,7 +959,7 @@ def test_git_head_policy_block():
 
 def test_policy_grpo_is_declared_with_citations():
     spec = trl.SPEC.for_entry("policy-grpo")
-    assert spec.kind == "policy-loss" and trl.SPEC.adapter_for("policy-grpo").endswith("trl_kinds")
+    assert spec.kind == "policy-loss" and trl.SPEC.adapter_for("policy-grpo").endswith("trl.calls_kinds")
     assert spec.variant == {
         "clip_low": 0.2,
         "clip_high": 0.2,
@@ -1145,13 +1149,13 @@ def test_trl_promises_name_its_words_at_each_pin(name, pin, prop, promise):
 
 
 def test_grpo_and_rloo_promises_wait_for_the_judge():
-    """TRL's words for the `grpo` and `rloo` advantages are real but not attached (trl.DEFERRED_PROMISES): with
+    """TRL's words for the `grpo` and `rloo` advantages are real but not attached (DEFERRED_PROMISES): with
     mask_truncated_completions the judge compares a cleared row at its original positions, where TRL's broadcast
     advantage is never read; a reference failure there stays a fact until the judge compares on the reference
     case's mask."""
     for name in ("grpo", "rloo"):
         assert trl.SPEC.for_entry(name).promises == ()
-        assert trl.DEFERRED_PROMISES[name] and all(p.covers == ("reference",) for p in trl.DEFERRED_PROMISES[name])
+        assert DEFERRED_PROMISES[name] and all(p.covers == ("reference",) for p in DEFERRED_PROMISES[name])
 
 
 @pytest.mark.network

@@ -40,34 +40,23 @@ Narrowed: dtypes (rewards and values are float32, so the recursion runs in float
 
 from __future__ import annotations
 
-import ast
-import copy
 import dataclasses
-import math
-from pathlib import Path
-from types import SimpleNamespace
 
-import torch
-
-from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
-from maskfuzz.targets.adapters.base import Loaded, NotPresent
-from maskfuzz.targets.adapters.extract import (
-    BlockNotFound,
-    SourceTree,
-    find_class,
-    function_free_names,
-    statement_lists,
+from maskfuzz.targets.nemo_rl.calls import NORMALIZE, OVERLONG, PACKAGES
+from maskfuzz.targets.nemo_rl.calls_kinds import (
+    GRPO_OVERLONG,
+    KL_IN_CLAMP,
+    KL_OUT_CLAMP,
+    KL_TYPE,
+    NORMALIZE_REWARDS,
+    RATIO_CLIP_C,
+    TOKEN_LEVEL,
 )
 from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 
-PACKAGES = ("nemo_rl",)  # the framework's own packages: followed in its source, never imported
-
-# Options (lines at 7ea279abfbeb; 857b11522612 where it differs). The PPO loop reads both from its config.
-NORMALIZE = "ppo.adv_estimator.normalize_advantages"
-OVERLONG = "ppo.overlong_filtering"
 # _reward_whiten: masked_mean, masked_var(unbiased=True) over the mask, (x - mean) * rsqrt(var + 1e-8)
 # (nemo_rl/algorithms/advantage_estimator.py:345-358; nemo_rl/algorithms/utils.py:260-274)
 WHITEN = Whitening(unbiased=True, eps=1e-8)
@@ -146,7 +135,8 @@ def _pipeline(rev: str, ln: dict) -> Domain:
     if "sample" in ln:  # 7ea: the estimator's mask is token_mask * sample_mask
         produces["all_masked_rows"] = (
             f"{at}nemo_rl/algorithms/ppo.py:{ln['sample']} advantage_mask = token_mask * sample_mask, with "
-            f"sample_mask = loss_multiplier zeroed for a truncated sample under overlong_filtering (:{ln['overlong']}): "
+            "sample_mask = loss_multiplier zeroed for a truncated sample under overlong_filtering "
+            f"(:{ln['overlong']}): "
             "a row of real tokens with no trainable one"
         )
     return Domain(
@@ -266,7 +256,7 @@ GAE_PROMISES = (
 SPEC = TargetSpec(
     id="nemo-rl",
     first_run=('default', 'grpo', 'policy-loss'),
-    adapter="maskfuzz.targets.adapters.nemo_rl",
+    adapter="maskfuzz.targets.nemo_rl.calls",
     own=PACKAGES,
     # carry-forward masking: at masked positions next_values and last_gae_lam keep the last trainable token's,
     # so a gap costs nothing and the score sits on the last mask=1 token: the trainable-subsequence GAE.
@@ -297,12 +287,8 @@ SPEC = TargetSpec(
     "tensorboard and pydantic to import); token rewards through its KL-in-reward term",
 )
 
-_MODULE = "nemo_rl.algorithms.advantage_estimator"
-_CLASS = "GeneralizedAdvantageEstimator"
-_MAX_KL = 8.0  # below calculate_kl's output clamp of 10
 
-
-# The entries beyond GAE (targets/adapters/nemo_rl_kinds.py): GRPOAdvantageEstimator.compute_advantage
+# The entries beyond GAE (targets/nemo_rl/calls_kinds.py): GRPOAdvantageEstimator.compute_advantage
 # (7ea: nemo_rl/algorithms/advantage_estimator.py:57-98) over calculate_baseline_and_std_per_prompt
 # (7ea: nemo_rl/algorithms/utils.py:104-198). The default config (grpo.py:247, :253: leave-one-out baseline AND
 # normalize_rewards) divides by the leave-one-out std of the other rows, which no group-advantage variant
@@ -313,9 +299,6 @@ _GROUP_MASKED = (
     "advantages.expand(mask.shape): the row's advantage at every position, the mask used only for its shape "
     "(7ea: nemo_rl/algorithms/advantage_estimator.py:98; docstring :75-76); the loss multiplies by the token mask"
 )
-NORMALIZE_REWARDS = "grpo.normalize_rewards"
-TOKEN_LEVEL = "loss_fn.token_level_loss"
-GRPO_OVERLONG = "grpo.overlong_filtering"
 _GRPO_OPTIONS = (
     Option(
         NORMALIZE_REWARDS,
@@ -411,7 +394,7 @@ def _loss(variant: dict, options: tuple = (_GRPO_OVERLONG,), truncation: Truncat
 
 
 # ClippedPGLossFn's actor_loss aggregation (7ea: nemo_rl/algorithms/loss/loss_functions.py:397, :678-693; 857b:
-# :286, :558-570; f6e9: :279, :551-563) with the worker's global_valid_toks / global_valid_seqs (nemo_rl_kinds.
+# :286, :558-570; f6e9: :279, :551-563) with the worker's global_valid_toks / global_valid_seqs (calls_kinds.
 # load_loss). token_level_loss=True (the default, loss_functions.py:114; grpo_math_1B.yaml): masked_mean over
 # token_mask * sample_mask with the global token count = token-mean. token_level_loss=False: the per-row
 # masked_mean over token_mask, then masked_mean over sample_mask with global_valid_seqs = seq-mean-token-mean.
@@ -426,12 +409,14 @@ _TOKEN_LEVEL = Option(
     "token-level loss: the global token mean; off: each sequence's token mean, averaged over the valid sequences",
     effect={False: {"variant": {"mode": "seq-mean-token-mean"}}},
 )
-_KIND_OVERRIDES["agg-token-level"] = _loss({"mode": "token-mean", "empty_rows": "counted"}, (_TOKEN_LEVEL, _GRPO_OVERLONG))
+_KIND_OVERRIDES["agg-token-level"] = _loss(
+    {"mode": "token-mean", "empty_rows": "counted"}, (_TOKEN_LEVEL, _GRPO_OVERLONG)
+)
 _KIND_OVERRIDES["agg-sequence-level"] = _loss({"mode": "seq-mean-token-mean", "empty_rows": "counted"})
 # MseValueLossFn (7ea: nemo_rl/algorithms/loss/loss_functions.py:1218-1341; 857b: :1091-1213; absent at f6e9): 0.5 *
 # scale * masked_mean(max((v - R)^2, (clamp(v, v_old - c, v_old + c) - R)^2), token_mask * sample_mask,
 # global_normalization_factor=global_valid_toks) (:1254-1271), the value worker's global normalisers
-# (nemo_rl_kinds.load_value). cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88; the class default None turns
+# (calls_kinds.load_value). cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88; the class default None turns
 # clipping off), half: the literal 0.5; token-mean over the step.
 _KIND_OVERRIDES["value-loss"] = dict(
     _loss({"clip": 0.2, "half": True, "mode": "token-mean"}, (GAE_OPTIONS[1],), _PPO_KEPT),
@@ -439,7 +424,7 @@ _KIND_OVERRIDES["value-loss"] = dict(
     masked_zero=True,  # masked_mean multiplies the per-token loss by the mask (utils.py:219-224 at 7ea)
 )
 # The KL-to-reference term of ClippedPGLossFn.__call__ (7ea: nemo_rl/algorithms/loss/loss_functions.py:468-503;
-# 857b: :357-389), per token, before its reduction (nemo_rl_kinds.load_kl): `reference_policy_kl_penalty *
+# 857b: :357-389), per token, before its reduction (calls_kinds.load_kl): `reference_policy_kl_penalty *
 # calculate_kl(logprobs=curr_logprobs_unfiltered, logprobs_reference=reference_policy_logprobs, kl_type=...,
 # input_clamp_value=..., output_clamp_value=...)`. calculate_kl (7ea: nemo_rl/algorithms/utils.py:42-101; 857b:
 # :41-83): logr = ref - logp (:72), clamped to +-input_clamp_value (:73-81), k1 -logr = d (:83-84), k2 logr^2 / 2
@@ -448,9 +433,6 @@ _KIND_OVERRIDES["value-loss"] = dict(
 # 131-133; 857b :112-114; examples/configs/grpo_math_1B.yaml:83-85). The reduction is the actor loss's own
 # (masked_mean over token_mask * sample_mask with global_valid_toks, or the sequence-level pair, :505-515; 857b
 # :391-401): the agg-token-level / agg-sequence-level entries judge that aggregation.
-KL_TYPE = "loss_fn.reference_policy_kl_type"
-KL_IN_CLAMP = "loss_fn.kl_input_clamp_value"
-KL_OUT_CLAMP = "loss_fn.kl_output_clamp_value"
 _KL_OPTIONS = (
     Option(
         KL_TYPE,
@@ -514,7 +496,7 @@ _KIND_OVERRIDES["whiten"] = dict(
     pipeline_by_pin={},
 )
 # ClippedPGLossFn.__call__ whole (7ea: nemo_rl/algorithms/loss/loss_functions.py:374-788; 857b: :263-668; f6e9:
-# :256-644), its __init__ run on ClippedPGLossConfig's defaults read from the pin (nemo_rl_kinds.load_policy):
+# :256-644), its __init__ run on ClippedPGLossConfig's defaults read from the pin (calls_kinds.load_policy):
 # ratio_clip_min = ratio_clip_max = 0.2, ratio_clip_c None (no dual clip), token_level_loss True (7ea:
 # loss_functions.py:114, :122-125; 857b / f6e9: :95, :103-106; examples/configs/grpo_math_1B.yaml:86-88 at 7ea,
 # :62-64 at 857b / f6e9): max(-A r, -A clamp(r, 0.8, 1.2)) (7ea :537-552; 857b :423-435) aggregated by masked_mean
@@ -522,7 +504,6 @@ _KIND_OVERRIDES["whiten"] = dict(
 # the step; the advantages are per token (data["advantages"][:, 1:], 7ea :385). reference_policy_kl_penalty is set to
 # 0 (the default 0.01 adds the KL term, judged by the `kl` entry), importance-sampling correction off (default,
 # 7ea :140, 857b :121).
-RATIO_CLIP_C = "loss_fn.ratio_clip_c"
 _DUAL_CLIP = Option(
     RATIO_CLIP_C,
     (None, 3.0),
@@ -555,144 +536,3 @@ SPEC = dataclasses.replace(
 )
 
 
-def load(root: Path, entry: str | None) -> Loaded:
-    """Compile NeMo-RL's GAE estimator from the checkout at `root`; NotPresent before it existed."""
-    if entry not in (None, "default"):
-        raise ValueError(f"the GAE adapter loads the entry 'default'; {entry!r} loads from nemo_rl_kinds")
-    tree = SourceTree(Path(root), PACKAGES)
-    path = tree.module_file(_MODULE)
-    if path is None:
-        raise NotPresent(f"{_MODULE} is not present at this pin")
-    node = find_class(tree.file(path).tree, _CLASS)
-    if node is None:
-        raise NotPresent(f"{_MODULE} has no {_CLASS} at this pin")
-    ns = tree.resolve(path, [_CLASS])
-    rel = tree.rel(path)
-    # names the class reads at run time (annotations are dropped when compiling, so they need not resolve)
-    missing = sorted(n for n in function_free_names(_without_annotations(node)) if n not in ns)
-    if _CLASS not in ns or missing:
-        why = "; ".join(f"{n}: {tree.unresolved.get(f'{rel}::{n}', '?')}" for n in missing or [_CLASS])
-        raise BlockNotFound(f"nemo-rl: {rel}::{_CLASS} reads names that cannot be resolved from the source: {why}")
-    estimator_cls = ns[_CLASS]
-    where = f"{rel}::{_CLASS}.compute_advantage"
-    ppo = tree.module_file("nemo_rl.algorithms.ppo")
-    if ppo is None:
-        raise BlockNotFound(
-            "nemo-rl: nemo_rl/algorithms/ppo.py (the PPO loop: overlong filtering, the mask) is missing"
-        )
-    overlong = overlong_block(tree, ppo)
-    with_sample_mask = _loop_masks_with_sample_mask(tree, ppo)
-
-    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = case.inputs(device)
-        scale = _kl_scale(case)
-        # the PPO loop: overlong filtering zeroes a truncated row's loss_multiplier (ppo.py:1464-1471), which 7ea
-        # multiplies into the estimator's mask (ppo.py:266, :1590); 857b passes token_mask alone (ppo.py:1244)
-        sample_mask = run_overlong(overlong, "ppo", case.options.get(OVERLONG, False), case.truncated_rows())
-        # in the loop's dtypes: token_loss_mask is int64 (ones_like(token_ids), grpo.py:1935), loss_multiplier
-        # float32 (torch.tensor of python floats, data/collate_fn.py:33-34): the product is float32 at 7ea, the token
-        # mask int64 at 857b, so the estimator's masked statistics run in float32 whatever the values' dtype
-        mask = case.trainable.to(device=device, dtype=torch.int64)
-        if with_sample_mask:
-            mask = mask * sample_mask.to(device=device, dtype=torch.float32)[:, None]
-        estimator = estimator_cls(
-            {
-                "gae_lambda": case.lam,
-                "gae_gamma": case.gamma,
-                "normalize_advantages": case.options.get(NORMALIZE, True),
-                "length_adaptive_alpha": 0.0,
-                "gae_lambda_value": None,
-                "gae_lambda_policy": None,
-            },
-            # the three fields the estimator reads from ClippedPGLossConfig (as its test helper notes)
-            SimpleNamespace(use_kl_in_reward=True, reference_policy_kl_penalty=scale, reference_policy_kl_type="k1"),
-        )
-        logprobs = (-case.token_rewards / scale).to(device=device, dtype=case.torch_dtype)
-        return estimator.compute_advantage(
-            prompt_ids=torch.zeros(case.shape[0], 1, dtype=torch.long, device=device),
-            rewards=inputs["score"],
-            mask=mask,
-            values=inputs["values"],
-            reference_logprobs=torch.zeros_like(logprobs),
-            logprobs=logprobs,
-        )
-
-    helpers = sorted(k for k, v in tree.provenance.items() if v.endswith("(FunctionDef)"))
-    notes = [
-        "compiled from the pinned source (its module needs real transformers/tensorboard/pydantic to import)",
-        "definitions used: " + ", ".join(helpers),
-        "token rewards as -c * k1 KL with c a power of two; score placed by NeMo-RL on the last mask=1 token",
-        f"{tree.rel(ppo)}:{overlong.first_line}-{overlong.last_line} (overlong filtering) compiled from the pin; "
-        + ("mask = token_mask * sample_mask" if with_sample_mask else "mask = token_mask (sample_mask not applied)"),
-    ]
-    return Loaded(run, where, notes)
-
-
-class _Config(dict):
-    """A config section read as `cfg.key` (pydantic models at 7ea) or `cfg["key"]` (TypedDicts at 857b)."""
-
-    def __getattr__(self, name: str):
-        try:
-            return self[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
-
-
-def overlong_block(tree: SourceTree, path: Path):
-    """`use_overlong_filtering = master_config.<section>.overlong_filtering` and the `if use_overlong_filtering:`
-    statement after it (the first such pair in the training loop of `path`), compiled from the pin."""
-    funcs = [n for n in ast.walk(tree.file(path).tree) if isinstance(n, ast.FunctionDef)]
-    for stmts in (lists for fn in funcs for lists in statement_lists(fn)):
-        for first, second in zip(stmts, stmts[1:]):
-            if (
-                isinstance(first, ast.Assign)
-                and [ast.unparse(t) for t in first.targets] == ["use_overlong_filtering"]
-                and isinstance(second, ast.If)
-                and ast.unparse(second.test) == "use_overlong_filtering"
-            ):
-                return tree.block(path, [first, second], ("master_config", "repeated_batch"))
-    raise BlockNotFound(f"nemo-rl: {tree.rel(path)} has no `use_overlong_filtering = ...` / `if` block at this pin")
-
-
-def run_overlong(block, section: str, on: bool, truncated: torch.Tensor) -> torch.Tensor:
-    """The loss_multiplier (float32 [B], ones from the rollout) after the framework's overlong-filtering block,
-    given the rollout's per-sample `truncated` flags (a list, as the rollout stores them)."""
-    batch = {"loss_multiplier": torch.ones(truncated.shape[0], dtype=torch.float32), "truncated": truncated.tolist()}
-    block.run(master_config=_Config({section: _Config(overlong_filtering=bool(on))}), repeated_batch=batch)
-    return batch["loss_multiplier"]
-
-
-def _loop_masks_with_sample_mask(tree: SourceTree, path: Path) -> bool:
-    """Whether the PPO loop hands the estimator `token_mask * sample_mask` (7ea: `mask=advantage_mask`, built by
-    `_apply_ppo_seq_logprob_error_masking`, ppo.py:266) or `token_mask` alone (857b: ppo.py:1244)."""
-    text = tree.file(path).tree
-    for node in ast.walk(text):
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["adv_kwargs"]:
-            mask = next((k.value for k in getattr(node.value, "keywords", []) if k.arg == "mask"), None)
-            src = ast.unparse(mask) if mask is not None else ""
-            if src == "train_data['token_mask']":
-                return False
-            if src == "advantage_mask":
-                built = "advantage_mask = train_data['token_mask'] * train_data['sample_mask'].unsqueeze(-1)"
-                if any(isinstance(n, ast.Assign) and ast.unparse(n) == built for n in ast.walk(text)):
-                    return True
-            raise BlockNotFound(f"nemo-rl: {tree.rel(path)}:{node.lineno} passes mask={src!r}: not a known form")
-    raise BlockNotFound(f"nemo-rl: {tree.rel(path)} builds no `adv_kwargs` for the estimator at this pin")
-
-
-def _kl_scale(case: Case) -> float:
-    """The smallest power of two c >= 1 with |token_rewards| / c <= 8 at trainable positions."""
-    live = case.token_rewards[case.trainable]
-    peak = float(live.abs().max()) if live.numel() else 0.0
-    return 2.0 ** max(0, math.ceil(math.log2(peak / _MAX_KL))) if peak > _MAX_KL else 1.0
-
-
-def _without_annotations(node: ast.ClassDef) -> ast.ClassDef:
-    """A copy of the class whose defs carry no parameter or return annotations."""
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            n.returns = None
-        elif isinstance(n, ast.arg):
-            n.annotation = None
-    return node

@@ -1,11 +1,11 @@
-"""NeMo-RL's masked math beyond GAE: loaders for the entries of `targets.adapters.nemo_rl.SPEC`.
+"""NeMo-RL's masked math beyond GAE: loaders for the entries of `targets.nemo_rl.declare.SPEC`.
 
 `GRPOAdvantageEstimator` (nemo_rl/algorithms/advantage_estimator.py) is compiled from the checkout with
 `SourceTree`, as the GAE entry compiles `GeneralizedAdvantageEstimator` (nothing of nemo_rl is imported); it
 calls NeMo-RL's own `calculate_baseline_and_std_per_prompt` (nemo_rl/algorithms/utils.py), compiled the same way.
 Inputs as grpo.py hands them: `prompt_ids` a [B, S] tensor whose equal rows are one prompt (the adapter gives
 [B, 1] group ids), `rewards` the [B] scores, `mask` the response token mask (used only for the output shape).
-The config is a dict also read as attributes (`nemo_rl._Config`): `__init__` reads `estimator_config.key` at 7ea
+The config is a dict also read as attributes (`calls.Config`): `__init__` reads `estimator_config.key` at 7ea
 (a pydantic model) and `estimator_config["key"]` at 857b (a TypedDict).
 
 `agg-token-level` / `agg-sequence-level` (loss-aggregation): the actor-loss aggregation of
@@ -39,9 +39,19 @@ from types import SimpleNamespace
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.targets.adapters import nemo_rl
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.nemo_rl.calls import OVERLONG, Config, loop_masks_with_sample_mask, overlong_block, run_overlong
+
+# ---- options the kinds' calls read (oracles/options.py; declared in declare.py) ----
+NORMALIZE_REWARDS = "grpo.normalize_rewards"
+TOKEN_LEVEL = "loss_fn.token_level_loss"
+GRPO_OVERLONG = "grpo.overlong_filtering"
+KL_TYPE = "loss_fn.reference_policy_kl_type"
+KL_IN_CLAMP = "loss_fn.kl_input_clamp_value"
+KL_OUT_CLAMP = "loss_fn.kl_output_clamp_value"
+RATIO_CLIP_C = "loss_fn.ratio_clip_c"
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GRPOAdvantageEstimator"
@@ -117,8 +127,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     with `importance_weights_to_use` all ones (use_importance_sampling_correction off, loss_functions.py:673-676).
     Scaling: `loss = result * dp_size * cp_size; loss.backward()` per micro-batch (train.py:545-548: "when FSDP
     reduces the gradients over the DP dim, they're automatically averaged but we want to sum them"), cp_size 1."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree = SourceTree(Path(root), ("nemo_rl",))
     path = tree.module_file(_LOSS_MODULE)
     cls = None if path is None else find_class(tree.file(path).tree, _LOSS_CLASS)
@@ -151,11 +159,11 @@ def load_loss(root: Path, entry: str) -> Loaded:
 
     def run(case: Case, device: str):
         if entry == "agg-token-level":  # loss_functions.py:262-264: the LossType from token_level_loss
-            level = case.options.get(nemo_rl.TOKEN_LEVEL, True)
+            level = case.options.get(TOKEN_LEVEL, True)
             this.loss_type = getattr(ns["LossType"], "TOKEN_LEVEL" if level else "SEQUENCE_LEVEL")
         # grpo.py:3136-3145: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
-        on = case.options.get(nemo_rl.GRPO_OVERLONG, False)
-        state["sample_mask"] = nemo_rl.run_overlong(overlong, "grpo", on, case.truncated_rows())
+        on = case.options.get(GRPO_OVERLONG, False)
+        state["sample_mask"] = run_overlong(overlong, "grpo", on, case.truncated_rows())
         return run_step(case, device, micro)
 
     rel = tree.rel(path)
@@ -176,11 +184,11 @@ VALUE_CLIPRANGE = 0.2
 
 
 def _overlong(tree: SourceTree, module: str):
-    """The loop's overlong-filtering block (`nemo_rl.overlong_block`) of `module`, compiled from the pin."""
+    """The loop's overlong-filtering block (`overlong_block`) of `module`, compiled from the pin."""
     path = tree.module_file(module)
     if path is None:
         raise NotPresent(f"{module} (the training loop: overlong filtering) is not present at this pin")
-    return nemo_rl.overlong_block(tree, path)
+    return overlong_block(tree, path)
 
 
 def _sample_mask(step, whole: torch.Tensor, rows, dev):
@@ -211,8 +219,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     num_microbatches to undo Megatron-core's averaging (nemo_rl/models/megatron/train.py:584-594): the same sum
     over micro-batches; its data-parallel reduction was not re-read here.
     Config: scale 1.0 (MseValueLossConfig default), cliprange 0.2 (examples/configs/ppo_math_1B.yaml:88)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree = SourceTree(Path(root), ("nemo_rl",))
     path = tree.module_file(_LOSS_MODULE)
     cls = None if path is None else find_class(tree.file(path).tree, _VALUE_CLASS)
@@ -248,8 +254,8 @@ def load_value(root: Path, entry: str) -> Loaded:
 
     def run(case: Case, device: str):
         # ppo.py:1464-1471: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
-        on = case.options.get(nemo_rl.OVERLONG, False)
-        state["sample_mask"] = nemo_rl.run_overlong(overlong, "ppo", on, case.truncated_rows())
+        on = case.options.get(OVERLONG, False)
+        state["sample_mask"] = run_overlong(overlong, "ppo", on, case.truncated_rows())
         return run_step(case, device, micro, leaf_name="v")
 
     rel = tree.rel(path)
@@ -314,9 +320,9 @@ def load_kl(root: Path, entry: str) -> Loaded:
         logp = case.extra["logp"].to(device=device, dtype=dt)
         ref = case.extra["ref_logp"].to(device=device, dtype=dt)
         # __init__ copies the three config keys (loss_functions.py:243-245 at 7ea)
-        this.reference_policy_kl_type = case.options.get(nemo_rl.KL_TYPE, "k3")
-        this.kl_input_clamp_value = case.options.get(nemo_rl.KL_IN_CLAMP, 20.0)
-        this.kl_output_clamp_value = case.options.get(nemo_rl.KL_OUT_CLAMP, 10.0)
+        this.reference_policy_kl_type = case.options.get(KL_TYPE, "k3")
+        this.kl_input_clamp_value = case.options.get(KL_IN_CLAMP, 20.0)
+        this.kl_output_clamp_value = case.options.get(KL_OUT_CLAMP, 10.0)
         out = block.run(curr_logprobs_unfiltered=logp, reference_policy_logprobs=ref, generation_logprobs=logp)
         return (out["kl"],)
 
@@ -369,8 +375,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     scaling as `load_loss`: global_valid_seqs = sum(sample_mask), global_valid_toks = sum(token_mask[:, 1:] *
     sample_mask) over the step (nemo_rl/models/automodel/data.py:408-420), `loss * dp_size` per micro-batch
     (automodel/train.py:545-548)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree = SourceTree(Path(root), ("nemo_rl",))
     path = tree.module_file(_LOSS_MODULE)
     cls = None if path is None else find_class(tree.file(path).tree, _LOSS_CLASS)
@@ -404,14 +408,14 @@ def load_policy(root: Path, entry: str) -> Loaded:
 
     def run(case: Case, device: str):
         cfg = dict(defaults, reference_policy_kl_penalty=0.0)
-        cfg["token_level_loss"] = case.options.get(nemo_rl.TOKEN_LEVEL, defaults["token_level_loss"])
-        cfg["ratio_clip_c"] = case.options.get(nemo_rl.RATIO_CLIP_C, defaults["ratio_clip_c"])
+        cfg["token_level_loss"] = case.options.get(TOKEN_LEVEL, defaults["token_level_loss"])
+        cfg["ratio_clip_c"] = case.options.get(RATIO_CLIP_C, defaults["ratio_clip_c"])
         this = SimpleNamespace()
-        init(this, nemo_rl._Config(cfg))
+        init(this, Config(cfg))
         state["self"] = this
         # grpo.py:3136-3145: overlong filtering zeroes a truncated row's loss_multiplier = the loss's sample_mask
-        on = case.options.get(nemo_rl.GRPO_OVERLONG, False)
-        state["sample_mask"] = nemo_rl.run_overlong(overlong, "grpo", on, case.truncated_rows())
+        on = case.options.get(GRPO_OVERLONG, False)
+        state["sample_mask"] = run_overlong(overlong, "grpo", on, case.truncated_rows())
         return run_step(case, device, micro, leaf_name="logp")
 
     rel = tree.rel(path)
@@ -453,7 +457,7 @@ def load_whiten(root: Path, entry: str) -> Loaded:
     ppo = tree.module_file("nemo_rl.algorithms.ppo")
     if ppo is None:
         raise BlockNotFound("nemo-rl: nemo_rl/algorithms/ppo.py (the PPO loop: the estimator's mask) is missing")
-    with_sample_mask = nemo_rl._loop_masks_with_sample_mask(tree, ppo)
+    with_sample_mask = loop_masks_with_sample_mask(tree, ppo)
 
     def run(case: Case, device: str):
         x = case.extra["x"].to(device=device, dtype=case.torch_dtype)
@@ -501,8 +505,8 @@ def load_kind(root: Path, entry: str) -> Loaded:
         mask = case.trainable.to(device=device, dtype=dt)
         config = dict(CONFIGS[entry])
         if entry == "grpo":  # grpo.normalize_rewards, read by __init__ (advantage_estimator.py:67)
-            config["normalize_rewards"] = case.options.get(nemo_rl.NORMALIZE_REWARDS, True)
-        return (cls(nemo_rl._Config(config), None).compute_advantage(prompt_ids, rewards, mask),)
+            config["normalize_rewards"] = case.options.get(NORMALIZE_REWARDS, True)
+        return (cls(Config(config), None).compute_advantage(prompt_ids, rewards, mask),)
 
     cfg = ", ".join(f"{k}={v}" for k, v in CONFIGS[entry].items())
     return Loaded(

@@ -1,0 +1,2 @@
+"""trl: the declaration the fuzzer reads (`declare.py`) and the calls the worker makes (`calls.py`,
+`calls_kinds.py` and the `calls_<topic>.py` modules it dispatches to)."""
