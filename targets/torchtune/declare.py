@@ -105,6 +105,17 @@ _SPLITS = Domain(
         "batches)"
     },
 )
+# the policy loss's inputs are log-probabilities (ppo.py:59-60 "Log probabilities of the old policy." / "of the
+# current policy."), at masked positions too: the recipe sets both to 1.0 there (recipe :852, :1090), ratio 1
+_POLICY_DOMAIN = Domain(
+    uneven_splits=False,
+    masked_logprobs=False,
+    why={
+        **_SPLITS.why,
+        "masked_logprobs": f"0.6.1 {_PPO}:59-60 pi_old_logprobs / pi_logprobs are 'Log probabilities of the old "
+        f"policy' / 'of the current policy'; the recipe sets both to 1.0 under the mask ({_RECIPE}:852, 1090)",
+    },
+)
 _LOSS_COMMON = dict(
     masked_zero=True,  # masked_mean multiplies by the mask (rewards.py:112): d loss / d input = 0 there
     masked_zero_why="",
@@ -179,19 +190,19 @@ ENTRY_OVERRIDES: dict = {
             "advantages": "token",
             "mode": "token-mean",
             "scope": "micro-batch",
-        },  # fmt: skip
+        },
         options=(),
         promises=(
             Promise(
                 id=f"upstream:{_PPO}:65-66",
                 text=_PADDING_DOC,
-                covers=("reference", "poison", "masked-zero"),
+                covers=("reference", "poison", "pad-invariance"),
                 note="only the masked-in positions participate in the policy loss",
             ),
         ),
         notes=f"PPOLoss(epsilon={EPSILON}, value_clip_range={VALUE_CLIP}) per micro-batch, total loss with the value "
         "inputs at 0; / accumulation steps",
-        **_LOSS_COMMON,
+        **{**_LOSS_COMMON, "domain": _POLICY_DOMAIN},
     ),
     "value-loss": dict(
         kind="value-loss",
@@ -203,7 +214,7 @@ ENTRY_OVERRIDES: dict = {
             Promise(
                 id=f"upstream:{_PPO}:67-68",
                 text=_VALUE_PADDING_DOC,
-                covers=("reference", "poison", "masked-zero"),
+                covers=("reference", "poison", "pad-invariance"),
                 note="only the masked-in positions participate in the value loss",
             ),
         ),
@@ -225,7 +236,7 @@ SPEC = TargetSpec(
         Pin(
             "0.5.0",
             "last release of the older rewards.py: masked_mean without eps, masked_var raising on an empty mask",
-        ),  # fmt: skip
+        ),
         Pin("0.3.1", "oldest release line with torchtune/rlhf (0.2.x has none)"),
     ),
     entries=tuple(ENTRY_OVERRIDES),
