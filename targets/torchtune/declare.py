@@ -134,7 +134,7 @@ ENTRY_OVERRIDES: dict = {
         kind="normalization",
         # batch statistics over the mask, unbiased (masked_var's Bessel correction, rewards.py:132-135), eps 1e-8
         # inside the rsqrt (:158); torchtune's shift_mean=True adds the mean back (:159-160): maskfuzz's
-        # shift_mean=False. At 0.6.1 masked_mean's denominator is n + 1e-8 (:112), below every tolerance
+        # shift_mean=False. At 0.6.1 masked_mean divides by mask.sum() + 1e-8 (:112), a float32 tensor: n for n >= 1
         variant={"level": "batch", "unbiased": True, "eps": 1e-8, "eps_place": "var", "shift_mean": False},
         masked_zero=False,
         masked_zero_why=f"{_RW}:158 (0.6.1) whiten returns (x - mean) * rsqrt(var + eps) at every position; "
