@@ -46,7 +46,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/areal_kinds.py': 3,
         'targets/adapters/miles_kinds.py': 9,
         'targets/adapters/nemo_rl_kinds.py': 3,
-        'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
         'targets/adapters/slime_kinds.py': 10,
@@ -71,7 +70,6 @@ ALLOWED: dict[str, dict[str, int]] = {
     'private_imports': {
         'fuzz/commands/targets.py': 1,
         'fuzz/kind_strategies.py': 3,
-        'targets/adapters/roll_kinds.py': 5,
         'targets/adapters/skyrl_kinds.py': 2,
         'targets/adapters/trl_kinds.py': 2,
         'targets/adapters/verl_kinds.py': 3,
@@ -86,7 +84,6 @@ ALLOWED: dict[str, dict[str, int]] = {
 LONG_FILES = {
     'targets/adapters/areal.py',
     'targets/adapters/miles.py',
-    'targets/adapters/roll.py',
     'targets/adapters/skyrl.py',
     'targets/adapters/slime.py',
     'targets/adapters/trl.py',
@@ -97,10 +94,6 @@ CYCLES: list[set[str]] = [
     {
         'maskfuzz.targets.adapters.miles',
         'maskfuzz.targets.adapters.miles_kinds',
-    },
-    {
-        'maskfuzz.targets.adapters.roll',
-        'maskfuzz.targets.adapters.roll_kinds',
     },
 ]
 
