@@ -412,9 +412,11 @@ class Closure:
 
 
 def _adapter_module(line: ImportLine) -> str | None:
-    """The adapter module an import binds as an object (`from maskfuzz.targets.adapters import nemo_rl`), else None."""
+    """The adapter module an import binds as an object (`from maskfuzz.targets.adapters import nemo_rl`, or a
+    framework's calls: `from maskfuzz.targets.miles import calls_kinds as mk`), else None."""
     full = f"{line.module}.{line.name}"
-    return full if line.module == "maskfuzz.targets.adapters" and line.name and _followed(full) else None
+    package = line.module == "maskfuzz.targets.adapters" or re.fullmatch(r"maskfuzz\.targets\.\w+", line.module)
+    return full if package and line.name and _followed(full) else None
 
 
 def _is_attribute_base(node: ast.AST, name: ast.Name) -> bool:

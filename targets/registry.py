@@ -169,7 +169,6 @@ COMMON_HEAVY = (
 # Frameworks not yet in a folder of their own: one adapter module each (`targets/adapters/<name>.py`)
 # holding both its `SPEC` and the worker's calls.
 LEGACY_ADAPTERS: dict[str, str] = {
-    "miles": "maskfuzz.targets.adapters.miles",
     "slime": "maskfuzz.targets.adapters.slime",
     "verl": "maskfuzz.targets.adapters.verl",
     "trl": "maskfuzz.targets.adapters.trl",

@@ -44,7 +44,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/upstream_test.py': 4,
         'oracles/options.py': 2,
         'targets/adapters/areal_kinds.py': 3,
-        'targets/adapters/miles_kinds.py': 9,
         'targets/adapters/nemo_rl_kinds.py': 3,
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
@@ -83,7 +82,6 @@ ALLOWED: dict[str, dict[str, int]] = {
 }
 LONG_FILES = {
     'targets/adapters/areal.py',
-    'targets/adapters/miles.py',
     'targets/adapters/skyrl.py',
     'targets/adapters/slime.py',
     'targets/adapters/trl.py',
@@ -91,10 +89,6 @@ LONG_FILES = {
     'targets/adapters/verl.py',
 }
 CYCLES: list[set[str]] = [
-    {
-        'maskfuzz.targets.adapters.miles',
-        'maskfuzz.targets.adapters.miles_kinds',
-    },
 ]
 
 

@@ -286,8 +286,8 @@ GIT_KIND_FINDINGS = [
 @pytest.mark.needs_mirror
 @pytest.mark.parametrize("target,pin,alias,prop,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
 def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, prop, case):
-    """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, `miles_kinds as
-    mk`): the script copies those members and cuts the prefix."""
+    """NeMo-RL's and slime's kind adapters read another adapter as a module object (`nemo_rl.X`, miles' `calls_kinds
+    as mk`): the script copies those members and cuts the prefix."""
     from maskfuzz.targets import registry
     from maskfuzz.targets.runtime.acquire import acquire
     from maskfuzz.targets.runtime.repos import parse_repos
