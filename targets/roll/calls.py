@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 
@@ -103,7 +104,7 @@ class TruncationShapeError(ValueError):
     """The case's cut rows cannot be expressed as one ROLL batch with max_len_mask."""
 
 
-def final_response_mask(case: Case, data, config, sample_mask) -> torch.Tensor:
+def final_response_mask(case: Case, data: object, config: SimpleNamespace, sample_mask: Callable) -> torch.Tensor:
     """`final_response_mask` as the RLVR pipeline makes it: ROLL's `get_sample_level_mask(data, config)`
     (functionals.py:682-736 at 8eb27cc2dc34, called at rlvr_pipeline.py:687), `max_len_mask` from the case's
     options, difficulty and error-length masks off (their defaults).
@@ -132,7 +133,7 @@ def final_response_mask(case: Case, data, config, sample_mask) -> torch.Tensor:
     return data.batch["final_response_mask"]
 
 
-def data_proto(case: Case, device: str, proto: type, entry: str, kl: bool = False):
+def data_proto(case: Case, device: str, proto: Callable, entry: str, kl: bool = False) -> object:
     """The canonical case as ROLL's DataProto: full-sequence masks [B, T+1], token-level tensors [B, T]. With `kl`,
     old_log_probs / ref_log_probs are the case's logp / ref_logp (its token rewards, 0 in a KL entry's domain, are
     not read)."""

@@ -671,7 +671,8 @@ def _kind_overrides() -> dict:
     return out
 
 
-# KL_COEF (the coefficient, cited in calls.py) is what the calls feed ROLL's FixedKLController.
+# ---- KL in the reward (`oracles.kl_reward`): the variant the KL entries are judged against; KL_COEF (ROLL's
+# init_kl_coef default, cited in calls.py) is the beta the calls hand ROLL's FixedKLController.
 KL_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
 _BASE_CFG = {"c09bc8bc9f43": "488-497,524", "090ac94658ad": "488-497,524", "8eb27cc2dc34": "527-536,563"}
 _TOKEN_REWARD = {"c09bc8bc9f43": "612-624", "090ac94658ad": "619-631", "8eb27cc2dc34": "615-627"}
