@@ -169,8 +169,6 @@ COMMON_HEAVY = (
 # Frameworks not yet in a folder of their own: one adapter module each (`targets/adapters/<name>.py`)
 # holding both its `SPEC` and the worker's calls.
 LEGACY_ADAPTERS: dict[str, str] = {
-    "roll": "maskfuzz.targets.adapters.roll",
-    "miles": "maskfuzz.targets.adapters.miles",
     "slime": "maskfuzz.targets.adapters.slime",
     "verl": "maskfuzz.targets.adapters.verl",
 }

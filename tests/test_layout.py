@@ -43,8 +43,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/report.py': 1,
         'fuzz/upstream_test.py': 4,
         'oracles/options.py': 2,
-        'targets/adapters/miles_kinds.py': 9,
-        'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/slime_kinds.py': 10,
         'targets/adapters/verl_kinds.py': 7,
         'targets/runtime/forkserver.py': 1,
@@ -66,7 +64,6 @@ ALLOWED: dict[str, dict[str, int]] = {
     'private_imports': {
         'fuzz/commands/targets.py': 1,
         'fuzz/kind_strategies.py': 3,
-        'targets/adapters/roll_kinds.py': 5,
         'targets/adapters/verl_kinds.py': 3,
     },
     'against_direction': {
@@ -77,20 +74,10 @@ ALLOWED: dict[str, dict[str, int]] = {
     },
 }
 LONG_FILES = {
-    'targets/adapters/miles.py',
-    'targets/adapters/roll.py',
     'targets/adapters/slime.py',
     'targets/adapters/verl.py',
 }
 CYCLES: list[set[str]] = [
-    {
-        'maskfuzz.targets.adapters.miles',
-        'maskfuzz.targets.adapters.miles_kinds',
-    },
-    {
-        'maskfuzz.targets.adapters.roll',
-        'maskfuzz.targets.adapters.roll_kinds',
-    },
 ]
 
 

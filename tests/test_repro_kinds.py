@@ -287,7 +287,7 @@ GIT_KIND_FINDINGS = [
 @pytest.mark.parametrize("target,pin,alias,prop,case", GIT_KIND_FINDINGS, ids=[f[0] for f in GIT_KIND_FINDINGS])
 def test_git_only_kind_finding_reproduces_standalone(tmp_path, capsys, clean_python, target, pin, alias, prop, case):
     """NeMo-RL's kind calls import names from its GAE calls (`targets/nemo_rl/calls.py`) and slime's kind adapter
-    reads another adapter as a module object (`miles_kinds as mk`): the script copies those members, no module
+    reads another adapter as a module object (miles' `calls_kinds as mk`): the script copies those members, no module
     prefix is left and nothing of maskfuzz is imported."""
     from maskfuzz.targets import registry
     from maskfuzz.targets.runtime.acquire import acquire

@@ -32,8 +32,9 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import miles
 from maskfuzz.targets.adapters.slime import Samples
+from maskfuzz.targets.miles import calls as miles_calls
+from maskfuzz.targets.miles import declare as miles
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import Skip, open_target
@@ -117,9 +118,9 @@ class _FlatState:  # the Jan 2026 layout (ranks, sizes and groups as separate fi
 
 
 def test_trivial_parallel_state_fills_both_layouts_as_one_rank():
-    grouped = miles.trivial_parallel_state(SimpleNamespace(ParallelState=_GroupedState, GroupInfo=_GroupInfo))
+    grouped = miles_calls.trivial_parallel_state(SimpleNamespace(ParallelState=_GroupedState, GroupInfo=_GroupInfo))
     assert grouped.cp == _GroupInfo(0, 1, None) and grouped.tp == _GroupInfo(0, 1, None)
-    flat = miles.trivial_parallel_state(SimpleNamespace(ParallelState=_FlatState))
+    flat = miles_calls.trivial_parallel_state(SimpleNamespace(ParallelState=_FlatState))
     assert (flat.cp_rank, flat.cp_size, flat.dp_src_rank, flat.dp_cp_group, flat.vpp_size) == (0, 1, 0, None, 1)
 
     @dataclass
@@ -127,16 +128,16 @@ def test_trivial_parallel_state_fills_both_layouts_as_one_rank():
         mystery: float
 
     with pytest.raises(RuntimeError, match="mystery"):
-        miles.trivial_parallel_state(SimpleNamespace(ParallelState=Unknown))
+        miles_calls.trivial_parallel_state(SimpleNamespace(ParallelState=Unknown))
 
 
 def test_needs_mpu_reads_the_import_not_the_word(tmp_path):
     path = tmp_path / "miles" / "utils" / "ppo_utils.py"
     path.parent.mkdir(parents=True)
     path.write_text("def compute_approx_kl(): pass  # compute, not mpu.\n")
-    assert not miles.needs_mpu(tmp_path)
+    assert not miles_calls.needs_mpu(tmp_path)
     path.write_text("def f():\n    from megatron.core import mpu\n    return mpu.get_context_parallel_world_size()\n")
-    assert miles.needs_mpu(tmp_path)
+    assert miles_calls.needs_mpu(tmp_path)
 
 
 def test_samples_drop_padding_and_scatter_back():
@@ -388,7 +389,7 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_miles_never_buil
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (targets/adapters/miles_kinds.py), from the release wheel miles-rl 0.0.2.
+# Entries beyond GAE (targets/miles/calls_kinds.py), from the release wheel miles-rl 0.0.2.
 #
 # Verdicts derived by reading the wheel:
 # * grpo: RolloutManager._post_process_rewards (miles/ray/rollout.py:640-665) normalises in float32
@@ -908,7 +909,7 @@ def _fake_module(name: str, **attrs):
 
 
 def test_policy_stand_ins_bind_where_each_function_is_called():
-    from maskfuzz.targets.adapters.miles_kinds import bind_policy_stand_ins, token_log_probs
+    from maskfuzz.targets.miles.calls_kinds import bind_policy_stand_ins, token_log_probs
 
     def compiled(*a):
         return "compiled"

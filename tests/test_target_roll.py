@@ -39,7 +39,8 @@ from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
 from maskfuzz.targets import registry
-from maskfuzz.targets.adapters import roll, roll_kinds
+from maskfuzz.targets.roll import calls_kinds as roll_kinds
+from maskfuzz.targets.roll import declare as roll
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
@@ -345,7 +346,7 @@ def test_tree_without_roll_is_not_present(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (targets/adapters/roll_kinds.py), at main 8eb27cc2dc34 (the math is the same at every pin).
+# Entries beyond GAE (targets/roll/calls_kinds.py), at main 8eb27cc2dc34 (the math is the same at every pin).
 #
 # Verdicts derived by reading ROLL's code (roll/utils/functionals.py, roll/pipeline/agentic/utils.py at 8eb27cc2dc34):
 # * grpo: reward_norm (:564-600) reshapes to (-1, n_sample) and divides by torch.std + 1e-6 (:586, :593); a group

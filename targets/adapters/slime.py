@@ -217,7 +217,7 @@ GAE_TRUNCATION = Truncation(
 # ---------------------------------------------------------------------------------------------
 # Entries beyond GAE (loaders in targets/adapters/slime_kinds.py); lines at 624b824a8.
 # ---------------------------------------------------------------------------------------------
-KIND_ENTRIES = ("grpo", "kl", "kl-k3", "kl-low-var", "whiten", "reinforce++")  # = miles_kinds.KIND_ENTRIES
+KIND_ENTRIES = ("grpo", "kl", "kl-k3", "kl-low-var", "whiten", "reinforce++")  # = miles' calls_kinds.KIND_ENTRIES
 _F32 = {
     "grpo": "the group statistics run on torch.tensor(raw_rewards, dtype=torch.float) (slime/ray/rollout.py:618) "
     "and the broadcast on float32 rewards and KL (slime/backends/megatron_utils/loss.py:746, 764): the case's "

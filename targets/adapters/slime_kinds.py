@@ -4,7 +4,7 @@ same `loss_function`, which dispatches to `value_loss_function`, loss.py:1176 at
 (`load_policy`: the actor's `--loss-type policy_loss`, `policy_loss_function`, loss.py:934).
 
 slime is miles' origin; the code and the way it is called are the same, at other homes (read at
-HEAD 624b824a8), so the runners are miles' (`targets.adapters.miles_kinds`):
+HEAD 624b824a8), so the runners are miles' (`targets.miles.calls_kinds`):
 
 * `grpo`: `RolloutManager._post_process_rewards` (slime/ray/rollout.py:608-633, a method of a Ray
   actor class: compiled from the source text), then the trainer's `compute_advantages_and_returns`
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from maskfuzz.targets.adapters import miles_kinds as mk
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.miles import calls_kinds as mk
 
 KIND_ENTRIES = mk.KIND_ENTRIES
 SLIME_MATH_HOMES = ("slime.utils.ppo_utils",)
@@ -272,7 +272,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
     trainer drives it (model.py:644 at 624b824a8 binds `partial(loss_function, args, batch,
     num_microbatches, step_global_batch_size)`; model.py:413 at 166441911 without the last).
 
-    The loss is `--loss-type custom_loss` with `miles_kinds.reducer_loss`: the reducer loss_function
+    The loss is `--loss-type custom_loss` with `calls_kinds.reducer_loss` (miles'): the reducer loss_function
     builds with `get_sum_of_sample_mean` (cp_utils.py:47 at 624b824a8, :53 at 166441911), applied to the
     per-token losses. The step's normalisers, as the trainer computes them:
 
@@ -285,7 +285,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
       (data.py:290-292: each rank takes global_batch_size // dp_size samples a step).
     * `num_microbatches` the rank's micro-batches (the same on every rank, dp_schedule.py:24-26), the
       data-parallel size from `mpu.get_data_parallel_world_size(with_context_parallel=True)` = the case's
-      ranks, CP size 1; then Megatron's scaling (`miles_kinds.megatron_step`)."""
+      ranks, CP size 1; then Megatron's scaling (miles' `calls_kinds.megatron_step`)."""
     from maskfuzz.targets.adapters.loss_step import run_step
     from maskfuzz.targets.adapters.slime import install_mpu_state
 
@@ -330,7 +330,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
 
 
 # ---------------------------------------------------------------------------------------------
-# value-loss: the critic's `--loss-type value_loss` through the same loss_function (runners: miles_kinds).
+# value-loss: the critic's `--loss-type value_loss` through the same loss_function (runners: miles' calls_kinds).
 # ---------------------------------------------------------------------------------------------
 VALUE_ENTRIES = mk.VALUE_ENTRIES
 SLIME_VALUE_HOMES = ("slime.backends.megatron_utils.loss",)
@@ -344,7 +344,7 @@ def load_value(root: Path, entry: str) -> Loaded:
     `value_loss_function` (loss.py:1176, :1330-1331; 166441911 :658): the predictions read from the value head's
     output by get_values (float32 asserted, get_responses), `max((v_c - R)^2, (v - R)^2)`, v_c = old + clamp(v -
     old, -value_clip, value_clip), no factor 1/2 (:1212-1216), then the reducer (sum_of_sample_mean, or the
-    token sum with --calculate-per-token-loss); Megatron's scaling after it (`miles_kinds.megatron_step`)."""
+    token sum with --calculate-per-token-loss); Megatron's scaling after it (miles' `calls_kinds.megatron_step`)."""
     from maskfuzz.targets.adapters.slime import install_mpu_state
 
     mpu = install_mpu_state()
@@ -382,7 +382,7 @@ def load_value(root: Path, entry: str) -> Loaded:
 
 
 # ---------------------------------------------------------------------------------------------
-# policy-loss: the actor's `--loss-type policy_loss` through the same loss_function (runners: miles_kinds).
+# policy-loss: the actor's `--loss-type policy_loss` through the same loss_function (runners: miles' calls_kinds).
 # ---------------------------------------------------------------------------------------------
 POLICY_ENTRIES = mk.POLICY_ENTRIES
 
@@ -393,7 +393,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
     None, or global_batch_size at 166441911) and `args.loss_type = "policy_loss"` (the default), which dispatches to
     `policy_loss_function` (loss.py:934, :1328-1329; 166441911 :442, :809-810): log-probs from the logits
     (get_log_probs_and_entropy, its vocab-parallel log-softmax `calculate_log_probs_and_entropy` stood in by
-    `miles_kinds.token_log_probs`), ppo_kl = old - logp (:1033), compute_policy_loss(ppo_kl, advantages, eps_clip,
+    `mk.token_log_probs`), ppo_kl = old - logp (:1033), compute_policy_loss(ppo_kl, advantages, eps_clip,
     eps_clip_high, eps_clip_c=...) (:1038-1044; 166441911 :535 without eps_clip_c), no masking before the reducer,
     then sum_of_sample_mean (or the token sum with --calculate-per-token-loss); Megatron's scaling after it."""
     from maskfuzz.targets.adapters.slime import install_mpu_state

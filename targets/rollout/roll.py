@@ -1,7 +1,7 @@
 """ROLL's own batch code on a real rollout (worker side): the RLVR pipeline's path from `generate()` to
 `compute_advantage`, everything ROLL's except the critic's values, which enter at `HOOKED_BOUNDARY`.
 
-The calls, in the pipeline's order (lines at c09bc8bc9f43; the adapter `targets.adapters.roll` cites the others):
+The calls, in the pipeline's order (lines at c09bc8bc9f43; the declaration `targets.roll.declare` cites the others):
 
 1. per request (one prompt and its samples), `concatenate_input_and_output(input_ids, response ids, n)` and
    `postprocess_generate(prompts, output, num_return_sequences=n, sequence_length, eos_token_id,
@@ -21,7 +21,7 @@ T = L - 1, canonical position t = sequence token t + 1. Token rewards enter as R
 term: old_log_probs = -token_rewards, ref_log_probs = 0, `kl_penalty="kl"`, beta = 1, so ROLL's own
 `compute_token_reward` adds exactly the canonical token rewards where `response_mask[:, 1:]` is 1 (ROLL masks
 the KL, so nothing placed under the mask reaches it); the score is `response_level_rewards`, placed by ROLL on
-the last attended token. Stand-ins: the ROLL fuzzing worker's (`targets.adapters.roll.SPEC.stand_ins`).
+the last attended token. Stand-ins: the ROLL fuzzing worker's (`targets.roll.declare.SPEC.stand_ins`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from maskfuzz.targets.adapters.base import Loaded, import_from
-from maskfuzz.targets.adapters.roll import rlvr_config
+from maskfuzz.targets.roll.calls import rlvr_config
 from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 

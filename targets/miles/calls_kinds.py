@@ -52,8 +52,14 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
-from maskfuzz.targets.adapters.loss_step import Step
-from maskfuzz.targets.adapters.slime import PROMPT_LEN, Samples  # total_lengths = prompt + response
+from maskfuzz.targets.adapters.loss_step import Step, run_step
+from maskfuzz.targets.adapters.slime import (  # total_lengths = prompt + response
+    PROMPT_LEN,
+    Samples,
+    kl_smoke,
+    run_kl_caller,
+)
+from maskfuzz.targets.miles.calls import kl_caller, provide_parallel_state
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)
@@ -221,8 +227,6 @@ def reinforce_runner(fn: Callable, kl_fn: Callable, **fixed) -> Callable:
 # load
 # ---------------------------------------------------------------------------------------------
 def load(root: Path, entry: str) -> Loaded:
-    from maskfuzz.targets.adapters.miles import provide_parallel_state
-
     if entry in LOSS_ENTRIES:
         return load_loss(root, entry)
     if entry in VALUE_ENTRIES:
@@ -275,9 +279,6 @@ def load_reinforce_kl(root: Path) -> Loaded:
     get_reinforce_plus_plus_returns(kl=kl, kl_coef=...) shapes -kl_coef * kl (unmasked), puts the score at the last
     loss_mask == 1 token and discounts every response token (W miles/utils/ppo_utils.py:412-423, G
     loss_hub/math_utils.py:486-497)."""
-    from maskfuzz.targets.adapters.miles import kl_caller
-    from maskfuzz.targets.adapters.slime import kl_smoke, run_kl_caller
-
     call, caller_where, notes = kl_caller(root)
     _, where = math_function(root, "get_reinforce_plus_plus_returns")
 
@@ -295,7 +296,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
 # entry -> calculate_per_token_loss (the reducer get_sum_of_sample_mean hands back: sum_of_sample_mean for
 # False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.SLIME_LOSS_ENTRIES)
 LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
-CUSTOM_LOSS = "maskfuzz.targets.adapters.miles_kinds.reducer_loss"
+CUSTOM_LOSS = "maskfuzz.targets.miles.calls_kinds.reducer_loss"
 
 
 def reducer_loss(args, batch, logits, sum_of_sample_mean):
@@ -407,9 +408,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     rank's micro-batches (data.py:382 / :462), the data-parallel size from miles' ParallelState
     (`intra_dp_cp.size`, loss.py:1049-1056 at 0.0.2, :164-172 at 3d2e0e411), CP size 1. Megatron's
     scaling after it: `megatron_step`."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-    from maskfuzz.targets.adapters.miles import provide_parallel_state
-
     per_token = LOSS_ENTRIES[entry]
     fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
     if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
@@ -496,7 +494,6 @@ def value_function(root: Path, homes=VALUE_HOMES) -> tuple[Callable, str]:
 
 def value_runner(micros: dict) -> Callable:
     """`micros[per_token]` is the Megatron micro_loss of the case's `calculate_per_token_loss`."""
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     def run(case: Case, device: str):
         per_token, _ = value_options(case)
@@ -514,8 +511,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     and returns from the batch, `max((v_c - R)^2, (v - R)^2)` per token with v_c = old + clamp(v - old,
     -value_clip, value_clip), no factor 1/2 (W :900-904), then the reducer: sum_of_sample_mean, or the token
     sum with --calculate-per-token-loss; the normalisers and Megatron's scaling are the loss entries'."""
-    from maskfuzz.targets.adapters.miles import provide_parallel_state
-
     fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
     if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
         raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")
@@ -637,7 +632,6 @@ def bind_policy_stand_ins(loss_mod) -> list[str]:
 
 def policy_runner(micros: dict) -> Callable:
     """`micros[per_token]` is the Megatron micro_loss of the case's `calculate_per_token_loss`."""
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     def run(case: Case, device: str):
         per_token = bool(case.options.get("calculate_per_token_loss", False))
@@ -658,8 +652,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     loss_hub/losses.py:62 (get_loss_function), the log-softmax is called in loss_hub/logit_processors.py:178 and
     compute_policy_loss gets eps_clip_c too (losses.py:180-182, HEAD :207-209, #1729); `bind_policy_stand_ins`
     binds each stand-in in the module that calls it."""
-    from maskfuzz.targets.adapters.miles import provide_parallel_state
-
     fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
     if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
         raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")

@@ -1,4 +1,5 @@
-"""Adapter for ROLL (github.com/alibaba/ROLL, git only).
+"""ROLL (github.com/alibaba/ROLL, git only): the declaration the fuzzer reads; the worker's calls are `calls.py`
+(the GAE entries below) and `calls_kinds.py` (the other kinds).
 
 Entries
     default  `roll/utils/functionals.py::compute_advantage` with `adv_estimator="gae"`, the RLVR pipeline's
@@ -28,10 +29,10 @@ How a canonical case becomes ROLL's inputs (everything below is ROLL's own code 
                              `compute_token_reward` (`expand_to_token_level`) puts it on the last *attended*
                              token, `argmax(position_ids * attention_mask)`, not on the last trainable one.
 
-Reward normalisation, clipping and OPD stay off (ROLL's defaults). Options (roll_kinds "Options and truncation"):
+Reward normalisation, clipping and OPD stay off (ROLL's defaults). Options (calls_kinds "Options and truncation"):
 `whiten_advantages` from `case.options` goes to the call as the pipelines pass it; for `default` the RLVR
 pipeline's `get_sample_level_mask` makes `final_response_mask` with `max_len_mask` from `case.options`, a cut row
-known by its length (`_final_response_mask`).
+known by its length (`calls.final_response_mask`).
 
 Pipeline domain (`SPEC.pipeline` at c09bc8bc9f43, `pipeline_by_pin` for the other pins: same facts, other lines;
 the agentic entry overrides both). RLVR (`default`): every response comes from `postprocess_generate`, which
@@ -49,18 +50,12 @@ outputs and log-prob differences, finite. Every restriction cites its line in `w
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
-from pathlib import Path
-from types import SimpleNamespace
 
-import torch
-
-from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.roll_kinds import (
+from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
+from maskfuzz.targets.roll.calls import KL_COEF
+from maskfuzz.targets.roll.calls_kinds import (
     AGENTIC_TRUNCATION,
     DUAL_CLIP_OPTION,
     GRPO_TRUNCATION,
@@ -74,7 +69,6 @@ from maskfuzz.targets.adapters.roll_kinds import (
     WHITEN_RLVR_CITE,
     whiten_option,
 )
-from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 
 
 def _rlvr_pipeline(rev: str, fn: dict[str, str]) -> Domain:
@@ -334,7 +328,7 @@ _SEED_REV = "c09bc8bc9f43"
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (loaders in targets/adapters/roll_kinds.py). Line references per pin: the math is the same at
+# Entries beyond GAE (loaders in targets/roll/calls_kinds.py). Line references per pin: the math is the same at
 # all three pins (reward_norm / masked_mean differ only in formatting at 090ac94658ad), the lines move.
 # ---------------------------------------------------------------------------------------------
 _LINES = {
@@ -528,9 +522,9 @@ def _kind_overrides() -> dict:
         # std unbiased (scores_float.std(), agentic/utils.py:133), eps 1e-6 outside (:140); a group of one element
         # or with |std| <= 1e-6 gets zeros, the code's own comment: "avoid division by zero for a single element
         # or zero std" (agentic/utils.py:138-142): singleton "zero". Rows without a trained token (the agent-native
-        # placeholder rollout keeps its episode's traj_group_id, agent_native_env_manager.py:475-477 at 8eb27cc2dc34) count in their
-        # group: agentic_reward_norm takes every row of batch.group_by(grouping) (agentic/utils.py:117-135), whatever
-        # its response_mask: empty_rows "counted"
+        # placeholder rollout keeps its episode's traj_group_id, agent_native_env_manager.py:475-477 at
+        # 8eb27cc2dc34) count in their group: agentic_reward_norm takes every row of batch.group_by(grouping)
+        # (agentic/utils.py:117-135), whatever its response_mask: empty_rows "counted"
         variant={"singleton": "zero", "empty_rows": "counted"},
         domain=api,
         masked_zero=True,  # agentic_compute_advantage ends with advantages * response_mask (agentic/utils.py:560)
@@ -615,7 +609,7 @@ def _kind_overrides() -> dict:
     )
 
     # agg_loss (roll/utils/functionals.py:228-282 at 8eb27cc2dc34, from :227 at 090ac94658ad, same body) with the
-    # strategies' global batch_num_tokens / global_valid_samples (roll_kinds.load_loss). Every mode is left
+    # strategies' global batch_num_tokens / global_valid_samples (calls_kinds.load_loss). Every mode is left
     # canonical (rows without a trained token excluded: `valid_samples = torch.any(loss_mask > 0, -1)`, :259),
     # so what ROLL does differently is reported:
     # * token-mean sums `loss_mat * weights` without the mask (:253-256): masked per-token losses count;
@@ -644,7 +638,7 @@ def _kind_overrides() -> dict:
     out["agg-seq-mean-token-sum-norm"] = loss_entry({"mode": "seq-mean-token-sum-norm", "constant": 32})
     # CriticWorker.loss_func (roll/pipeline/base_worker.py:652-688 at 8eb27cc2dc34, :637-673 at c09bc8bc9f43 and
     # 090ac94658ad): 0.5 * masked_mean(max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2), response_mask,
-    # dim=-1).mean(), value_clip 0.5 (shipped PPO configs; None in base_config.py:524-526), roll_kinds.load_value.
+    # dim=-1).mean(), value_clip 0.5 (shipped PPO configs; None in base_config.py:524-526), calls_kinds.load_value.
     # The critic's aggregation is the mean over rows of each row's token mean. Left canonical, so the judge
     # reports it: the row mean is per micro-batch (no global normaliser, while apply_loss_scale multiplies every
     # micro-batch loss by DP x GA, worker_config.py:230-238 documenting "sum-over-microbatches semantics ...
@@ -661,7 +655,7 @@ def _kind_overrides() -> dict:
         options=(VALUE_CLIP_OPTION,),
     )
     # ActorWorker.loss_func (roll/pipeline/rlvr/actor_worker.py:11-167, the same lines at the three pins), its inline
-    # policy loss compiled from the source text (roll_kinds.load_policy): ratio = exp(log_probs - old_log_probs)
+    # policy loss compiled from the source text (calls_kinds.load_policy): ratio = exp(log_probs - old_log_probs)
     # (importance_sampling "token", rlvr_config.py:141-143), surr1 / surr2 with pg_clip 0.2 on both sides
     # (use_pg_clip_range False, base_config.py:515-516), loss = -min(surr1, surr2) (actor_worker.py:80-83); no dual
     # clip (dual_clip_loss False, base_config.py:574); agg_loss with loss_agg_mode "seq-mean-token-mean"
@@ -677,16 +671,8 @@ def _kind_overrides() -> dict:
     return out
 
 
-# ---- KL in the reward (`oracles.kl_reward`): ROLL's only token-level reward is its KL term. compute_token_reward
-# (roll/utils/functionals.py:615-627 at 8eb27cc2dc34, :612-624 at c09bc8bc9f43, :619-631 at 090ac94658ad) takes
-# kld = compute_approx_kl(old_log_probs, ref_log_probs, response_mask[:, 1:], kl_penalty) and, under
-# add_token_level_kl, token_level_rewards = expand_to_token_level(data) - kl_ctrl.value * kld. kl_penalty defaults to
-# "kl" (base_config.py:527-528; :488-489 at the older pins): log_probs - log_probs_base (functionals.py:192-193;
-# :191-192 / :190-191), no clamp, `* action_mask` (:209; :208 / :207). kl_ctrl = get_kl_controller(init_kl_coef,
-# target_kl) (rlvr_pipeline.py:188-189, agentic_pipeline.py:67-68), FixedKLController(init_kl_coef) for target_kl None
-# (roll/utils/kl_controller.py:34-36); init_kl_coef defaults to 0.2 (base_config.py:535-536; :496-497) and the
-# shipped examples/docs_examples/example_ppo.yaml:69 sets 0.2.
-KL_COEF = 0.2
+# ---- KL in the reward (`oracles.kl_reward`): the variant the KL entries are judged against; KL_COEF (ROLL's
+# init_kl_coef default, cited in calls.py) is the beta the calls hand ROLL's FixedKLController.
 KL_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
 _BASE_CFG = {"c09bc8bc9f43": "488-497,524", "090ac94658ad": "488-497,524", "8eb27cc2dc34": "527-536,563"}
 _TOKEN_REWARD = {"c09bc8bc9f43": "612-624", "090ac94658ad": "619-631", "8eb27cc2dc34": "615-627"}
@@ -744,7 +730,7 @@ SPEC_DOMAIN = Domain(
 SPEC = TargetSpec(
     id="roll",
     first_run=('default', 'grpo', 'policy-loss'),
-    adapter="maskfuzz.targets.adapters.roll",
+    adapter="maskfuzz.targets.roll.calls",
     own=("roll",),
     # ROLL multiplies token rewards and (for storage) values by the response mask and then runs a plain GAE loop
     # over every position: masked tokens are intended as zero-value, zero-reward transitions.
@@ -771,7 +757,7 @@ SPEC = TargetSpec(
     pipeline=RLVR_PIPELINE[_SEED_REV],
     pipeline_by_pin={rev: dom for rev, dom in RLVR_PIPELINE.items() if rev != _SEED_REV},
     entry_overrides={
-        # options and truncation per entry (roll_kinds "Options and truncation"); the kind entries declare theirs
+        # options and truncation per entry (calls_kinds "Options and truncation"); the kind entries declare theirs
         "default": {
             "promises": (PR447_TEST,),
             "options": (whiten_option(WHITEN_RLVR_CITE, {"whitening": WHITEN}), MAX_LEN_MASK),
@@ -789,166 +775,3 @@ SPEC = TargetSpec(
     },
     notes="score on the last attended token (ROLL's expand_to_token_level), token rewards through ROLL's KL term",
 )
-
-_CANDIDATES = {
-    "default": [("roll.utils.functionals", "compute_advantage")],
-    "agentic": [("roll.pipeline.agentic.utils", "agentic_compute_advantage")],
-    "default-kl": [("roll.utils.functionals", "compute_advantage")],
-}
-
-
-def load(root: Path, entry: str | None) -> Loaded:
-    """Import ROLL's advantage function (and its score placement) from the checkout at `root`."""
-    entry = entry or "default"
-    if entry not in _CANDIDATES:
-        raise ValueError(f"roll has entries {sorted(_CANDIDATES)}, not {entry!r}")
-    with_kl = entry.endswith("-kl")  # the KL term fed by the case's logp / ref_logp at beta = KL_COEF
-    entry = entry.removesuffix("-kl")
-    # ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean.
-    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
-    functionals = import_from(root, "roll.utils.functionals")
-    protocol = import_from(root, "roll.distributed.scheduler.protocol")
-    kl = import_from(root, "roll.utils.kl_controller")
-    fn, where = function_from(root, _CANDIDATES[entry])
-    needed = ["compute_token_reward"] + (["reward_postprocess", "get_sample_level_mask"] if entry == "default" else [])
-    helpers = {name: getattr(functionals, name, None) for name in needed}
-    if entry == "agentic":
-        agentic = import_from(root, "roll.pipeline.agentic.utils")
-        helpers["compute_response_level_rewards"] = getattr(agentic, "compute_response_level_rewards", None)
-    missing = [name for name, f in helpers.items() if f is None]
-    if missing:
-        raise NotPresent(f"{where} is present but ROLL's score placement is not: {', '.join(missing)} missing")
-
-    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        data = _data_proto(case, device, protocol.DataProto, entry, kl=with_kl)
-        config = _pipeline_config()
-        if entry == "default":  # rlvr_pipeline.py:687-721 (8eb27cc2dc34): the sample mask first
-            final = _final_response_mask(case, data, config, helpers["get_sample_level_mask"])
-            data, _ = helpers["reward_postprocess"](data, config, {})
-        else:
-            data, _ = helpers["compute_response_level_rewards"](batch=data, pipeline_config=config)
-        beta = KL_COEF if with_kl else 1.0
-        data, _ = helpers["compute_token_reward"](data, config, kl.FixedKLController(kl_coef=beta))
-        kwargs = dict(
-            data=data,
-            gamma=case.gamma,
-            lambd=case.lam,
-            adv_estimator="gae",
-            advantage_clip=None,
-            whiten_advantages=bool(case.options.get("whiten_advantages", False)),  # rlvr_pipeline.py:719
-            whiten_rewards=False,
-            pipeline_config=config,
-        )
-        if entry == "default":  # the RLVR pipeline passes final_response_mask; the agentic one passes nothing
-            kwargs["response_mask"] = final
-        out = fn(**kwargs)
-        return out.batch["advantages"], out.batch["returns"]
-
-    notes = [
-        "score placed by ROLL's compute_token_reward (last attended token); token rewards via its KL term, beta=1",
-        "identity reward normalisation; clipping and OPD off; whiten_advantages from the case's options",
-    ]
-    if with_kl:
-        notes[0] = (
-            "score placed by ROLL's compute_token_reward (last attended token); token rewards = its KL term on "
-            f"old_log_probs = logp, ref_log_probs = ref_logp, kl_penalty 'kl', beta = {KL_COEF}"
-        )
-    if entry == "default":
-        notes.append(
-            "final_response_mask from ROLL's get_sample_level_mask (max_len_mask from the case's options; responses "
-            "as wide as the cut rows, the generation limit)"
-        )
-    return Loaded(run, where, notes)
-
-
-class TruncationShapeError(ValueError):
-    """The case's cut rows cannot be expressed as one ROLL batch with max_len_mask."""
-
-
-def _final_response_mask(case: Case, data, config, sample_mask) -> torch.Tensor:
-    """`final_response_mask` as the RLVR pipeline makes it: ROLL's `get_sample_level_mask(data, config)`
-    (functionals.py:682-736 at 8eb27cc2dc34, called at rlvr_pipeline.py:687), `max_len_mask` from the case's
-    options, difficulty and error-length masks off (their defaults).
-
-    ROLL knows a cut row only by its length: `max_len_mask` zeroes a row whose response length equals
-    `responses.shape[-1]`, the generation limit (:689-697). In a ROLL batch every cut row has exactly that length;
-    `responses` here is as wide as the case's cut rows (as wide as the window plus one when none is cut: nothing
-    reached the limit). Cut rows of different lengths are no ROLL batch: TruncationShapeError (documented)."""
-    config.max_len_mask = bool(case.options.get("max_len_mask", False))
-    config.difficulty_mask = False
-    config.error_max_len_clip = False
-    rows, width = case.shape
-    limit = width + 1
-    cut = case.truncated_rows()
-    if config.max_len_mask and bool(cut.any()):
-        lengths = sorted({int(n) for n in case.trainable[cut].sum(dim=1).tolist()})
-        if len(lengths) != 1:
-            raise TruncationShapeError(
-                f"cut rows of response lengths {lengths}: ROLL's max_len_mask knows a cut row "
-                "by its length == responses.shape[-1] (roll/utils/functionals.py get_sample_level_mask), one limit"
-            )
-        limit = lengths[0]
-    device = data.batch["response_mask"].device
-    data.batch["responses"] = torch.zeros(rows, limit, dtype=torch.int64, device=device)
-    data, _ = sample_mask(data, config)
-    return data.batch["final_response_mask"]
-
-
-def _data_proto(case: Case, device: str, data_proto: type, entry: str, kl: bool = False):
-    """The canonical case as ROLL's DataProto: full-sequence masks [B, T+1], token-level tensors [B, T]. With `kl`,
-    old_log_probs / ref_log_probs are the case's logp / ref_logp (its token rewards, 0 in a KL entry's domain, are
-    not read)."""
-    inputs = case.inputs(device)
-    att = case.attention.to(device=device, dtype=torch.int64)
-    attention_mask = torch.cat([att[:, :1], att], dim=1)
-    position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
-    prompt = torch.zeros(case.shape[0], 1, dtype=torch.int64, device=device)
-    response_mask = torch.cat([prompt, case.trainable.to(device=device, dtype=torch.int64)], dim=1)
-    from tensordict import TensorDict  # a real TensorDict: ROLL indexes, renames and pops keys on it
-
-    fields = {
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "response_mask": response_mask,
-        "values": inputs["values"].clone(),
-        "old_log_probs": -inputs["token_rewards"],
-        "ref_log_probs": torch.zeros_like(inputs["token_rewards"]),
-    }
-    if kl:
-        dt = inputs["token_rewards"].dtype
-        fields["old_log_probs"] = case.extra["logp"].to(device=device, dtype=dt)
-        fields["ref_log_probs"] = case.extra["ref_logp"].to(device=device, dtype=dt)
-    if entry == "default":
-        fields["response_level_rewards"] = inputs["score"].clone()
-    else:  # compute_response_level_rewards sums token-level scores per row; the score sits on position 0
-        scores = torch.zeros_like(inputs["values"])
-        scores[:, 0] = inputs["score"]
-        fields["scores"] = scores
-    return data_proto(batch=TensorDict(fields, batch_size=[case.shape[0]]), meta_info={})
-
-
-def _pipeline_config() -> SimpleNamespace:
-    """The config fields ROLL's reward and advantage helpers read, at their identity settings."""
-    return SimpleNamespace(
-        adv_estimator="gae",
-        actor_infer=SimpleNamespace(generating_args=SimpleNamespace(num_return_sequences=1)),
-        norm_mean_type=None,
-        norm_std_type=None,
-        reward_clip=None,
-        kl_penalty="kl",
-        add_token_level_kl=True,
-        reward_normalization=SimpleNamespace(
-            grouping="batch", norm_mean_type=None, norm_std_type=None, method="identity"
-        ),
-    )
-
-
-def rlvr_config(max_len_mask: bool = False) -> SimpleNamespace:
-    """`_pipeline_config` with the fields the RLVR pipeline's `get_sample_level_mask` reads: `max_len_mask` as
-    given, the difficulty and error-length masks off (their defaults). Used by the real-rollout path
-    (`targets.rollout.roll`), which calls ROLL's sample mask on the batch ROLL built from a generation."""
-    config = _pipeline_config()
-    config.max_len_mask = max_len_mask
-    config.difficulty_mask = False
-    config.error_max_len_clip = False
-    return config

@@ -1,4 +1,5 @@
-"""Adapter for miles: `get_advantages_and_returns_batch`, in its old home `miles/utils/ppo_utils.py`
+"""miles (the declaration the fuzzer reads; the worker's calls are `calls.py` and `calls_kinds.py`):
+`get_advantages_and_returns_batch`, in its old home `miles/utils/ppo_utils.py`
 (the PyPI wheel `miles-rl==0.0.2`, and git up to f38996d00) and its new one
 `miles/backends/training_utils/loss_hub/math_utils.py`.
 
@@ -44,28 +45,11 @@ the terminal reward; outputs are scattered back, 0 at padding.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import re
-from pathlib import Path
-from typing import Callable
 
-from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
-from maskfuzz.targets.adapters.slime import (
-    FLOAT64_WHY,
-    KL_COEF,
-    Samples,
-    bind_flavour,
-    entry_name,
-    install_mpu_state,
-    kl_smoke,
-    run_caller,
-    run_kl_caller,
-    smoke,
-)
+from maskfuzz.targets.adapters.slime import FLOAT64_WHY, KL_COEF
+from maskfuzz.targets.miles.calls_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 _TB = "miles/backends/training_utils"
@@ -93,8 +77,8 @@ PIPELINE_GIT = Domain(
     # what miles' own code at the git pins produces (`Domain.produces`): a pipeline witness may use only these
     produces={
         "gaps": "miles 6ccdc7da6 / 3d2e0e411: miles/rollout/generate_hub/multi_turn.py:93 appends a tool response with "
-        "loss_mask 0 (miles/rollout/generate_utils/tool_call_utils.py:63), then the next turn's tokens with loss_mask 1 "
-        "(multi_turn.py:72, update_sample_from_response(update_loss_mask=True), "
+        "loss_mask 0 (miles/rollout/generate_utils/tool_call_utils.py:63), then the next turn's tokens with loss_mask "
+        "1 (multi_turn.py:72, update_sample_from_response(update_loss_mask=True), "
         "miles/rollout/generate_utils/generate_endpoint_utils.py:102-105)",
         "masked_real_tail": "miles 6ccdc7da6 / 3d2e0e411: the turn loop (miles/rollout/generate_hub/multi_turn.py:53) "
         "ends a turn on the tool response (:93); when generate_max_turns runs out, or the context is full (:56-61, "
@@ -102,17 +86,17 @@ PIPELINE_GIT = Domain(
         "leading_mask": "miles 6ccdc7da6 / 3d2e0e411: miles/rollout/sglang_rollout.py:268-269 (--partial-rollout with "
         "--mask-offpolicy-in-partial-rollout zeroes the loss mask of a resumed response), the new tokens trainable "
         "(:237-238)",
-        "all_masked_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/ray/rollout/train_data_conversion.py:85-86 (remove_sample: "
-        "loss_mask [0] * response_length, the sample kept)",
-        "masked_values": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss_hub/logit_processors.py:243-254 (get_values: the value "
-        "head at every response token) through forward_only(get_values) (miles/backends/megatron_utils/actor.py:384-391); "
-        "the value loss reduces under loss_mask only, so the values under tool tokens are never trained",
-        "masked_rewards": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss.py:54-65 (compute_approx_kl at every response token "
-        f"when --kl-coef != 0), {_TB}/loss_hub/advantages.py:62-65 (k *= -kl_coef, unmasked); a tool token's KL is not "
-        "0: ref_log_probs are the reference model's at every response token (miles/backends/megatron_utils/actor.py:"
-        "441-450; loaded when kl_coef != 0, miles/ray/placement_group.py:157), log_probs the actor's recompute "
-        f"(actor.py:473-478) or, with --use-rollout-logprobs ({_TB}/loss.py:41), the rollout's 0.0 of a tool token "
-        "(miles/rollout/generate_utils/tool_call_utils.py:64); 3d2e0e411 (#1827) drops them inside GAE",
+        "all_masked_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/ray/rollout/train_data_conversion.py:85-86 "
+        "(remove_sample: loss_mask [0] * response_length, the sample kept)",
+        "masked_values": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss_hub/logit_processors.py:243-254 (get_values: the "
+        "value head at every response token) through forward_only(get_values) (miles/backends/megatron_utils/actor.py:"
+        "384-391); the value loss reduces under loss_mask only, so the values under tool tokens are never trained",
+        "masked_rewards": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss.py:54-65 (compute_approx_kl at every response "
+        f"token when --kl-coef != 0), {_TB}/loss_hub/advantages.py:62-65 (k *= -kl_coef, unmasked); a tool token's KL "
+        "is not 0: ref_log_probs are the reference model's at every response token (miles/backends/megatron_utils/"
+        "actor.py:441-450; loaded when kl_coef != 0, miles/ray/placement_group.py:157), log_probs the actor's "
+        f"recompute (actor.py:473-478) or, with --use-rollout-logprobs ({_TB}/loss.py:41), the rollout's 0.0 of a tool "
+        "token (miles/rollout/generate_utils/tool_call_utils.py:64); 3d2e0e411 (#1827) drops them inside GAE",
         "token_rewards": f"miles 6ccdc7da6 / 3d2e0e411: {_TB}/loss_hub/advantages.py:62-65 (-kl_coef * KL at every "
         "response token, trainable ones included, when --kl-coef != 0)",
         "truncated_rows": "miles 6ccdc7da6 / 3d2e0e411: miles/utils/types.py:281-283 (finish_reason 'length' -> "
@@ -140,8 +124,8 @@ PIPELINE_0_0_2 = Domain(
         "gaps": "miles-rl 0.0.2: miles/rollout/generate_hub/multi_turn.py:75 appends a tool response with loss_mask 0 "
         "(miles/rollout/generate_utils/tool_call_utils.py:63), then the next turn's tokens with loss_mask 1 "
         "(multi_turn.py:60, miles/rollout/generate_utils/generate_endpoint_utils.py:93-96)",
-        "masked_real_tail": "miles-rl 0.0.2: the turn loop (miles/rollout/generate_hub/multi_turn.py:46) ends a turn on "
-        "the tool response (:75); when generate_max_turns runs out, or the context is full (:49-54, "
+        "masked_real_tail": "miles-rl 0.0.2: the turn loop (miles/rollout/generate_hub/multi_turn.py:46) ends a turn "
+        "on the tool response (:75); when generate_max_turns runs out, or the context is full (:49-54, "
         "miles/rollout/generate_utils/generate_endpoint_utils.py:48-49), the response ends on it",
         "leading_mask": "miles-rl 0.0.2: miles/rollout/sglang_rollout.py:242-243 (--partial-rollout with "
         "--mask-offpolicy-in-partial-rollout zeroes the loss mask of a resumed response), the new tokens trainable "
@@ -166,7 +150,7 @@ PIPELINE_0_0_2 = Domain(
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (loaders in targets/adapters/miles_kinds.py). Lines: `W` = miles-rl 0.0.2,
+# Entries beyond GAE (loaders in targets/miles/calls_kinds.py). Lines: `W` = miles-rl 0.0.2,
 # `G` = the git pins 6ccdc7da6 / 3d2e0e411 (same lines at both).
 # ---------------------------------------------------------------------------------------------
 _MU = f"{_TB}/loss_hub/math_utils.py"
@@ -260,7 +244,7 @@ KIND_OVERRIDES: dict = {
 }
 
 
-# loss-aggregation (loaders: miles_kinds.load_loss): loss_function (W miles/backends/training_utils/loss.py:972,
+# loss-aggregation (loaders: calls_kinds.load_loss): loss_function (W miles/backends/training_utils/loss.py:972,
 # G :96) with its own reducer get_sum_of_sample_mean (cp_utils.py:92 at every pin), Megatron path.
 _LOSS_PIPE_WHY = {
     "left_padding": PIPELINE_GIT.why["left_padding"],
@@ -317,7 +301,7 @@ _REDUCER_MASK = "(x_i * loss_mask_i).sum() (miles/backends/training_utils/cp_uti
 KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean", _REDUCER_MASK)
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean", _REDUCER_MASK)
 
-# value-loss (loader: miles_kinds.load_value): loss_function with --loss-type value_loss, the critic's (W
+# value-loss (loader: calls_kinds.load_value): loss_function with --loss-type value_loss, the critic's (W
 # miles/backends/megatron_utils/actor.py:356), dispatched to value_loss_function (W miles/backends/training_utils/
 # loss.py:863, G loss_hub/losses.py:370; HEAD 31f1ca961 :399): max((v_c - R)^2, (v - R)^2) with v_c = old +
 # clamp(v - old, -value_clip, value_clip) and NO factor 1/2 (W loss.py:900-904, G losses.py:407-411), reduced by
@@ -399,7 +383,7 @@ KIND_OVERRIDES["value-loss"] = dict(
     options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
 )
 
-# policy-loss (loader: miles_kinds.load_policy): loss_function with --loss-type policy_loss (the argparse default),
+# policy-loss (loader: calls_kinds.load_policy): loss_function with --loss-type policy_loss (the argparse default),
 # dispatched to policy_loss_function (W miles/backends/training_utils/loss.py:565, dispatch :1016-1017): ppo_kl = old -
 # logp, zeroed with nan_to_num off the loss mask together with the advantages (:669-679), compute_policy_loss(ppo_kl,
 # advantages, args.eps_clip, args.eps_clip_high) (:681; miles/utils/ppo_utils.py:178-201: max(-A r, -A clamp(r, 1 -
@@ -411,7 +395,7 @@ KIND_OVERRIDES["value-loss"] = dict(
 # get_loss_function), masking :169-178 (HEAD :196-205), compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high,
 # eps_clip_c) :180-182 (HEAD :207-209; #1729 9525fc77f wired eps_clip_c), compute_policy_loss in
 # loss_hub/math_utils.py:253-277; the log-softmax is called in loss_hub/logit_processors.py:178
-# (miles_kinds.bind_policy_stand_ins binds each in the module that calls it).
+# (calls_kinds.bind_policy_stand_ins binds each in the module that calls it).
 EPS_CLIP_HIGH_OPTION = Option(
     "eps_clip_high",
     (None, 0.28),
@@ -680,8 +664,9 @@ KL_PROMISES = (
         pins=_G,
     ),
 )
-# --rollout-sample-filter-path: a removed sample (remove_sample, loss mask zeroed) is excluded from the loss; the step's
-# denominators count it (global_batch_size, W loss.py:1048-1058, G :158-173; num_tokens clamp_min(., 1), W :1003, G :127)
+# --rollout-sample-filter-path: a removed sample (remove_sample, loss mask zeroed) is excluded from the loss; the
+# step's denominators count it (global_batch_size, W loss.py:1048-1058, G :158-173; num_tokens clamp_min(., 1), W :1003,
+# G :127)
 _FILTER_TEXT = "To exclude a sample from the loss, set `sample.remove_sample = True`."
 _FILTER_NOTE = (
     "--rollout-sample-filter-path's help: a removed sample (its loss mask zeroed, W miles/ray/rollout.py:701-702, G "
@@ -757,7 +742,7 @@ KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISE
 SPEC = TargetSpec(
     id="miles",
     first_run=('default', 'grpo', 'policy-loss'),
-    adapter="maskfuzz.targets.adapters.miles",
+    adapter="maskfuzz.targets.miles.calls",
     own=("miles",),
     contract="compressed",
     git_url="https://github.com/radixark/miles.git",
@@ -795,206 +780,10 @@ SPEC = TargetSpec(
         "and document no masked semantics; they are judged against the same contract so that the "
         "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
         "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False. "
-        "Beyond GAE (targets/adapters/miles_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
+        "Beyond GAE (targets/miles/calls_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
         "value-loss, policy-loss; KL in the reward: gae-kl (this adapter), reinforce++-kl."
     ),
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     truncation=GAE_TRUNCATION,
     promises=WHITEN_PROMISES + GAE_1827_PROMISES,
 )
-
-FUNCTION_HOMES = [
-    ("miles.backends.training_utils.loss_hub.math_utils", "get_advantages_and_returns_batch"),
-    ("miles.utils.ppo_utils", "get_advantages_and_returns_batch"),
-]
-CALLER_HOMES = [
-    ("miles.backends.training_utils.loss", "compute_advantages_and_returns"),
-    ("miles.backends.megatron_utils.loss", "compute_advantages_and_returns"),
-]
-MPU_IMPORT = re.compile(r"from megatron\.core import[^\n]*\bmpu\b|megatron\.core\.mpu")
-# modules that may call the function by its global name (rebound for entry 'vanilla')
-CALLER_MODULES = (
-    "miles.backends.training_utils.loss_hub.advantages",
-    "miles.backends.training_utils.loss",
-    "miles.backends.megatron_utils.loss",
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Parallel state, as the framework's tests set it.
-# ---------------------------------------------------------------------------------------------
-def trivial_parallel_state(parallel) -> object:
-    """A `ParallelState` of one rank, built from the dataclass fields at this pin: `GroupInfo`
-    fields get `GroupInfo(rank=0, size=1, group=None)`; the older flat layout gets ranks 0, sizes 1,
-    groups None. Any other required field is unknown here: raise, rather than guess."""
-    cls = parallel.ParallelState
-    group_info = getattr(parallel, "GroupInfo", None)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        ann = str(f.type)
-        if group_info is not None and "GroupInfo" in ann:
-            kwargs[f.name] = group_info(rank=0, size=1, group=None)
-        elif f.name.endswith("_size"):
-            kwargs[f.name] = 1
-        elif f.name.endswith("_rank"):
-            kwargs[f.name] = 0
-        elif "group" in f.name:
-            kwargs[f.name] = None
-        else:
-            raise RuntimeError(f"ParallelState field {f.name}: {ann} has no known single-rank value")
-    return cls(**kwargs)
-
-
-def needs_mpu(root: Path) -> bool:
-    """Whether any module on the way (function, callers) imports `megatron.core.mpu`. Read from the
-    files, before anything is imported: a caller that binds `mpu` at import time must get the
-    single-rank state, never the inert stand-in (whose CP rank is not 0, so the score would be
-    silently dropped)."""
-    modules = {m for m, _ in FUNCTION_HOMES + CALLER_HOMES} | set(CALLER_MODULES)
-    for module in modules:
-        path = Path(root, *module.split(".")).with_suffix(".py")
-        if path.is_file() and MPU_IMPORT.search(path.read_text(encoding="utf-8")):
-            return True
-    return False
-
-
-def provide_parallel_state(root: Path) -> tuple[object | None, list[str]]:
-    """Set miles' own parallel state where the pin has one. Returns the ParallelState (None where
-    the pin has none) and notes saying what was provided."""
-    try:
-        parallel = import_from(root, "miles.backends.training_utils.parallel")
-    except NotPresent:
-        return None, []
-    state = trivial_parallel_state(parallel)
-    if hasattr(parallel, "set_parallel_state"):
-        parallel.set_parallel_state(state)
-        return state, ["state: set_parallel_state(ParallelState(...)) with every group trivial (rank 0, size 1)"]
-    return state, ["state: a single-rank ParallelState passed as the `parallel_state` argument"]
-
-
-def check_mpu(modules: list, mpu) -> None:
-    """Fail loudly if a module bound `mpu` to anything but the single-rank state (an inert
-    stand-in answers every question with garbage the math would silently use)."""
-    for mod in modules:
-        bound = getattr(mod, "mpu", None)
-        if bound is not None and bound is not mpu:
-            raise RuntimeError(f"{mod.__name__} bound a megatron mpu other than the single-rank state: {bound!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The two routes.
-# ---------------------------------------------------------------------------------------------
-def direct_runner(fn: Callable, chunked: bool | None, parallel_state) -> Callable:
-    """Call `fn` with the canonical lists by keyword, the score as `terminal_rewards`."""
-    params = inspect.signature(fn).parameters
-
-    def run(case: Case, device: str):
-        s = Samples.from_case(case, device)
-        kwargs = {
-            "total_lengths": s.total_lengths,
-            "response_lengths": s.response_lengths,
-            "values_list": [v.clone() for v in s.values],
-            "rewards_list": [r.clone() for r in s.token_rewards],
-            "terminal_rewards": list(s.scores),
-            "gamma": case.gamma,
-            "lambd": case.lam,
-        }
-        optional = {
-            "qkv_format": "thd",
-            "max_seq_lens": None,
-            "loss_masks": [m.clone() for m in s.loss_masks],
-            "parallel_state": parallel_state,
-        }
-        kwargs.update({k: v for k, v in optional.items() if k in params})
-        if chunked is not None:
-            kwargs["chunked"] = chunked
-        missing = [p.name for p in params.values() if p.default is p.empty and p.name not in kwargs]
-        if missing:
-            raise RuntimeError(f"get_advantages_and_returns_batch needs {missing}, which the adapter does not know")
-        adv, ret = fn(**kwargs)
-        return s.scatter(case, list(adv)), s.scatter(case, list(ret))
-
-    return run
-
-
-def _single_rank(root: Path) -> tuple[object, list[str]]:
-    """The single-rank megatron mpu state where the pin needs one: (state or None, notes)."""
-    if not needs_mpu(root):
-        return None, []
-    return install_mpu_state(), ["state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage"]
-
-
-def _trainer_call(root: Path, fn: Callable, mpu: object) -> tuple[Callable, str, list, list[str]]:
-    """The trainer's `compute_advantages_and_returns(args, rollout_data)` bound to the pin's parallel state:
-    (call, where, the caller's modules, notes); the modules and `fn`'s must see the single-rank `mpu`."""
-    caller, caller_where = function_from(root, CALLER_HOMES)
-    state, notes = provide_parallel_state(root)
-    if "parallel_state" in inspect.signature(caller).parameters:
-        if state is None:
-            raise RuntimeError(f"{caller_where} takes a parallel_state, but this pin has no ParallelState")
-        call = lambda args, data: caller(args, parallel_state=state, rollout_data=data)  # noqa: E731
-    else:
-        call = caller
-    modules = []
-    for mod_name in CALLER_MODULES:
-        try:
-            modules.append(import_from(root, mod_name))
-        except NotPresent:
-            continue
-    check_mpu(modules + [inspect.getmodule(fn)], mpu)
-    return call, caller_where, modules, list(notes)
-
-
-def kl_caller(root: Path) -> tuple[Callable, str, list[str]]:
-    """The trainer's `compute_advantages_and_returns(args, rollout_data)` at every pin (it computes the KL,
-    shapes it and calls the estimator), with the single-rank state the pin needs: (call, where, notes)."""
-    mpu, notes = _single_rank(root)
-    fn, _ = function_from(root, FUNCTION_HOMES)
-    call, caller_where, _, more = _trainer_call(root, fn, mpu)
-    notes += more
-    notes.append(
-        f"KL in the reward through {caller_where}: log_probs = logp, ref_log_probs = ref_logp, kl_loss_type 'k1', "
-        f"kl_coef {KL_COEF}, qkv_format 'thd'; the caller computes compute_approx_kl and shapes it itself"
-    )
-    return call, caller_where, notes
-
-
-def load(root: Path, entry: str | None) -> Loaded:
-    """Import miles' GAE from `root` (wheel or worktree) and the route that places the score; the
-    entries of the other kinds load from `targets.adapters.miles_kinds`."""
-    if entry == "gae-kl":
-        call, caller_where, notes = kl_caller(root)
-        _, where = function_from(root, FUNCTION_HOMES)
-
-        def run_kl(case: Case, device: str):
-            return run_kl_caller(call, case, device, advantage_estimator="ppo", qkv_format="thd")
-
-        return Loaded(run_kl, f"{where} via {caller_where}", notes + kl_smoke(run_kl))
-    name = entry_name(entry)
-    mpu, notes = _single_rank(root)
-    fn, where = function_from(root, FUNCTION_HOMES)
-    params = inspect.signature(fn).parameters
-    if name == "vanilla" and "chunked" not in params:
-        raise NotPresent("entry 'vanilla': get_advantages_and_returns_batch has no `chunked` flag at this pin")
-
-    if "terminal_rewards" in params:
-        state, more = provide_parallel_state(root)
-        notes += more
-        check_mpu([inspect.getmodule(fn)], mpu)
-        run = direct_runner(fn, False if name == "vanilla" else None, state)
-        notes.insert(0, "called directly; the function places terminal_rewards itself")
-        notes.append("loss_masks passed" if "loss_masks" in params else "the function takes no loss mask")
-        return Loaded(run, where, notes + smoke(run))
-
-    call, caller_where, modules, more = _trainer_call(root, fn, mpu)
-    notes += more
-    notes.insert(0, f"called through {caller_where} (it places the score on the last response token)")
-    notes.append("token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1")
-    notes += bind_flavour(modules, fn, name)
-
-    def run(case: Case, device: str):
-        return run_caller(call, case, device)
-
-    return Loaded(run, f"{where} via {caller_where}", notes + smoke(run))

@@ -2,7 +2,7 @@
 
 Every entry calls ROLL's own code at the pin, imported from the checkout (`roll/utils/functionals.py`,
 `roll/pipeline/agentic/utils.py`), on a real DataProto / TensorDict built as the GAE adapter builds it
-(`targets.adapters.roll._data_proto`: full-sequence masks [B, T+1], token tensors [B, T], the score through
+(`targets.roll.calls.data_proto`: full-sequence masks [B, T+1], token tensors [B, T], the score through
 ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (old_log_probs - ref)` with
 `beta = 1`, `kl_penalty="kl"`).
 
@@ -34,7 +34,7 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
   `compute_agentic_reinforce_return(token_level_rewards, gamma, lambd, mask=response_mask)`; the score and token
   rewards placed as in the GAE `agentic` entry.
 * `agentic-reinforce-kl` (returns, a KL in the reward): the same chain with the KL term fed by the case's log-probs:
-  old_log_probs = logp, ref_log_probs = ref_logp, `FixedKLController(roll.KL_COEF)` (0.2), `kl_penalty="kl"`.
+  old_log_probs = logp, ref_log_probs = ref_logp, `FixedKLController(calls.KL_COEF)` (0.2), `kl_penalty="kl"`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.reference import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.roll.calls import KL_COEF, data_proto, final_response_mask, pipeline_config
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
 # entry -> ROLL's loss_agg_mode (roll/configs/base_config.py:571-572 at 8eb27cc2dc34 lists the four)
@@ -204,9 +207,7 @@ def _need(mod, *names: str):
 
 
 def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "identity"):
-    from maskfuzz.targets.adapters.roll import _pipeline_config
-
-    cfg = _pipeline_config()
+    cfg = pipeline_config()
     cfg.adv_estimator = estimator
     cfg.actor_infer.generating_args.num_return_sequences = n
     norm = {"identity": (None, None), "mean_std": ("group", "group")}[method]
@@ -217,8 +218,6 @@ def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "
 
 
 def load_grpo(root: Path) -> Loaded:
-    from maskfuzz.targets.adapters.roll import _data_proto, _final_response_mask
-
     functionals, protocol, kl = _modules(root)
     post, token_reward, advantage, sample_mask = _need(
         functionals, "reward_postprocess", "compute_token_reward", "compute_advantage", "get_sample_level_mask"
@@ -228,11 +227,11 @@ def load_grpo(root: Path) -> Loaded:
         group = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
         order, n = contiguous_groups(group)
         sub = case.rows(order)
-        data = _data_proto(sub, device, protocol.DataProto, "default")
+        data = data_proto(sub, device, protocol.DataProto, "default")
         cfg = _config("grpo", n)
         # rlvr_pipeline.py:687-721: get_sample_level_mask -> reward_postprocess -> compute_token_reward ->
         # compute_advantage(response_mask=final_response_mask)
-        final = _final_response_mask(sub, data, cfg, sample_mask)
+        final = final_response_mask(sub, data, cfg, sample_mask)
         data, _ = post(data, cfg, {})
         data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=1.0))
         out = advantage(
@@ -264,8 +263,6 @@ def load_grpo(root: Path) -> Loaded:
 
 
 def load_agentic_grpo(root: Path) -> Loaded:
-    from maskfuzz.targets.adapters.roll import _data_proto
-
     functionals, protocol, kl = _modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
     agentic = import_from(root, _AGENTIC)
@@ -279,7 +276,7 @@ def load_agentic_grpo(root: Path) -> Loaded:
         def proto(**kw):
             return protocol.DataProto(non_tensor_batch={"traj_group_id": uids}, **kw)
 
-        data = _data_proto(case, device, proto, "agentic")
+        data = data_proto(case, device, proto, "agentic")
         cfg = _config("grpo", grouping="traj_group_id", method="mean_std")
         std = case.options.get("reward_normalization.norm_std_type", "group")
         cfg.reward_normalization.norm_std_type = None if std == "none" else std
@@ -334,8 +331,6 @@ def load_whiten(root: Path) -> Loaded:
 
 
 def load_agentic_reinforce(root: Path, with_kl: bool = False) -> Loaded:
-    from maskfuzz.targets.adapters.roll import KL_COEF, _data_proto
-
     functionals, protocol, kl = _modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
     agentic = import_from(root, _AGENTIC)
@@ -343,7 +338,7 @@ def load_agentic_reinforce(root: Path, with_kl: bool = False) -> Loaded:
     _need(agentic, "compute_agentic_reinforce_return")
 
     def run(case: Case, device: str):
-        data = _data_proto(case, device, protocol.DataProto, "agentic", kl=with_kl)
+        data = data_proto(case, device, protocol.DataProto, "agentic", kl=with_kl)
         cfg = _config("agentic_reinforce")
         data, _ = levels(batch=data, pipeline_config=cfg)
         data, _ = token_reward(data, cfg, kl.FixedKLController(kl_coef=KL_COEF if with_kl else 1.0))
@@ -393,8 +388,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     FSDP2 the same: `loss_scale = mini_steps * dp_size` (fsdp2_strategy.py:1581, :1588), `loss *= loss_scale;
     loss = loss / gradient_accumulation_steps` (:1648-1650) with mini_steps = the rank's micro-batches = one
     accumulation window. Net: each micro-batch loss times dp_size, then averaged."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     _modules(root)
     mode = LOSS_ENTRIES[entry]
     fn, where = function_from(root, [(_FN, "agg_loss")])
@@ -439,15 +432,12 @@ def load_value(root: Path) -> Loaded:
     The loss is `0.5 * masked_mean(max(surr1, surr2), response_mask, dim=-1).mean()` (8eb: :664-678): the micro-
     batch's own mean over its rows of each row's token mean; it takes none of the global normalisers
     `train_step` computes (megatron_strategy.py:1268-1269, fsdp2_strategy.py:1584-1587 at 8eb).
-    Scaling: as for the actor (roll_kinds.load_loss): megatron multiplies every micro-batch loss by
+    Scaling: as for the actor (load_loss): megatron multiplies every micro-batch loss by
     `loss_scale = num_microbatches * dp_size` (megatron_strategy.py:1295, :655-657, apply_loss_scale default True,
     worker_config.py:230-238) and Megatron-core divides by num_microbatches; FSDP2 `loss *= mini_steps * dp_size;
     loss / gradient_accumulation_steps` (fsdp2_strategy.py:1588, :1647-1650); DeepSpeed (c09: deepspeed_strategy.py
     :446, :488-491) the same through `model.backward`. Net: each micro-batch loss times dp_size, ranks averaged,
     i.e. the sum of the micro-batch losses. value_clip 0.5 (the shipped PPO configs)."""
-    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree = SourceTree(Path(root), ("roll",))
     path = tree.module_file("roll.pipeline.base_worker")
     cls = None if path is None else find_class(tree.file(path).tree, "CriticWorker")
@@ -515,8 +505,6 @@ def _policy_block(tree, path, cls):
     """The statements of `ActorWorker.loss_func` from `valid_samples = ...` (the sample weights, the KL loss, the
     ratio, surr1 / surr2, the dual clip, agg_loss) through `if self.pipeline_config.entropy_loss_coef > 0:`: what
     the method computes after the log-probs and masks are in hand and before its metrics."""
-    from maskfuzz.targets.adapters.extract import BlockNotFound, find_method
-
     fn = find_method(cls, "loss_func")
     if fn is None:
         raise NotPresent("roll.pipeline.rlvr.actor_worker.ActorWorker has no loss_func at this pin")
@@ -575,9 +563,6 @@ def load_policy(root: Path) -> Loaded:
     `self.pipeline_config` is `POLICY_CONFIG` (the dataclass defaults, cited there) with `dual_clip_loss` from the
     case's options. Scaling as `load_loss`: micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps,
     ranks averaged."""
-    from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
-    from maskfuzz.targets.adapters.loss_step import run_step
-
     tree = SourceTree(Path(root), ("roll",))
     path = tree.module_file("roll.pipeline.rlvr.actor_worker")
     cls = None if path is None else find_class(tree.file(path).tree, "ActorWorker")
