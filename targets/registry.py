@@ -171,8 +171,6 @@ COMMON_HEAVY = (
 LEGACY_ADAPTERS: dict[str, str] = {
     "roll": "maskfuzz.targets.adapters.roll",
     "miles": "maskfuzz.targets.adapters.miles",
-    "slime": "maskfuzz.targets.adapters.slime",
-    "verl": "maskfuzz.targets.adapters.verl",
     "trl": "maskfuzz.targets.adapters.trl",
     "nemo-rl": "maskfuzz.targets.adapters.nemo_rl",
     "areal": "maskfuzz.targets.adapters.areal",

@@ -49,9 +49,7 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/roll_kinds.py': 10,
         'targets/adapters/skyrl.py': 1,
         'targets/adapters/skyrl_kinds.py': 12,
-        'targets/adapters/slime_kinds.py': 10,
         'targets/adapters/trl_kinds.py': 3,
-        'targets/adapters/verl_kinds.py': 7,
         'targets/runtime/forkserver.py': 1,
         'targets/runtime/worker.py': 2,
     },
@@ -74,7 +72,6 @@ ALLOWED: dict[str, dict[str, int]] = {
         'targets/adapters/roll_kinds.py': 5,
         'targets/adapters/skyrl_kinds.py': 2,
         'targets/adapters/trl_kinds.py': 2,
-        'targets/adapters/verl_kinds.py': 3,
     },
     'against_direction': {
         'oracles/diagnosis.py': 1,
@@ -88,10 +85,8 @@ LONG_FILES = {
     'targets/adapters/miles.py',
     'targets/adapters/roll.py',
     'targets/adapters/skyrl.py',
-    'targets/adapters/slime.py',
     'targets/adapters/trl.py',
     'targets/adapters/trl_kinds.py',
-    'targets/adapters/verl.py',
 }
 CYCLES: list[set[str]] = [
     {

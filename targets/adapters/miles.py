@@ -35,7 +35,7 @@ values at every response token.
 Each is cited in the domain's `produces` with the line that builds it; miles' own promises (its
 docstrings, flag help, docs, PR #1827's contract at 3d2e0e411) are declared per entry and pin before `SPEC`.
 
-Mapping of the canonical case is slime's (`targets.adapters.slime.Samples`): a row's real tokens
+Mapping of the canonical case is slime's (`targets.slime.calls.Samples`): a row's real tokens
 are the sample's response, padding (left or right) is dropped, `trainable` is `loss_masks[i]`
 (torch.int), token rewards are the per-token rewards (through the caller: as KL), the score is
 the terminal reward; outputs are scattered back, 0 at padding.
@@ -54,8 +54,8 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.miles_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
-from maskfuzz.targets.adapters.slime import (
-    FLOAT64_WHY,
+from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
+from maskfuzz.targets.slime.calls import (
     KL_COEF,
     Samples,
     bind_flavour,
@@ -66,7 +66,7 @@ from maskfuzz.targets.adapters.slime import (
     run_kl_caller,
     smoke,
 )
-from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
+from maskfuzz.targets.slime.declare import FLOAT64_WHY
 
 _TB = "miles/backends/training_utils"
 PIPELINE_GIT = Domain(

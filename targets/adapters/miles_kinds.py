@@ -53,7 +53,7 @@ from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import Step
-from maskfuzz.targets.adapters.slime import PROMPT_LEN, Samples  # total_lengths = prompt + response
+from maskfuzz.targets.slime.calls import PROMPT_LEN, Samples  # total_lengths = prompt + response
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)
@@ -276,7 +276,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
     loss_mask == 1 token and discounts every response token (W miles/utils/ppo_utils.py:412-423, G
     loss_hub/math_utils.py:486-497)."""
     from maskfuzz.targets.adapters.miles import kl_caller
-    from maskfuzz.targets.adapters.slime import kl_smoke, run_kl_caller
+    from maskfuzz.targets.slime.calls import kl_smoke, run_kl_caller
 
     call, caller_where, notes = kl_caller(root)
     _, where = math_function(root, "get_reinforce_plus_plus_returns")
@@ -293,7 +293,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
 # loss-aggregation: the trainer's loss_function with slime's / miles' own reducer, one optimizer step.
 # ---------------------------------------------------------------------------------------------
 # entry -> calculate_per_token_loss (the reducer get_sum_of_sample_mean hands back: sum_of_sample_mean for
-# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.SLIME_LOSS_ENTRIES)
+# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime.calls_kinds.SLIME_LOSS_ENTRIES)
 LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
 CUSTOM_LOSS = "maskfuzz.targets.adapters.miles_kinds.reducer_loss"
 
