@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("value-loss", f"{args.batch} x {args.length}, clip 0.5", loop, vec, up))
 
     # policy-loss: the clipped PPO objective with dual clip 3, token-mean, forward and backward (verl's vanilla
-    # policy loss with the actor config the adapter builds, targets/adapters/verl_kinds.py)
-    from maskfuzz.targets.adapters.verl_kinds import actor_config
+    # policy loss with the actor config the adapter builds, targets/verl/calls_kinds.py)
+    from maskfuzz.targets.verl.calls_kinds import actor_config
 
     px = {"old_logp": -tc.extra["x"].abs(), "adv": torch.randn(tc.shape, generator=g, dtype=torch.float64)}
     px["logp"] = px["old_logp"] + 0.3 * torch.randn(tc.shape, generator=g, dtype=torch.float64)

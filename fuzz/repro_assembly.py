@@ -74,7 +74,7 @@ def judge_source(kind: str) -> str:
 
 
 def adapter_file(adapter: str) -> str:
-    """'maskfuzz.targets.adapters.verl' -> 'targets/adapters/verl.py', the file in this repository."""
+    """'maskfuzz.targets.verl.calls' -> 'targets/verl/calls.py', the file in this repository."""
     return adapter.removeprefix("maskfuzz.").replace(".", "/") + ".py"
 
 

@@ -166,12 +166,6 @@ COMMON_HEAVY = (
     "codetiming",
 )  # not tensordict: maskfuzz installs it (torchrl needs it), and verl's DataProto uses the real one
 
-# Frameworks not yet in a folder of their own: one adapter module each (`targets/adapters/<name>.py`)
-# holding both its `SPEC` and the worker's calls.
-LEGACY_ADAPTERS: dict[str, str] = {
-    "slime": "maskfuzz.targets.adapters.slime",
-    "verl": "maskfuzz.targets.adapters.verl",
-}
 DECLARATION, CALLS = "declare", "calls"
 
 
@@ -188,7 +182,7 @@ def framework_folders(root: Path = Path(__file__).resolve().parent) -> dict[str,
 
 
 # target id -> the module that defines its SPEC (one place per target)
-ADAPTER_MODULES: dict[str, str] = {**LEGACY_ADAPTERS, **framework_folders()}
+ADAPTER_MODULES: dict[str, str] = framework_folders()
 
 
 def _calls_of(module: str) -> str:

@@ -32,12 +32,12 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters.slime import Samples
 from maskfuzz.targets.miles import calls as miles_calls
 from maskfuzz.targets.miles import declare as miles
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import Skip, open_target
+from maskfuzz.targets.slime.calls import Samples
 from tests.test_target_slime import KL_REWARD, KL_REWARD_FINITE
 
 FIX = "3d2e0e411"  # PR #1827: run PPO GAE over trainable tokens only

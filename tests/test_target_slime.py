@@ -22,11 +22,12 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import judge
-from maskfuzz.targets.adapters import slime
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
+from maskfuzz.targets.slime import calls as slime_calls
+from maskfuzz.targets.slime import declare as slime
 
 HEAD = "624b824a8"
 OLDER = "166441911"
@@ -82,9 +83,9 @@ def test_spec_declares_compressed_git_pins_and_float64_left_out_with_the_reason(
 
 def test_rollout_data_expresses_token_rewards_as_k1_kl_exactly():
     case = Case.build(trainable=[[1, 0, 1]], token_rewards=[[0.1, -3.0, 1e-7]], values=[[1, 2, 3]], score=[2.0])
-    s = slime.Samples.from_case(case, "cpu")
-    data = slime.rollout_data(s)
-    args = slime.caller_args(0.9, 0.8)
+    s = slime_calls.Samples.from_case(case, "cpu")
+    data = slime_calls.rollout_data(s)
+    args = slime_calls.caller_args(0.9, 0.8)
     # what the caller computes: -kl_coef * (log_probs - ref_log_probs) with kl_loss_type k1
     kl = data["log_probs"][0].float() - data["ref_log_probs"][0].float()
     assert torch.equal(-args.kl_coef * kl, case.inputs()["token_rewards"][0])
@@ -93,11 +94,11 @@ def test_rollout_data_expresses_token_rewards_as_k1_kl_exactly():
 
 
 def test_caller_args_answer_none_for_unknown_switches_and_record_them():
-    slime.CallerArgs.unknown.clear()
-    args = slime.caller_args(1.0, 1.0)
+    slime_calls.CallerArgs.unknown.clear()
+    args = slime_calls.caller_args(1.0, 1.0)
     assert args.some_new_feature_flag is None and args.use_opd is False
-    assert slime.CallerArgs.unknown == {"some_new_feature_flag"}
-    slime.CallerArgs.unknown.clear()
+    assert slime_calls.CallerArgs.unknown == {"some_new_feature_flag"}
+    slime_calls.CallerArgs.unknown.clear()
 
 
 def test_vanilla_rebinds_the_caller_and_needs_the_flag():
@@ -106,17 +107,17 @@ def test_vanilla_rebinds_the_caller_and_needs_the_flag():
 
     caller_module = types.ModuleType("fake_loss")
     caller_module.get_advantages_and_returns_batch = gae
-    assert slime.bind_flavour([caller_module], gae, "default") == []
-    notes = slime.bind_flavour([caller_module], gae, "vanilla")
+    assert slime_calls.bind_flavour([caller_module], gae, "default") == []
+    notes = slime_calls.bind_flavour([caller_module], gae, "vanilla")
     assert caller_module.get_advantages_and_returns_batch(1, 2, 3, 4, 5, 6) is False and "fake_loss" in notes[0]
 
     def no_flag(total_lengths, response_lengths, values_list, rewards_list, gamma, lambd):
         return None
 
     with pytest.raises(NotPresent, match="no `chunked` flag"):
-        slime.bind_flavour([caller_module], no_flag, "vanilla")
+        slime_calls.bind_flavour([caller_module], no_flag, "vanilla")
     with pytest.raises(NotPresent, match="unknown entry"):
-        slime.entry_name("chunky")
+        slime_calls.entry_name("chunky")
 
 
 def _fake_slime(root, loss_body: str) -> None:
@@ -255,7 +256,7 @@ def test_pipeline_domain_cites_every_narrowing_and_rejects_what_slime_never_buil
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (targets/adapters/slime_kinds.py) at HEAD 624b824a8 (need the mirror).
+# Entries beyond GAE (targets/slime/calls_kinds.py) at HEAD 624b824a8 (need the mirror).
 #
 # Verdicts derived by reading slime:
 # * grpo: RolloutManager._post_process_rewards (slime/ray/rollout.py:608-633) normalises in float32

@@ -35,10 +35,11 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.promises import broken
 from maskfuzz.oracles.properties import TargetFailure, judge
 from maskfuzz.oracles.reference import masked_whiten, reference
-from maskfuzz.targets.adapters import verl
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import SetupError, open_target
+from maskfuzz.targets.verl import calls as verl_calls
+from maskfuzz.targets.verl import declare as verl
 
 OLD, NEW = "0.4.1", "0.9.1"  # the last plain-loop release and the newest (masked carry) release
 MASKING = "0332866857d541f5bd4f46ee4d9bd782a6354aa3"  # #2337 "mask out observation token in GAE"
@@ -266,18 +267,18 @@ def fake_tree(fake_package):
 def test_a_tree_without_the_function_is_a_skip(fake_tree):
     root = fake_tree("def compute_grpo_outcome_advantage(*a):\n    pass\n")
     with pytest.raises(NotPresent, match="compute_gae_advantage_return"):
-        verl.load(root, None)
+        verl_calls.load(root, None)
 
 
 def test_a_tree_without_core_algos_is_a_skip(fake_tree):
     with pytest.raises(NotPresent, match="verl.trainer.ppo.core_algos"):
-        verl.load(fake_tree(None), None)
+        verl_calls.load(fake_tree(None), None)
 
 
 def test_a_changed_signature_fails_loudly(fake_tree):
     root = fake_tree("def compute_gae_advantage_return(rewards, values, mask, gamma, lam):\n    pass\n")
     with pytest.raises(RuntimeError, match="expected .*response_mask/eos_mask"):
-        verl.load(root, None)
+        verl_calls.load(root, None)
 
 
 def test_pipeline_domain_cites_every_narrowing_and_rejects_what_verl_never_builds():
@@ -408,7 +409,7 @@ def test_production_citations_name_the_producing_lines_and_bound_the_witnesses()
 
 
 # ---------------------------------------------------------------------------------------------
-# The kinds beyond GAE at the newest release (targets/adapters/verl_kinds.py): group advantages,
+# The kinds beyond GAE at the newest release (targets/verl/calls_kinds.py): group advantages,
 # KL estimators, masked whitening and REINFORCE++ returns, each through verl's own function.
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -624,7 +625,7 @@ def test_remax_subtracts_the_greedy_baseline_and_loses_a_score_on_an_observation
 
 
 # ---------------------------------------------------------------------------------------------
-# Loss aggregation (agg_loss over one optimizer step, verl_kinds.load_loss): 0.9.1 passes the
+# Loss aggregation (agg_loss over one optimizer step, calls_kinds.load_loss): 0.9.1 passes the
 # step's global normalisers, 0.5.0 normalises each micro-batch and scales it by its row share.
 # ---------------------------------------------------------------------------------------------
 # row 0: 2 tokens (losses 1, 3), row 1: 1 token (loss 2), row 2: no trainable token; 100 under the mask
@@ -831,7 +832,7 @@ def test_short_fuzz_with_options_checks_every_value(kinds_at_new):
 
 
 # ---------------------------------------------------------------------------------------------
-# Policy loss (compute_policy_loss_vanilla over one step, verl_kinds.load_policy): the actor
+# Policy loss (compute_policy_loss_vanilla over one step, calls_kinds.load_policy): the actor
 # config's defaults, clip 0.2 both sides, dual clip 3.0, token-mean with the step's normalisers.
 # ---------------------------------------------------------------------------------------------
 _L15 = math.log(1.5)

@@ -14,7 +14,7 @@ from typing import Callable
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.slime import (
+from maskfuzz.targets.slime.calls import (
     KL_COEF,
     Samples,
     bind_flavour,

@@ -53,7 +53,7 @@ from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import Step, run_step
-from maskfuzz.targets.adapters.slime import (  # total_lengths = prompt + response
+from maskfuzz.targets.slime.calls import (  # total_lengths = prompt + response
     PROMPT_LEN,
     Samples,
     kl_smoke,
@@ -294,7 +294,7 @@ def load_reinforce_kl(root: Path) -> Loaded:
 # loss-aggregation: the trainer's loss_function with slime's / miles' own reducer, one optimizer step.
 # ---------------------------------------------------------------------------------------------
 # entry -> calculate_per_token_loss (the reducer get_sum_of_sample_mean hands back: sum_of_sample_mean for
-# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime_kinds.SLIME_LOSS_ENTRIES)
+# False, sum_of_token for True); slime adds "agg-rollout-mean" (slime.calls_kinds.SLIME_LOSS_ENTRIES)
 LOSS_ENTRIES = {"agg-seq-mean-token-mean": False, "agg-token-mean": True}
 CUSTOM_LOSS = "maskfuzz.targets.miles.calls_kinds.reducer_loss"
 

@@ -36,7 +36,7 @@ values at every response token.
 Each is cited in the domain's `produces` with the line that builds it; miles' own promises (its
 docstrings, flag help, docs, PR #1827's contract at 3d2e0e411) are declared per entry and pin before `SPEC`.
 
-Mapping of the canonical case is slime's (`targets.adapters.slime.Samples`): a row's real tokens
+Mapping of the canonical case is slime's (`targets.slime.calls.Samples`): a row's real tokens
 are the sample's response, padding (left or right) is dropped, `trainable` is `loss_masks[i]`
 (torch.int), token rewards are the per-token rewards (through the caller: as KL), the score is
 the terminal reward; outputs are scattered back, 0 at padding.
@@ -48,9 +48,10 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.targets.adapters.slime import FLOAT64_WHY, KL_COEF
 from maskfuzz.targets.miles.calls_kinds import KIND_ENTRIES, LOSS_ENTRIES, POLICY_ENTRIES, VALUE_ENTRIES
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
+from maskfuzz.targets.slime.calls import KL_COEF
+from maskfuzz.targets.slime.declare import FLOAT64_WHY
 
 _TB = "miles/backends/training_utils"
 PIPELINE_GIT = Domain(

@@ -4,7 +4,7 @@ same `loss_function`, which dispatches to `value_loss_function`, loss.py:1176 at
 (`load_policy`: the actor's `--loss-type policy_loss`, `policy_loss_function`, loss.py:934).
 
 slime is miles' origin; the code and the way it is called are the same, at other homes (read at
-HEAD 624b824a8), so the runners are miles' (`targets.miles.calls_kinds`):
+HEAD 624b824a8), so the runners are miles' (`targets.miles.calls_kinds`); the GAE calls are `calls.py`:
 
 * `grpo`: `RolloutManager._post_process_rewards` (slime/ray/rollout.py:608-633, a method of a Ray
   actor class: compiled from the source text), then the trainer's `compute_advantages_and_returns`
@@ -29,8 +29,19 @@ from pathlib import Path
 
 import torch
 
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters import extract
 from maskfuzz.targets.miles import calls_kinds as mk
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.slime.calls import (
+    KL_COEF,
+    Samples,
+    caller_args,
+    install_mpu_state,
+    kl_smoke,
+    rollout_data,
+    run_kl_caller,
+)
 
 KIND_ENTRIES = mk.KIND_ENTRIES
 SLIME_MATH_HOMES = ("slime.utils.ppo_utils",)
@@ -38,8 +49,6 @@ SLIME_REWARD_HOMES = (("slime/ray/rollout.py", "RolloutManager"),)
 
 
 def load(root: Path, entry: str) -> Loaded:
-    from maskfuzz.targets.adapters.slime import install_mpu_state
-
     if entry in SLIME_LOSS_ENTRIES:
         return load_loss(root, entry)
     if entry in VALUE_ENTRIES:
@@ -96,8 +105,6 @@ def load(root: Path, entry: str) -> Loaded:
 # grpo and reinforce++ through the trainer's compute_advantages_and_returns (it applies the options)
 # ---------------------------------------------------------------------------------------------
 def caller_of(root: Path):
-    from maskfuzz.targets.adapters.slime import install_mpu_state
-
     mpu = install_mpu_state()
     caller, where = function_from(root, [("slime.backends.megatron_utils.loss", "compute_advantages_and_returns")])
     if getattr(import_from(root, "slime.backends.megatron_utils.loss"), "mpu", mpu) is not mpu:
@@ -111,8 +118,6 @@ def load_reinforce_kl(root: Path) -> Loaded:
     ref_log_probs, 'k1') per sample (:743-754), then get_reinforce_plus_plus_returns(kl=kl, kl_coef=...) masks it,
     shapes -kl_coef * masked_kl, puts the score at the last loss_mask == 1 token (ppo_utils.py:415-419) and
     discounts (:430)."""
-    from maskfuzz.targets.adapters.slime import KL_COEF, kl_smoke, run_kl_caller
-
     fn, where = mk.math_function(root, "get_reinforce_plus_plus_returns", SLIME_MATH_HOMES)
     caller, caller_where = caller_of(root)
     notes = [
@@ -131,7 +136,6 @@ def load_reinforce_kl(root: Path) -> Loaded:
 def grpo_runner(post, caller, sample_cls):
     """The rollout's `_post_process_rewards` then the trainer's caller, both configured by the case's
     options (`advantage_estimator`, `grpo_std_normalization`, `normalize_advantages`)."""
-    from maskfuzz.targets.adapters.slime import Samples, caller_args
 
     def run(case, device: str):
         estimator = case.options.get("advantage_estimator", "grpo")
@@ -177,7 +181,6 @@ def grpo_runner(post, caller, sample_cls):
 
 def reinforce_runner(caller):
     """REINFORCE++ returns through the caller; token rewards as k1 KL with kl_coef 1, scores the rewards."""
-    from maskfuzz.targets.adapters.slime import Samples, caller_args, rollout_data
 
     def run(case, device: str):
         s = Samples.from_case(case, device)
@@ -208,8 +211,6 @@ def train_data_converter(root: Path):
     """`RolloutManager._convert_samples_to_train_data` (slime/ray/rollout.py:635 at 624b824a8) compiled from
     the source text, a method with a stand-in self: args (rollout_top_p 1.0, the rest None), no custom
     converter, and `_post_process_rewards` returning the rewards as they are (they reach no loss here)."""
-    from maskfuzz.targets.adapters import extract
-
     rel = "slime/ray/rollout.py"
     tree = extract.SourceTree(Path(root), ("slime",))
     cls = extract.find_class(tree.file(Path(root, rel)).tree, "RolloutManager")
@@ -286,9 +287,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     * `num_microbatches` the rank's micro-batches (the same on every rank, dp_schedule.py:24-26), the
       data-parallel size from `mpu.get_data_parallel_world_size(with_context_parallel=True)` = the case's
       ranks, CP size 1; then Megatron's scaling (miles' `calls_kinds.megatron_step`)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
-    from maskfuzz.targets.adapters.slime import install_mpu_state
-
     per_token = SLIME_LOSS_ENTRIES[entry]
     mpu = install_mpu_state()
     dp = {"size": 1}
@@ -345,8 +343,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     output by get_values (float32 asserted, get_responses), `max((v_c - R)^2, (v - R)^2)`, v_c = old + clamp(v -
     old, -value_clip, value_clip), no factor 1/2 (:1212-1216), then the reducer (sum_of_sample_mean, or the
     token sum with --calculate-per-token-loss); Megatron's scaling after it (miles' `calls_kinds.megatron_step`)."""
-    from maskfuzz.targets.adapters.slime import install_mpu_state
-
     mpu = install_mpu_state()
     dp = {"size": 1}
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
@@ -396,8 +392,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     `mk.token_log_probs`), ppo_kl = old - logp (:1033), compute_policy_loss(ppo_kl, advantages, eps_clip,
     eps_clip_high, eps_clip_c=...) (:1038-1044; 166441911 :535 without eps_clip_c), no masking before the reducer,
     then sum_of_sample_mean (or the token sum with --calculate-per-token-loss); Megatron's scaling after it."""
-    from maskfuzz.targets.adapters.slime import install_mpu_state
-
     mpu = install_mpu_state()
     dp = {"size": 1}
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]

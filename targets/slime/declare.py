@@ -41,33 +41,20 @@ Each of these is cited in the domain's `produces` with the line that builds it (
 use only those, `Domain.produced_only`); slime's own promises are declared per entry and pin (`Promise`,
 the section before `SPEC`).
 
-The shared machinery here (mpu state, per-sample lists, caller arguments) also serves the miles
-adapter: miles is a fork of slime and its older pins run the same caller.
+This module is the declaration; the calls the worker runs are `calls.py` (GAE, and the shared machinery:
+mpu state, per-sample lists, caller arguments, which also serves the miles adapter, miles being a fork of
+slime whose older pins run the same caller) and `calls_kinds.py` (the other kinds).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib
-import inspect
-import sys
-import types
-from argparse import Namespace
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
-import torch
-
-from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.reference import Whitening
-from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
-
-PROMPT_LEN = 1  # total_length = prompt + response; only read for CP slicing, which is off (CP size 1)
+from maskfuzz.targets.slime.calls import KL_COEF, KL_ESTIMATOR
 
 FLOAT64_WHY = (
     "the PPO caller computes per-token rewards as KL in float32 (compute_approx_kl casts with "
@@ -215,7 +202,7 @@ GAE_TRUNCATION = Truncation(
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries beyond GAE (loaders in targets/adapters/slime_kinds.py); lines at 624b824a8.
+# Entries beyond GAE (loaders in targets/slime/calls_kinds.py); lines at 624b824a8.
 # ---------------------------------------------------------------------------------------------
 KIND_ENTRIES = ("grpo", "kl", "kl-k3", "kl-low-var", "whiten", "reinforce++")  # = miles' calls_kinds.KIND_ENTRIES
 _F32 = {
@@ -300,11 +287,11 @@ KIND_OVERRIDES: dict = {
 }
 
 
-# loss-aggregation (loaders: slime_kinds.load_loss): loss_function (slime/backends/megatron_utils/loss.py:1283 at
+# loss-aggregation (loaders: calls_kinds.load_loss): loss_function (slime/backends/megatron_utils/loss.py:1283 at
 # 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
-LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = slime_kinds.SLIME_LOSS_ENTRIES
-VALUE_ENTRIES = ("value-loss",)  # = slime_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
-POLICY_ENTRIES = ("policy-loss",)  # = slime_kinds.POLICY_ENTRIES (policy_loss_function through loss_function)
+LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = calls_kinds.SLIME_LOSS_ENTRIES
+VALUE_ENTRIES = ("value-loss",)  # = calls_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
+POLICY_ENTRIES = ("policy-loss",)  # = calls_kinds.POLICY_ENTRIES (policy_loss_function through loss_function)
 
 
 def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
@@ -368,7 +355,7 @@ KIND_OVERRIDES["agg-seq-mean-token-mean"] = _loss("seq-mean-token-mean")
 KIND_OVERRIDES["agg-token-mean"] = _loss("token-mean")
 KIND_OVERRIDES["agg-rollout-mean"] = _loss("prompt-mean")  # groups = rollouts (Sample.rollout_id)
 
-# value-loss (loader: slime_kinds.load_value): loss_function with --loss-type value_loss, the critic's (actor.py:407;
+# value-loss (loader: calls_kinds.load_value): loss_function with --loss-type value_loss, the critic's (actor.py:407;
 # 166441911 :380), dispatched to value_loss_function (loss.py:1176, :1330-1331; 166441911 :658, :811):
 # max((v_c - R)^2, (v - R)^2), v_c = old + clamp(v - old, -value_clip, value_clip), NO factor 1/2 (:1212-1216;
 # 166441911 :695-699), reduced by the actor's get_sum_of_sample_mean: the per-sample token mean by default
@@ -448,7 +435,7 @@ KIND_OVERRIDES["value-loss"] = dict(
     options=(VALUE_CLIP_OPTION, PER_TOKEN_LOSS_OPTION, ROLLOUT_TEMPERATURE_OPTION),
 )
 
-# policy-loss (loader: slime_kinds.load_policy): loss_function with --loss-type policy_loss (the default, slime/utils/
+# policy-loss (loader: calls_kinds.load_policy): loss_function with --loss-type policy_loss (the default, slime/utils/
 # arguments.py:915-918), dispatched to policy_loss_function (loss.py:934, :1328-1329; 166441911 :442, :809-810):
 # ppo_kl = old - logp (:1033; 166441911 :533), compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high,
 # eps_clip_c=args.eps_clip_c) (:1038-1044; slime/utils/ppo_utils.py compute_policy_loss: max(-A r, -A clamp(r, 1 -
@@ -570,9 +557,9 @@ KIND_OVERRIDES["reinforce++"]["options"] = (NORMALIZE_ADVANTAGES,)
 # log_probs.float() - log_probs_base.float() unclamped (slime/utils/ppo_utils.py:28-31, the same lines at 166441911;
 # only low_var_kl is clamped, :48-49). The coefficient: --kl-coef "KL penalty coefficient for reward shaping"
 # (slime/utils/arguments.py:909-913; 166441911 :743-747), default 0.00 (shaping off); no shipped script sets a
-# non-zero value (they pass --kl-coef 0.00, e.g. scripts/run-glm4.7-30B-A3B.sh:92), so 0.1.
-KL_COEF = 0.1
-KL_REWARD_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
+# non-zero value (they pass --kl-coef 0.00, e.g. scripts/run-glm4.7-30B-A3B.sh:92), so 0.1 (calls.KL_COEF, with
+# calls.KL_ESTIMATOR the k1 the caller is configured with).
+KL_REWARD_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": KL_ESTIMATOR, "clamp_d": None, "clamp": None}}
 KL_REWARD_ENTRIES = ("gae-kl", "reinforce++-kl")
 _KL_ONLY = {
     "624b824a8": "slime 624b824a8: the per-token rewards are only -kl_coef * KL (slime/backends/megatron_utils/"
@@ -753,7 +740,7 @@ KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISE
 SPEC = TargetSpec(
     id="slime",
     first_run=('default', 'grpo', 'policy-loss'),
-    adapter="maskfuzz.targets.adapters.slime",
+    adapter="maskfuzz.targets.slime.calls",
     own=("slime",),
     contract="compressed",
     git_url="https://github.com/THUDM/slime.git",
@@ -785,282 +772,11 @@ SPEC = TargetSpec(
         "two are comparable; the universal properties do not depend on this choice. Entries: default "
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
         "chunked=False (absent where the function has no such flag). Beyond GAE "
-        "(targets/adapters/slime_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
-        "policy-loss; KL in the reward: gae-kl (this adapter), reinforce++-kl."
+        "(targets/slime/calls_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
+        "policy-loss; KL in the reward: gae-kl (calls.py), reinforce++-kl."
     ),
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},
     options=(NORMALIZE_ADVANTAGES,),
     truncation=GAE_TRUNCATION,
     promises=WHITEN_PROMISES,
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# State the functions need: megatron's parallel state, answered as one rank.
-# ---------------------------------------------------------------------------------------------
-def install_mpu_state() -> types.ModuleType:
-    """Make `from megatron.core import mpu` give a module that answers as a single rank: CP size 1,
-    CP rank 0, last pipeline stage (the stub slime's own tests install). Returns that module.
-
-    `megatron` itself is an inert stand-in here (it is missing); only `mpu` carries state."""
-    mpu = types.ModuleType("megatron.core.mpu")
-    mpu.__maskfuzz_state__ = True
-    mpu.get_context_parallel_world_size = lambda: 1
-    mpu.get_context_parallel_rank = lambda: 0
-    mpu.is_pipeline_last_stage = lambda *args, **kwargs: True
-    # --normalize-advantages all-reduces over the DP(-CP) group: the default group, one gloo rank
-    # (`one_rank_group`), as slime's tests/test_advantage_whiten_cp.py stubs it over its gloo world
-    mpu.get_data_parallel_group = lambda *args, **kwargs: None
-    core = importlib.import_module("megatron.core")
-    setattr(core, "mpu", mpu)
-    sys.modules["megatron.core.mpu"] = mpu
-    return mpu
-
-
-# ---------------------------------------------------------------------------------------------
-# The canonical case as per-sample lists, and back.
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Samples:
-    """One case as slime/miles per-sample lists (no padding). `spans[i] = (lo, hi)` is the real run
-    of row i in the canonical window; every list entry has shape [hi - lo]."""
-
-    spans: list[tuple[int, int]]
-    response_lengths: list[int]
-    total_lengths: list[int]
-    values: list[torch.Tensor]  # case dtype
-    token_rewards: list[torch.Tensor]  # case dtype
-    loss_masks: list[torch.Tensor]  # torch.int, as miles/slime data.py build them
-    scores: list[float]
-
-    @classmethod
-    def from_case(cls, case: Case, device: str) -> "Samples":
-        inp = case.inputs(device)
-        spans, values, rewards, masks = [], [], [], []
-        for b in range(case.shape[0]):
-            real = case.attention[b].nonzero().flatten()
-            lo, hi = (int(real[0]), int(real[-1]) + 1) if real.numel() else (0, 0)
-            spans.append((lo, hi))
-            values.append(inp["values"][b, lo:hi].clone())
-            rewards.append(inp["token_rewards"][b, lo:hi].clone())
-            masks.append(case.trainable[b, lo:hi].to(device=device, dtype=torch.int))
-        lengths = [hi - lo for lo, hi in spans]
-        return cls(
-            spans=spans,
-            response_lengths=lengths,
-            total_lengths=[n + PROMPT_LEN for n in lengths],
-            values=values,
-            token_rewards=rewards,
-            loss_masks=masks,
-            scores=[float(s) for s in case.score],
-        )
-
-    def scatter(self, case: Case, per_sample: list[torch.Tensor]) -> torch.Tensor:
-        """Per-sample outputs [response_lengths[i]] back into the canonical [B, T] window (0 at padding)."""
-        if len(per_sample) != len(self.spans):
-            raise RuntimeError(f"the target returned {len(per_sample)} samples for {len(self.spans)} rows")
-        ref = next((x for x in per_sample if isinstance(x, torch.Tensor)), None)
-        dtype = ref.dtype if ref is not None else case.torch_dtype
-        out = torch.zeros(case.shape, dtype=dtype)
-        for b, ((lo, hi), x) in enumerate(zip(self.spans, per_sample)):
-            if list(x.shape) != [hi - lo]:
-                raise RuntimeError(f"sample {b}: output has shape {list(x.shape)}, expected [{hi - lo}]")
-            out[b, lo:hi] = x.detach().to("cpu", dtype)
-        return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The PPO caller (compute_advantages_and_returns(args, rollout_data)), shared with old miles pins.
-# ---------------------------------------------------------------------------------------------
-class CallerArgs(Namespace):
-    """The training arguments the PPO caller reads. Attributes not set explicitly answer None
-    (off, for the feature switches the caller tests: use_opd, custom_advantage_function_path, ...)
-    and are recorded in `unknown`, so a report can say what was defaulted."""
-
-    unknown: set[str] = set()
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        CallerArgs.unknown.add(name)
-        return None
-
-
-def caller_args(gamma: float, lam: float, **options) -> CallerArgs:
-    """PPO with the canonical token rewards expressed as KL (see `rollout_data`); the case's options
-    (`normalize_advantages`, ...) as the argparse namespace attributes the caller reads, else off."""
-    args = CallerArgs(
-        advantage_estimator="ppo",
-        kl_coef=1.0,
-        kl_loss_type="k1",
-        use_rollout_logprobs=False,
-        normalize_advantages=False,
-        custom_advantage_function_path=None,
-        use_opd=False,
-        gamma=gamma,
-        lambd=lam,
-    )
-    for name, value in options.items():
-        setattr(args, name, value)
-    if args.normalize_advantages:
-        one_rank_group()
-    return args
-
-
-def one_rank_group() -> None:
-    """A one-rank gloo default process group for this worker (idempotent): the group
-    `distributed_masked_whiten` all-reduces over when `--normalize-advantages` is on."""
-    import os
-    import tempfile
-
-    import torch.distributed as dist
-
-    if dist.is_available() and not dist.is_initialized():
-        fd, path = tempfile.mkstemp(prefix="maskfuzz-gloo-")
-        os.close(fd)
-        os.unlink(path)
-        dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
-
-
-def rollout_data(s: Samples) -> dict:
-    """The caller's `rollout_data` dict: KL = log_probs - ref_log_probs = -token_rewards (k1), so
-    -kl_coef * KL with kl_coef = 1 is the token reward, exactly, in float32 as in production."""
-    return {
-        "log_probs": [torch.zeros_like(r) for r in s.token_rewards],
-        "ref_log_probs": [r.clone() for r in s.token_rewards],
-        "rewards": list(s.scores),
-        "values": [v.clone() for v in s.values],
-        "response_lengths": list(s.response_lengths),
-        "total_lengths": list(s.total_lengths),
-        "loss_masks": [m.clone() for m in s.loss_masks],
-    }
-
-
-def bind_flavour(caller_modules: list, fn: Callable, entry: str) -> list[str]:
-    """For entry 'vanilla', make the caller call `fn(..., chunked=False)`: rebind the name in every
-    caller module whose global is `fn` itself. Returns notes. NotPresent when `fn` has no flag."""
-    if entry == "default":
-        return []
-    if "chunked" not in inspect.signature(fn).parameters:
-        raise NotPresent("entry 'vanilla': get_advantages_and_returns_batch has no `chunked` flag at this pin")
-    rebound = []
-    for mod in caller_modules:
-        if getattr(mod, "get_advantages_and_returns_batch", None) is fn:
-            mod.get_advantages_and_returns_batch = functools.partial(fn, chunked=False)
-            rebound.append(mod.__name__)
-    if not rebound:
-        raise RuntimeError("entry 'vanilla': no caller module calls get_advantages_and_returns_batch by that name")
-    return [f"entry vanilla: {', '.join(rebound)} call get_advantages_and_returns_batch(..., chunked=False)"]
-
-
-def entry_name(entry: str | None) -> str:
-    name = entry or "default"
-    if name not in ("default", "vanilla"):
-        raise NotPresent(f"unknown entry {entry!r}; entries: default, vanilla")
-    return name
-
-
-def run_caller(caller: Callable, case: Case, device: str, **fixed) -> tuple[torch.Tensor, torch.Tensor]:
-    """One case through `caller(args, rollout_data)`, configured by the case's options (the
-    attributes of the argparse namespace: `normalize_advantages`) and `fixed` namespace attributes;
-    canonical [B, T] (advantages, returns)."""
-    s = Samples.from_case(case, device)
-    data = rollout_data(s)
-    options = {"normalize_advantages": bool(case.options.get("normalize_advantages", False)), **fixed}
-    caller(caller_args(case.gamma, case.lam, **options), data)
-    if "advantages" not in data or "returns" not in data:
-        raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
-    return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
-
-
-def kl_rollout_data(case: Case, s: Samples, device: str, critic: bool = True) -> dict:
-    """The caller's `rollout_data` for a KL in the reward: the case's `logp` / `ref_logp` cut per sample as
-    `log_probs` / `ref_log_probs` (the case's dtype; compute_approx_kl casts .float()), the scores as the rewards;
-    the case's token rewards are 0 (the entries' domains): slime has no per-token reward besides the KL."""
-    dt = case.torch_dtype
-
-    def cut(x: torch.Tensor) -> list[torch.Tensor]:
-        return [x[b, lo:hi].to(device=device, dtype=dt).clone() for b, (lo, hi) in enumerate(s.spans)]
-
-    return {
-        "log_probs": cut(case.extra["logp"]),
-        "ref_log_probs": cut(case.extra["ref_logp"]),
-        "rewards": list(s.scores),
-        "values": [v.clone() for v in s.values] if critic else None,
-        "response_lengths": list(s.response_lengths),
-        "total_lengths": list(s.total_lengths),
-        "loss_masks": [m.clone() for m in s.loss_masks],
-    }
-
-
-def run_kl_caller(
-    caller: Callable, case: Case, device: str, critic: bool = True, **fixed
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One case through `caller(args, rollout_data)` with the KL in the reward: the caller computes
-    compute_approx_kl(log_probs, ref_log_probs, kl_loss_type) and shapes it with -kl_coef itself; `fixed`
-    namespace attributes (advantage_estimator, ...); lam = 1 without a critic. Canonical (advantages, returns)."""
-    s = Samples.from_case(case, device)
-    data = kl_rollout_data(case, s, device, critic)
-    options = {
-        "normalize_advantages": bool(case.options.get("normalize_advantages", False)),
-        "kl_coef": KL_COEF,
-        "kl_loss_type": KL_REWARD_VARIANT["kl_reward"]["estimator"],
-        **fixed,
-    }
-    caller(caller_args(case.gamma, case.lam if critic else 1.0, **options), data)
-    if "advantages" not in data or "returns" not in data:
-        raise RuntimeError("the PPO caller returned without setting rollout_data['advantages'] / ['returns']")
-    return s.scatter(case, list(data["advantages"])), s.scatter(case, list(data["returns"]))
-
-
-def kl_smoke(run: Callable) -> list[str]:
-    """`smoke` for a KL-in-the-reward runner: the trivial case with log-probs."""
-    return smoke(run, {"logp": [[-1.0, -2.0]], "ref_logp": [[-1.5, -1.0]]})
-
-
-def smoke(run: Callable, extra: dict | None = None) -> list[str]:
-    """Run one trivial case (with `extra` inputs) at load, so an adapter that cannot drive this pin fails loudly
-    at load (never as a crash finding); returns a note naming the caller arguments left unset (None)."""
-    CallerArgs.unknown.clear()
-    run(Case.build(trainable=[[1, 1]], score=[1.0], gamma=0.5, lam=0.5, extra=extra), "cpu")
-    if CallerArgs.unknown:
-        return ["caller arguments left unset (None): " + ", ".join(sorted(CallerArgs.unknown))]
-    return []
-
-
-# ---------------------------------------------------------------------------------------------
-# load
-# ---------------------------------------------------------------------------------------------
-def load(root: Path, entry: str | None) -> Loaded:
-    """Import slime's GAE and its PPO caller from `root`; run cases through the caller. The entries
-    of the other kinds load from `targets.adapters.slime_kinds`."""
-    name = "gae-kl" if entry == "gae-kl" else entry_name(entry)
-    mpu = install_mpu_state()
-    fn, where = function_from(root, [("slime.utils.ppo_utils", "get_advantages_and_returns_batch")])
-    caller, caller_where = function_from(
-        root, [("slime.backends.megatron_utils.loss", "compute_advantages_and_returns")]
-    )
-    loss_mod = import_from(root, "slime.backends.megatron_utils.loss")
-    if getattr(loss_mod, "mpu", mpu) is not mpu:
-        raise RuntimeError("slime's loss.py bound a megatron mpu other than the single-rank state")
-    notes = [
-        f"called through {caller_where} (it places the score on the last response token)",
-        "state: megatron.core.mpu answers CP size 1, CP rank 0, last pipeline stage (as slime's tests stub it)",
-        "token rewards enter as KL: log_probs = 0, ref_log_probs = token_rewards, k1, kl_coef = 1",
-    ]
-    if name == "gae-kl":
-        notes[-1] = (
-            f"KL in the reward: log_probs = logp, ref_log_probs = ref_logp, kl_loss_type 'k1', kl_coef {KL_COEF}; "
-            "the caller computes compute_approx_kl and -kl_coef * kl itself"
-        )
-
-        def run_kl(case: Case, device: str):
-            return run_kl_caller(caller, case, device, advantage_estimator="ppo")
-
-        return Loaded(run_kl, f"{where} via {caller_where}", notes + kl_smoke(run_kl))
-    notes += bind_flavour([loss_mod], fn, name)
-
-    def run(case: Case, device: str):
-        return run_caller(caller, case, device)
-
-    return Loaded(run, f"{where} via {caller_where}", notes + smoke(run))

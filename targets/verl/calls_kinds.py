@@ -7,7 +7,7 @@
   whitening over the batch). `algorithm.norm_adv_by_std_in_grpo` (the case's options) reaches "grpo" as the keyword
   and "grpo-vectorized" / "grpo-passk" inside the `config` (AlgoConfig) the trainer's registry branch passes.
   Inputs as verl's `ray_trainer.compute_advantage` passes them: `token_level_rewards` [B, T] with the score placed
-  by verl's own reward manager (the GAE adapter's `_score_placer`: the last attended response token) on top of the
+  by verl's own reward manager (the GAE calls' `score_placer`, calls.py: the last attended response token) on top of the
   case's token rewards, `response_mask` int64, `index` an object array of str uids (ray_trainer.py builds
   `np.array([str(uuid.uuid4()) ...], dtype=object)`), `epsilon` left at its default (the trainer never passes it).
 * kl: `core_algos.py::kl_penalty(logprob, ref_logprob, kl_penalty)` with the estimator name of the entry.
@@ -30,6 +30,9 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, function_free_names
+from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.verl.calls import score_placer
 
 _CORE = "verl.trainer.ppo.core_algos"
 _TF = "verl.utils.torch_functional"
@@ -128,8 +131,6 @@ def algo_config(root: Path, **fields):
 
 
 def load_group(root: Path, entry: str) -> Loaded:
-    from maskfuzz.targets.adapters.verl import _score_placer
-
     name, kwargs = GROUP[entry]
     route = NORM_STD_ROUTE.get(entry)
     fn, where = function_from(root, [(_CORE, name)])
@@ -140,7 +141,7 @@ def load_group(root: Path, entry: str) -> Loaded:
         raise NotPresent(f"{where} has no norm_adv_by_std_in_grpo at this pin")
     if missing:
         raise RuntimeError(f"{where} has parameters {list(params)}; missing {missing}")
-    place, place_where = _score_placer(root)
+    place, place_where = score_placer(root)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor]:
         rewards = _scored_rewards(case, place, device)
@@ -200,14 +201,12 @@ def load_normalization(root: Path, entry: str) -> Loaded:
 
 
 def load_returns(root: Path, entry: str) -> Loaded:
-    from maskfuzz.targets.adapters.verl import _score_placer
-
     fn, where = function_from(root, [(_CORE, RETURNS[entry])])
     params = inspect.signature(fn).parameters
     wanted = {"token_level_rewards", "response_mask"} | ({"reward_baselines"} if entry == "remax" else {"config"})
     if not wanted <= set(params):
         raise RuntimeError(f"{where} has parameters {list(params)}; expected {', '.join(sorted(wanted))}")
-    place, place_where = _score_placer(root)
+    place, place_where = score_placer(root)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         rewards = _scored_rewards(case, place, device)
@@ -253,7 +252,6 @@ def load_value(root: Path, entry: str) -> Loaded:
     each micro-batch by its row share (verl/workers/critic/dp_critic.py:236, :238 by the accumulation
     steps). The clip range and the aggregation come from the case's options `critic.cliprange_value` (default 0.5)
     and `critic.loss_agg_mode` (default token-mean), the CriticConfig fields value_loss passes (losses.py:191-192)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     fn, where = function_from(root, [(_CORE, VALUE[entry])])
     params = inspect.signature(fn).parameters
@@ -306,7 +304,6 @@ def load_loss(root: Path, entry: str) -> Loaded:
     normaliser, scaled by its share of the rank's mini-batch, `loss * (rows / ppo_mini_batch_size)`
     (verl/workers/actor/dp_actor.py:509 at 0.4.1, :467 at 0.5.0; :511 / :469 divide by the
     accumulation steps, the same for equal micro-batches)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     mode, scale = LOSS[entry]
     fn, where = function_from(root, [(_CORE, "agg_loss")])
@@ -374,7 +371,6 @@ def load_policy(root: Path, entry: str) -> Loaded:
     (0.5.0 dp_actor.py:400-431, 0.4.1 :455-483) and scales the micro-batch loss by its share of the mini-batch
     (0.5.0 :467, 0.4.1 :509; :469 / :511 by the accumulation steps, the same for equal micro-batches).
     The clip ratios, the dual clip and the aggregation come from the case's options (the actor config's keys)."""
-    from maskfuzz.targets.adapters.loss_step import run_step
 
     loss_mode = POLICY[entry]
     core = import_from(root, _CORE)
@@ -460,8 +456,6 @@ def _trainer_function(root: Path, name: str):
     import ast
     import builtins
 
-    from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, function_free_names
-
     path = Path(root) / "verl" / "trainer" / "ppo" / "ray_trainer.py"
     if not path.is_file():
         raise NotPresent("verl/trainer/ppo/ray_trainer.py is not present at this pin")
@@ -489,15 +483,13 @@ def _trainer_function(root: Path, name: str):
 
 def load_returns_kl(root: Path, entry: str) -> Loaded:
     """KL in the reward, as verl's trainer runs it with `algorithm.use_kl_in_reward=True`: the reward manager's
-    scores (`_score_placer`, plus the case's token rewards) as `token_level_scores`, then
+    scores (`score_placer`, plus the case's token rewards) as `token_level_scores`, then
     `ray_trainer.py::apply_kl_penalty(data, kl_ctrl, kl_penalty)` (0.9.1 :78-117: `core_algos.kl_penalty(old_log_probs,
     ref_log_prob)`, `* response_mask`, `token_level_scores - kl_ctrl.value * kld`; called at :1638-1642) on a
     DataProto, the controller from `core_algos.get_kl_controller` (type fixed, kl_coef 0.001), then the returns
     entry's function on `token_level_rewards` (compute_advantage, :248-281). Pins whose apply_kl_penalty reads the
     mask from the attention (0.1 ... 0.4.1: `attention_mask[:, -response_length:]`) get the case's trainable mask
     as the response part of attention_mask: there the trainer's response_mask is that slice (compute_response_mask)."""
-    from maskfuzz.targets.adapters.verl import _score_placer
-
     base, penalty = RETURNS_KL[entry]
     fn, where = function_from(root, [(_CORE, RETURNS[base])])
     apply, apply_where = _trainer_function(root, "apply_kl_penalty")
@@ -506,7 +498,7 @@ def load_returns_kl(root: Path, entry: str) -> Loaded:
     if not {"token_level_rewards", "response_mask", "config"} <= set(params):
         want = "token_level_rewards, response_mask, config"
         raise RuntimeError(f"{where} has parameters {list(params)}; expected {want}")
-    place, place_where = _score_placer(root)
+    place, place_where = score_placer(root)
     from verl import DataProto  # the pin's own DataProto (verl/protocol.py)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
