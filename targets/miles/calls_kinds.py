@@ -53,13 +53,13 @@ from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import Step, run_step
+from maskfuzz.targets.miles.calls import kl_caller, provide_parallel_state
 from maskfuzz.targets.slime.calls import (  # total_lengths = prompt + response
     PROMPT_LEN,
     Samples,
     kl_smoke,
     run_kl_caller,
 )
-from maskfuzz.targets.miles.calls import kl_caller, provide_parallel_state
 
 KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)

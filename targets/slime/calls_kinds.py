@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 from maskfuzz.targets.adapters import extract
-from maskfuzz.targets.miles import calls_kinds as mk
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.miles import calls_kinds as mk
 from maskfuzz.targets.slime.calls import (
     KL_COEF,
     Samples,
