@@ -70,10 +70,8 @@ ALLOWED: dict[str, dict[str, int]] = {
         'oracles/semantics.py': 2,
     },
 }
-LONG_FILES = {
-}
-CYCLES: list[set[str]] = [
-]
+LONG_FILES: set[str] = set()  # none left: every file is at most 800 lines
+CYCLES: list[set[str]] = []  # none left
 
 
 def test_the_kind_names_the_figures_look_for_are_the_registered_kinds():
