@@ -18,6 +18,7 @@ from __future__ import annotations
 
 # target key (`target` or `target:entry`) -> the worker-side module that drives its batch code
 BATCH_CODE: dict[str, str] = {
+    "openrlhf": "maskfuzz.targets.rollout.openrlhf",
     "roll": "maskfuzz.targets.rollout.roll",
     "verl": "maskfuzz.targets.rollout.verl",
 }
