@@ -58,6 +58,15 @@ def _verl_calls(*names: str) -> list[str]:
     return [f"{where[n]}::{n}" for n in names]
 
 
+def test_only_the_masked_value_bootstrap_of_the_reference_property_runs_the_poison_recipe():
+    """A `reference` finding of another mechanism (score-lost, placed by the reward manager) has no recipe: it is
+    refused before any rollout starts."""
+    entry = corpus.load(ROOT / "corpus" / "verl" / "reference-b53507026df5502d.json")
+    with pytest.raises(val.CannotValidate, match=r"property 'reference' \(mechanism 'score-lost'\)"):
+        val.validate(entry, None, registry.get("verl").declared(None, FIXED))
+    assert ("reference", "masked-value-bootstrap") in val.SAME_FAULT and corpus.load(REFERENCE).property == "reference"
+
+
 @pytest.mark.network
 def test_the_plain_gae_loop_bootstraps_the_padding_value_on_a_real_rollout_at_0_1(tmp_path, capsys):
     out = tmp_path / "buggy"

@@ -21,6 +21,8 @@ The calls, in the trainer's order (the single-turn vLLM rollout; lines at each p
    11ee5125 :1272, 0.1 :474), which calls `core_algos.compute_gae_advantage_return` (seen through a spy that
    calls the real function: it is listed as called only if it ran).
 
+Pins: 0.1 ... 0.6.x (and the git pins between); from 0.7 every rollout goes through the agent loop's server
+(no single-turn response building with these helpers), so `load` raises NotPresent there (a skip, not a guess).
 The ray_trainer functions are compiled from the pin's source without importing the module (it pulls in the
 whole distributed stack; `targets.adapters.verl_kinds._trainer_function`, file and line numbers kept).
 
@@ -69,6 +71,12 @@ PRESERVED = (
     ((_CORE, "compute_gae_advantage_return"),),
 )
 _OPTIONAL = {"compute_response_mask", "compute_reward"}
+# the single-turn vLLM rollout whose response building step 1 follows (0.4 ... 0.6: spmd; 0.1: its own engine);
+# from 0.7 no rollout builds responses so (the agent loop's server does), and the pin is skipped there
+_ROLLOUTS = (
+    "verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py",
+    "verl/trainer/ppo/rollout/vllm_rollout/vllm_rollout.py",
+)
 
 
 class _Vocab:
@@ -102,15 +110,29 @@ def load(root: Path, entry: str | None) -> Loaded:
             raise NotPresent(f"none of {[f'{m}.{n}' for m, n in step]} at this pin")
         name, fn, where = found
         fns[name], called[name] = fn, where
+    rollout = _rollout_source(root, [n for n in fns if n.startswith(("pad_", "get_"))])
     core = import_from(root, _CORE)
     from verl import DataProto  # the pin's own DataProto (verl/protocol.py)
 
     def run(request: BatchRequest, device: str) -> tuple[Batch]:
         return (_step(request, fns, called, core, DataProto),)
 
-    notes = ["the PPO trainer's batch code on a real generation (single-turn vLLM rollout's response building); "
+    notes = [f"the PPO trainer's batch code on a real generation (the response building of {rollout}); "
              "critic values at the hooked boundary"]  # fmt: skip
     return Loaded(run, " -> ".join(called), notes)
+
+
+def _rollout_source(root: Path, helpers: list[str]) -> str:
+    """The pin's single-turn vLLM rollout file that calls `helpers` (the response building this module follows);
+    NotPresent when the pin has none."""
+    for rel in _ROLLOUTS:
+        path = Path(root) / rel
+        if path.is_file():
+            text = path.read_text()
+            if all(f"{h}(" in text for h in helpers):
+                return rel
+            raise NotPresent(f"{rel} does not build its responses with {helpers} at this pin")
+    raise NotPresent(f"no single-turn vLLM rollout at this pin ({', '.join(_ROLLOUTS)}): the agent loop builds them")
 
 
 def _find(root: Path, module: str, name: str) -> tuple[str, object, str] | None:
