@@ -85,8 +85,10 @@ def _step(request: BatchRequest, fns: dict, called: list) -> Batch:
         trainable=action_mask.bool().clone(),
         # a response without EOS from generate() (process_sequences then writes EOS over its last token)
         truncated=~(gen.output[:, p_len:] == gen.eos_token_id).any(dim=-1),
-        stages={name: x.clone() for name, x in (("sequences", sequences), ("attention_mask", attention),
-                                                 ("action_mask", action_mask))},  # fmt: skip
+        stages={
+            name: x.clone()
+            for name, x in (("sequences", sequences), ("attention_mask", attention), ("action_mask", action_mask))
+        },
         called=called[:1],
         tokens=tokens.clone(),
         reward_mask=action_mask.bool().clone(),
