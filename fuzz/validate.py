@@ -41,6 +41,9 @@ POOL_SAMPLES = 16  # samples per prompt and seed: a pool of len(lm.PROMPTS) * 16
 MAX_SEEDS = 64
 PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.properties._check_poison)
 SUPPORTED = ("poison",)  # properties with a recipe: critic values under the mask
+# (property, triage mechanism) of other findings whose fault is the poison recipe's: a `reference` finding of a
+# masked-value bootstrap is a masked critic value moving valid outputs, the same fault (its case holds the values)
+SAME_FAULT = (("reference", "masked-value-bootstrap"),)
 
 
 class CannotValidate(Exception):
@@ -169,10 +172,12 @@ def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float) -> Fault:
 def executed_case(case: Case, batch: Batch, fault: Fault) -> Case:
     """The executed step as a canonical case (what the reference judges): the batch's masks, the fault's values,
     the token rewards that reached the framework (its reward path masks what lies under the response mask)."""
-    reached = batch.stages.get("response_mask")
+    reached = batch.reward_mask
+    if reached is None and (roll_mask := batch.stages.get("response_mask")) is not None:
+        reached = roll_mask[:, 1:]  # ROLL's layout: the sequence shifted by one
     rewards = fault.token_rewards.double()
     if reached is not None:
-        rewards = rewards * reached[:, 1:].to(torch.float64)
+        rewards = rewards * reached.to(torch.float64)
     truncated = batch.truncated if bool(batch.truncated.any()) else None
     return Case.build(
         trainable=batch.trainable,
@@ -191,8 +196,12 @@ def executed_case(case: Case, batch: Batch, fault: Fault) -> Case:
 def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int = MAX_SEEDS) -> dict:
     """Run `entry` (its pipeline witness when it has one) on a real rollout; the validation record."""
     case = entry.witness or entry.case
-    if entry.property not in SUPPORTED:
-        raise CannotValidate(f"no real-rollout recipe for property {entry.property!r} yet (covered: {SUPPORTED})")
+    mechanism = (entry.triage or {}).get("mechanism")
+    if entry.property not in SUPPORTED and (entry.property, mechanism) not in SAME_FAULT:
+        raise CannotValidate(
+            f"no real-rollout recipe for property {entry.property!r} (mechanism {mechanism!r}) yet "
+            f"(covered: {SUPPORTED}, and {', '.join('/'.join(p) for p in SAME_FAULT)})"
+        )
     pipeline = declared.pipeline
     if pipeline is not None and (why := pipeline.rejects(case)):
         raise NotBuilt(f"the case lies outside what {rollout.ref.target}'s pipeline builds: {why}")
@@ -237,6 +246,8 @@ def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) ->
     leak = off["poisoned"] & ~off["clean"]
     delta = (poisoned.advantages.double() - ref_adv).abs() * live
     moved = (poisoned.advantages.double() - clean.advantages.double()).abs() * live
+    # the returns too: where the advantages are whitened (verl) a leak shows mostly in the returns
+    ret_delta = (poisoned.returns.double() - ref_ret).abs() * live
     return {
         "reference": (ref_adv, ref_ret),
         "bounds": bnd,
@@ -244,6 +255,7 @@ def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) ->
         "clean_off": off["clean"],
         "max_abs_delta": float(delta.max()) if delta.numel() else 0.0,
         "max_abs_moved": float(moved.max()) if moved.numel() else 0.0,
+        "max_abs_return_delta": float(ret_delta.max()) if ret_delta.numel() else 0.0,
     }
 
 
@@ -257,12 +269,14 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
     if reproduced:
         line = (
             f"reproduced: the masked critic value(s) {poison_values} moved {int(leak.sum())} valid-token output(s) "
-            f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g})"
+            f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g}, "
+            f"max |return - reference| {judged['max_abs_return_delta']:.6g})"
         )
     else:
         line = (
             "not reproduced: every valid-token advantage and return agrees with the float64 reference "
-            f"(max |advantage - reference| {judged['max_abs_delta']:.3g}, within tolerance)"
+            f"(max |advantage - reference| {judged['max_abs_delta']:.3g}, max |return - reference| "
+            f"{judged['max_abs_return_delta']:.3g}, within tolerance)"
         )
     return {
         "kind": "maskfuzz-validation",
@@ -291,6 +305,7 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
             "leaked_positions": leak.nonzero().tolist(),
             "max_abs_advantage_delta": judged["max_abs_delta"],
             "max_abs_moved_by_poison": judged["max_abs_moved"],
+            "max_abs_return_delta": judged["max_abs_return_delta"],
             "clean_twin_off_reference": judged["clean_off"].nonzero().tolist(),
         },
         "metrics": poisoned.metrics,
@@ -366,7 +381,9 @@ def _rows(x: torch.Tensor) -> list:
 
 
 def _token_at(batch: Batch, b: int, t: int) -> int:
-    """The token id at canonical position t of row b (sequence token t + 1 in the framework's layout)."""
+    """The token id at canonical position t of row b (`Batch.tokens`, else sequence token t + 1: ROLL's layout)."""
+    if batch.tokens is not None:
+        return int(batch.tokens[b, t])
     ids = batch.stages.get("input_ids")
     return int(ids[b, t + 1]) if ids is not None and t + 1 < ids.shape[1] else -1
 

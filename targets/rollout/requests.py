@@ -53,6 +53,10 @@ class Batch:
     stages     name -> tensor the framework's own batch fields after each stage (for the record)
     advantages, returns [B, T] float32, only with a fault; `called`: every upstream function called, as
     `path/in/checkout.py::name`; `metrics`: what those functions reported
+    tokens      [B, T] int64  the token id at each canonical position, where the layout is not ROLL's
+                              (None: `stages["input_ids"][:, 1:]`)
+    reward_mask [B, T] bool   where the framework's reward path lets dense token rewards through, where the
+                              layout is not ROLL's (None: `stages["response_mask"][:, 1:]`, or everywhere)
     """
 
     attention: torch.Tensor
@@ -63,3 +67,5 @@ class Batch:
     returns: torch.Tensor | None = None
     called: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    tokens: torch.Tensor | None = None
+    reward_mask: torch.Tensor | None = None
