@@ -24,14 +24,14 @@ The calls, in the trainer's order (the single-turn vLLM rollout; lines at each p
 Pins: 0.1 ... 0.6.x (and the git pins between); from 0.7 every rollout goes through the agent loop's server
 (no single-turn response building with these helpers), so `load` raises NotPresent there (a skip, not a guess).
 The ray_trainer functions are compiled from the pin's source without importing the module (it pulls in the
-whole distributed stack; `targets.adapters.verl_kinds._trainer_function`, file and line numbers kept).
+whole distributed stack; `targets.verl.calls_kinds.trainer_function`, file and line numbers kept).
 
 Layout: verl's token-level tensors are the response window, [B, R] with R = response_length = sequence_length -
 prompt width; canonical position t = response token t (`Batch.tokens` = the responses). Token rewards enter as
 verl's only dense reward, its KL in the reward: old_log_probs = -token_rewards, ref_log_prob = 0, beta 1, so
 `apply_kl_penalty` adds exactly the token rewards where the response mask is 1 (`Batch.reward_mask`); the score
 is the rule's, placed by the reward manager. Stand-ins: the verl fuzzing worker's
-(`targets.adapters.verl.SPEC.stand_ins`); the manager's tokenizer decodes with the tiny LM's vocabulary.
+(`targets.verl.declare.SPEC.stand_ins`); the manager's tokenizer decodes with the tiny LM's vocabulary.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
-from maskfuzz.targets.adapters.verl_kinds import _trainer_function
+from maskfuzz.targets.verl.calls_kinds import trainer_function
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
@@ -140,7 +140,7 @@ def _find(root: Path, module: str, name: str) -> tuple[str, object, str] | None:
     name; an import that fails otherwise fails loudly."""
     if module == _TRAINER:
         try:
-            fn, where = _trainer_function(root, name)
+            fn, where = trainer_function(root, name)
         except NotPresent:
             return None
         return name, fn, where.split(" ")[0]

@@ -447,7 +447,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
     return Loaded(run, where, notes, absent_options=_absent_modes(root, "actor.loss_agg_mode"))
 
 
-def _trainer_function(root: Path, name: str):
+def trainer_function(root: Path, name: str):
     """The top-level def `name` of verl/trainer/ppo/ray_trainer.py compiled from the pin's source (file and line
     numbers kept), and where it is. The module itself is not imported: it pulls in the whole distributed stack
     (torchdata, ray, the Megatron engine with a module-level megatron version check) that none of its small helpers
@@ -492,7 +492,7 @@ def load_returns_kl(root: Path, entry: str) -> Loaded:
     as the response part of attention_mask: there the trainer's response_mask is that slice (compute_response_mask)."""
     base, penalty = RETURNS_KL[entry]
     fn, where = function_from(root, [(_CORE, RETURNS[base])])
-    apply, apply_where = _trainer_function(root, "apply_kl_penalty")
+    apply, apply_where = trainer_function(root, "apply_kl_penalty")
     core = import_from(root, _CORE)
     params = inspect.signature(fn).parameters
     if not {"token_level_rewards", "response_mask", "config"} <= set(params):
