@@ -19,4 +19,5 @@ from __future__ import annotations
 # target key (`target` or `target:entry`) -> the worker-side module that drives its batch code
 BATCH_CODE: dict[str, str] = {
     "roll": "maskfuzz.targets.rollout.roll",
+    "skyrl": "maskfuzz.targets.rollout.skyrl",
 }
