@@ -18,6 +18,7 @@ from __future__ import annotations
 
 # target key (`target` or `target:entry`) -> the worker-side module that drives its batch code
 BATCH_CODE: dict[str, str] = {
+    "miles": "maskfuzz.targets.rollout.miles",
     "roll": "maskfuzz.targets.rollout.roll",
     "skyrl": "maskfuzz.targets.rollout.skyrl",
 }
