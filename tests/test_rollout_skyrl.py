@@ -14,7 +14,11 @@ runs on them in a worker process; the only fault is the critic's value under the
   the batch it is given: a one-row step has no padding, so the case's masked slot does not exist there
   (CannotValidate, `maskfuzz validate` exit 2).
 
-No SkyRL commit changes compute_gae_advantage_return (b3280d844 .. a9564572eb8e): there is no fixed pin.
+* git main (a9564572eb8e, needs the mirror) right-aligns the response window: padding precedes a shorter response,
+  so `TTP` is never built and a value in the leading padding moves no valid output.
+
+No SkyRL commit changes compute_gae_advantage_return (b3280d844 .. a9564572eb8e): there is no fixed pin for the
+function; what changed is the layout its inputs are built in.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import torch
 from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.targets import registry
+from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout import skyrl as skyrl_batch
 from maskfuzz.targets.rollout.requests import BatchRequest, Fault
 from maskfuzz.targets.rollout.session import open_rollout
+from maskfuzz.targets.runtime.repos import parse_repos
 
 ROOT = Path(__file__).resolve().parents[1]
-PIN = "0.3.1"
+PIN, MAIN_PIN = "0.3.1", "a9564572eb8e"
 ENTRY = ROOT / "corpus" / "skyrl" / "poison-dbee94a8364d80ce.json"  # skyrl/masked-value-bootstrap
 
 pytestmark = pytest.mark.network
@@ -87,7 +93,7 @@ def test_the_masked_value_bootstraps_into_the_returns_of_skyrls_real_step(rollou
     assert (poisoned.advantages[row, :2] - clean.advantages[row, :2]).abs().max() < 1e-4
     # every upstream function the module lists ran (sys.setprofile saw it, in the checkout's files)
     assert poisoned.called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED]
-    assert masks.called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED[: skyrl_batch._MASK_STAGE + 1]]
+    assert masks.called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED[: skyrl_batch.RELEASE.mask_stage + 1]]
     assert poisoned.stages["values"][row, 2] == 100.0 and poisoned.stages["token_level_rewards"][row].tolist() == [
         0.0, 1.0, 0.0]  # fmt: skip  (the score on the EOS; the case's token reward 100 at padding never reaches)
 
@@ -101,3 +107,29 @@ def test_validate_cannot_rebuild_the_padding_of_a_one_row_step(rollout):
     assert val.row_classes(alone.attention[0], alone.trainable[0]) == "TT"
     with pytest.raises(val.CannotValidate, match="row 0 of the executed batch no longer holds the case's masks"):
         val.validate(entry, rollout, registry.get("skyrl").declared(None, PIN))
+
+
+@pytest.mark.needs_mirror
+def test_git_main_right_aligns_the_response_window_so_no_padding_follows_a_response():
+    """At git main (a9564572eb8e) convert_prompts_responses_to_batch_tensors right-aligns every response: the
+    padding of a shorter response comes before it, where GAE never reads it for a valid token; the case's `TTP`
+    is not built (the search fails) and a value in that leading padding moves nothing."""
+    repos = parse_repos(None)
+    if "skyrl" not in repos:
+        pytest.skip("SkyRL's git main needs a local mirror: set MASKFUZZ_REPOS=skyrl=/path")
+    case = corpus.load(ENTRY).case
+    with open_rollout(f"skyrl@{MAIN_PIN}", repos=repos) as main:
+        with pytest.raises(val.CannotValidate, match=r"no batch holding the case's masks \(row 0: TTP;"):
+            val.search(case, main, max_seeds=2)
+        (gen,) = main.lm(lm.RolloutRequest(seed=0, num_return_sequences=val.POOL_SAMPLES, max_new_tokens=3))
+        (masks,) = main.batch(BatchRequest(gen, gen.prompt_length + 3))
+        rows = [val.row_classes(masks.attention[b], masks.trainable[b]) for b in range(masks.attention.shape[0])]
+        assert "PTT" in rows and not any(r.rstrip("P") != r for r in rows)  # padding only before a response
+        shape = masks.attention.shape
+        fault = Fault(torch.where(masks.attention, 0.0, 100.0), torch.zeros(shape), torch.ones(shape[0]), 1.0, 0.5)
+        (poisoned,) = main.batch(BatchRequest(gen, gen.prompt_length + 3, {}, fault))
+        clean_fault = Fault(torch.zeros(shape), fault.token_rewards, fault.score, 1.0, 0.5)
+        (clean,) = main.batch(BatchRequest(gen, gen.prompt_length + 3, {}, clean_fault))
+    live = masks.attention
+    assert torch.equal(poisoned.returns[live], clean.returns[live])
+    assert poisoned.called == [f"{path}::{fn}" for path, fn in skyrl_batch.MAIN.preserved]
