@@ -49,7 +49,6 @@ import torch
 
 from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
-from maskfuzz.targets.adapters.skyrl import _import_roots
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 
 HOOKED_BOUNDARY = "after the real rollout, before critic values enter compute_advantages_and_returns"
@@ -115,8 +114,8 @@ def load(root: Path, entry: str | None) -> Loaded:
     layout = next((lay for lay in (RELEASE, MAIN) if (root / lay.trainer).is_file()), None)
     if layout is None:
         raise RuntimeError(f"no {RELEASE.trainer} or {MAIN.trainer} at {root}: update targets/rollout/skyrl.py")
-    for extra in reversed(_import_roots(root)):  # skyrl-gym/ etc. of the monorepo, as the GAE adapter puts them
-        sys.path.insert(0, str(extra))
+    if (root / "skyrl-gym").is_dir():  # git main's ppo_utils imports skyrl_gym, a subproject of the monorepo
+        sys.path.insert(0, str(root / "skyrl-gym"))
     ppo = import_from(root, layout.ppo_utils)
     preprocess = import_from(root, layout.preprocess)
     tree = SourceTree(root, ("skyrl_train", "skyrl"))
