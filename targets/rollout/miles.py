@@ -122,6 +122,7 @@ def _answer(engine: dict, payload: dict) -> dict:
     tokens, finish = engine["queue"].pop(0)
     assert payload["input_ids"] == engine["prompt_of"][len(engine["done"])], "the engine answers the samples in order"
     engine["done"].append(tokens)
+    # "text" only feeds sample.response (a log field): the ids, the batch worker has no detokenizer
     return {"text": " ".join(map(str, tokens)), "meta_info": {"output_token_logprobs": [[0.0, t] for t in tokens],
             "finish_reason": {"type": finish}}}  # fmt: skip
 
