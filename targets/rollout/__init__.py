@@ -19,7 +19,9 @@ from __future__ import annotations
 
 # target key (`target` or `target:entry`) -> the worker-side module that drives its batch code
 BATCH_CODE: dict[str, str] = {
+    "miles": "maskfuzz.targets.rollout.miles",
     "openrlhf": "maskfuzz.targets.rollout.openrlhf",
     "roll": "maskfuzz.targets.rollout.roll",
+    "skyrl": "maskfuzz.targets.rollout.skyrl",
     "verl": "maskfuzz.targets.rollout.verl",
 }

@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, import_from
-from maskfuzz.targets.verl.calls_kinds import trainer_function
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
+from maskfuzz.targets.verl.calls_kinds import trainer_function
 
 HOOKED_BOUNDARY = "after the real rollout and the reward manager, before critic values enter compute_advantage"
 BOUNDARY_INPUTS = (
