@@ -16,9 +16,10 @@ from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import judge as kinds_judge
 from maskfuzz.oracles.kinds import policy_loss
+from maskfuzz.oracles.kinds.judge import judge
 from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import get
-from maskfuzz.targets.runtime.session import parse_ref
+from maskfuzz.targets.runtime.session import open_target, parse_ref
 
 # -- a fake verl tree: the registry and two losses of the common signature; a second commit adds a third ---------
 _CORE = '''
@@ -42,20 +43,25 @@ def get_policy_loss_fn(name):
 def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None,
              loss_scale_factor=None):
     """token-mean over the step's tokens (the global normaliser), times dp_size as verl does."""
-    return (loss_mat * loss_mask).sum() / batch_num_tokens * dp_size
+    return torch.where(loss_mask, loss_mat, 0.0).sum() / max(int(batch_num_tokens), 1) * dp_size
+
+
+def _live(mask, *xs):
+    return [torch.where(mask, x, torch.zeros_like(x)) for x in xs]
 
 
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
                                 config=None, rollout_is_weights=None):
-    ratio = torch.exp(log_prob - old_log_prob)
-    return agg_loss(-advantages * ratio, response_mask, loss_agg_mode, **config.global_batch_info), {}
+    old, new, adv = _live(response_mask, old_log_prob, log_prob, advantages)
+    return agg_loss(-adv * torch.exp(new - old), response_mask, loss_agg_mode, **config.global_batch_info), {}
 
 
 @register_policy_loss("plain_pg")
 def compute_policy_loss_plain_pg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
                                  config=None, rollout_is_weights=None):
-    return agg_loss(-advantages * log_prob, response_mask, loss_agg_mode, **config.global_batch_info), {}
+    new, adv = _live(response_mask, log_prob, advantages)
+    return agg_loss(-adv * new, response_mask, loss_agg_mode, **config.global_batch_info), {}
 
 
 @register_policy_loss("needs_values")
@@ -110,7 +116,14 @@ def fake_verl(tmp_path, monkeypatch):
     return {"verl": tmp_path / "verl"}, night1, night2
 
 
-def _job(label: str, repos: dict, examples: int = 40) -> fuzz_cmd.Job:
+def _poisoned_case():
+    from maskfuzz.oracles.case import Case
+
+    extra = {"logp": [[-0.5, 3.0]], "old_logp": [[-0.4, -1.0]], "adv": [[1.0, 2.0]]}
+    return Case.build(trainable=[[1, 0]], extra=extra, dtype="float64")
+
+
+def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
     return fuzz_cmd.Job(
         label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
         "cpu", 30.0, None, True,
@@ -134,19 +147,21 @@ def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_nig
     assert f"verl:policy-loss:leaky@{night2}" in second["labels"]
     assert f"verl:policy-loss:needs_values@{night2}" in second["labels"]
 
-    leaky = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night2}", repos))
-    assert leaky["status"] == "ok" and leaky["judged"] == "invariants only", leaky.get("reason")
-    assert leaky["checked"]["reference"] == 0 and leaky["kind"] == "policy-loss"
-    assert "poison" in {f["property"] for f in leaky["findings"]}
-    assert all(f["judged"] == "invariants only" for f in leaky["findings"])
+    # the new variant is judged as the fuzzer judges it, without a change to maskfuzz: a masked log-prob leaks
+    with open_target(f"verl:policy-loss:leaky@{night2}", repos=repos, timeout=30) as handle:
+        assert handle.declared.reference is False and "leaky" in handle.info["where"]
+        verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
+    assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
+    assert "invariants only" in verdicts["reference"].message
 
     plain = fuzz_cmd.run_job(_job(f"verl:policy-loss:plain_pg@{night2}", repos))
-    assert plain["status"] == "ok" and plain["checked"]["poison"] > 0 and plain["checked"]["reference"] == 0
-    assert "poison" not in {f["property"] for f in plain["findings"]}
+    assert plain["status"] == "ok" and plain["judged"] == "invariants only", plain.get("reason")
+    assert plain["kind"] == "policy-loss" and plain["checked"]["reference"] == 0
+    assert plain["checked"]["poison"] > 0 and plain["checked"]["permutation"] > 0 and not plain["findings"]
 
     skipped = fuzz_cmd.run_job(_job(f"verl:policy-loss:needs_values@{night2}", repos))
     assert skipped["status"] == "skipped" and "not the common signature" in skipped["reason"]
-    gone = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night1}", repos))
+    gone = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night1}", repos))  # not registered on night 1
     assert gone["status"] == "skipped" and "no policy loss 'leaky' is registered" in gone["reason"]
 
 
