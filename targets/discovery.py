@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.kinds import GAE_KINDS
 
 DISCOVER, CALLS = "discover", "calls_discovered"
 _ROOT = Path(__file__).resolve().parent
@@ -99,7 +100,7 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
     kind = _kind_of_entry(target_id, entry) if entry else None
     if kind is None:
         return None
-    if kind in ("gae", "returns"):  # the GAE judge has no invariants-only mode yet
+    if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
         raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
     return dict(
         kind=kind,

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Mapping
 
+from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import TargetSpec, registry
 from maskfuzz.targets.runtime import acquire as acquire_mod
 from maskfuzz.targets.runtime import cache as cachemod
@@ -60,8 +61,6 @@ def rows(
 def _discovered(spec: TargetSpec, pins: list[dict], repos: Mapping[str, Path], cache: Path) -> dict:
     """Per pin available offline: the variants the framework registers there (`targets.discovery`, read from the
     code by AST), shown apart from the hand-written entries; {} for a framework without a discover module."""
-    from maskfuzz.targets import discovery
-
     if discovery.module_of(spec.id) is None:
         return {}
     out = {}

@@ -20,6 +20,7 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets import discovery  # entries read from a framework's code at the pin
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,6 @@ class TargetSpec:
         key = entry or self.entries[0]
         if key in self.entry_overrides:
             return dataclasses.replace(self, **self.entry_overrides[key])
-        from maskfuzz.targets import discovery  # a variant read from the framework's code at the pin
-
         found = discovery.overrides(self.id, key)
         return dataclasses.replace(self, **found) if found is not None else self
 
@@ -129,8 +128,6 @@ class TargetSpec:
         the other kinds (so the GAE adapter, which `maskfuzz repro` copies, never refers to them)."""
         key = entry or self.entries[0]
         if key not in self.entry_overrides:
-            from maskfuzz.targets import discovery
-
             calls = discovery.calls_module(self.id, key)
             if calls is not None:  # a discovered variant: the framework's calls for discovered entries
                 return calls

@@ -20,6 +20,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.loss_step import run_step
 from maskfuzz.targets.verl.discover import discover
 
 _CORE = "verl.trainer.ppo.core_algos"
@@ -95,8 +96,6 @@ def load(root: Path, entry: str) -> Loaded:
         return loss if global_info else loss * (len(rows) / step.rank_rows)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        from maskfuzz.targets.adapters.loss_step import run_step
-
         return run_step(case, device, micro, leaf_name="logp")
 
     how = "global normalisers set per micro-batch as ppo_loss does" if global_info else "per micro-batch, row share"
