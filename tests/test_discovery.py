@@ -4,6 +4,7 @@ variant that a new upstream commit registers is discovered and fuzzed without a 
 
 from __future__ import annotations
 
+import json
 import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
+from maskfuzz.fuzz.report import write_report
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import judge as kinds_judge
 from maskfuzz.oracles.kinds import policy_loss
@@ -111,9 +113,8 @@ def fake_verl(tmp_path, monkeypatch):
     inits = {f"{p}/__init__.py": "" for p in ("verl", "verl/trainer", "verl/trainer/ppo", "verl/workers",
                                              "verl/workers/config")}  # fmt: skip
     core = "verl/trainer/ppo/core_algos.py"
-    night1 = _commit(repo, {**inits, core: _CORE, "verl/workers/config/actor.py": _ACTOR}, "night 1", 1)
-    night2 = _commit(repo, {core: _CORE + _LEAKY}, "register the leaky policy loss", 2)
-    return {"verl": tmp_path / "verl"}, night1, night2
+    _commit(repo, {**inits, core: _CORE, "verl/workers/config/actor.py": _ACTOR}, "night 1", 1)
+    return {"verl": tmp_path / "verl"}, repo
 
 
 def _poisoned_case():
@@ -130,26 +131,40 @@ def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
     )  # fmt: skip
 
 
-def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_night(fake_verl):
-    repos, night1, night2 = fake_verl
-    first = fuzz_cmd._discover([f"verl@{night1}"], [], repos)[f"verl@{night1}"]
-    second = fuzz_cmd._discover([f"verl@{night2}"], [], repos)[f"verl@{night2}"]
+def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_night(fake_verl, tmp_path):
+    repos, repo = fake_verl
+    nights = []
+    for day in (1, 2):  # the moving pin HEAD, read each night after the code is acquired
+        if day == 2:
+            _commit(repo, {"verl/trainer/ppo/core_algos.py": _CORE + _LEAKY}, "register the leaky policy loss", 2)
+        found = fuzz_cmd._discover(["verl@HEAD"], [], repos)
+        payload = {"profile": "nightly", "targets": [], "discovered": found}  # what `maskfuzz fuzz --json` writes
+        (tmp_path / f"night{day}.json").write_text(json.dumps(payload))
+        nights.append(found["verl@HEAD"])
+    first, second = nights
+    night1, night2 = first["resolved"], second["resolved"]
+    assert night1 != night2 == repo.head.commit.hexsha
     names = [v["name"] for v in first["variants"]]
     assert names == ["vanilla", "plain_pg", "needs_values"]
     by_name = {v["name"]: v for v in second["variants"]}
     assert by_name["vanilla"]["covered_by"] == "policy-loss" and by_name["vanilla"]["judged"] == "reference"
     assert by_name["leaky"]["at"].startswith("verl/trainer/ppo/core_algos.py:") and by_name["leaky"]["callable"]
     assert not by_name["needs_values"]["callable"] and "values" in by_name["needs_values"]["reason"]
-    appeared = discovery.changes([v["entry"] for v in first["variants"]], [v["entry"] for v in second["variants"]])
-    assert appeared == {"appeared": ["policy-loss:leaky"], "disappeared": []}
     # the hand-written entry keeps vanilla; the others are entries, the uncallable one too (a skip with its reason)
-    assert f"verl:policy-loss:vanilla@{night2}" not in second["labels"]
-    assert f"verl:policy-loss:leaky@{night2}" in second["labels"]
-    assert f"verl:policy-loss:needs_values@{night2}" in second["labels"]
+    assert second["labels"] == [f"verl:policy-loss:{n}@HEAD" for n in ("plain_pg", "needs_values", "leaky")]
+    # the nightly report says what appeared since the previous night
+    write_report([tmp_path / "night1.json"], tmp_path / "r1", now="2026-01-01 00:00")
+    _, cmp = write_report([tmp_path / "night2.json"], tmp_path / "r2", previous=[tmp_path / "r1" / "report.json"],
+                          now="2026-01-02 00:00")  # fmt: skip
+    assert [(w, c, v["entry"]) for w, c, v in cmp.variants] == [("verl@HEAD", "appeared", "policy-loss:leaky")]
+    report = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert report["variant_changes"][0]["entry"] == "policy-loss:leaky"
 
     # the new variant is judged as the fuzzer judges it, without a change to maskfuzz: a masked log-prob leaks
-    with open_target(f"verl:policy-loss:leaky@{night2}", repos=repos, timeout=30) as handle:
-        assert handle.declared.reference is False and "leaky" in handle.info["where"]
+    leaky = next(label for label in second["labels"] if ":leaky@" in label)
+    with open_target(leaky, repos=repos, timeout=30) as handle:
+        assert handle.resolved == night2
+        assert handle.declared.reference is False and "compute_policy_loss_leaky" in handle.info["where"]
         verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
     assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
     assert "invariants only" in verdicts["reference"].message
