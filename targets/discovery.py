@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -163,7 +164,9 @@ def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list
     base = Path(root)
     for path in sorted((base / package).rglob("*.py")):
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+            with warnings.catch_warnings():  # upstream's invalid escapes in docstrings are not ours to report
+                warnings.simplefilter("ignore")
+                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
         except SyntaxError:
             continue
         for node in tree.body:
