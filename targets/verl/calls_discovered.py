@@ -21,10 +21,23 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.loss_step import run_step
-from maskfuzz.targets.verl.discover import discover
 
 _CORE = "verl.trainer.ppo.core_algos"
+# what load passes (the common signature ppo_loss calls with, verl/workers/utils/losses.py:104-112 at 0.9.1); a
+# required parameter outside it cannot be given
+REQUIRED = ("old_log_prob", "log_prob", "advantages", "response_mask")
+ACCEPTED = (*REQUIRED, "loss_agg_mode", "config", "rollout_is_weights", "rollout_log_probs")
 LOSS_AGG_MODE = "token-mean"  # actor.loss_agg_mode's default (ActorConfig, verl/workers/config/actor.py)
+
+
+def signature_problem(function: str, params: tuple[str, ...]) -> str:
+    """Why a loss with these parameters cannot be called with the common signature ("" when it can)."""
+    missing = [p for p in REQUIRED if p not in params]
+    extra = [p for p in params if p not in ACCEPTED]
+    if not missing and not extra:
+        return ""
+    wants = "lacks " + ", ".join(missing) if missing else "wants " + ", ".join(extra)
+    return f"{function}{params} is not the common signature ({', '.join(ACCEPTED)}): {wants}"
 
 
 def _defaults(cls, depth: int = 0):
@@ -52,20 +65,22 @@ def _factory(factory, depth: int):
 
 
 def load(root: Path, entry: str) -> Loaded:
-    prefix, _, name = entry.partition(":")
-    found = {v.name: v for v in discover(root) if v.prefix == prefix}
-    if name not in found:
-        known = ", ".join(found) or "none"
+    _, _, name = entry.partition(":")
+    core = import_from(root, _CORE)  # the decorators run at import: the pin's registry is then complete
+    registry = getattr(core, "POLICY_LOSS_REGISTRY", None)
+    if registry is None or not hasattr(core, "get_policy_loss_fn"):
+        raise NotPresent(f"{_CORE} has no policy-loss registry at this pin")
+    if name not in registry:
+        known = ", ".join(registry) or "none"
         raise NotPresent(f"no policy loss {name!r} is registered at this pin (registered: {known})")
-    variant = found[name]
-    if not variant.callable:
-        raise NotPresent(f"{variant.citation}: not callable outside the trainer: {variant.reason}")
-    module = variant.file.removesuffix(".py").replace("/", ".")
-    import_from(root, module)  # registers the variant (the decorator runs at import)
-    core = import_from(root, _CORE)
     fn = core.get_policy_loss_fn(name)
-    where = f"{variant.citation} ({variant.function}, get_policy_loss_fn({name!r}))"
     params = inspect.signature(fn).parameters
+    file = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(root).resolve())
+    at = f"{file}:{inspect.getsourcelines(fn)[1]}"
+    where = f"{at} ({fn.__name__}, get_policy_loss_fn({name!r}))"
+    why = signature_problem(fn.__name__, tuple(params))
+    if why:
+        raise NotPresent(f"{at}: not callable outside the trainer: {why}")
     try:
         config_cls = import_from(root, "verl.workers.config.actor").ActorConfig
     except (NotPresent, AttributeError):
@@ -100,7 +115,7 @@ def load(root: Path, entry: str) -> Loaded:
 
     how = "global normalisers set per micro-batch as ppo_loss does" if global_info else "per micro-batch, row share"
     notes = [
-        f"discovered: @register_policy_loss({name!r}) at {variant.citation}; invariants only (no float64 reference)",
+        f"discovered: @register_policy_loss({name!r}) at {at}; invariants only (no float64 reference)",
         f"ActorConfig at its class defaults, loss_agg_mode {LOSS_AGG_MODE}, rollout_is_weights None; {how}",
     ]
     return Loaded(run, where, notes)

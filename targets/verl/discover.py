@@ -14,27 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskfuzz.targets.discovery import Registration, Variant, registrations
+from maskfuzz.targets.verl.calls_discovered import signature_problem
 
 PREFIXES = {"policy-loss": "policy-loss"}  # entry prefix -> kind
 DECORATOR = "register_policy_loss"
-# what calls_discovered passes (the common signature ppo_loss calls with, verl/workers/utils/losses.py:104-112 at
-# 0.9.1); a required parameter outside it cannot be given
-REQUIRED = ("old_log_prob", "log_prob", "advantages", "response_mask")
-ACCEPTED = (*REQUIRED, "loss_agg_mode", "config", "rollout_is_weights", "rollout_log_probs")
 # loss_mode -> the hand-written entry that already calls it with a reference (verl_kinds.POLICY, inverted)
 COVERED = {"vanilla": "policy-loss"}
 
 
 def _variant(reg: Registration) -> Variant:
-    missing = [p for p in REQUIRED if p not in reg.params]
-    extra = [p for p in reg.params if p not in ACCEPTED]
-    reason = ""
-    if missing or extra:
-        reason = (
-            f"{reg.function}{tuple(reg.params)} is not the common signature "
-            f"({', '.join(ACCEPTED)}): " + ("lacks " + ", ".join(missing) if missing else "wants " + ", ".join(extra))
-        )
-    elif not reg.literal:
+    reason = signature_problem(reg.function, reg.params)
+    if not reason and not reg.literal:
         reason = f"registered under the expression {reg.key!r}, not a name the AST can read"
     return Variant(
         framework="verl",
