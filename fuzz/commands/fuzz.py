@@ -146,9 +146,6 @@ def main(args) -> int:
         raise UsageError("--all is for a run without targets (every entry at the default pins); name entries instead")
     first_run = not args.targets and not args.callables and not args.all_entries and profile.name != "nightly"
     labels = _resolve_labels(args.targets, args.callables, repos, first_run=first_run)
-    # variants the frameworks register at each pin asked for whole (not the first run: its budget is fixed)
-    discovered = {} if first_run else _discover(args.targets, args.callables, repos)
-    labels += [label for found in discovered.values() for label in found.get("labels", []) if label not in labels]
     left_out = _left_out(labels) if first_run else []
     fixed = _parse_options(args.options)
     if args.jobs is None:
@@ -158,15 +155,18 @@ def main(args) -> int:
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples if args.max_examples is not None else profile.max_examples
-    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
-    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
-    budget = share(args.budget) if args.budget is not None else profile.budget
     _check_outputs(args.json, args.junit, args.corpus)
     named = [(label.partition("@")[0].split(":")[0], label.partition("@")[2]) for label in labels
              if label not in args.callables and args.targets]  # fmt: skip
     problems = missing_pins(named, repos)
     if problems:
         raise UsageError("no such pin, nothing was run:\n  " + "\n  ".join(problems))
+    # variants the frameworks register at each pin asked for whole (not the first run: its budget is fixed)
+    discovered = {} if first_run else _discover(args.targets, args.callables, repos)
+    labels += [label for found in discovered.values() for label in found.get("labels", []) if label not in labels]
+    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
+    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
+    budget = share(args.budget) if args.budget is not None else profile.budget
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
         results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
