@@ -157,6 +157,8 @@ class Night:
     facts: list[dict] = field(default_factory=list)  # findings that break no promise: where, kind, mechanism, ...
     semantics: dict[str, dict] = field(default_factory=dict)  # target@pin -> its semantics card (JSON)
     history: list[dict] = field(default_factory=list)  # a previous report's nights: {generated, defects}
+    # target@pin (as asked) -> the variants the framework registers there (targets.discovery, JSON)
+    discovered: dict[str, list[dict]] = field(default_factory=dict)
 
     def add_failure(self, f: Failure) -> None:
         old = self.failures.get(f.identity)
@@ -250,6 +252,7 @@ def _field(d: dict, key: str, kind: type | tuple, path: Path, where: str) -> Any
 
 
 def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
+    _read_discovered(data, night)
     for i, t in enumerate(data["targets"]):
         where = f"targets[{i}]."
         label = _field(t, "target", str, path, where)
@@ -392,8 +395,17 @@ def _read_replay(data: dict, path: Path, night: Night, roots: list[Path]) -> Non
             cov.replayed[prop].add("n/a")
 
 
+def _read_discovered(data: dict, night: Night) -> None:
+    """The variants a fuzz run or a report lists per target@pin (`discovered`); a pin whose code could not be
+    read lists none and is left out, so its variants never count as disappeared."""
+    for where, found in (data.get("discovered") or {}).items():
+        if isinstance(found, dict) and not found.get("error"):
+            night.discovered[where] = [v for v in found.get("variants") or [] if isinstance(v, dict)]
+
+
 def _read_report(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
     night.date = data.get("generated")
+    _read_discovered(data, night)
     base = path.parent
     if (base / "repro").is_dir():
         night.repro_dirs.append(base / "repro")
@@ -473,6 +485,9 @@ class Comparison:
     previous_date: str | None = None
     # (target@pin, dimension, the previous night's value, tonight's, previous resolved, tonight's resolved)
     behaviour: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
+    # (target@pin, "appeared" | "disappeared", the variant's JSON): registered variants that changed since the
+    # previous night at a pin both nights read
+    variants: list[tuple[str, str, dict]] = field(default_factory=list)
 
 
 def compare(tonight: Night, previous: Night | None) -> Comparison:
@@ -501,8 +516,21 @@ def compare(tonight: Night, previous: Night | None) -> Comparison:
                 for dim, a, b in semantic_changes(before, card)
             ]
     return Comparison(
-        new, still, fixed, unknown, previous is not None, previous.date if previous else None, behaviour
+        new, still, fixed, unknown, previous is not None, previous.date if previous else None, behaviour,
+        variant_changes(previous.discovered if previous else {}, tonight.discovered),
     )
+
+
+def variant_changes(before: dict[str, list[dict]], now: dict[str, list[dict]]) -> list[tuple[str, str, dict]]:
+    """(target@pin, "appeared" | "disappeared", variant) for every registered variant that changed between two
+    nights, at the pins both nights read (a pin read one night only has no change to tell)."""
+    out = []
+    for where in sorted(set(before) & set(now)):
+        old = {v.get("entry"): v for v in before[where]}
+        new = {v.get("entry"): v for v in now[where]}
+        out += [(where, "appeared", new[e]) for e in sorted(set(new) - set(old))]
+        out += [(where, "disappeared", old[e]) for e in sorted(set(old) - set(new))]
+    return out
 
 
 def _cleared(tonight: Night, ident: Identity) -> tuple[bool, str]:

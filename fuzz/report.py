@@ -266,6 +266,12 @@ def build(
             Table(["target@pin", "dimension", "previous", "tonight", "resolved", "bisect"], _behaviour_rows(cmp)),
         ),
         Section(
+            "Registered variants that appeared or disappeared",
+            "Variants a framework registers by name (read from its code at the pin) that are new or gone since the "
+            "previous night; a new one is fuzzed tonight against the invariants of its kind.",
+            Table(["target@pin", "change", "entry", "kind", "at", "judged", "callable"], _variant_rows(cmp)),
+        ),
+        Section(
             "Facts",
             "Findings that break no promise: `semantics`, the variant the code implements differs from one of "
             "ours; `robustness`, an invariant fails only on input the framework's own pipeline never builds.",
@@ -415,6 +421,14 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
         ])  # fmt: skip
     rows.sort(key=lambda r: (SEVERITY_RANK.get(r[4], 3), not r[3].startswith("pipeline"), r[0]))
     return rows
+
+
+def _variant_rows(cmp: "Comparison") -> list[list[str]]:
+    return [
+        [where, change, v.get("entry", ""), v.get("kind", ""), v.get("at", ""), v.get("judged", ""),
+         "yes" if v.get("callable") else f"no: {v.get('reason', '')}"]
+        for where, change, v in cmp.variants
+    ]  # fmt: skip
 
 
 def _behaviour_rows(cmp: "Comparison") -> list[list[str]]:
@@ -573,6 +587,8 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str, bisections
             for b in cmp.behaviour
         ],
         "open": [d for d in items if d["state"] in ("new", "still-failing", "unknown")],
+        "discovered": {where: {"variants": vs} for where, vs in tonight.discovered.items()},
+        "variant_changes": [{"where": w, "change": c, **v} for w, c, v in cmp.variants],
     } | ({"bisections": list(bisected.values())} if bisections is not None else {})
 
 

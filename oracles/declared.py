@@ -47,6 +47,9 @@ class Declared:
     promises: tuple = field(default=(), hash=False)
     # the function's inputs are its caller's own (a --callable): its api domain stands for its pipeline
     own_inputs: bool = False
+    # False: no float64 reference describes this variant (a discovered one, `targets.discovery`): judged against the
+    # universal invariants of its kind only; `reference`, `affine` and every reference-based probe are n/a
+    reference: bool = True
 
     def configured(self, case: Case) -> "Declared":
         """This promise under the options `case` runs with (`oracles.options.apply`); a promise

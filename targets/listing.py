@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Mapping
 
+from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import TargetSpec, registry
 from maskfuzz.targets.runtime import acquire as acquire_mod
 from maskfuzz.targets.runtime import cache as cachemod
@@ -52,7 +53,26 @@ def rows(
             "pipeline": None if spec.pipeline is None else spec.pipeline.restrictions(),
             "pipeline_by_pin": {rev: d.restrictions() for rev, d in spec.pipeline_by_pin.items()},
             "configuration": _configuration(spec),
+            "discovered": _discovered(spec, pins, repos, cache),
         })  # fmt: skip
+    return out
+
+
+def _discovered(spec: TargetSpec, pins: list[dict], repos: Mapping[str, Path], cache: Path) -> dict:
+    """Per pin available offline: the variants the framework registers there (`targets.discovery`, read from the
+    code by AST), shown apart from the hand-written entries; {} for a framework without a discover module."""
+    if discovery.module_of(spec.id) is None:
+        return {}
+    out = {}
+    for p in pins:
+        if not p["offline"]:
+            continue
+        try:
+            root = acquire_mod.acquire(spec, p["rev"], repos, cache).root
+        except acquire_mod.AcquireError as exc:
+            out[p["rev"]] = {"error": str(exc), "variants": []}
+            continue
+        out[p["rev"]] = {"variants": [v.to_json() for v in discovery.discover(spec.id, root)]}
     return out
 
 
@@ -86,6 +106,7 @@ def render(data: list[dict], cache: Path | None = None, verbose: bool = False, w
         whitens = ", whitens" if t["whitens"] else ""
         lines.append(_fit(f"{t['id']}  ({t['contract']}{whitens})  {'  '.join(source)}", width))
         lines += _wrap(f"entries ({len(t['entries'])}): {_by_kind(t)}", width, "    ")
+        lines += [x for text in _discovered_lines(t) for x in _wrap(text, width, "    ")]
         if verbose:
             lines += [x for text in _details(t) for x in _wrap(text, width, "    ")]
         if not t["pins"]:
@@ -103,6 +124,26 @@ def render(data: list[dict], cache: Path | None = None, verbose: bool = False, w
     if not verbose:
         lines.append("details (domains, options, truncation, cited): --verbose; data: --json")
     return "\n".join(lines)
+
+
+def _discovered_lines(t: dict) -> list[str]:
+    """One line per pin with discovered variants: those without a hand-written entry (invariants only), those
+    a hand-written entry calls with a reference, and those not callable outside the trainer (with the reason)."""
+    out = []
+    for rev, found in t.get("discovered", {}).items():
+        vs = found["variants"]
+        if found.get("error"):
+            out.append(f"discovered at {_short(rev)}: cannot read the code: {found['error'][:120]}")
+            continue
+        only = [v["entry"] for v in vs if not v["covered_by"] and v["callable"]]
+        ref = [f"{v['name']} -> {v['covered_by']}" for v in vs if v["covered_by"]]
+        cannot = [f"{v['entry']} ({v['reason']})" for v in vs if not v["covered_by"] and not v["callable"]]
+        text = f"discovered at {_short(rev)} ({len(vs)} registered): invariants only: {', '.join(only) or 'none'}"
+        text += f"; reference (hand-written): {', '.join(ref) or 'none'}"
+        if cannot:
+            text += f"; not callable outside the trainer: {'; '.join(cannot)}"
+        out.append(text)
+    return out
 
 
 def _by_kind(t: dict) -> str:

@@ -20,6 +20,7 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import Whitening
+from maskfuzz.targets import discovery  # entries read from a framework's code at the pin
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class TargetSpec:
     # test, the paper it says it implements; quoted, with file:line and the pins that say it): a finding that
     # no universal invariant covers is a defect only where one of these covers its property (set per entry)
     promises: tuple = field(default=(), hash=False)
+    # False for an entry no float64 reference describes (a variant discovered at the pin, `targets.discovery`):
+    # judged against the universal invariants of its kind only
+    reference: bool = True
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:
@@ -96,7 +100,10 @@ class TargetSpec:
         """This spec with `entry_overrides[entry]` applied (entries of one framework may promise
         different things: TRL's old standalone `compute_advantages` is not its trainer block)."""
         key = entry or self.entries[0]
-        return dataclasses.replace(self, **self.entry_overrides.get(key, {})) if key in self.entry_overrides else self
+        if key in self.entry_overrides:
+            return dataclasses.replace(self, **self.entry_overrides[key])
+        found = discovery.overrides(self.id, key)
+        return dataclasses.replace(self, **found) if found is not None else self
 
     def declared(self, entry: str | None = None, pin: str | None = None) -> Declared:
         spec = self.for_entry(entry)
@@ -113,12 +120,18 @@ class TargetSpec:
             truncation=spec.truncation,
             score_map=tuple(spec.score_map),
             promises=tuple(p for p in spec.promises if p.at(pin)),
+            reference=spec.reference,
         )
 
     def adapter_for(self, entry: str | None) -> str:
         """The module that loads `entry`: the adapter for GAE, `<adapter>_kinds` for the entries of
         the other kinds (so the GAE adapter, which `maskfuzz repro` copies, never refers to them)."""
-        kind = self.entry_overrides.get(entry or self.entries[0], {}).get("kind", "gae")
+        key = entry or self.entries[0]
+        if key not in self.entry_overrides:
+            calls = discovery.calls_module(self.id, key)
+            if calls is not None:  # a discovered variant: the framework's calls for discovered entries
+                return calls
+        kind = self.entry_overrides.get(key, {}).get("kind", "gae")
         return self.adapter if kind == "gae" else f"{self.adapter}_kinds"
 
     def kind_of(self, entry: str | None) -> str:

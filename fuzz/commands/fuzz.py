@@ -31,6 +31,7 @@ from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
+from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
 from maskfuzz.oracles.reference import CONTRACTS
 from maskfuzz.targets.runtime.repos import parse_repos
 
@@ -154,15 +155,18 @@ def main(args) -> int:
     if args.seed is None:  # a nightly run draws new cases each night, reproducibly
         args.seed = int(time.strftime("%Y%m%d")) if profile.name == "nightly" else 0
     max_examples = args.max_examples if args.max_examples is not None else profile.max_examples
-    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
-    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
-    budget = share(args.budget) if args.budget is not None else profile.budget
     _check_outputs(args.json, args.junit, args.corpus)
     named = [(label.partition("@")[0].split(":")[0], label.partition("@")[2]) for label in labels
              if label not in args.callables and args.targets]  # fmt: skip
     problems = missing_pins(named, repos)
     if problems:
         raise UsageError("no such pin, nothing was run:\n  " + "\n  ".join(problems))
+    # variants the frameworks register at each pin asked for whole (not the first run: its budget is fixed)
+    discovered = {} if first_run else _discover(args.targets, args.callables, repos)
+    labels += [label for found in discovered.values() for label in found.get("labels", []) if label not in labels]
+    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
+    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
+    budget = share(args.budget) if args.budget is not None else profile.budget
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
         results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
@@ -209,6 +213,8 @@ def main(args) -> int:
     else:
         _say(f"done in {elapsed:.1f} s")
     payload = {"profile": profile.name, "seed": args.seed, "seconds": round(elapsed, 2), "targets": results}
+    if discovered:
+        payload["discovered"] = discovered
     if interrupted:
         payload["interrupted"], payload["not_run"] = True, left
     if args.json:
@@ -387,6 +393,53 @@ def _resolve_labels(targets: list[str], callables: list[str], repos: dict, first
     return labels + list(callables)
 
 
+def _discover(targets: list[str], callables: list[str], repos: dict) -> dict[str, dict]:
+    """`target@pin` -> the variants its code registers there (`targets.discovery`, read after the code is
+    acquired) and the labels of the discovered entries to fuzz, for every framework asked for whole (a target
+    without an entry, or every default pin with no target). A pin whose code cannot be acquired gets its reason
+    (its hand-written entries report the error)."""
+    from maskfuzz.targets import discovery
+    from maskfuzz.targets.registry import registry
+    from maskfuzz.targets.runtime.acquire import AcquireError, acquire
+    from maskfuzz.targets.runtime.session import RefError, parse_ref
+
+    specs = registry()
+    if callables and not targets:
+        return {}
+    if targets:
+        asked = []
+        for text in targets:
+            if ":" in text.partition("@")[0]:
+                continue  # an entry named: that entry alone
+            try:
+                ref = parse_ref(text)
+            except RefError:
+                continue
+            asked.append((ref.target, ref.pin))
+    else:
+        asked = [(spec.id, pin.rev) for spec in specs.values() for pin in spec.default_pins]
+    out: dict[str, dict] = {}
+    for target, pin in dict.fromkeys(asked):
+        if discovery.module_of(target) is None:
+            continue
+        key = f"{target}@{pin}"
+        try:
+            checkout = acquire(specs[target], pin, repos)
+        except AcquireError as exc:
+            out[key] = {"error": str(exc), "variants": [], "labels": []}
+            continue
+        variants = discovery.discover(target, checkout.root)
+        out[key] = {
+            "resolved": checkout.resolved,
+            "variants": [v.to_json() for v in variants],
+            "labels": [f"{target}:{e}@{pin}" for e in discovery.entries(variants)],
+        }
+        n = len(out[key]["labels"])
+        _say(f"[{key}] discovered {len(variants)} registered variant(s) at {checkout.resolved}: {n} without a "
+             "hand-written entry, fuzzed against invariants only")  # fmt: skip
+    return out
+
+
 def run_job(job: Job) -> dict:
     """Fuzz one target in this process and return its JSON result (never raises for the target's
     sake: set-up problems become status 'error', an absent function 'skipped')."""
@@ -426,6 +479,8 @@ def run_job(job: Job) -> dict:
             opener = open_target(job.label, repos, job.device, job.timeout)
         with opener as handle:
             out["resolved"] = handle.resolved
+            if not handle.declared.reference:  # a discovered variant: its kind's universal invariants only
+                out["judged"] = "invariants only"
             out["where"] = handle.info.get("where", "")
             out["notes"] = list(handle.info.get("notes", []))
             restrictions = handle.declared.domain.restrictions()
@@ -494,6 +549,8 @@ def run_job(job: Job) -> dict:
     for finding in result.findings:
         item = finding.to_dict()
         item["corpus_file"] = saved.get(finding.mechanism) if finding.is_defect else None
+        if out.get("judged"):
+            item["judged"] = out["judged"]
         out["findings"].append(item)
         what = (
             f"DEFECT {finding.property} ({finding.mechanism}, breaks {finding.promise.id}, reach {finding.reach}, "
@@ -698,6 +755,8 @@ def summary_table(results: list[dict]) -> str:
             for p in props:
                 checked, failed = r["checked"].get(p, 0), r["failed"].get(p, 0)
                 cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
+                if r.get("judged") == "invariants only" and p in NEEDS_REFERENCE:
+                    cell = "inv-only"  # no reference for the variant: not judged, never a pass
                 cells.append(cell.rjust(9))
             lines.append(row + " ".join(cells))
     if reasons:

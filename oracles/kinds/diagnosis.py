@@ -41,7 +41,7 @@ NEIGHBOURS = {kind: dims for kind, dims in DIMENSIONS.items() if kind not in GAE
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
-    if prop in _SHIFTABLE:
+    if prop in _SHIFTABLE and declared.reference:  # the probe compares references: none for a discovered variant
         try:
             centred = _centred_probe(run, case, declared, prop)
         except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing

@@ -39,11 +39,18 @@ def judge(
         if "empty-step" in want:
             verdicts["empty-step"] = _empty_step(run, k, case, declared)
         return ordered("a step without a trainable token: judged by empty-step")
-    ref = k.module.reference(reference_case(case, declared), v)
-    if ref is None:
-        return ordered("the kind's statistic is undefined for this case (too few trainable positions)")
-    if _overflows(case, ref, k, v):
-        return ordered(f"the reference exceeds the range of {case.dtype}: an overflow is not a defect")
+    if not declared.reference:  # a discovered variant: the universal invariants of its kind, nothing else
+        for prop in NEEDS_REFERENCE:
+            verdicts[prop] = na(prop, INVARIANTS_ONLY)
+        ref = None
+        if _overflows_inputs(case, k):
+            return ordered(f"the inputs' scale exceeds the range of {case.dtype}: an overflow is not a defect")
+    else:
+        ref = k.module.reference(reference_case(case, declared), v)
+        if ref is None:
+            return ordered("the kind's statistic is undefined for this case (too few trainable positions)")
+        if _overflows(case, ref, k, v):
+            return ordered(f"the reference exceeds the range of {case.dtype}: an overflow is not a defect")
     try:
         out = call(run, case, k)
     except Exception as exc:  # noqa: BLE001 - any failure of the target is a verdict
@@ -65,17 +72,13 @@ def judge(
     for name in k.outputs:
         bad = live & ~torch.isfinite(out[name])
         if bad.any():
-            verdicts["no-crash"] = diff(
-                "no-crash", name, bad, ref[name], out[name], "non-finite output on finite inputs"
-            )
+            expected = ref[name] if ref is not None else torch.zeros_like(out[name])  # invariants only: no value
+            msg = "non-finite output on finite inputs"
+            verdicts["no-crash"] = diff("no-crash", name, bad, expected, out[name], msg)
             return ordered("the base run gave non-finite outputs")
     verdicts["no-crash"] = ok("no-crash")
-    bound = {n: kind_bound(case.dtype, ref[n], condition_of(k, case, v, n)) for n in k.outputs}
-    # a row the configuration takes out of training (a cut row masked by mask_truncated_completions) has no
-    # expected output: the reference is compared where the configured case trains
-    ref_live = reference_case(case, declared).trainable
     checks = {
-        "reference": lambda: _compare("reference", ref, out, bound, ref_live, "differs from the float64 reference"),
+        "reference": lambda: _reference(case, declared, k, v, ref, out),
         "masked-zero": lambda: _masked_zero(declared, k, case, out),
         "poison": lambda: _poison(run, k, v, case, out, False, declared),
         "pad-invariance": lambda: _pad(run, k, v, case, out, declared),
@@ -84,14 +87,34 @@ def judge(
         "affine": lambda: _affine(run, k, v, case, declared),
         "deterministic": lambda: _deterministic(run, k, case, out, device),
         "twin": lambda: _twin_agrees(declared, k, v, case, out),
-        "split-invariance": lambda: _split(run, k, v, case, out),
+        "split-invariance": lambda: _split(run, k, v, case, out, declared),
         "empty-step": lambda: _empty_step(run, k, case, declared),
         "clip-bound": lambda: _clip_bound(run, k, v, case, out),
     }
     for prop in k.properties:
-        if prop in checks and prop in want:
+        if prop in checks and prop in want and prop not in verdicts:
             verdicts[prop] = _guard(prop, checks[prop], verdicts, declared)
     return ordered("")
+
+
+# what a variant without a float64 reference cannot be judged by (`Declared.reference` False): said, never a pass
+NEEDS_REFERENCE = ("reference", "affine")
+INVARIANTS_ONLY = "invariants only: no float64 reference describes this variant"
+
+
+def _reference(case: Case, declared: Declared, k: KindSpec, v: dict, ref: Outputs, out: Outputs) -> Verdict:
+    bound = {n: kind_bound(case.dtype, ref[n], condition_of(k, case, v, n)) for n in k.outputs}
+    # a row the configuration takes out of training (a cut row masked by mask_truncated_completions) has no
+    # expected output: the reference is compared where the configured case trains
+    ref_live = reference_case(case, declared).trainable
+    return _compare("reference", ref, out, bound, ref_live, "differs from the float64 reference")
+
+
+def _overflows_inputs(case: Case, k: KindSpec) -> bool:
+    """Without a reference: whether the kind's largest intermediate at its default variant (`peak`, a function
+    of the inputs' scale) is beyond the case's dtype."""
+    big = float(torch.finfo(DTYPES[case.dtype]).max) / 16.0
+    return hasattr(k.module, "peak") and k.module.peak(case, k.module.options(None)) > big
 
 
 def condition_of(k: KindSpec, case: Case, v: dict, name: str) -> torch.Tensor:
@@ -309,7 +332,7 @@ def _isolation(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdi
         return na("group-isolation", "one group")
     rows = (case.group == case.group[0]).nonzero().flatten()
     alone = case.rows(rows)
-    if k.module.reference(reference_case(alone, declared), v) is None:
+    if declared.reference and k.module.reference(reference_case(alone, declared), v) is None:
         return na("group-isolation", "the group alone has an undefined statistic")
     got = _twin(run, alone, k)
     mine = {n: x[rows] for n, x in out.items()}
@@ -391,7 +414,7 @@ def _deterministic(run, k, case: Case, out: Outputs, device: str) -> Verdict:
     return ok("deterministic")
 
 
-def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
+def _split(run, k, v, case: Case, out: Outputs, declared: Declared) -> Verdict:
     """The step as one micro-batch on one rank gives the outputs of the step as split."""
     if case.split is None or (len(case.split.unique()) < 2 and case.ranks == 1):
         return na("split-invariance", "one micro-batch on one rank")
@@ -402,7 +425,7 @@ def _split(run, k, v, case: Case, out: Outputs) -> Verdict:
     n_mb = len(case.split.unique())
     msg = f"the step cut into {n_mb} micro-batch(es) on {case.ranks} rank(s) differs from the whole step"
     verdict = _twin_compare("split-invariance", k, v, case, got, out, case.trainable, msg)
-    verdict.info = _without_global_normalisers(k, v, case)
+    verdict.info = _without_global_normalisers(k, v, case) if declared.reference else {}
     if verdict.info:
         verdict.message += (
             f" (without the global normalisers this split would move the loss by a relative "

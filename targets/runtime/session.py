@@ -22,6 +22,7 @@ from typing import Iterator, Mapping
 from maskfuzz.oracles.options import without
 from maskfuzz.oracles.properties import Declared
 from maskfuzz.oracles.reference import CONTRACTS
+from maskfuzz.targets import discovery
 from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.registry import TargetSpec
 from maskfuzz.targets.runtime.acquire import AcquireError, Checkout, acquire
@@ -78,7 +79,7 @@ def parse_ref(text: str, specs: Mapping[str, TargetSpec] | None = None) -> Targe
         raise RefError(f"unknown target {target!r} in {text!r}; known targets: {', '.join(sorted(specs))}")
     spec = specs[target]
     entry = entry.strip() or None
-    if entry is not None and entry not in spec.entries:
+    if entry is not None and entry not in spec.entries and not discovery.is_discovered(target, entry):
         raise RefError(f"{target} has no entry {entry!r}; its entries: {', '.join(spec.entries)}")
     if entry == spec.entries[0]:
         entry = None  # one spelling for the default entry, so corpus keys do not split

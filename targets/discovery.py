@@ -1,0 +1,197 @@
+"""Variants a framework registers by name, read from its code at the pin (no import), as entries of their kind.
+
+A framework opts in with a module of its folder, `targets/<framework>/discover.py`, that gives
+
+    PREFIXES: dict[str, str]                 # entry prefix -> kind, e.g. {"policy-loss": "policy-loss"}
+    def discover(root: Path) -> list[Variant]
+
+and a worker-side `targets/<framework>/calls_discovered.py` whose `load(root, entry)` runs the variant named
+by `entry` (`<prefix>:<name>`) through the framework's own registry. A discovered entry has no float64
+reference (`reference=False`): it is judged against the universal invariants of its kind only, and whether
+the variant is registered at a pin is decided by the code there (absent: a skip with the reason), so a
+variant added upstream is fuzzed the night it lands, without a change to maskfuzz.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from maskfuzz.oracles.domain import Domain
+from maskfuzz.oracles.kinds import GAE_KINDS
+
+DISCOVER, CALLS = "discover", "calls_discovered"
+_ROOT = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant a framework registers: `name` under `registry` (the decorator or table it came from), the
+    function `function` at `file`:`line` of the checkout; `callable` False (with `reason`) when it cannot be
+    called outside its trainer; `covered_by` the hand-written entry that already calls it (with a reference)."""
+
+    framework: str
+    kind: str
+    prefix: str  # the entry prefix: the entry is `<prefix>:<name>`
+    name: str
+    registry: str
+    file: str
+    line: int
+    function: str
+    callable: bool = True
+    reason: str = ""
+    covered_by: str | None = None
+
+    @property
+    def entry(self) -> str:
+        return f"{self.prefix}:{self.name}"
+
+    @property
+    def citation(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_json(self) -> dict:
+        return {
+            "entry": self.entry,
+            "kind": self.kind,
+            "name": self.name,
+            "registry": self.registry,
+            "at": self.citation,
+            "function": self.function,
+            "callable": self.callable,
+            "reason": self.reason,
+            "covered_by": self.covered_by,
+            "judged": "reference" if self.covered_by else "invariants only",
+        }
+
+
+def module_of(target_id: str) -> ModuleType | None:
+    """The framework's discover module (`targets/<id>/discover.py`), or None when it has none."""
+    folder = target_id.replace("-", "_")
+    if not (_ROOT / folder / f"{DISCOVER}.py").is_file():
+        return None
+    return importlib.import_module(f"maskfuzz.targets.{folder}.{DISCOVER}")
+
+
+def _kind_of_entry(target_id: str, entry: str) -> str | None:
+    prefix, colon, name = entry.partition(":")
+    mod = module_of(target_id) if colon and name else None
+    return None if mod is None else mod.PREFIXES.get(prefix)
+
+
+def is_discovered(target_id: str, entry: str | None) -> bool:
+    """Whether `entry` names a discovered variant of the target (`<prefix>:<name>` with a known prefix)."""
+    return bool(entry) and _kind_of_entry(target_id, entry) is not None
+
+
+def calls_module(target_id: str, entry: str | None) -> str | None:
+    """The worker module that runs a discovered `entry`, or None when it is not one."""
+    if not is_discovered(target_id, entry):
+        return None
+    return f"maskfuzz.targets.{target_id.replace('-', '_')}.{CALLS}"
+
+
+def overrides(target_id: str, entry: str | None) -> dict | None:
+    """The spec fields of a discovered `entry` (None when it is not one): its kind, no variant and no
+    reference (invariants only), no option, promise, pipeline domain or documented error of its own."""
+    kind = _kind_of_entry(target_id, entry) if entry else None
+    if kind is None:
+        return None
+    if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
+        raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
+    return dict(
+        kind=kind,
+        variant={},
+        reference=False,
+        masked_zero=True,
+        masked_zero_why="",
+        whitening=None,
+        documented_errors=(),
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+        truncation=None,
+        options=(),
+        promises=(),
+        score_map=(),
+        twin_of=None,
+    )
+
+
+def discover(target_id: str, root: Path) -> list[Variant]:
+    """Every variant the framework registers in the checkout at `root` ([] when it has no discover module)."""
+    mod = module_of(target_id)
+    return [] if mod is None else list(mod.discover(Path(root)))
+
+
+def entries(variants: list[Variant]) -> list[str]:
+    """The entries to fuzz: every discovered variant a hand-written entry does not already call (those not
+    callable outside their trainer included: each is a skip that says why, never silently left out)."""
+    return [v.entry for v in variants if v.covered_by is None]
+
+
+def changes(previous: list[str], now: list[str]) -> dict[str, list[str]]:
+    """The variants that appeared and disappeared between two nights (entry names)."""
+    return {"appeared": sorted(set(now) - set(previous)), "disappeared": sorted(set(previous) - set(now))}
+
+
+# --- AST helpers a framework's discover module uses -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A `@decorator(arg)` on a top-level def: the decorator's argument as source text (`key`, a string
+    literal's value unquoted), the def's name and parameters, and where the decorator is."""
+
+    decorator: str
+    key: str
+    literal: bool  # the key is a string literal (else an expression, e.g. an enum member)
+    function: str
+    params: tuple[str, ...]
+    file: str
+    line: int
+
+
+def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list[Registration]:
+    """Every top-level def under `root/package` decorated with a call of one of `decorators` (by name or
+    attribute: `@register(x)`, `@mod.register(x)`), in file and line order. Files that do not parse are skipped
+    (a half-done refactor upstream is not a variant)."""
+    out = []
+    base = Path(root)
+    for path in sorted((base / package).rglob("*.py")):
+        try:
+            with warnings.catch_warnings():  # upstream's invalid escapes in docstrings are not ours to report
+                warnings.simplefilter("ignore")
+                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for deco in node.decorator_list:
+                if not isinstance(deco, ast.Call) or not deco.args:
+                    continue
+                func = deco.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name not in decorators:
+                    continue
+                arg = deco.args[0]
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                args = node.args
+                params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+                out.append(
+                    Registration(
+                        name,
+                        arg.value if literal else ast.unparse(arg),
+                        literal,
+                        node.name,
+                        params,
+                        str(path.relative_to(base)),
+                        deco.lineno,
+                    )
+                )
+    return out

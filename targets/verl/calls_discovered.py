@@ -1,0 +1,121 @@
+"""The worker side of verl's discovered policy losses: `policy-loss:<name>` run through verl's own registry.
+
+`load(root, entry)` reads the variant from the checkout (discover.py), imports the module that registers it and
+takes `get_policy_loss_fn(name)` (verl/trainer/ppo/core_algos.py:70-85 at 0.9.1), the lookup the actor makes with
+`actor.policy_loss.loss_mode` (verl/workers/utils/losses.py:101-103). Each micro-batch of the step is called as
+ppo_loss calls the loss (losses.py:104-112): `response_mask` bool, `loss_agg_mode` token-mean, `config` the pin's
+own `ActorConfig` at its class defaults (nested configs too; its __init__ is not run: the default factories and
+__post_init__ compare with omegaconf's MISSING, a stand-in here) with `global_batch_info` set per micro-batch
+(:65-68), `rollout_is_weights` None. The first element of what the loss returns is the micro-batch's policy
+loss, backpropagated as it is (with global normalisers) or scaled by its row share (without).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import torch
+
+from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
+from maskfuzz.targets.adapters.loss_step import run_step
+
+_CORE = "verl.trainer.ppo.core_algos"
+# what load passes (the common signature ppo_loss calls with, verl/workers/utils/losses.py:104-112 at 0.9.1); a
+# required parameter outside it cannot be given
+REQUIRED = ("old_log_prob", "log_prob", "advantages", "response_mask")
+ACCEPTED = (*REQUIRED, "loss_agg_mode", "config", "rollout_is_weights", "rollout_log_probs")
+LOSS_AGG_MODE = "token-mean"  # actor.loss_agg_mode's default (ActorConfig, verl/workers/config/actor.py)
+
+
+def signature_problem(function: str, params: tuple[str, ...]) -> str:
+    """Why a loss with these parameters cannot be called with the common signature ("" when it can)."""
+    missing = [p for p in REQUIRED if p not in params]
+    extra = [p for p in params if p not in ACCEPTED]
+    if not missing and not extra:
+        return ""
+    wants = "lacks " + ", ".join(missing) if missing else "wants " + ", ".join(extra)
+    return f"{function}{params} is not the common signature ({', '.join(ACCEPTED)}): {wants}"
+
+
+def _defaults(cls, depth: int = 0):
+    """An instance of the dataclass `cls` holding its own field defaults (nested dataclass defaults built the same
+    way), without running its __init__ / __post_init__."""
+    obj = cls.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = _factory(f.default_factory, depth)
+        else:
+            continue
+        object.__setattr__(obj, f.name, value)
+    return obj
+
+
+def _factory(factory, depth: int):
+    if dataclasses.is_dataclass(factory) and isinstance(factory, type) and depth < 4:
+        return _defaults(factory, depth + 1)
+    try:
+        return factory()
+    except Exception:  # noqa: BLE001 - a default the loss never reads (an engine config needing omegaconf)
+        return None
+
+
+def load(root: Path, entry: str) -> Loaded:
+    _, _, name = entry.partition(":")
+    core = import_from(root, _CORE)  # the decorators run at import: the pin's registry is then complete
+    registry = getattr(core, "POLICY_LOSS_REGISTRY", None)
+    if registry is None or not hasattr(core, "get_policy_loss_fn"):
+        raise NotPresent(f"{_CORE} has no policy-loss registry at this pin")
+    if name not in registry:
+        known = ", ".join(registry) or "none"
+        raise NotPresent(f"no policy loss {name!r} is registered at this pin (registered: {known})")
+    fn = core.get_policy_loss_fn(name)
+    params = inspect.signature(fn).parameters
+    file = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(root).resolve())
+    at = f"{file}:{inspect.getsourcelines(fn)[1]}"
+    where = f"{at} ({fn.__name__}, get_policy_loss_fn({name!r}))"
+    why = signature_problem(fn.__name__, tuple(params))
+    if why:
+        raise NotPresent(f"{at}: not callable outside the trainer: {why}")
+    try:
+        config_cls = import_from(root, "verl.workers.config.actor").ActorConfig
+    except (NotPresent, AttributeError):
+        raise NotPresent(
+            f"{where}: no ActorConfig dataclass at this pin (verl.workers.config.actor): the config the actor hands "
+            "the loss is its omegaconf DictConfig, which cannot be built outside the trainer here"
+        ) from None
+    agg_params = inspect.signature(function_from(root, [(_CORE, "agg_loss")])[0]).parameters
+    global_info = all(p in agg_params for p in ("dp_size", "batch_num_tokens", "global_batch_size"))
+
+    def micro(rows, logp, mask, step):
+        dt = logp.dtype
+        old = step.case.extra["old_logp"][rows].to(device=logp.device, dtype=dt)
+        adv = step.case.extra["adv"][rows].to(device=logp.device, dtype=dt)
+        config = _defaults(config_cls)
+        object.__setattr__(config, "loss_agg_mode", LOSS_AGG_MODE)
+        object.__setattr__(config, "global_batch_info", {})
+        if global_info:  # ppo_loss, losses.py:65-68
+            config.global_batch_info.update(
+                dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows,
+                loss_scale_factor=getattr(config, "loss_scale_factor", None),
+            )  # fmt: skip
+        kwargs = dict(old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.bool))
+        optional = dict(loss_agg_mode=LOSS_AGG_MODE, config=config, rollout_is_weights=None, rollout_log_probs=None)
+        kwargs.update({k: x for k, x in optional.items() if k in params})
+        got = fn(**kwargs)
+        loss = got[0] if isinstance(got, (tuple, list)) else got
+        return loss if global_info else loss * (len(rows) / step.rank_rows)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return run_step(case, device, micro, leaf_name="logp")
+
+    how = "global normalisers set per micro-batch as ppo_loss does" if global_info else "per micro-batch, row share"
+    notes = [
+        f"discovered: @register_policy_loss({name!r}) at {at}; invariants only (no float64 reference)",
+        f"ActorConfig at its class defaults, loss_agg_mode {LOSS_AGG_MODE}, rollout_is_weights None; {how}",
+    ]
+    return Loaded(run, where, notes)

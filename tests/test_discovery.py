@@ -1,0 +1,232 @@
+"""Discovered variants (`targets.discovery`): verl's registered policy losses read from the checkout by AST, made
+entries of the `policy-loss` kind and judged against its universal invariants only, never the reference; a
+variant that a new upstream commit registers is discovered and fuzzed without a change to maskfuzz."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import git
+import pytest
+import torch
+
+from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
+from maskfuzz.fuzz.report import write_report
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds import judge as kinds_judge
+from maskfuzz.oracles.kinds import policy_loss
+from maskfuzz.oracles.kinds.judge import judge
+from maskfuzz.targets import discovery
+from maskfuzz.targets.registry import get
+from maskfuzz.targets.runtime.session import open_target, parse_ref
+
+# -- a fake verl tree: the registry and two losses of the common signature; a second commit adds a third ---------
+_CORE = '''
+import torch
+
+POLICY_LOSS_REGISTRY = {}
+
+
+def register_policy_loss(name):
+    def decorator(func):
+        POLICY_LOSS_REGISTRY[name] = func
+        return func
+
+    return decorator
+
+
+def get_policy_loss_fn(name):
+    return POLICY_LOSS_REGISTRY[name]
+
+
+def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None,
+             loss_scale_factor=None):
+    """token-mean over the step's tokens (the global normaliser), times dp_size as verl does."""
+    return torch.where(loss_mask, loss_mat, 0.0).sum() / max(int(batch_num_tokens), 1) * dp_size
+
+
+def _live(mask, *xs):
+    return [torch.where(mask, x, torch.zeros_like(x)) for x in xs]
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                config=None, rollout_is_weights=None):
+    old, new, adv = _live(response_mask, old_log_prob, log_prob, advantages)
+    return agg_loss(-adv * torch.exp(new - old), response_mask, loss_agg_mode, **config.global_batch_info), {}
+
+
+@register_policy_loss("plain_pg")
+def compute_policy_loss_plain_pg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                 config=None, rollout_is_weights=None):
+    new, adv = _live(response_mask, log_prob, advantages)
+    return agg_loss(-adv * new, response_mask, loss_agg_mode, **config.global_batch_info), {}
+
+
+@register_policy_loss("needs_values")
+def compute_policy_loss_needs_values(old_log_prob, log_prob, advantages, response_mask, values):
+    raise NotImplementedError
+'''
+_LEAKY = '''
+
+@register_policy_loss("leaky")
+def compute_policy_loss_leaky(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                              config=None, rollout_is_weights=None):
+    """Mask-blind: every position enters the numerator (a masked log-prob reaches the loss)."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    n = config.global_batch_info["batch_num_tokens"]
+    return (-advantages * ratio).sum() / n * config.global_batch_info["dp_size"], {}
+'''
+_ACTOR = '''
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ActorConfig:
+    clip_ratio: float = 0.2
+    loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None
+    global_batch_info: dict = field(default_factory=dict)
+'''
+_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
+
+
+def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
+    root = Path(repo.working_tree_dir)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    repo.index.add(list(files))
+    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
+    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
+
+
+@pytest.fixture
+def fake_verl(tmp_path, monkeypatch):
+    """A git repository of a fake verl: night 1 registers vanilla, plain_pg and needs_values; night 2 adds leaky."""
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
+    repo = git.Repo.init(tmp_path / "verl")
+    inits = {f"{p}/__init__.py": "" for p in ("verl", "verl/trainer", "verl/trainer/ppo", "verl/workers",
+                                             "verl/workers/config")}  # fmt: skip
+    core = "verl/trainer/ppo/core_algos.py"
+    _commit(repo, {**inits, core: _CORE, "verl/workers/config/actor.py": _ACTOR}, "night 1", 1)
+    return {"verl": tmp_path / "verl"}, repo
+
+
+def _poisoned_case():
+    from maskfuzz.oracles.case import Case
+
+    extra = {"logp": [[-0.5, 3.0]], "old_logp": [[-0.4, -1.0]], "adv": [[1.0, 2.0]]}
+    return Case.build(trainable=[[1, 0]], extra=extra, dtype="float64")
+
+
+def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
+    return fuzz_cmd.Job(
+        label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
+        "cpu", 30.0, None, True,
+    )  # fmt: skip
+
+
+def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_night(fake_verl, tmp_path):
+    repos, repo = fake_verl
+    nights = []
+    for day in (1, 2):  # the moving pin HEAD, read each night after the code is acquired
+        if day == 2:
+            _commit(repo, {"verl/trainer/ppo/core_algos.py": _CORE + _LEAKY}, "register the leaky policy loss", 2)
+        found = fuzz_cmd._discover(["verl@HEAD"], [], repos)
+        payload = {"profile": "nightly", "targets": [], "discovered": found}  # what `maskfuzz fuzz --json` writes
+        (tmp_path / f"night{day}.json").write_text(json.dumps(payload))
+        nights.append(found["verl@HEAD"])
+    first, second = nights
+    night1, night2 = first["resolved"], second["resolved"]
+    assert night1 != night2 == repo.head.commit.hexsha
+    names = [v["name"] for v in first["variants"]]
+    assert names == ["vanilla", "plain_pg", "needs_values"]
+    by_name = {v["name"]: v for v in second["variants"]}
+    assert by_name["vanilla"]["covered_by"] == "policy-loss" and by_name["vanilla"]["judged"] == "reference"
+    assert by_name["leaky"]["at"].startswith("verl/trainer/ppo/core_algos.py:") and by_name["leaky"]["callable"]
+    assert not by_name["needs_values"]["callable"] and "values" in by_name["needs_values"]["reason"]
+    # the hand-written entry keeps vanilla; the others are entries, the uncallable one too (a skip with its reason)
+    assert second["labels"] == [f"verl:policy-loss:{n}@HEAD" for n in ("plain_pg", "needs_values", "leaky")]
+    # the nightly report says what appeared since the previous night
+    write_report([tmp_path / "night1.json"], tmp_path / "r1", now="2026-01-01 00:00")
+    _, cmp = write_report([tmp_path / "night2.json"], tmp_path / "r2", previous=[tmp_path / "r1" / "report.json"],
+                          now="2026-01-02 00:00")  # fmt: skip
+    assert [(w, c, v["entry"]) for w, c, v in cmp.variants] == [("verl@HEAD", "appeared", "policy-loss:leaky")]
+    report = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert report["variant_changes"][0]["entry"] == "policy-loss:leaky"
+
+    # the new variant is judged as the fuzzer judges it, without a change to maskfuzz: a masked log-prob leaks
+    leaky = next(label for label in second["labels"] if ":leaky@" in label)
+    with open_target(leaky, repos=repos, timeout=30) as handle:
+        assert handle.resolved == night2
+        assert handle.declared.reference is False and "compute_policy_loss_leaky" in handle.info["where"]
+        verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
+    assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
+    assert "invariants only" in verdicts["reference"].message
+
+    plain = fuzz_cmd.run_job(_job(f"verl:policy-loss:plain_pg@{night2}", repos))
+    assert plain["status"] == "ok" and plain["judged"] == "invariants only", plain.get("reason")
+    assert plain["kind"] == "policy-loss" and plain["checked"]["reference"] == 0
+    assert plain["checked"]["poison"] > 0 and plain["checked"]["permutation"] > 0 and not plain["findings"]
+
+    skipped = fuzz_cmd.run_job(_job(f"verl:policy-loss:needs_values@{night2}", repos))
+    assert skipped["status"] == "skipped" and "not the common signature" in skipped["reason"]
+    gone = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night1}", repos))  # not registered on night 1
+    assert gone["status"] == "skipped" and "no policy loss 'leaky' is registered" in gone["reason"]
+
+
+def test_a_discovered_entry_parses_and_declares_no_reference():
+    ref = parse_ref("verl:policy-loss:anything@0.9.1")
+    assert ref.entry == "policy-loss:anything"
+    spec = get("verl")
+    declared = spec.declared(ref.entry, ref.pin)
+    assert declared.kind == "policy-loss" and declared.reference is False and declared.promises == ()
+    assert spec.adapter_for(ref.entry) == "maskfuzz.targets.verl.calls_discovered"
+    assert spec.declared("policy-loss").reference is True  # the hand-written entry keeps its reference
+    with pytest.raises(ValueError, match="no entry"):
+        parse_ref("verl:no-such-prefix:x@0.9.1")
+
+
+def test_invariants_only_never_runs_the_reference(monkeypatch):
+    """A loss twice verl's vanilla one breaks no invariant; with reference=False the judge never computes the
+    reference and says `reference` is not judged (n/a), where the same run fails it with a reference."""
+    from maskfuzz.oracles.case import Case
+
+    real = policy_loss.reference
+
+    def doubled(case: Case):
+        ref = real(case, {})
+        return ref["loss"] * 2, ref["grad"] * 2
+
+    gen = torch.Generator().manual_seed(0)
+    trainable = torch.rand(3, 5, generator=gen) > 0.3
+    trainable[:, 0] = True
+    extra = {n: torch.randn(3, 5, generator=gen, dtype=torch.float64) * 0.1 for n in ("logp", "old_logp", "adv")}
+    case = Case.build(trainable=trainable, extra=extra, dtype="float64")
+    with_ref = {v.property: v for v in kinds_judge.judge(doubled, case, Declared(kind="policy-loss"))}
+    assert with_ref["reference"].failed
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the reference ran for an invariants-only entry")
+
+    monkeypatch.setattr(policy_loss, "reference", forbidden)
+    verdicts = {v.property: v for v in kinds_judge.judge(doubled, case, Declared(kind="policy-loss", reference=False))}
+    assert verdicts["reference"].status == "n/a" and "invariants only" in verdicts["reference"].message
+    assert all(verdicts[p].status == "pass" for p in ("no-crash", "poison", "pad-invariance", "permutation",
+                                                       "deterministic")), verdicts  # fmt: skip
+
+
+@pytest.mark.network
+def test_verl_release_policy_losses_are_discovered_from_the_wheel():
+    from maskfuzz.targets.runtime.acquire import acquire
+
+    checkout = acquire(get("verl"), "0.9.1")
+    found = {v.name: v for v in discovery.discover("verl", checkout.root)}
+    assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
+    assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by is None
+    assert all(v.callable and v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
