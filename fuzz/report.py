@@ -401,6 +401,14 @@ def _out_link(path: Path | None, out: Path, text: str) -> Link | str:
     return Link(text, rel) if rel and not rel.startswith("/") else str(path)
 
 
+def _defect_json(row: dict) -> dict:
+    """A defect row as report.json holds it: `reach` stays `pipeline` / `api`, how it is known beside it
+    (`reach_evidence`, `reach_note`), as the table cell "pipeline (executed); note" says it in words."""
+    cell, _, note = row["reach"].partition("; ")
+    reach, _, evidence = cell.partition(" (")
+    return row | {"reach": reach, "reach_evidence": evidence.rstrip(")")} | ({"reach_note": note} if note else {})
+
+
 def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
     groups: dict[str, list[Failure]] = defaultdict(list)
     for f in failing:
@@ -577,7 +585,8 @@ def report_json(tonight: Night, cmp: Comparison, out: Path, now: str, bisections
             for c in tonight.coverage.values()
         ],
         "defects": [
-            dict(zip(DEFECT_FIELDS, row)) for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
+            _defect_json(dict(zip(DEFECT_FIELDS, row)))
+            for row in _defect_rows(cmp.new + cmp.still, {id(f): "new" for f in cmp.new})
         ],
         "findings": items,
         "facts": tonight.facts,

@@ -317,7 +317,7 @@ def test_a_run_without_targets_is_the_first_run_set_with_its_budget_split_and_sa
     code = main(["fuzz", "--jobs", "1", "--json", str(tmp_path / "r.json"), "--corpus", str(tmp_path / "c")])
     assert code == 0
     newest = {"miles": "0.0.2", "verl": "0.9.1", "openrlhf": "0.11.2", "trl": "1.12.0", "areal": "1.0.4",
-              "skyrl": "0.3.1", "torchrl": "0.14.1"}  # fmt: skip
+              "skyrl": "0.3.1", "torchrl": "0.14.1", "torchtune": "0.6.1"}  # fmt: skip
     want = {(s.id, newest[s.id]) for s in registry().values() if s.default_pins}
     assert {(j.label.split(":")[0].split("@")[0], j.label.split("@")[1]) for j in seen} == want
     assert len(seen) == sum(len(s.first_run_entries) for s in registry().values() if s.default_pins)

@@ -482,6 +482,7 @@ def test_the_report_leads_with_defects_grouping_findings_by_mechanism(tmp_path):
     assert set(defects) == {"verl/masked-value-bootstrap", "verl/score-lost"}
     bootstrap = defects["verl/masked-value-bootstrap"]
     assert bootstrap["reach"] == "pipeline" and bootstrap["properties"] == "poison, reference"
+    assert bootstrap["reach_evidence"] == "cited"  # nothing ran it: no validation is recorded
     assert all(f["defect"] and f["reach"] for f in data["findings"])
     text = (tmp_path / "out" / "report.md").read_text()
     assert text.index("Defects") < text.index("Matrix")
