@@ -154,6 +154,22 @@ class Registration:
     params: tuple[str, ...]
     file: str
     line: int
+    # `torch.<op>` calls in the body that make the output depend on a draw or on row order (`ORDER_OPS`), with lines
+    order_ops: tuple[str, ...] = ()
+
+
+# ops after which permutation, pad-invariance and determinism are not promises of the code: a random draw
+# (Clip-Cov's randperm), or a rank over the batch whose ties fall to position (KL-Cov's topk)
+ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
+
+
+def order_ops(node: ast.AST, file: str) -> tuple[str, ...]:
+    """`torch.<op>` / `x.<op>` calls of `ORDER_OPS` inside `node`, as "torch.randperm at FILE:LINE"."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ORDER_OPS:
+            found.append(f"torch.{sub.func.attr} at {file}:{sub.lineno}")
+    return tuple(found)
 
 
 def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list[Registration]:
@@ -192,6 +208,7 @@ def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list
                         params,
                         str(path.relative_to(base)),
                         deco.lineno,
+                        order_ops(node, str(path.relative_to(base))),
                     )
                 )
     return out

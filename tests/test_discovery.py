@@ -229,4 +229,9 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     found = {v.name: v for v in discovery.discover("verl", checkout.root)}
     assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
     assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by is None
-    assert all(v.callable and v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
+    assert all(v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
+    # Clip-Cov draws with randperm, KL-Cov ranks with topk: listed with the reason, not judged as if order-free
+    stochastic = {n for n, v in found.items() if not v.callable}
+    assert stochastic == {"clip_cov", "kl_cov"}, stochastic
+    assert "torch.randperm at verl/trainer/ppo/core_algos.py:" in found["clip_cov"].reason
+    assert "torch.topk" in found["kl_cov"].reason

@@ -27,6 +27,11 @@ def _variant(reg: Registration) -> Variant:
     reason = signature_problem(reg.function, reg.params)
     if not reason and not reg.literal:
         reason = f"registered under the expression {reg.key!r}, not a name the AST can read"
+    if not reason and reg.order_ops:  # judged as it is, its random or rank selection would read as a defect
+        reason = (
+            f"selects tokens by a random draw or a rank over the batch ({', '.join(reg.order_ops)}): permutation, "
+            "pad-invariance and determinism are not its promises, and the invariants-only judge has no seeded twin"
+        )
     return Variant(
         framework="verl",
         kind="policy-loss",
