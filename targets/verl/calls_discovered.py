@@ -113,9 +113,30 @@ def load(root: Path, entry: str) -> Loaded:
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         return run_step(case, device, micro, leaf_name="logp")
 
+    _needs_no_setting(fn, params, config_cls, where)
+
     how = "global normalisers set per micro-batch as ppo_loss does" if global_info else "per micro-batch, row share"
     notes = [
         f"discovered: @register_policy_loss({name!r}) at {at}; invariants only (no float64 reference)",
         f"ActorConfig at its class defaults, loss_agg_mode {LOSS_AGG_MODE}, rollout_is_weights None; {how}",
     ]
     return Loaded(run, where, notes)
+
+
+def _needs_no_setting(fn, params, config_cls, where: str) -> None:
+    """One call on a plain valid micro-batch (1 x 2, every token trained) with the config at its defaults: a
+    variant that rejects its defaults (DRO: `dro_beta must be a positive value`) needs a setting a user makes, so
+    it is listed with that reason instead of crashing on every case."""
+    x = torch.zeros(1, 2)
+    kwargs = dict(old_log_prob=x, log_prob=x, advantages=torch.ones(1, 2), response_mask=torch.ones(1, 2, dtype=bool))
+    config = _defaults(config_cls)
+    object.__setattr__(config, "loss_agg_mode", LOSS_AGG_MODE)
+    object.__setattr__(config, "global_batch_info", {})
+    optional = dict(loss_agg_mode=LOSS_AGG_MODE, config=config, rollout_is_weights=None, rollout_log_probs=None)
+    kwargs.update({k: v for k, v in optional.items() if k in params})
+    try:
+        fn(**kwargs)
+    except ValueError as exc:
+        raise NotPresent(f"{where}: needs a setting without a default to run: {exc}") from None
+    except Exception:  # noqa: BLE001 - anything else is for the fuzzer to see and judge
+        return
