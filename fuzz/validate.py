@@ -181,8 +181,8 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
     more = f" and {len(built) - BUILT_SHOWN} other mask(s)" if len(built) > BUILT_SHOWN else ""
     raise NotBuilt(
         f"the real path built no batch holding the case's masks ({shown}; T trainable, R masked real, P padding) "
-        f"in {max_seeds} seeds x {pool_size} generated rows (max_new_tokens {n_new}); it built instead: "
-        f"{instead}{more}"
+        f"in {max_seeds} seeds x {pool_size} generated rows (max_new_tokens {n_new}); it built instead (rows over "
+        f"those seeds): {instead}{more}"
     )
 
 

@@ -102,7 +102,8 @@ def test_a_case_the_single_turn_path_never_builds_is_not_built_and_says_what_was
     """Entry 77f071a1acc1d060 needs a loss-masked response tail (`TR`), which SkyRL builds only in its multi-turn
     generator; the single-turn path builds `TT...` and `T...P` rows, and the search names them."""
     entry = corpus.load(ROOT / "corpus" / "skyrl" / "telescoping-77f071a1acc1d060.json")
-    with pytest.raises(val.NotBuilt, match=r"\(row 0: TR, row 1: TR;.* it built instead: TT x\d+, TP x\d+$"):
+    built = r"it built instead \(rows over those seeds\): TT x\d+, TP x\d+$"
+    with pytest.raises(val.NotBuilt, match=r"\(row 0: TR, row 1: TR;.* " + built):
         val.validate(entry, rollout, registry.get("skyrl").declared(None, PIN), max_seeds=4)
 
 
