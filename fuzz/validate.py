@@ -85,8 +85,8 @@ class Scenario:
     sequence_length: int
     seeds_tried: int
     pool_size: int
-    step_rows: tuple[int, ...] = ()
-    step_wide: bool = False
+    step_rows: tuple[int, ...]
+    step_wide: bool
 
     def judged(self, rows: int) -> torch.Tensor:
         """[rows] bool: the executed step's rows the verdict judges (those holding the case's rows)."""
