@@ -93,6 +93,9 @@ def test_the_report_says_how_the_reach_is_known():
     assert row[3] == "pipeline (executed)"
     (row,) = _defect_rows([failure("cited", "the real path did not build it at roll@x: ...")], {})
     assert row[3] == "pipeline (cited); the real path did not build it at roll@x: ..."
+    # one finding of the defect executed, another not built: the note is the other finding's
+    (row,) = _defect_rows([failure("executed"), failure("cited", "the real path did not build it at roll@x: ...")], {})
+    assert row[3] == "pipeline (executed); another finding: the real path did not build it at roll@x: ..."
 
 
 def test_record_is_refused_at_another_pin_before_any_work(tmp_path, capsys):
