@@ -418,7 +418,8 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
         t = next((f.triage for f in fs if f.triage), {})
         reach = label("pipeline", _evidence(fs)) if _on_pipeline(fs) else t.get("reach", "unknown")
         if notes := sorted({f.triage["reach_note"] for f in fs if f.triage.get("reach_note")}):
-            reach += f"; {notes[0]}"
+            # executed by one finding, a note is another finding's (a note never stands at a pin that reproduced)
+            reach += f"; {'another finding: ' if _evidence(fs) == EXECUTED else ''}{notes[0]}"
         sev = _severity(fs)
         small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
         promise = next((f.triage["promise"] for f in fs if f.triage.get("promise")), "(not triaged)")

@@ -14,6 +14,13 @@ batch is the chosen rows, each its own request, rebuilt by the framework's code.
 span plus the padding after it (the cut length, when the case has cut rows), so a response that stops at a
 sampled EOS leaves that padding.
 
+The executed step (`step_wide`): where the batch-code module declares `STEP_WIDE_PADDING = True` (SkyRL pads
+every response to the longest response of the step it is given), a row's padding exists only inside its step:
+the chosen row re-batched alone has none. There the whole pool is executed as the framework's step, the fault
+is placed only on the chosen rows (every other row holds 0 at the boundary and scores 0), the function under
+test runs on the whole step, and the verdict judges the chosen rows' valid-token outputs (`Scenario.step_rows`).
+Elsewhere the chosen rows are executed as a batch of their own (each its own request), as before.
+
 The fault (`fault_of`): the case's values, token rewards and score at the embedded positions, 0 at the
 positions the case does not cover (extra prompt tokens, extra padding). Under the mask the case's values are
 the poison; a case with none gets `POISON_PROBE` there, as the poison property probes. At lam = 1 a value leak
@@ -25,6 +32,7 @@ tolerance (`oracles.tolerance`) and the clean twin does not, i.e. the masked cri
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -42,8 +50,10 @@ MAX_SEEDS = 64
 PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.properties._check_poison)
 SUPPORTED = ("poison",)  # properties with a recipe: critic values under the mask
 # (property, triage mechanism) of other findings whose fault is the poison recipe's: a `reference` finding of a
-# masked-value bootstrap is a masked critic value moving valid outputs, the same fault (its case holds the values)
-SAME_FAULT = (("reference", "masked-value-bootstrap"),)
+# masked-value bootstrap is a masked critic value moving valid outputs, the same fault (its case holds the values);
+# so is a `telescoping` one (at gamma = lam = 1 the masked values moved the valid outputs off the telescoped sum)
+SAME_FAULT = (("reference", "masked-value-bootstrap"), ("telescoping", "masked-value-bootstrap"))
+BUILT_SHOWN = 6  # the commonest row masks a failed search names as what the real path built instead
 
 
 class CannotValidate(Exception):
@@ -60,8 +70,10 @@ class Scenario:
     """A batch the framework built from real generations that holds the case's masks.
 
     request           the LM request of the pool the rows come from
-    generation        the executed rows' generation (`Generation.rows`: B = the case's rows, K = 1)
+    generation        the executed step's generation: the chosen rows (`Generation.rows`: B = the case's rows,
+                      K = 1), or the whole pool where the framework pads step-wide (`step_wide`)
     pool_rows[b]      the pool row behind case row b; offsets[b]: batch position = case position + offset
+    step_rows[b]      the row of the executed step holding case row b (b itself, or pool_rows[b] step-wide)
     sequence_length   the pipeline's configured length, prompt width + N
     seeds_tried, pool_size  what the search cost
     """
@@ -73,6 +85,20 @@ class Scenario:
     sequence_length: int
     seeds_tried: int
     pool_size: int
+    step_rows: tuple[int, ...]
+    step_wide: bool
+
+    def judged(self, rows: int) -> torch.Tensor:
+        """[rows] bool: the executed step's rows the verdict judges (those holding the case's rows)."""
+        mask = torch.zeros(rows, dtype=torch.bool)
+        mask[list(self.step_rows)] = True
+        return mask
+
+
+def step_wide(rollout: Rollout) -> bool:
+    """Whether the framework pads a row to the longest row of its step (the batch-code module's declaration
+    `STEP_WIDE_PADDING`): then only the whole pool, executed as one step, holds a row's padding."""
+    return bool(getattr(rollout.declaration(), "STEP_WIDE_PADDING", False))
 
 
 def row_classes(attention: torch.Tensor, trainable: torch.Tensor) -> str:
@@ -119,11 +145,13 @@ def new_tokens(case: Case) -> int:
 
 def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: int = POOL_SAMPLES) -> Scenario:
     """The first seed whose pool holds every case row (distinct pool rows, greedy in row order); raises
-    CannotValidate after `max_seeds` seeds."""
+    NotBuilt after `max_seeds` seeds, naming the masks the real path built instead."""
     want = [row_classes(case.attention[b], case.trainable[b]) for b in range(case.shape[0])]
     cut = case.truncated_rows().tolist()
     n_new = new_tokens(case)
+    wide = step_wide(rollout)
     pool_size = 0
+    built: Counter[str] = Counter()
     for seed in range(max_seeds):
         request = lm.RolloutRequest(seed=seed, num_return_sequences=samples, max_new_tokens=n_new)
         (gen,) = rollout.lm(request)
@@ -131,6 +159,7 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
         (pool,) = rollout.batch(BatchRequest(gen, length, dict(case.options)))
         pool_size = pool.attention.shape[0]
         have = [row_classes(pool.attention[r], pool.trainable[r]) for r in range(pool_size)]
+        built.update(have)
         rows, offsets, used = [], [], set()
         for b, row in enumerate(want):
             hit = next(
@@ -144,29 +173,36 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
             rows.append(hit[0])
             offsets.append(hit[1])
         if len(rows) == len(want):
-            return Scenario(request, gen.rows(rows), tuple(rows), tuple(offsets), length, seed + 1, pool_size)
+            step_rows = tuple(rows) if wide else tuple(range(len(rows)))
+            return Scenario(request, gen if wide else gen.rows(rows), tuple(rows), tuple(offsets), length, seed + 1,
+                            pool_size, step_rows, wide)  # fmt: skip
     shown = ", ".join(f"row {b}: {r}" for b, r in enumerate(want))
+    instead = ", ".join(f"{m} x{n}" for m, n in built.most_common(BUILT_SHOWN))
+    more = f" and {len(built) - BUILT_SHOWN} other mask(s)" if len(built) > BUILT_SHOWN else ""
     raise NotBuilt(
         f"the real path built no batch holding the case's masks ({shown}; T trainable, R masked real, P padding) "
-        f"in {max_seeds} seeds x {pool_size} generated rows (max_new_tokens {n_new})"
+        f"in {max_seeds} seeds x {pool_size} generated rows (max_new_tokens {n_new}); it built instead (rows over "
+        f"those seeds): {instead}{more}"
     )
 
 
 def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float) -> Fault:
     """The step's inputs at the hooked boundary, [B, T] float32 in the batch's canonical layout: the case's
-    values / token rewards at the embedded positions (its poison under the mask, `POISON_PROBE` where it has
-    none), 0 elsewhere; the case's score per row."""
+    values / token rewards at the embedded positions of its rows (`Scenario.step_rows`; its poison under the
+    mask, `POISON_PROBE` where it has none), 0 elsewhere; the case's score on its rows, 0 on the step's others."""
     b_rows, t_len = batch.attention.shape
     values = torch.zeros(b_rows, t_len, dtype=torch.float64)
     rewards = torch.zeros(b_rows, t_len, dtype=torch.float64)
+    score = torch.zeros(b_rows, dtype=torch.float64)
     dead = case.poison_mask()
     probe = not bool((case.values[dead] != 0).any())
     case_values = torch.where(dead, torch.full_like(case.values, POISON_PROBE), case.values) if probe else case.values
     width = case.shape[1]
-    for b, off in enumerate(scenario.offsets):
-        values[b, off : off + width] = case_values[b]
-        rewards[b, off : off + width] = case.token_rewards[b]
-    return Fault(values.float(), rewards.float(), case.score.float(), gamma=case.gamma, lam=lam)
+    for b, (row, off) in enumerate(zip(scenario.step_rows, scenario.offsets)):
+        values[row, off : off + width] = case_values[b]
+        rewards[row, off : off + width] = case.token_rewards[b]
+        score[row] = case.score[b]
+    return Fault(values.float(), rewards.float(), score.float(), gamma=case.gamma, lam=lam)
 
 
 def executed_case(case: Case, batch: Batch, fault: Fault) -> Case:
@@ -223,21 +259,26 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
 
 def _check_embedded(case: Case, scenario: Scenario, batch: Batch) -> None:
     """The executed batch (the chosen rows, rebuilt as their own requests) still holds the case at the offsets."""
-    for b, off in enumerate(scenario.offsets):
+    for b, (row, off) in enumerate(zip(scenario.step_rows, scenario.offsets)):
         want = row_classes(case.attention[b], case.trainable[b])
-        if embed(want, row_classes(batch.attention[b], batch.trainable[b])) != off:
-            raise CannotValidate(f"row {b} of the executed batch no longer holds the case's masks at offset {off}")
+        if embed(want, row_classes(batch.attention[row], batch.trainable[row])) != off:
+            raise CannotValidate(f"row {row} of the executed batch no longer holds the case's masks at offset {off}")
 
 
-def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) -> dict:
-    """Poisoned and clean outputs against the float64 reference at trainable positions."""
+def judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch, rows: torch.Tensor | None = None) -> dict:
+    """Poisoned and clean outputs of the executed step against the float64 reference at the trainable positions
+    of `rows` ([B] bool; None: every row). The reference is the whole step's (a whitening's statistics span it).
+
+    Answers `reference` (advantages, returns), `bounds`, `leak` [B, T] (off the reference poisoned, within it
+    clean: the masked value moved it), `clean_off`, and the largest |poisoned - reference| / |poisoned - clean|
+    over the judged positions."""
     declared = declared.configured(executed)
     expected = expected_outputs(executed, declared)
     if expected is None:
         raise CannotValidate("the reference is undefined for the executed step (whitening over < 2 tokens)")
     ref_adv, ref_ret = expected
     bnd = bounds(executed, declared.contract, ref_adv, ref_ret, declared.whitening)
-    live = executed.trainable
+    live = executed.trainable if rows is None else executed.trainable & rows[:, None]
     off = {}
     for name, batch in (("poisoned", poisoned), ("clean", clean)):
         off[name] = mismatches(batch.advantages, ref_adv, bnd.advantages, live) | mismatches(
@@ -259,9 +300,14 @@ def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) ->
     }
 
 
+_judge = judge  # the former private name, for branches written against it (tests: use `judge`)
+
+
 def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault) -> dict:
-    judged = _judge(executed, declared, poisoned, clean)
+    rows = scenario.judged(poisoned.attention.shape[0])
+    judged = judge(executed, declared, poisoned, clean, rows)
     ref_adv, ref_ret = judged["reference"]
+    shown = list(scenario.step_rows)  # the judged rows, in the case's row order
     leak = judged["leak"]
     poison_at = (~executed.trainable) & (fault.values != 0)
     poison_values = sorted({float(v) for v in fault.values[poison_at].tolist()})
@@ -295,10 +341,14 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
         "contract": declared.contract,
         "recipe": _recipe(rollout, scenario, poisoned, fault, case, poison_at, poison_values),
         "batch": {name: x.tolist() for name, x in poisoned.stages.items() if name != "input_ids"},
-        "observed": {"advantages": _rows(poisoned.advantages), "returns": _rows(poisoned.returns)},
-        "clean_twin": {"advantages": _rows(clean.advantages), "returns": _rows(clean.returns)},
-        "reference": {"advantages": _rows(ref_adv), "returns": _rows(ref_ret), "contract": declared.contract},
-        "positions": _positions(executed, poisoned, clean, judged),
+        "observed": {"advantages": _rows(poisoned.advantages[shown]), "returns": _rows(poisoned.returns[shown])},
+        "clean_twin": {"advantages": _rows(clean.advantages[shown]), "returns": _rows(clean.returns[shown])},
+        "reference": {
+            "advantages": _rows(ref_adv[shown]),
+            "returns": _rows(ref_ret[shown]),
+            "contract": declared.contract,
+        },  # fmt: skip
+        "positions": _positions(executed, poisoned, clean, judged, shown),
         "verdict": {
             "reproduced": reproduced,
             "line": line,
@@ -315,7 +365,7 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
 def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, case: Case, poison_at, values) -> dict:
     """Model config, preserved infrastructure (the upstream functions called), hooked boundary, scenario."""
     code = rollout.declaration()
-    req = scenario.request
+    req, gen, shown = scenario.request, scenario.generation, list(scenario.step_rows)
     return {
         "validation_mode": "real_tiny_lm_rollout_plus_framework_batch_code_hook",
         "model": lm.describe(req),
@@ -329,8 +379,8 @@ def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, ca
         "replaced_component": code.REPLACED_COMPONENT,
         "stand_ins": rollout.info["batch"].get("stand_ins_used", []),
         "constructed_scenario": {
-            "prompts": scenario.generation.prompts,
-            "responses": scenario.generation.responses,
+            "prompts": [gen.prompts[r // gen.num_return_sequences] for r in shown],
+            "responses": [gen.responses[r] for r in shown],
             "seed": req.seed,
             "pool": {
                 "prompts": len(req.conversations),
@@ -341,11 +391,22 @@ def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, ca
             "seeds_tried": scenario.seeds_tried,
             "max_new_tokens": req.max_new_tokens,
             "sequence_length": scenario.sequence_length,
+            "step": {
+                "rows": int(batch.attention.shape[0]),
+                "whole_pool": scenario.step_wide,
+                "judged_rows": shown,
+                "why": (
+                    "the framework pads every row to the step's longest (STEP_WIDE_PADDING): the whole pool runs "
+                    "as its step, the fault only on the judged rows"
+                    if scenario.step_wide
+                    else "the chosen rows, each its own request, rebuilt as a batch of their own"
+                ),
+            },  # fmt: skip
             "offsets": list(scenario.offsets),
-            "masks": [row_classes(batch.attention[b], batch.trainable[b]) for b in range(batch.attention.shape[0])],
+            "masks": [row_classes(batch.attention[b], batch.trainable[b]) for b in shown],
             "masked_critic_values": values,
             "poisoned_positions": poison_at.nonzero().tolist(),
-            "score": fault.score.tolist(),
+            "score": fault.score[shown].tolist(),
             "gamma": fault.gamma,
             "lam": fault.lam,
             "case_lam": case.lam,
@@ -354,8 +415,9 @@ def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, ca
     }
 
 
-def _positions(executed: Case, poisoned: Batch, clean: Batch, judged: dict) -> list[dict]:
-    """Every trainable position: its token, the observed (poisoned), clean-twin and reference outputs, the tolerance."""
+def _positions(executed: Case, poisoned: Batch, clean: Batch, judged: dict, rows: list[int]) -> list[dict]:
+    """Every trainable position of the judged `rows` (`row`: its row in the executed step): its token, the observed
+    (poisoned), clean-twin and reference outputs, the tolerance."""
     ref_adv, ref_ret = judged["reference"]
     bound = judged["bounds"].advantages
     f = lambda x: encode_float(float(x))  # noqa: E731
@@ -372,7 +434,8 @@ def _positions(executed: Case, poisoned: Batch, clean: Batch, judged: dict) -> l
             "reference_return": f(ref_ret[b, t]),
             "leaked": bool(judged["leak"][b, t]),
         }
-        for b, t in executed.trainable.nonzero().tolist()
+        for b in rows
+        for t in executed.trainable[b].nonzero().flatten().tolist()
     ]
 
 
@@ -404,6 +467,7 @@ def jsonable(x):
 def markdown(record: dict) -> str:
     """The validation record as a short report: recipe, scenario, observed (buggy) vs reference output, verdict."""
     recipe, scenario = record["recipe"], record["recipe"]["constructed_scenario"]
+    step = scenario["step"]
     model = recipe["model"]
     cfg, tok, gen = model["config"], model["tokenizer"], model["generation"]
     entry = record["entry"]
@@ -433,12 +497,13 @@ def markdown(record: dict) -> str:
         f"The generation decided every response and mask; the search took seed {scenario['seed']} "
         f"({scenario['seeds_tried']} seed(s) tried, pools of {scenario['pool']['rows']} rows: "
         f"{scenario['pool']['prompts']} prompts x {scenario['pool']['samples']} samples). "
-        f"sequence_length {scenario['sequence_length']}.",
+        f"sequence_length {scenario['sequence_length']}. Executed step: {step['rows']} row(s), {step['why']}.",
         "",
         "| row | prompt | response | masks (T trainable, R masked real, P padding) |",
         "|---|---|---|---|",
     ]
-    for b, (p, r, m) in enumerate(zip(scenario["prompts"], scenario["responses"], scenario["masks"])):
+    rows = zip(step["judged_rows"], scenario["prompts"], scenario["responses"], scenario["masks"])
+    for b, p, r, m in rows:
         out.append(f"| {b} | `{_cell(p)}` | `{_cell(r)}` | `{m}` |")
     lam = f"lam {scenario['lam']}" + (f" (the case's lam {scenario['case_lam']}: a value leak telescopes away at 1, "
                                       "so the poison property probes at 0.5)" if scenario["lam"] != scenario["case_lam"]

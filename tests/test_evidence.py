@@ -93,6 +93,9 @@ def test_the_report_says_how_the_reach_is_known():
     assert row[3] == "pipeline (executed)"
     (row,) = _defect_rows([failure("cited", "the real path did not build it at roll@x: ...")], {})
     assert row[3] == "pipeline (cited); the real path did not build it at roll@x: ..."
+    # one finding of the defect executed, another not built: the note is the other finding's
+    (row,) = _defect_rows([failure("executed"), failure("cited", "the real path did not build it at roll@x: ...")], {})
+    assert row[3] == "pipeline (executed); another finding: the real path did not build it at roll@x: ..."
 
 
 def test_record_is_refused_at_another_pin_before_any_work(tmp_path, capsys):
@@ -103,3 +106,26 @@ def test_record_is_refused_at_another_pin_before_any_work(tmp_path, capsys):
     code = main(["validate", str(src), "--target", "roll@090ac94658ad", "--record", "-o", str(tmp_path / "v")])
     assert code == 2 and "record at its pin only" in capsys.readouterr().err
     assert src.read_bytes() == before and not (tmp_path / "v").exists()
+
+
+# the validations `maskfuzz validate --record` stored in the corpus (each at the entry's own pin): reproduced, or
+# the real path built no batch holding the case (then the reach stays cited, with the note)
+RECORDED = {
+    "corpus/roll/poison-eea9356e726af9b5.json": "executed",  # roll@c09bc8bc9f43, ROLL's RLVR batch code
+    "corpus/verl/reference-a1406ab1912c899c.json": "executed",  # verl@0.1, the PPO trainer's single-turn path
+    "corpus/skyrl/poison-dbee94a8364d80ce.json": "executed",  # skyrl@0.3.1, the whole 64-row step
+    "corpus/skyrl/telescoping-77f071a1acc1d060.json": "cited",  # needs TR: SkyRL's multi-turn generator
+    "corpus/verl/poison-17351e2105c2533b.json": "cited",  # needs TRT: a tool turn
+}
+
+
+@pytest.mark.parametrize("path", sorted(RECORDED))
+def test_the_recorded_validations_give_the_reach_at_the_entrys_own_pin(path):
+    entry = corpus.load(path)
+    v = entry.validation
+    assert v is not None and v["built"] == (RECORDED[path] == "executed") and v["reproduced"] == v["built"]
+    assert v["target"] == f"{entry.key}@{entry.pin}"
+    triage = evidence.applied(entry.triage, v, v["resolved"])
+    assert (triage["reach"], triage["reach_evidence"]) == ("pipeline", RECORDED[path])
+    assert ("reach_note" in triage) == (RECORDED[path] == "cited")
+    assert evidence.reach_evidence("pipeline", v, "0" * 40) == "cited"  # at other code: nothing ran

@@ -70,7 +70,7 @@ def test_a_real_step_agrees_with_the_reference_and_padding_never_reaches_miles(r
     clean_fault = Fault(torch.where(masks.attention, values, 0.0), fault.token_rewards, fault.score, 1.0, 0.5)
     (clean,) = rollout.batch(BatchRequest(gen, gen.prompt_length + 3, {}, clean_fault))
     case = corpus.load(ENTRY).case
-    judged = val._judge(val.executed_case(case, poisoned, fault), declared, poisoned, clean)
+    judged = val.judge(val.executed_case(case, poisoned, fault), declared, poisoned, clean)
     assert judged["leak"].nonzero().tolist() == [] and judged["clean_off"].nonzero().tolist() == []
     assert torch.equal(poisoned.advantages, clean.advantages) and bool((~masks.attention).any())
     assert poisoned.called == [f"{p}::{fn}" for p, fn in miles_batch.PRESERVED]

@@ -9,10 +9,10 @@ runs on them in a worker process; the only fault is the critic's value under the
 * The whole step SkyRL batches (the pool: 4 prompts x 16 samples) holds corpus entry dbee94a8364d80ce's mask `TTP`:
   a two-token response right-padded to the step's longest response. With the critic's value 100 in that padding
   slot, GAE bootstraps it into the valid tokens' returns (the corpus verdict's 25.5, 51.0 against the reference's
-  0.5, 1.0); the clean twin agrees with the float64 reference.
-* `fuzz.validate` re-batches the chosen row alone, and SkyRL pads the response window to the longest response of
-  the batch it is given: a one-row step has no padding, so the case's masked slot does not exist there
-  (CannotValidate, `maskfuzz validate` exit 2).
+  0.5, 1.0); the clean twin agrees with the float64 reference. `maskfuzz validate` shows it: SkyRL's batch code
+  declares `STEP_WIDE_PADDING`, so the whole pool runs as the step, the fault only on the matching row.
+* Re-batched alone, the row has no padding (SkyRL pads to the longest response of the batch it is given): a
+  one-row step is `TT` and the case's masked slot does not exist there (what validate did before the declaration).
 
 * git main (a9564572eb8e, needs the mirror) right-aligns the response window: padding precedes a shorter response,
   so `TTP` is never built and a value in the leading padding moves no valid output.
@@ -50,63 +50,61 @@ def rollout():
         yield r
 
 
-def _step_fault(case, scenario: val.Scenario, batch, lam: float) -> Fault:
-    """The case at its pool rows of the whole step (fuzz.validate.fault_of places it at rows 0..B-1 of a
-    re-batch): its values (the poison under the mask), token rewards and score there, 0 elsewhere."""
-    shape = batch.attention.shape
-    values, rewards = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
-    score = torch.zeros(shape[0])
-    width = case.shape[1]
-    for b, (row, off) in enumerate(zip(scenario.pool_rows, scenario.offsets)):
-        values[row, off : off + width] = case.values[b]
-        rewards[row, off : off + width] = case.token_rewards[b]
-        score[row] = case.score[b]
-    return Fault(values.float(), rewards.float(), score, gamma=case.gamma, lam=lam)
-
-
-def test_the_masked_value_bootstraps_into_the_returns_of_skyrls_real_step(rollout):
+def test_validate_runs_the_whole_step_and_the_masked_value_bootstraps_into_the_returns(rollout, tmp_path):
     entry = corpus.load(ENTRY)
-    case, declared = entry.case, registry.get("skyrl").declared(None, PIN)
-    scenario = val.search(case, rollout)
-    (gen,) = rollout.lm(scenario.request)  # the step: every prompt and sample of the pool, as SkyRL batches it
-    (masks,) = rollout.batch(BatchRequest(gen, scenario.sequence_length))
-    (row,) = scenario.pool_rows
-    assert val.row_classes(masks.attention[row], masks.trainable[row]) == "TTP"  # right-padded to the longest
-    assert masks.attention.shape[1] == 3 and not bool(masks.truncated[row])
-    assert int(masks.stages["input_ids"][row, 2]) == gen.eos_token_id  # the response ends at a sampled EOS
-
-    lam = val.PROBE_LAM  # the case's lam is 1: a value leak telescopes away there
-    fault = _step_fault(case, scenario, masks, lam)
-    (poisoned,) = rollout.batch(BatchRequest(gen, scenario.sequence_length, {}, fault))
-    clean_fault = Fault(torch.where(poisoned.trainable, fault.values, 0.0), fault.token_rewards, fault.score,
-                        fault.gamma, lam)  # fmt: skip
-    (clean,) = rollout.batch(BatchRequest(gen, scenario.sequence_length, {}, clean_fault))
-    executed = val.executed_case(case, poisoned, fault)
-    judged = val._judge(executed, declared, poisoned, clean)
-    ref_ret = judged["reference"][1][row, :2].tolist()
+    assert val.step_wide(rollout) and skyrl_batch.STEP_WIDE_PADDING
+    record = val.validate(entry, rollout, registry.get("skyrl").declared(None, PIN))
+    scenario = record["recipe"]["constructed_scenario"]
+    step = scenario["step"]
+    (row,) = step["judged_rows"]
+    assert step["whole_pool"] and step["rows"] == scenario["pool"]["rows"] == len(lm.PROMPTS) * val.POOL_SAMPLES
+    assert scenario["pool"]["rows_used"] == [row] and scenario["masks"] == ["TTP"]
+    # the whole step's batch: right-padded to its longest response (3), the row ends at a sampled EOS
+    assert len(record["batch"]["loss_mask"]) == step["rows"] and len(record["batch"]["loss_mask"][row]) == 3
+    assert scenario["responses"][0].split()[-1] == lm.EOS
+    # the fault only on the judged row: the critic's value 100 in its padding slot, 0 on every other row
+    assert scenario["poisoned_positions"] == [[row, 2]] and scenario["masked_critic_values"] == [100.0]
+    assert record["batch"]["values"][row] == [0.0, 0.0, 100.0]
+    assert all(not any(vals) for b, vals in enumerate(record["batch"]["values"]) if b != row)
     # GAE at lam 0.5 reads the padding slot's value 100: 1 + 100 - 0.5 * 100 = 51 at the EOS, 0.5 * 51 before it
-    assert poisoned.returns[row, :2].tolist() == [25.5, 51.0] and clean.returns[row, :2].tolist() == [0.5, 1.0]
-    assert ref_ret == pytest.approx([0.5, 1.0], abs=1e-6)
-    assert judged["leak"].nonzero().tolist() == [[row, 0], [row, 1]]
-    assert judged["clean_off"].nonzero().tolist() == []
+    assert record["verdict"]["reproduced"] and record["resolved"] == "skyrl-train==0.3.1"
+    assert [row_ret[:2] for row_ret in record["observed"]["returns"]] == [[25.5, 51.0]]
+    assert [row_ret[:2] for row_ret in record["clean_twin"]["returns"]] == [[0.5, 1.0]]
+    assert [p["reference_return"] for p in record["positions"]] == pytest.approx([0.5, 1.0], abs=1e-6)
+    assert [(p["row"], p["position"]) for p in record["positions"]] == [(row, 0), (row, 1)]
+    assert record["verdict"]["leaked_positions"] == [[row, 0], [row, 1]]
+    assert record["verdict"]["clean_twin_off_reference"] == []
     # the leak lives in the returns (the critic's target); whitening hides it in the advantages of this step
-    assert (poisoned.advantages[row, :2] - clean.advantages[row, :2]).abs().max() < 1e-4
+    assert record["verdict"]["max_abs_moved_by_poison"] < 1e-4 and record["verdict"]["max_abs_return_delta"] == 50.0
     # every upstream function the module lists ran (sys.setprofile saw it, in the checkout's files)
-    assert poisoned.called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED]
-    assert masks.called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED[: skyrl_batch.RELEASE.mask_stage + 1]]
-    assert poisoned.stages["values"][row, 2] == 100.0 and poisoned.stages["token_level_rewards"][row].tolist() == [
-        0.0, 1.0, 0.0]  # fmt: skip  (the score on the EOS; the case's token reward 100 at padding never reaches)
+    called = [c for c in record["recipe"]["preserved_infrastructure"] if c.startswith("skyrl_train/")]
+    assert called == [f"{path}::{fn}" for path, fn in skyrl_batch.PRESERVED]
+    assert record["batch"]["token_level_rewards"][row] == [0.0, 1.0, 0.0]  # the score on the EOS
+    assert "64 row(s)" in val.markdown(record) and f"| {row} | " in val.markdown(record)
 
 
-def test_validate_cannot_rebuild_the_padding_of_a_one_row_step(rollout):
-    """fuzz.validate executes the chosen row as a batch of its own; SkyRL pads responses to the longest one of
-    the batch it is given, so that one-row batch is `TT`: the case's masked slot is gone."""
+def test_the_row_alone_has_no_padding_slot_so_validate_needs_the_whole_step(rollout, monkeypatch):
+    """SkyRL pads responses to the longest one of the batch it is given: the matching row re-batched alone is
+    `TT`, the case's masked slot is gone. Without the module's STEP_WIDE_PADDING declaration validate would
+    execute that one-row batch and cannot run the case (exit 2)."""
     entry = corpus.load(ENTRY)
     scenario = val.search(entry.case, rollout)
-    (alone,) = rollout.batch(BatchRequest(scenario.generation, scenario.sequence_length))
+    (row,) = scenario.pool_rows
+    assert scenario.step_wide and scenario.step_rows == (row,) and scenario.generation.output.shape[0] == 64
+    (alone,) = rollout.batch(BatchRequest(scenario.generation.rows([row]), scenario.sequence_length))
     assert val.row_classes(alone.attention[0], alone.trainable[0]) == "TT"
+    monkeypatch.setattr(skyrl_batch, "STEP_WIDE_PADDING", False)
     with pytest.raises(val.CannotValidate, match="row 0 of the executed batch no longer holds the case's masks"):
         val.validate(entry, rollout, registry.get("skyrl").declared(None, PIN))
+
+
+def test_a_case_the_single_turn_path_never_builds_is_not_built_and_says_what_was(rollout):
+    """Entry 77f071a1acc1d060 needs a loss-masked response tail (`TR`), which SkyRL builds only in its multi-turn
+    generator; the single-turn path builds `TT...` and `T...P` rows, and the search names them."""
+    entry = corpus.load(ROOT / "corpus" / "skyrl" / "telescoping-77f071a1acc1d060.json")
+    built = r"it built instead \(rows over those seeds\): TT x\d+, TP x\d+$"
+    with pytest.raises(val.NotBuilt, match=r"\(row 0: TR, row 1: TR;.* " + built):
+        val.validate(entry, rollout, registry.get("skyrl").declared(None, PIN), max_seeds=4)
 
 
 @pytest.mark.needs_mirror

@@ -5,7 +5,9 @@
 A tiny causal LM built in code (no download) generates real responses; the framework's own batch code at the
 pin turns them into its batch; the case's masks are searched among those batches (the generation decides
 every response length and mask); the fault enters at one named boundary (ROLL: the critic's values under the
-mask, before compute_advantage) and the step's outputs are judged against maskfuzz's float64 reference.
+mask, before compute_advantage) and the step's outputs are judged against maskfuzz's float64 reference. Where the
+framework pads every row to the longest row of its step (SkyRL), the whole pool runs as the step, the fault only on
+the matching rows, and those rows are judged.
 Writes DIR/validation.json (the record: recipe, scenario, buggy vs reference outputs) and DIR/validation.md.
 The target defaults to the case's own target, entry point and pin.
 

@@ -59,6 +59,10 @@ BOUNDARY_INPUTS = (
     "the generator's scalar reward per row: the case's score (a rule reward in place of the environment)",
 )
 REPLACED_COMPONENT = None
+# convert_prompts_responses_to_batch_tensors pads every response to the longest response of the step it is given
+# (0.3.1 skyrl_train/dataset/preprocess.py:28-132; git main right-aligns to it): a row's padding exists only inside
+# its step, so `fuzz.validate` executes the whole pool as the step and judges the chosen rows in it
+STEP_WIDE_PADDING = True
 
 
 @dataclass(frozen=True)
