@@ -41,6 +41,9 @@ POOL_SAMPLES = 16  # samples per prompt and seed: a pool of len(lm.PROMPTS) * 16
 MAX_SEEDS = 64
 PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.properties._check_poison)
 SUPPORTED = ("poison",)  # properties with a recipe: critic values under the mask
+# properties of the outcome score's recipe: the case's step as it is (its values verbatim, no probe), judged with
+# the score and, as the twin, without it: a score the framework loses moves the reference and not the outputs
+OUTCOME = ("score-kept", "telescoping")
 # (property, triage mechanism) of other findings whose fault is the poison recipe's: a `reference` finding of a
 # masked-value bootstrap is a masked critic value moving valid outputs, the same fault (its case holds the values)
 SAME_FAULT = (("reference", "masked-value-bootstrap"),)
@@ -152,15 +155,15 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
     )
 
 
-def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float) -> Fault:
+def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float, probe: bool = True) -> Fault:
     """The step's inputs at the hooked boundary, [B, T] float32 in the batch's canonical layout: the case's
     values / token rewards at the embedded positions (its poison under the mask, `POISON_PROBE` where it has
-    none), 0 elsewhere; the case's score per row."""
+    none and `probe`), 0 elsewhere; the case's score per row."""
     b_rows, t_len = batch.attention.shape
     values = torch.zeros(b_rows, t_len, dtype=torch.float64)
     rewards = torch.zeros(b_rows, t_len, dtype=torch.float64)
     dead = case.poison_mask()
-    probe = not bool((case.values[dead] != 0).any())
+    probe = probe and not bool((case.values[dead] != 0).any())
     case_values = torch.where(dead, torch.full_like(case.values, POISON_PROBE), case.values) if probe else case.values
     width = case.shape[1]
     for b, off in enumerate(scenario.offsets):
@@ -197,10 +200,11 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
     """Run `entry` (its pipeline witness when it has one) on a real rollout; the validation record."""
     case = entry.witness or entry.case
     mechanism = (entry.triage or {}).get("mechanism")
-    if entry.property not in SUPPORTED and (entry.property, mechanism) not in SAME_FAULT:
+    outcome = entry.property in OUTCOME
+    if entry.property not in SUPPORTED + OUTCOME and (entry.property, mechanism) not in SAME_FAULT:
         raise CannotValidate(
             f"no real-rollout recipe for property {entry.property!r} (mechanism {mechanism!r}) yet "
-            f"(covered: {SUPPORTED}, and {', '.join('/'.join(p) for p in SAME_FAULT)})"
+            f"(covered: {SUPPORTED + OUTCOME}, and {', '.join('/'.join(p) for p in SAME_FAULT)})"
         )
     pipeline = declared.pipeline
     if pipeline is not None and (why := pipeline.rejects(case)):
@@ -208,17 +212,21 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
     if case.has_nonfinite_poison():
         raise CannotValidate("NaN / inf under the mask: the critic's values are finite in a real step")
     scenario = search(case, rollout, max_seeds)
-    lam = PROBE_LAM if case.lam == 1.0 and declared.domain.critic else case.lam
+    lam = PROBE_LAM if case.lam == 1.0 and declared.domain.critic and not outcome else case.lam
     options, length = dict(case.options), scenario.sequence_length
     (masks,) = rollout.batch(BatchRequest(scenario.generation, length, options))
     _check_embedded(case, scenario, masks)
-    fault = fault_of(case, scenario, masks, lam)
+    fault = fault_of(case, scenario, masks, lam, probe=not outcome)
     (poisoned,) = rollout.batch(BatchRequest(scenario.generation, length, options, fault))
-    clean_values = torch.where(poisoned.trainable, fault.values, torch.zeros_like(fault.values))
-    clean_fault = dataclasses.replace(fault, values=clean_values)
+    if outcome:  # the twin: the same step without the outcome score
+        clean_fault = dataclasses.replace(fault, score=torch.zeros_like(fault.score))
+    else:  # the twin: the same step with 0 under the mask
+        clean_values = torch.where(poisoned.trainable, fault.values, torch.zeros_like(fault.values))
+        clean_fault = dataclasses.replace(fault, values=clean_values)
     (clean,) = rollout.batch(BatchRequest(scenario.generation, length, options, clean_fault))
     executed = executed_case(case, poisoned, fault)
-    return _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault)
+    twin = executed_case(case, clean, clean_fault) if outcome else None
+    return _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault, twin)
 
 
 def _check_embedded(case: Case, scenario: Scenario, batch: Batch) -> None:
@@ -229,19 +237,27 @@ def _check_embedded(case: Case, scenario: Scenario, batch: Batch) -> None:
             raise CannotValidate(f"row {b} of the executed batch no longer holds the case's masks at offset {off}")
 
 
-def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) -> dict:
-    """Poisoned and clean outputs against the float64 reference at trainable positions."""
+def _expected(executed: Case, declared: Declared):
+    """The float64 reference of `executed` and its tolerance bounds."""
     declared = declared.configured(executed)
     expected = expected_outputs(executed, declared)
     if expected is None:
         raise CannotValidate("the reference is undefined for the executed step (whitening over < 2 tokens)")
     ref_adv, ref_ret = expected
-    bnd = bounds(executed, declared.contract, ref_adv, ref_ret, declared.whitening)
+    return ref_adv, ref_ret, bounds(executed, declared.contract, ref_adv, ref_ret, declared.whitening)
+
+
+def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch, twin: Case | None = None) -> dict:
+    """Poisoned and clean outputs against the float64 reference at trainable positions (the clean twin against
+    its own step's, `twin`, where that is another step: the outcome recipe's, without the score)."""
+    ref_adv, ref_ret, bnd = _expected(executed, declared)
+    twin_adv, twin_ret, twin_bnd = (ref_adv, ref_ret, bnd) if twin is None else _expected(twin, declared)
     live = executed.trainable
     off = {}
-    for name, batch in (("poisoned", poisoned), ("clean", clean)):
-        off[name] = mismatches(batch.advantages, ref_adv, bnd.advantages, live) | mismatches(
-            batch.returns, ref_ret, bnd.returns, live
+    for name, batch, (r_adv, r_ret, b) in (("poisoned", poisoned, (ref_adv, ref_ret, bnd)),
+                                           ("clean", clean, (twin_adv, twin_ret, twin_bnd))):  # fmt: skip
+        off[name] = mismatches(batch.advantages, r_adv, b.advantages, live) | mismatches(
+            batch.returns, r_ret, b.returns, live
         )
     leak = off["poisoned"] & ~off["clean"]
     delta = (poisoned.advantages.double() - ref_adv).abs() * live
@@ -259,14 +275,16 @@ def _judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch) ->
     }
 
 
-def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault) -> dict:
-    judged = _judge(executed, declared, poisoned, clean)
+def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault, twin=None) -> dict:
+    judged = _judge(executed, declared, poisoned, clean, twin)
     ref_adv, ref_ret = judged["reference"]
     leak = judged["leak"]
     poison_at = (~executed.trainable) & (fault.values != 0)
     poison_values = sorted({float(v) for v in fault.values[poison_at].tolist()})
     reproduced = bool(leak.any())
-    if reproduced:
+    if twin is not None:
+        line = _outcome_line(reproduced, fault, int(leak.sum()), judged)
+    elif reproduced:
         line = (
             f"reproduced: the masked critic value(s) {poison_values} moved {int(leak.sum())} valid-token output(s) "
             f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g}, "
@@ -310,6 +328,19 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
         },
         "metrics": poisoned.metrics,
     }
+
+
+def _outcome_line(reproduced: bool, fault: Fault, n: int, judged: dict) -> str:
+    """The verdict line of the outcome recipe (the step with its score, the twin without)."""
+    deltas = (f"max |advantage - reference| {judged['max_abs_delta']:.6g}, max |return - reference| "
+              f"{judged['max_abs_return_delta']:.6g}")  # fmt: skip
+    if reproduced:
+        return (f"reproduced: the outcome score {fault.score.tolist()} does not reach {n} valid-token output(s) as "
+                f"the float64 reference has it ({deltas}); the same step without the score agrees with its "
+                "reference")  # fmt: skip
+    if bool(judged["clean_off"].any()):
+        return f"not reproduced: the step is off its reference with and without the score alike ({deltas})"
+    return f"not reproduced: with and without the score every valid-token output agrees with the reference ({deltas})"
 
 
 def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, case: Case, poison_at, values) -> dict:

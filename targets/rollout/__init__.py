@@ -23,5 +23,6 @@ BATCH_CODE: dict[str, str] = {
     "openrlhf": "maskfuzz.targets.rollout.openrlhf",
     "roll": "maskfuzz.targets.rollout.roll",
     "skyrl": "maskfuzz.targets.rollout.skyrl",
+    "trl": "maskfuzz.targets.rollout.trl",
     "verl": "maskfuzz.targets.rollout.verl",
 }
