@@ -220,9 +220,11 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
     (poisoned,) = rollout.batch(BatchRequest(scenario.generation, length, options, fault))
     if outcome:  # the twin: the same step without the outcome score
         clean_fault = dataclasses.replace(fault, score=torch.zeros_like(fault.score))
-    else:  # the twin: the same step with 0 under the mask
-        clean_values = torch.where(poisoned.trainable, fault.values, torch.zeros_like(fault.values))
-        clean_fault = dataclasses.replace(fault, values=clean_values)
+    else:  # the twin: the same step with 0 under the mask (values and token rewards)
+        live = poisoned.trainable
+        clean_fault = dataclasses.replace(fault, values=torch.where(live, fault.values, torch.zeros_like(fault.values)),
+                                          token_rewards=torch.where(live, fault.token_rewards,
+                                                                    torch.zeros_like(fault.token_rewards)))  # fmt: skip
     (clean,) = rollout.batch(BatchRequest(scenario.generation, length, options, clean_fault))
     executed = executed_case(case, poisoned, fault)
     twin = executed_case(case, clean, clean_fault) if outcome else None
@@ -286,9 +288,16 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
         line = _outcome_line(reproduced, fault, int(leak.sum()), judged)
     elif reproduced:
         line = (
-            f"reproduced: the masked critic value(s) {poison_values} moved {int(leak.sum())} valid-token output(s) "
+            f"reproduced: the masked critic value(s) {poison_values}{_masked_rewards(executed, fault)} moved "
+            f"{int(leak.sum())} valid-token output(s) "
             f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g}, "
             f"max |return - reference| {judged['max_abs_return_delta']:.6g})"
+        )
+    elif bool(judged["clean_off"].any()):
+        line = (
+            f"not reproduced as a masked-input leak: the same step with 0 under the mask is off the float64 reference "
+            f"too, at {int(judged['clean_off'].sum())} valid-token output(s) (another defect); the masked inputs moved "
+            f"the advantages by at most {judged['max_abs_moved']:.6g}"
         )
     else:
         line = (
@@ -328,6 +337,13 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
         },
         "metrics": poisoned.metrics,
     }
+
+
+def _masked_rewards(executed: Case, fault: Fault) -> str:
+    """` (with the masked token reward(s) [...])` where the case puts token rewards under the mask, else ""."""
+    at = (~executed.trainable) & (fault.token_rewards != 0)
+    values = sorted({float(v) for v in fault.token_rewards[at].tolist()})
+    return f" (with the masked token reward(s) {values})" if values else ""
 
 
 def _outcome_line(reproduced: bool, fault: Fault, n: int, judged: dict) -> str:

@@ -24,6 +24,7 @@ BATCH_CODE: dict[str, str] = {
     "openrlhf": "maskfuzz.targets.rollout.openrlhf",
     "roll": "maskfuzz.targets.rollout.roll",
     "skyrl": "maskfuzz.targets.rollout.skyrl",
+    "slime": "maskfuzz.targets.rollout.slime",
     "trl": "maskfuzz.targets.rollout.trl",
     "verl": "maskfuzz.targets.rollout.verl",
 }
