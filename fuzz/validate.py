@@ -490,15 +490,18 @@ def markdown(record: dict) -> str:
     lam = f"lam {scenario['lam']}" + (f" (the case's lam {scenario['case_lam']}: a value leak telescopes away at 1, "
                                       "so the poison property probes at 0.5)" if scenario["lam"] != scenario["case_lam"]
                                       else "")  # fmt: skip
+    outcome = entry["property"] in OUTCOME  # the outcome recipe: with the score, the twin without it
+    what, twin, moved = (("with the score", "twin without the score", "off the reference") if outcome
+                         else ("the masked value in", "clean twin", "moved by the mask"))  # fmt: skip
     out += [
         "",
         f"Masked critic value(s) {scenario['masked_critic_values']} at [row, position] "
         f"{scenario['poisoned_positions']}; score {scenario['score']}; gamma {scenario['gamma']}, {lam}.",
         "",
-        f"## Observed output (the masked value in) vs reference (contract `{record['contract']}`, float64)",
+        f"## Observed output ({what}) vs reference (contract `{record['contract']}`, float64)",
         "",
-        "| row | position | token | observed advantage | clean twin | reference | tolerance | observed return | "
-        "reference return | moved by the mask |",
+        f"| row | position | token | observed advantage | {twin} | reference | tolerance | observed return | "
+        f"reference return | {moved} |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in record["positions"]:

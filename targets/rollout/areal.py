@@ -40,6 +40,7 @@ import ast
 import asyncio
 import contextlib
 import importlib.metadata
+import sys
 import types
 import uuid
 from pathlib import Path
@@ -110,10 +111,10 @@ def load(root: Path, entry: str | None) -> Loaded:
     called = [f"{WORKFLOW[0]}::{WORKFLOW[1]}.{m}" for m in WORKFLOW[2]] + [
         f"{WORKFLOW[0]}::default_get_input_ids_fn", "areal/utils/hf_utils.py::apply_chat_template",
         f"{DATA}::batched_call", f"{DATA}::concat_batch", f"{DATA}::concat_padded_tensors", f"{DATA}::split_batch",
-        f"{ACTOR[0]}::{ACTOR[1]}.{ACTOR[2]}", f"{DATA}::KLEstimator"]  # fmt: skip
+        f"{ACTOR[0]}::{ACTOR[1]}.{ACTOR[2]}", f"{DATA}::KLEstimator._compute_approx_kl"]  # fmt: skip
 
     def run(request: BatchRequest, device: str) -> tuple[Batch]:
-        return (_step(request, fns, tokenizer, kl_estimator, called),)
+        return (_step(request, fns, tokenizer, kl_estimator, called, root),)
 
     notes = ["AReaL's RLVR workflow episode, batched_call and PPOActor._compute_advantages on a real generation; "
              "critic values and ref_logp at the hooked boundary", "compiled from source: " +
@@ -221,11 +222,33 @@ def _actor(options: dict, fault, kl_estimator, kl_ctl: float) -> types.SimpleNam
     return me
 
 
-def _step(request: BatchRequest, fns: dict, tokenizer, kl_estimator, called: list) -> Batch:
+class _Calls:
+    """Which functions of the checkout ran (`sys.setprofile`): `path::name` (a method by its bare name)."""
+
+    def __init__(self, root: Path):
+        self.root = str(Path(root).resolve())
+        self.seen: set[str] = set()
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(self.root):
+            self.seen.add(f"{Path(frame.f_code.co_filename).relative_to(self.root)}::{frame.f_code.co_name}")
+
+    def called(self, preserved: list[str]) -> list[str]:
+        """`preserved` in order, those that ran (`Class.method` matched by the method's name)."""
+        return [c for c in preserved if c.split("::")[0] + "::" + c.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+                in self.seen]  # fmt: skip
+
+
+def _step(request: BatchRequest, fns: dict, tokenizer, kl_estimator, called: list, root: Path) -> Batch:
     gen, fault = request.generation, request.fault
     rows = gen.output.shape[0]
     score = [0.0] * rows if fault is None else [float(s) for s in fault.score.tolist()]
-    trajectories, cut = _episodes(request, fns, tokenizer, score)
+    calls = _Calls(root)
+    sys.setprofile(calls)
+    try:
+        trajectories, cut = _episodes(request, fns, tokenizer, score)
+    finally:
+        sys.setprofile(None)
     width = max(t["input_ids"].shape[1] for t in trajectories)
     t_len = width - 1
     kl_ctl = 1.0
@@ -253,7 +276,11 @@ def _step(request: BatchRequest, fns: dict, tokenizer, kl_estimator, called: lis
     if fault is None:
         for t in trajectories:  # masks only: no critic, no reference (the method reads neither then)
             t["values"] = torch.zeros(1, t["input_ids"].shape[1])
-    fns["batched_call"](compute, trajectories)
+    sys.setprofile(calls)
+    try:
+        fns["batched_call"](compute, trajectories)
+    finally:
+        sys.setprofile(None)
     batched, out = seen["batch"], seen["out"]
     att = batched["attention_mask"].bool()
     batch = Batch(
@@ -266,7 +293,7 @@ def _step(request: BatchRequest, fns: dict, tokenizer, kl_estimator, called: lis
             "loss_mask": batched["loss_mask"].clone(),
             "rewards": batched["rewards"].clone(),
         },
-        called=called,
+        called=calls.called(called),
         tokens=batched["input_ids"][:, 1:].long().clone(),
         reward_mask=out["loss_mask"][:, :t_len].bool().clone(),
     )
