@@ -20,6 +20,10 @@ the poison; a case with none gets `POISON_PROBE` there, as the poison property p
 telescopes away, so the step runs at lam 0.5 (the poison property's probe). The clean twin is the same step
 with 0 under the mask. Reproduced: a trainable position where the poisoned step leaves the float64 reference's
 tolerance (`oracles.tolerance`) and the clean twin does not, i.e. the masked critic value moved it.
+
+The outcome recipe (`OUTCOME`: score-kept, telescoping): the case's step as it is (its values verbatim, no probe, its
+own lam), the twin the same step with score 0. Reproduced: a trainable position off the reference with the score
+while the twin agrees with its own reference, i.e. the score does not arrive where the reference puts it.
 """
 
 from __future__ import annotations
