@@ -27,6 +27,10 @@ the poison; a case with none gets `POISON_PROBE` there, as the poison property p
 telescopes away, so the step runs at lam 0.5 (the poison property's probe). The clean twin is the same step
 with 0 under the mask. Reproduced: a trainable position where the poisoned step leaves the float64 reference's
 tolerance (`oracles.tolerance`) and the clean twin does not, i.e. the masked critic value moved it.
+
+The outcome recipe (`OUTCOME`: score-kept, telescoping): the case's step as it is (its values verbatim, no probe, its
+own lam), the twin the same step with score 0. Reproduced: a trainable position off the reference with the score
+while the twin agrees with its own reference, i.e. the score does not arrive where the reference puts it.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ POOL_SAMPLES = 16  # samples per prompt and seed: a pool of len(lm.PROMPTS) * 16
 MAX_SEEDS = 64
 PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.properties._check_poison)
 SUPPORTED = ("poison",)  # properties with a recipe: critic values under the mask
+# properties of the outcome score's recipe: the case's step as it is (its values verbatim, no probe), judged with
+# the score and, as the twin, without it: a score the framework loses moves the reference and not the outputs
+OUTCOME = ("score-kept", "telescoping")
 # (property, triage mechanism) of other findings whose fault is the poison recipe's: a `reference` finding of a
 # masked-value bootstrap is a masked critic value moving valid outputs, the same fault (its case holds the values);
 # so is a `telescoping` one (at gamma = lam = 1 the masked values moved the valid outputs off the telescoped sum)
@@ -186,16 +193,17 @@ def search(case: Case, rollout: Rollout, max_seeds: int = MAX_SEEDS, samples: in
     )
 
 
-def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float) -> Fault:
+def fault_of(case: Case, scenario: Scenario, batch: Batch, lam: float, probe: bool = True) -> Fault:
     """The step's inputs at the hooked boundary, [B, T] float32 in the batch's canonical layout: the case's
     values / token rewards at the embedded positions of its rows (`Scenario.step_rows`; its poison under the
-    mask, `POISON_PROBE` where it has none), 0 elsewhere; the case's score on its rows, 0 on the step's others."""
+    mask, `POISON_PROBE` where it has none and `probe`), 0 elsewhere; the case's score on its rows, 0 on the
+    step's others."""
     b_rows, t_len = batch.attention.shape
     values = torch.zeros(b_rows, t_len, dtype=torch.float64)
     rewards = torch.zeros(b_rows, t_len, dtype=torch.float64)
     score = torch.zeros(b_rows, dtype=torch.float64)
     dead = case.poison_mask()
-    probe = not bool((case.values[dead] != 0).any())
+    probe = probe and not bool((case.values[dead] != 0).any())
     case_values = torch.where(dead, torch.full_like(case.values, POISON_PROBE), case.values) if probe else case.values
     width = case.shape[1]
     for b, (row, off) in enumerate(zip(scenario.step_rows, scenario.offsets)):
@@ -233,10 +241,11 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
     """Run `entry` (its pipeline witness when it has one) on a real rollout; the validation record."""
     case = entry.witness or entry.case
     mechanism = (entry.triage or {}).get("mechanism")
-    if entry.property not in SUPPORTED and (entry.property, mechanism) not in SAME_FAULT:
+    outcome = entry.property in OUTCOME
+    if entry.property not in SUPPORTED + OUTCOME and (entry.property, mechanism) not in SAME_FAULT:
         raise CannotValidate(
             f"no real-rollout recipe for property {entry.property!r} (mechanism {mechanism!r}) yet "
-            f"(covered: {SUPPORTED}, and {', '.join('/'.join(p) for p in SAME_FAULT)})"
+            f"(covered: {SUPPORTED + OUTCOME}, and {', '.join('/'.join(p) for p in SAME_FAULT)})"
         )
     pipeline = declared.pipeline
     if pipeline is not None and (why := pipeline.rejects(case)):
@@ -244,17 +253,23 @@ def validate(entry: Entry, rollout: Rollout, declared: Declared, max_seeds: int 
     if case.has_nonfinite_poison():
         raise CannotValidate("NaN / inf under the mask: the critic's values are finite in a real step")
     scenario = search(case, rollout, max_seeds)
-    lam = PROBE_LAM if case.lam == 1.0 and declared.domain.critic else case.lam
+    lam = PROBE_LAM if case.lam == 1.0 and declared.domain.critic and not outcome else case.lam
     options, length = dict(case.options), scenario.sequence_length
     (masks,) = rollout.batch(BatchRequest(scenario.generation, length, options))
     _check_embedded(case, scenario, masks)
-    fault = fault_of(case, scenario, masks, lam)
+    fault = fault_of(case, scenario, masks, lam, probe=not outcome)
     (poisoned,) = rollout.batch(BatchRequest(scenario.generation, length, options, fault))
-    clean_values = torch.where(poisoned.trainable, fault.values, torch.zeros_like(fault.values))
-    clean_fault = dataclasses.replace(fault, values=clean_values)
+    if outcome:  # the twin: the same step without the outcome score
+        clean_fault = dataclasses.replace(fault, score=torch.zeros_like(fault.score))
+    else:  # the twin: the same step with 0 under the mask (values and token rewards)
+        live = poisoned.trainable
+        clean_fault = dataclasses.replace(fault, values=torch.where(live, fault.values, torch.zeros_like(fault.values)),
+                                          token_rewards=torch.where(live, fault.token_rewards,
+                                                                    torch.zeros_like(fault.token_rewards)))  # fmt: skip
     (clean,) = rollout.batch(BatchRequest(scenario.generation, length, options, clean_fault))
     executed = executed_case(case, poisoned, fault)
-    return _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault)
+    twin = executed_case(case, clean, clean_fault) if outcome else None
+    return _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault, twin)
 
 
 def _check_embedded(case: Case, scenario: Scenario, batch: Batch) -> None:
@@ -265,24 +280,39 @@ def _check_embedded(case: Case, scenario: Scenario, batch: Batch) -> None:
             raise CannotValidate(f"row {row} of the executed batch no longer holds the case's masks at offset {off}")
 
 
-def judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch, rows: torch.Tensor | None = None) -> dict:
-    """Poisoned and clean outputs of the executed step against the float64 reference at the trainable positions
-    of `rows` ([B] bool; None: every row). The reference is the whole step's (a whitening's statistics span it).
-
-    Answers `reference` (advantages, returns), `bounds`, `leak` [B, T] (off the reference poisoned, within it
-    clean: the masked value moved it), `clean_off`, and the largest |poisoned - reference| / |poisoned - clean|
-    over the judged positions."""
+def _expected(executed: Case, declared: Declared):
+    """The float64 reference of `executed` (the whole step's: a whitening's statistics span it) and its bounds."""
     declared = declared.configured(executed)
     expected = expected_outputs(executed, declared)
     if expected is None:
         raise CannotValidate("the reference is undefined for the executed step (whitening over < 2 tokens)")
     ref_adv, ref_ret = expected
-    bnd = bounds(executed, declared.contract, ref_adv, ref_ret, declared.whitening)
+    return ref_adv, ref_ret, bounds(executed, declared.contract, ref_adv, ref_ret, declared.whitening)
+
+
+def judge(
+    executed: Case,
+    declared: Declared,
+    poisoned: Batch,
+    clean: Batch,
+    rows: torch.Tensor | None = None,
+    twin: Case | None = None,
+) -> dict:
+    """Poisoned and clean outputs of the executed step against the float64 reference at the trainable positions
+    of `rows` ([B] bool; None: every row); the clean twin against its own step's reference where that is another
+    step (`twin`: the outcome recipe's, without the score).
+
+    Answers `reference` (advantages, returns), `bounds`, `leak` [B, T] (off the reference poisoned, within it
+    clean: the masked value moved it), `clean_off`, and the largest |poisoned - reference| / |poisoned - clean|
+    over the judged positions."""
+    ref_adv, ref_ret, bnd = _expected(executed, declared)
+    twin_adv, twin_ret, twin_bnd = (ref_adv, ref_ret, bnd) if twin is None else _expected(twin, declared)
     live = executed.trainable if rows is None else executed.trainable & rows[:, None]
     off = {}
-    for name, batch in (("poisoned", poisoned), ("clean", clean)):
-        off[name] = mismatches(batch.advantages, ref_adv, bnd.advantages, live) | mismatches(
-            batch.returns, ref_ret, bnd.returns, live
+    for name, batch, (r_adv, r_ret, b) in (("poisoned", poisoned, (ref_adv, ref_ret, bnd)),
+                                           ("clean", clean, (twin_adv, twin_ret, twin_bnd))):  # fmt: skip
+        off[name] = mismatches(batch.advantages, r_adv, b.advantages, live) | mismatches(
+            batch.returns, r_ret, b.returns, live
         )
     leak = off["poisoned"] & ~off["clean"]
     delta = (poisoned.advantages.double() - ref_adv).abs() * live
@@ -300,23 +330,29 @@ def judge(executed: Case, declared: Declared, poisoned: Batch, clean: Batch, row
     }
 
 
-_judge = judge  # the former private name, for branches written against it (tests: use `judge`)
-
-
-def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault) -> dict:
+def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed, fault, twin=None) -> dict:
     rows = scenario.judged(poisoned.attention.shape[0])
-    judged = judge(executed, declared, poisoned, clean, rows)
+    judged = judge(executed, declared, poisoned, clean, rows, twin)
     ref_adv, ref_ret = judged["reference"]
     shown = list(scenario.step_rows)  # the judged rows, in the case's row order
     leak = judged["leak"]
     poison_at = (~executed.trainable) & (fault.values != 0)
     poison_values = sorted({float(v) for v in fault.values[poison_at].tolist()})
     reproduced = bool(leak.any())
-    if reproduced:
+    if twin is not None:
+        line = _outcome_line(reproduced, fault, int(leak.sum()), judged)
+    elif reproduced:
         line = (
-            f"reproduced: the masked critic value(s) {poison_values} moved {int(leak.sum())} valid-token output(s) "
+            f"reproduced: the masked critic value(s) {poison_values}{_masked_rewards(executed, fault)} moved "
+            f"{int(leak.sum())} valid-token output(s) "
             f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g}, "
             f"max |return - reference| {judged['max_abs_return_delta']:.6g})"
+        )
+    elif bool(judged["clean_off"].any()):
+        line = (
+            f"not reproduced as a masked-input leak: the same step with 0 under the mask is off the float64 reference "
+            f"too, at {int(judged['clean_off'].sum())} valid-token output(s) (another defect); the masked inputs moved "
+            f"the advantages by at most {judged['max_abs_moved']:.6g}"
         )
     else:
         line = (
@@ -362,6 +398,26 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
     }
 
 
+def _masked_rewards(executed: Case, fault: Fault) -> str:
+    """` (with the masked token reward(s) [...])` where the case puts token rewards under the mask, else ""."""
+    at = (~executed.trainable) & (fault.token_rewards != 0)
+    values = sorted({float(v) for v in fault.token_rewards[at].tolist()})
+    return f" (with the masked token reward(s) {values})" if values else ""
+
+
+def _outcome_line(reproduced: bool, fault: Fault, n: int, judged: dict) -> str:
+    """The verdict line of the outcome recipe (the step with its score, the twin without)."""
+    deltas = (f"max |advantage - reference| {judged['max_abs_delta']:.6g}, max |return - reference| "
+              f"{judged['max_abs_return_delta']:.6g}")  # fmt: skip
+    if reproduced:
+        return (f"reproduced: the outcome score {fault.score.tolist()} does not reach {n} valid-token output(s) as "
+                f"the float64 reference has it ({deltas}); the same step without the score agrees with its "
+                "reference")  # fmt: skip
+    if bool(judged["clean_off"].any()):
+        return f"not reproduced: the step is off its reference with and without the score alike ({deltas})"
+    return f"not reproduced: with and without the score every valid-token output agrees with the reference ({deltas})"
+
+
 def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, case: Case, poison_at, values) -> dict:
     """Model config, preserved infrastructure (the upstream functions called), hooked boundary, scenario."""
     code = rollout.declaration()
@@ -372,7 +428,7 @@ def _recipe(rollout: Rollout, scenario: Scenario, batch: Batch, fault: Fault, ca
         "preserved_infrastructure": [
             "transformers LlamaForCausalLM.generate (real sampling, EOS, padding)",
             *batch.called,
-            "tensordict.TensorDict",
+            *getattr(code, "INFRASTRUCTURE", ()),
         ],
         "hooked_boundary": code.HOOKED_BOUNDARY,
         "boundary_inputs": list(code.BOUNDARY_INPUTS),
@@ -508,15 +564,18 @@ def markdown(record: dict) -> str:
     lam = f"lam {scenario['lam']}" + (f" (the case's lam {scenario['case_lam']}: a value leak telescopes away at 1, "
                                       "so the poison property probes at 0.5)" if scenario["lam"] != scenario["case_lam"]
                                       else "")  # fmt: skip
+    outcome = entry["property"] in OUTCOME  # the outcome recipe: with the score, the twin without it
+    what, twin, moved = (("with the score", "twin without the score", "off the reference") if outcome
+                         else ("the masked value in", "clean twin", "moved by the mask"))  # fmt: skip
     out += [
         "",
         f"Masked critic value(s) {scenario['masked_critic_values']} at [row, position] "
         f"{scenario['poisoned_positions']}; score {scenario['score']}; gamma {scenario['gamma']}, {lam}.",
         "",
-        f"## Observed output (the masked value in) vs reference (contract `{record['contract']}`, float64)",
+        f"## Observed output ({what}) vs reference (contract `{record['contract']}`, float64)",
         "",
-        "| row | position | token | observed advantage | clean twin | reference | tolerance | observed return | "
-        "reference return | moved by the mask |",
+        f"| row | position | token | observed advantage | {twin} | reference | tolerance | observed return | "
+        f"reference return | {moved} |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in record["positions"]:

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 # target key (`target` or `target:entry`) -> the worker-side module that drives its batch code
 BATCH_CODE: dict[str, str] = {
+    "areal": "maskfuzz.targets.rollout.areal",
     "miles": "maskfuzz.targets.rollout.miles",
     "openrlhf": "maskfuzz.targets.rollout.openrlhf",
     "roll": "maskfuzz.targets.rollout.roll",
     "skyrl": "maskfuzz.targets.rollout.skyrl",
+    "slime": "maskfuzz.targets.rollout.slime",
+    "trl": "maskfuzz.targets.rollout.trl",
     "verl": "maskfuzz.targets.rollout.verl",
 }

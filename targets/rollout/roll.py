@@ -38,6 +38,7 @@ from maskfuzz.targets.roll.calls import rlvr_config
 from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 
+INFRASTRUCTURE = ("tensordict.TensorDict",)  # what the batch travels in (DataProto), named in the record
 HOOKED_BOUNDARY = "after the real rollout, before critic values enter compute_advantage"
 # what ROLL's code is given at the boundary, and what it is not given at all (nothing replaced)
 BOUNDARY_INPUTS = (

@@ -47,6 +47,7 @@ from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 from maskfuzz.targets.verl.calls_kinds import trainer_function
 
+INFRASTRUCTURE = ("tensordict.TensorDict",)  # what the batch travels in (DataProto), named in the record
 HOOKED_BOUNDARY = "after the real rollout and the reward manager, before critic values enter compute_advantage"
 BOUNDARY_INPUTS = (
     "batch['values'] [B, R]: the critic's values (the case's at valid tokens, its poison under the mask)",
