@@ -315,6 +315,11 @@ def judge(
             batch.returns, r_ret, b.returns, live
         )
     leak = off["poisoned"] & ~off["clean"]
+    if twin is None:  # the poison promise itself: the masked inputs moved a valid output off the zeroed twin's,
+        # also where the twin is off the reference for another defect (slime's lost score under its poison)
+        leak = leak | mismatches(poisoned.advantages, clean.advantages.double(), bnd.advantages, live) | mismatches(
+            poisoned.returns, clean.returns.double(), bnd.returns, live
+        )
     delta = (poisoned.advantages.double() - ref_adv).abs() * live
     moved = (poisoned.advantages.double() - clean.advantages.double()).abs() * live
     # the returns too: where the advantages are whitened (verl) a leak shows mostly in the returns
@@ -346,7 +351,10 @@ def _record(entry, case, rollout, declared, scenario, poisoned, clean, executed,
             f"reproduced: the masked critic value(s) {poison_values}{_masked_rewards(executed, fault)} moved "
             f"{int(leak.sum())} valid-token output(s) "
             f"off the float64 reference (max |advantage - reference| {judged['max_abs_delta']:.6g}, "
-            f"max |return - reference| {judged['max_abs_return_delta']:.6g})"
+            f"max |return - reference| {judged['max_abs_return_delta']:.6g}; moved against the same step with 0 "
+            f"under the mask by up to {judged['max_abs_moved']:.6g})"
+            + (f"; that twin is itself off the reference at {int(judged['clean_off'].sum())} valid-token output(s): "
+               "another defect" if bool(judged["clean_off"].any()) else "")
         )
     elif bool(judged["clean_off"].any()):
         line = (

@@ -10,8 +10,9 @@ manager's `_convert_samples_to_train_data` / `_split_train_data_by_dp`, `process
   response token, the observation's last: at gamma 0 the trained token's advantage is 0.0 where the float64
   reference has 1.0 (r + score - V); the same step without the score agrees. Exit 1.
 * poison-504440660de9a298 (masked-value-bootstrap, the same `TR`): the masked critic value 100 moves the trained
-  token's advantage to 100.0, but the same step with 0 under the mask is off the reference too (the score lost on
-  the observation's tail, 0.5^40 of it left): not reproduced as a masked-input leak, exit 0; the record keeps both.
+  token's advantage to 100.0 against the same step with 0 under the mask (the poison promise broken), a twin that is
+  itself off the reference (the score lost on the observation's tail, 0.5^40 of it left): reproduced, exit 1, and
+  the line names the twin's other defect.
 
 slime is git only: the tests need MASKFUZZ_REPOS=slime=/path/to/a-slime-clone-or-mirror and skip without it.
 """
@@ -71,14 +72,16 @@ def test_the_score_on_the_observation_tail_is_lost_on_a_real_rollout(tmp_path, c
 
 
 @pytest.mark.needs_mirror
-def test_the_masked_value_moves_the_output_but_the_twin_is_off_too():
+def test_the_masked_value_moves_the_output_though_the_twin_is_off_too():
     repos = _mirror()
     entry = corpus.load(POISON)
     with open_rollout(f"slime@{PIN}", repos=repos) as rollout:
         record = val.validate(entry, rollout, registry.get("slime").declared(None, PIN))
     verdict = record["verdict"]
-    assert not verdict["reproduced"]
-    assert verdict["line"].startswith("not reproduced as a masked-input leak: the same step with 0 under the mask")
+    assert verdict["reproduced"] and verdict["leaked_positions"] == [[0, 0]]
+    assert verdict["line"].startswith("reproduced: the masked critic value(s) [100.0]")
+    assert "moved 1 valid-token output(s)" in verdict["line"]
+    assert "that twin is itself off the reference at 1 valid-token output(s): another defect" in verdict["line"]
     (pos,) = record["positions"]
     assert pos["observed_advantage"] == 100.0 and pos["reference_advantage"] == 1.0
     assert float(pos["clean_twin_advantage"]) == pytest.approx(0.5**OBSERVATION)  # the score 40 masked steps away
