@@ -226,7 +226,8 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     from maskfuzz.targets.runtime.acquire import acquire
 
     checkout = acquire(get("verl"), "0.9.1")
-    found = {v.name: v for v in discovery.discover("verl", checkout.root)}
+    variants = discovery.discover("verl", checkout.root)
+    found = {v.name: v for v in variants if v.prefix == "policy-loss"}
     assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
     assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by is None
     assert all(v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
@@ -235,3 +236,11 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     assert stochastic == {"clip_cov", "kl_cov"}, stochastic
     assert "torch.randperm at verl/trainer/ppo/core_algos.py:" in found["clip_cov"].reason
     assert "torch.topk" in found["kl_cov"].reason
+    # the advantage estimators, keyed by `AdvantageEstimator` members resolved to their values
+    adv = {v.name: v for v in variants if v.prefix == "adv"}
+    assert {"gae", "grpo", "rloo", "opo", "gpg", "remax", "gdpo", "optimal_token_baseline"} <= set(adv), sorted(adv)
+    assert adv["grpo"].covered_by == "grpo" and adv["gae"].covered_by == "default" and adv["gae"].kind == "gae"
+    new = {n for n, v in adv.items() if v.covered_by is None}
+    assert new == {"gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"}, new
+    assert "masked_whiten at verl/trainer/ppo/core_algos.py:" in adv["gdpo"].reason and not adv["gdpo"].callable
+    assert "sum_pi_squared" in adv["optimal_token_baseline"].reason
