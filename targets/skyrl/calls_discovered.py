@@ -223,7 +223,7 @@ def _namespace(d):
 def algorithm_defaults(root: Path, package: str) -> tuple[SimpleNamespace, str]:
     """`cfg.trainer.algorithm` at the pin's defaults, and the file they were read from."""
     root = Path(root)
-    for rel in _DATACLASS_CONFIGS:
+    for rel in _DATACLASS_CONFIGS if package.startswith("skyrl/") else ():  # git main's layout only
         path = root / rel
         if path.is_file():
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
