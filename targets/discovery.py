@@ -149,13 +149,19 @@ class Registration:
 
     decorator: str
     key: str
-    literal: bool  # the key is a string literal (else an expression, e.g. an enum member)
+    literal: bool  # the key is readable: a string literal, or a member of a string enum of the package (`enum`)
     function: str
     params: tuple[str, ...]
     file: str
     line: int
     # `torch.<op>` calls in the body that make the output depend on a draw or on row order (`ORDER_OPS`), with lines
     order_ops: tuple[str, ...] = ()
+    # the parameters without a default (positional or keyword; *args / **kwargs not counted)
+    required: tuple[str, ...] = ()
+    # the enum member the key was written as (`PolicyLossType.REGULAR`), "" for a string literal
+    enum: str = ""
+    # calls of `BATCH_OPS` in the body (a statistic over the whole batch), as "masked_whiten at FILE:LINE"
+    batch_ops: tuple[str, ...] = ()
 
 
 # ops after which permutation, pad-invariance and determinism are not promises of the code: a random draw
@@ -172,19 +178,82 @@ def order_ops(node: ast.AST, file: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list[Registration]:
-    """Every top-level def under `root/package` decorated with a call of one of `decorators` (by name or
-    attribute: `@register(x)`, `@mod.register(x)`), in file and line order. Files that do not parse are skipped
-    (a half-done refactor upstream is not a variant)."""
+# calls after which a row's output depends on every other row of the batch by design: a whitening over the batch
+# (verl's GDPO ends in `masked_whiten(advantages, response_mask)`): group-isolation is then not a promise
+BATCH_OPS = ("masked_whiten",)
+
+
+def batch_ops(node: ast.AST, file: str) -> tuple[str, ...]:
+    """Calls of `BATCH_OPS` (by name or attribute) directly inside `node`, as "masked_whiten at FILE:LINE"."""
+    found = []
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name in BATCH_OPS:
+            found.append(f"{name} at {file}:{sub.lineno}")
+    return tuple(found)
+
+
+_ENUM_BASES = ("Enum", "StrEnum", "str")
+
+
+def enum_members(trees: list[ast.Module]) -> dict[str, str]:
+    """`Class.MEMBER` -> its string value, for every top-level class of `trees` deriving from an enum (`class
+    PolicyLossType(StrEnum)`, `class AdvantageEstimator(str, Enum)`) whose members are string literals."""
+    out: dict[str, str] = {}
+    for tree in trees:
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            if not bases & set(_ENUM_BASES) or not bases - {"str"}:
+                continue
+            for item in node.body:
+                if (
+                    isinstance(item, ast.Assign)
+                    and len(item.targets) == 1
+                    and isinstance(item.targets[0], ast.Name)
+                    and isinstance(item.value, ast.Constant)
+                    and isinstance(item.value.value, str)
+                ):
+                    out[f"{node.name}.{item.targets[0].id}"] = item.value.value
+    return out
+
+
+def _required(args: ast.arguments) -> tuple[str, ...]:
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    out = [a.arg for i, a in enumerate(positional) if i < first_default]
+    out += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return tuple(out)
+
+
+def _parsed(base: Path, package: str) -> list[tuple[Path, ast.Module]]:
     out = []
-    base = Path(root)
     for path in sorted((base / package).rglob("*.py")):
         try:
             with warnings.catch_warnings():  # upstream's invalid escapes in docstrings are not ours to report
                 warnings.simplefilter("ignore")
-                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+                out.append((path, ast.parse(path.read_text(encoding="utf-8", errors="replace"))))
         except SyntaxError:
             continue
+    return out
+
+
+def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list[Registration]:
+    """Every top-level def under `root/package` decorated with a call of one of `decorators` (by name or
+    attribute: `@register(x)`, `@mod.register(x)`), in file and line order; a def under several such decorators
+    (SkyRL's `ppo_policy_loss` is "regular" and "dual_clip") gives one registration each. The key is a string
+    literal, or a member of a string enum defined in the package (`@register_policy_loss(PolicyLossType.GSPO)`,
+    resolved to "gspo" by `enum_members`); anything else stays an unread expression (`literal` False). Files that
+    do not parse are skipped (a half-done refactor upstream is not a variant)."""
+    out = []
+    base = Path(root)
+    parsed = _parsed(base, package)
+    members = enum_members([tree for _, tree in parsed])
+    for path, tree in parsed:
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -196,19 +265,26 @@ def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list
                 if name not in decorators:
                     continue
                 arg = deco.args[0]
+                text = ast.unparse(arg)
                 literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                enum = "" if literal or text not in members else text
+                key = arg.value if literal else members.get(text, text)
                 args = node.args
                 params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+                rel = str(path.relative_to(base))
                 out.append(
                     Registration(
                         name,
-                        arg.value if literal else ast.unparse(arg),
-                        literal,
+                        key,
+                        literal or bool(enum),
                         node.name,
                         params,
-                        str(path.relative_to(base)),
+                        rel,
                         deco.lineno,
-                        order_ops(node, str(path.relative_to(base))),
+                        order_ops(node, rel),
+                        required=_required(args),
+                        enum=enum,
+                        batch_ops=batch_ops(node, rel),
                     )
                 )
     return out

@@ -80,7 +80,7 @@ def compute_policy_loss_leaky(old_log_prob, log_prob, advantages, response_mask,
     n = config.global_batch_info["batch_num_tokens"]
     return (-advantages * ratio).sum() / n * config.global_batch_info["dp_size"], {}
 '''
-_ACTOR = '''
+_ACTOR = """
 from dataclasses import dataclass, field
 
 
@@ -90,7 +90,7 @@ class ActorConfig:
     loss_agg_mode: str = "token-mean"
     loss_scale_factor: float | None = None
     global_batch_info: dict = field(default_factory=dict)
-'''
+"""
 _WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
 
 
@@ -226,7 +226,8 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     from maskfuzz.targets.runtime.acquire import acquire
 
     checkout = acquire(get("verl"), "0.9.1")
-    found = {v.name: v for v in discovery.discover("verl", checkout.root)}
+    variants = discovery.discover("verl", checkout.root)
+    found = {v.name: v for v in variants if v.prefix == "policy-loss"}
     assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
     assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by is None
     assert all(v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
@@ -235,3 +236,257 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     assert stochastic == {"clip_cov", "kl_cov"}, stochastic
     assert "torch.randperm at verl/trainer/ppo/core_algos.py:" in found["clip_cov"].reason
     assert "torch.topk" in found["kl_cov"].reason
+    # the advantage estimators, keyed by `AdvantageEstimator` members resolved to their values
+    adv = {v.name: v for v in variants if v.prefix == "adv"}
+    assert {"gae", "grpo", "rloo", "opo", "gpg", "remax", "gdpo", "optimal_token_baseline"} <= set(adv), sorted(adv)
+    assert adv["grpo"].covered_by == "grpo" and adv["gae"].covered_by == "default" and adv["gae"].kind == "gae"
+    new = {n for n, v in adv.items() if v.covered_by is None}
+    assert new == {"gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"}, new
+    assert "masked_whiten at verl/trainer/ppo/core_algos.py:" in adv["gdpo"].reason and not adv["gdpo"].callable
+    assert "sum_pi_squared" in adv["optimal_token_baseline"].reason
+
+
+# -- a fake SkyRL (release layout): enum-keyed registries, a def under two decorators; night 2 adds two variants ---
+_SKY_UTILS = '''
+from enum import StrEnum
+from functools import wraps
+
+import torch
+
+
+class BaseFunctionRegistry:
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._functions = {}
+
+    @classmethod
+    def register(cls, name, func):
+        cls._functions[name.value if isinstance(name, StrEnum) else name] = func
+
+    @classmethod
+    def get(cls, name):
+        return cls._functions[name]
+
+    @classmethod
+    def list_available(cls):
+        return list(cls._functions)
+
+
+class PolicyLossRegistry(BaseFunctionRegistry):
+    pass
+
+
+class AdvantageEstimatorRegistry(BaseFunctionRegistry):
+    pass
+
+
+class PolicyLossType(StrEnum):
+    REGULAR = "regular"
+    DUAL_CLIP = "dual_clip"
+    PLAIN_PG = "plain_pg"
+    LEAKY = "leaky"
+
+
+class AdvantageEstimator(StrEnum):
+    GAE = "gae"
+    GRPO = "grpo"
+    MEAN_BASELINE = "mean_baseline"
+    WHITENED = "whitened"
+
+
+def _register(registry, name):
+    def decorator(func):
+        @wraps(func)
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        registry.register(name, wrapper)
+        return wrapper
+
+    return decorator
+
+
+def register_policy_loss(name):
+    return _register(PolicyLossRegistry, name)
+
+
+def register_advantage_estimator(name):
+    return _register(AdvantageEstimatorRegistry, name)
+
+
+def masked_whiten(x, mask):
+    m = mask > 0
+    mean = x[m].mean()
+    return torch.where(m, (x - mean) / (x[m].std() + 1e-8), 0.0)
+
+
+def reduce_loss(loss, loss_mask, loss_reduction, max_seq_len=None):
+    assert loss_reduction == "token_mean"
+    live = loss_mask > 0
+    return torch.where(live, loss, 0.0).sum() / live.sum().clamp(min=1)
+
+
+@register_policy_loss(PolicyLossType.REGULAR)
+@register_policy_loss(PolicyLossType.DUAL_CLIP)
+def ppo_policy_loss(log_probs, old_log_probs, advantages, config, loss_mask=None, rollout_logprobs=None):
+    assert config.policy_loss_type in ["regular", "dual_clip"]
+    live = loss_mask > 0
+    ratio = torch.exp(torch.where(live, log_probs - old_log_probs, 0.0))
+    adv = torch.where(live, advantages, 0.0)
+    loss = -torch.min(ratio * adv, ratio.clamp(1 - config.eps_clip_low, 1 + config.eps_clip_high) * adv)
+    if config.policy_loss_type == "dual_clip":
+        loss = torch.where(adv < 0, torch.min(-adv * config.clip_ratio_c, loss), loss)
+    return reduce_loss(loss, loss_mask, config.loss_reduction, config.max_seq_len), 0.0
+
+
+@register_policy_loss(PolicyLossType.PLAIN_PG)
+def plain_pg_loss(log_probs, old_log_probs, advantages, config, loss_mask=None, rollout_logprobs=None):
+    live = loss_mask > 0
+    loss = -torch.where(live, advantages, 0.0) * torch.where(live, log_probs, 0.0)
+    return reduce_loss(loss, loss_mask, config.loss_reduction, config.max_seq_len), 0.0
+
+
+@register_advantage_estimator(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lambd, **kwargs):
+    raise NotImplementedError
+
+
+@register_advantage_estimator(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, **kwargs):
+    raise NotImplementedError
+
+
+@register_advantage_estimator(AdvantageEstimator.MEAN_BASELINE)
+def compute_mean_baseline_advantage(token_level_rewards, response_mask, index, **kwargs):
+    """score - the mean score of its group, on the response tokens."""
+    scores = torch.where(response_mask > 0, token_level_rewards, 0.0).sum(-1)
+    out = torch.zeros_like(scores)
+    for uid in set(index.tolist()):
+        rows = torch.tensor([u == uid for u in index.tolist()])
+        out[rows] = scores[rows] - scores[rows].mean()
+    return torch.where(response_mask > 0, out[:, None], 0.0), None
+'''
+_SKY_NIGHT2 = '''
+
+@register_policy_loss(PolicyLossType.LEAKY)
+def leaky_loss(log_probs, old_log_probs, advantages, config, loss_mask=None, rollout_logprobs=None):
+    """Mask-blind: every position's log-ratio enters the loss."""
+    return (-advantages * torch.exp(log_probs - old_log_probs)).mean(), 0.0
+
+
+@register_advantage_estimator(AdvantageEstimator.WHITENED)
+def compute_whitened_advantage(token_level_rewards, response_mask, index, **kwargs):
+    scores = token_level_rewards.sum(-1, keepdim=True) * response_mask
+    return masked_whiten(scores, response_mask), None
+'''
+_SKY_CONFIG = """
+trainer:
+  epochs: 1  # not read
+  algorithm:
+    advantage_estimator: "grpo"  # "grpo", "gae"
+    policy_loss_type: "regular"
+    loss_reduction: "token_mean"
+    eps_clip_low: 0.2
+    eps_clip_high: 0.2
+    clip_ratio_c: 3.0
+    sapo:
+      tau_pos: 1.0
+generator:
+  n_samples_per_prompt: 5
+"""
+
+
+@pytest.fixture
+def fake_skyrl(tmp_path, monkeypatch):
+    """A git repository of a fake SkyRL release layout (skyrl_train/utils/ppo_utils.py, the trainer config)."""
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
+    repo = git.Repo.init(tmp_path / "skyrl")
+    files = {f"{p}/__init__.py": "" for p in ("skyrl_train", "skyrl_train/utils", "skyrl_train/config")}
+    files["skyrl_train/utils/ppo_utils.py"] = _SKY_UTILS
+    files["skyrl_train/config/ppo_base_config.yaml"] = _SKY_CONFIG
+    _commit(repo, files, "night 1", 1)
+    return {"skyrl": tmp_path / "skyrl"}, repo
+
+
+def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fake_skyrl):
+    repos, repo = fake_skyrl
+    first = fuzz_cmd._discover(["skyrl@HEAD"], [], repos)["skyrl@HEAD"]
+    # `@register_policy_loss(PolicyLossType.REGULAR)` read as "regular"; the def under two decorators is two variants
+    assert [v["entry"] for v in first["variants"]] == [
+        "policy-loss:regular", "policy-loss:dual_clip", "policy-loss:plain_pg",
+        "adv:gae", "adv:grpo", "adv:mean_baseline",
+    ]  # fmt: skip
+    by = {v["entry"]: v for v in first["variants"]}
+    assert by["policy-loss:regular"]["covered_by"] == "policy-loss" and by["adv:grpo"]["covered_by"] == "grpo"
+    assert by["adv:gae"]["kind"] == "gae" and not by["adv:gae"]["callable"] and "values" in by["adv:gae"]["reason"]
+    assert by["adv:mean_baseline"]["kind"] == "group-advantage" and by["adv:mean_baseline"]["callable"]
+    assert first["labels"] == [f"skyrl:{e}@HEAD" for e in ("policy-loss:dual_clip", "policy-loss:plain_pg",
+                                                           "adv:mean_baseline")]  # fmt: skip
+
+    night1 = first["resolved"]
+    _commit(repo, {"skyrl_train/utils/ppo_utils.py": _SKY_UTILS + _SKY_NIGHT2}, "register leaky and whitened", 2)
+    second = fuzz_cmd._discover(["skyrl@HEAD"], [], repos)["skyrl@HEAD"]
+    night2 = second["resolved"]
+    assert night2 != night1 and set(second["labels"]) - set(first["labels"]) == {
+        "skyrl:policy-loss:leaky@HEAD", "skyrl:adv:whitened@HEAD"}  # fmt: skip
+    whitened = next(v for v in second["variants"] if v["entry"] == "adv:whitened")
+    assert not whitened["callable"] and "masked_whiten at skyrl_train/utils/ppo_utils.py:" in whitened["reason"]
+
+    # judged as the fuzzer judges them, through SkyRL's own registry and the pin's config defaults
+    dual = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:dual_clip@{night2}", repos, examples=20))
+    assert dual["status"] == "ok" and dual["judged"] == "invariants only", dual.get("reason")
+    assert dual["checked"]["reference"] == 0 and dual["checked"]["poison"] > 0 and not dual["findings"], dual["checked"]
+    assert any("ppo_base_config.yaml" in n for n in dual["notes"]), dual["notes"]
+    mean = fuzz_cmd.run_job(_job(f"skyrl:adv:mean_baseline@{night2}", repos, examples=8))
+    assert mean["status"] == "ok" and mean["kind"] == "group-advantage", mean.get("reason")
+    assert mean["checked"]["group-isolation"] > 0 and mean["checked"]["permutation"] > 0
+    # response_mask is SkyRL's response indicator (calls_kinds.outcome_inputs): rewards on loss-masked response
+    # tokens enter the sum, a fact without a pipeline domain (api), never a defect
+    assert not mean["defects"] and all(f["property"] != "group-isolation" for f in mean["findings"]), mean["findings"]
+    skipped = fuzz_cmd.run_job(_job(f"skyrl:adv:whitened@{night2}", repos))
+    assert skipped["status"] == "skipped" and "normalises over the whole batch" in skipped["reason"]
+    gone = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:leaky@{night1}", repos))
+    assert gone["status"] == "skipped" and "no policy loss 'leaky' is registered" in gone["reason"]
+    with open_target(f"skyrl:policy-loss:leaky@{night2}", repos=repos, timeout=30) as handle:
+        assert handle.declared.reference is False and "leaky_loss" in handle.info["where"]
+        verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
+    assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
+
+
+def test_worker_side_selection_ops_match_the_scanner():
+    """The calls modules (copied into reproducers, so they cannot import discovery) keep the scanner's op lists."""
+    from maskfuzz.targets.skyrl import calls_discovered as sky
+    from maskfuzz.targets.verl import calls_discovered as verl
+
+    for mod in (sky, verl):
+        assert mod.ORDER_OPS == discovery.ORDER_OPS and mod.BATCH_OPS == discovery.BATCH_OPS
+
+
+def test_skyrl_config_defaults_are_read_from_the_source(tmp_path):
+    """git main's AlgorithmConfig dataclass (nested default factories) and a release's YAML block, without import."""
+    from maskfuzz.targets.skyrl.calls_discovered import algorithm_defaults, yaml_block
+
+    path = tmp_path / "skyrl/train/config/config.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        textwrap.dedent("""
+        from dataclasses import dataclass, field
+
+        @dataclass
+        class CISPOConfig:
+            cispo_eps_clip_low: float = 1.0
+            cispo_anchor: str = "old"
+
+        @dataclass
+        class AlgorithmConfig:
+            loss_reduction: str = "token_mean"
+            cispo: CISPOConfig = field(default_factory=CISPOConfig)
+            max_seq_len: int | None = None
+    """)
+    )
+    config, at = algorithm_defaults(tmp_path, "skyrl/backends/skyrl_train")
+    assert at == "skyrl/train/config/config.py::AlgorithmConfig"
+    assert config.cispo.cispo_eps_clip_low == 1.0 and config.cispo.cispo_anchor == "old" and config.max_seq_len is None
+    block = yaml_block(_SKY_CONFIG, ("trainer", "algorithm"))
+    assert block["clip_ratio_c"] == 3.0 and block["sapo"] == {"tau_pos": 1.0} and block["advantage_estimator"] == "grpo"
+    assert "n_samples_per_prompt" not in block

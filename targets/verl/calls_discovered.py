@@ -12,8 +12,10 @@ loss, backpropagated as it is (with global normalisers) or scaled by its row sha
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
+import textwrap
 from pathlib import Path
 
 import torch
@@ -21,6 +23,8 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.verl.calls import score_placer
+from maskfuzz.targets.verl.calls_kinds import algo_config, uids
 
 _CORE = "verl.trainer.ppo.core_algos"
 # what load passes (the common signature ppo_loss calls with, verl/workers/utils/losses.py:104-112 at 0.9.1); a
@@ -38,6 +42,64 @@ def signature_problem(function: str, params: tuple[str, ...]) -> str:
         return ""
     wants = "lacks " + ", ".join(missing) if missing else "wants " + ", ".join(extra)
     return f"{function}{params} is not the common signature ({', '.join(ACCEPTED)}): {wants}"
+
+
+# what compute_advantage's registry branch passes (ray_trainer.py:250-256 at 0.9.1)
+ADV_PASSED = ("token_level_rewards", "response_mask", "config", "index")
+
+
+def adv_problem(function: str, required: tuple[str, ...]) -> str:
+    """Why an estimator cannot be judged as a group advantage ("" when it can): one that requires a critic's values
+    is a GAE estimator, one without groups (no `index`: REINFORCE++, REMAX) a returns estimator, which the GAE
+    judge cannot take without a reference; any other input beyond what the trainer's branch passes is missing."""
+    if "values" in required or "index" not in required:
+        return (
+            f"{function} requires {', '.join(required)}: a GAE or returns estimator, and the GAE judge has no "
+            "invariants-only mode yet"
+        )
+    extra = [p for p in required if p not in ADV_PASSED]
+    if extra:
+        return (
+            f"{function} requires {', '.join(extra)}: inputs beyond what the group-advantage case holds "
+            f"({', '.join(ADV_PASSED)})"
+        )
+    return ""
+
+
+# worker-side twins of `targets.discovery.ORDER_OPS` / `BATCH_OPS` (a reproducer copies this module, never
+# discovery; tests/test_discovery.py keeps them equal): a variant whose body calls one is a skip with the reason
+ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
+BATCH_OPS = ("masked_whiten",)
+
+
+def selection_problem(fn, root: Path, batch: bool) -> str:
+    """Why the invariants-only judge cannot take `fn` as it is ("" when it can): a random draw or a rank over the
+    batch in its body (`ORDER_OPS`), or, for an estimator (`batch`), a whitening over the whole batch."""
+    inner = inspect.unwrap(fn)
+    file = Path(inspect.getsourcefile(inner)).resolve().relative_to(Path(root).resolve())
+    lines, first = inspect.getsourcelines(inner)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    order, whole = [], []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
+        at = f"{file}:{first + node.lineno - 1}"
+        if isinstance(node.func, ast.Attribute) and name in ORDER_OPS:
+            order.append(f"torch.{name} at {at}")
+        elif batch and name in BATCH_OPS:
+            whole.append(f"{name} at {at}")
+    if order:
+        return (
+            f"selects by a random draw or a rank over the batch ({', '.join(order)}): permutation, pad-invariance "
+            "and determinism are not its promises, and the invariants-only judge has no seeded twin"
+        )
+    if whole:
+        return (
+            f"normalises over the whole batch ({', '.join(whole)}): group-isolation is not its promise, and the "
+            "invariants-only judge cannot set it aside"
+        )
+    return ""
 
 
 def _defaults(cls, depth: int = 0):
@@ -65,7 +127,9 @@ def _factory(factory, depth: int):
 
 
 def load(root: Path, entry: str) -> Loaded:
-    _, _, name = entry.partition(":")
+    prefix, _, name = entry.partition(":")
+    if prefix == "adv":
+        return load_adv(root, name)
     core = import_from(root, _CORE)  # the decorators run at import: the pin's registry is then complete
     registry = getattr(core, "POLICY_LOSS_REGISTRY", None)
     if registry is None or not hasattr(core, "get_policy_loss_fn"):
@@ -78,7 +142,7 @@ def load(root: Path, entry: str) -> Loaded:
     file = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(root).resolve())
     at = f"{file}:{inspect.getsourcelines(fn)[1]}"
     where = f"{at} ({fn.__name__}, get_policy_loss_fn({name!r}))"
-    why = signature_problem(fn.__name__, tuple(params))
+    why = signature_problem(fn.__name__, tuple(params)) or selection_problem(fn, root, False)
     if why:
         raise NotPresent(f"{at}: not callable outside the trainer: {why}")
     try:
@@ -140,3 +204,53 @@ def _needs_no_setting(fn, params, config_cls, where: str) -> None:
         raise NotPresent(f"{where}: needs a setting without a default to run: {exc}") from None
     except Exception:  # noqa: BLE001 - anything else is for the fuzzer to see and judge
         return
+
+
+def _scored_rewards(case: Case, place, device: str) -> torch.Tensor:
+    """The case's token rewards plus the score where verl's reward manager writes it (as calls_kinds does)."""
+    dt = case.torch_dtype
+    at_score = place(case.attention).to(device)
+    score = case.score.to(device=device, dtype=dt)
+    rewards = case.token_rewards.to(device=device, dtype=dt)
+    return rewards + torch.where(at_score, score[:, None], torch.zeros((), dtype=dt, device=device))
+
+
+def load_adv(root: Path, name: str) -> Loaded:
+    """`adv:<name>`: `get_adv_estimator_fn(name)` (core_algos.py:137-150 at 0.9.1) called as
+    `ray_trainer.compute_advantage`'s registry branch calls it (verl/trainer/ppo/ray_trainer.py:248-279):
+    `token_level_rewards` with the score where verl's reward manager puts it, `response_mask` (the loss mask, int64),
+    `config` the pin's AlgoConfig at its defaults, `index` the uids; as the hand-written group entries
+    (`calls_kinds.load_group`)."""
+    core = import_from(root, _CORE)
+    registry = getattr(core, "ADV_ESTIMATOR_REGISTRY", None)
+    if registry is None or not hasattr(core, "get_adv_estimator_fn"):
+        raise NotPresent(f"{_CORE} has no advantage-estimator registry at this pin")
+    if name not in registry:
+        raise NotPresent(
+            f"no advantage estimator {name!r} is registered at this pin (registered: {', '.join(registry)})"
+        )
+    fn = core.get_adv_estimator_fn(name)
+    file = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(root).resolve())
+    at = f"{file}:{inspect.getsourcelines(fn)[1]}"
+    where = f"{at} ({fn.__name__}, get_adv_estimator_fn({name!r}))"
+    params = inspect.signature(fn).parameters
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    required = tuple(n for n, p in params.items() if p.kind not in skip and p.default is inspect.Parameter.empty)
+    why = adv_problem(fn.__name__, required) or selection_problem(fn, root, True)
+    if why:
+        raise NotPresent(f"{at}: not judged as a group advantage: {why}")
+    place, place_where = score_placer(root)
+    config = algo_config(root)
+
+    def run(case: Case, device: str) -> tuple[torch.Tensor]:
+        rewards = _scored_rewards(case, place, device)
+        mask = case.trainable.to(device=device, dtype=torch.long)
+        adv, _ = fn(token_level_rewards=rewards, response_mask=mask, config=config, index=uids(case.group))
+        return (adv,)
+
+    notes = [
+        f"discovered: @register_adv_est -> {name!r} at {at}; invariants only (no float64 reference)",
+        f"called as compute_advantage's registry branch calls it: config = AlgoConfig at its defaults, index = str "
+        f"uids, response_mask int64, score placed by verl's {place_where}",
+    ]
+    return Loaded(run, where, notes)

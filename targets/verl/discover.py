@@ -7,6 +7,15 @@ verl registers each policy loss with `@register_policy_loss("<name>")` (verl/tra
 hand-written entry already calls with a reference ("vanilla": the `policy-loss` entry). A variant whose required
 parameters are not the common signature `fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
 config, rollout_is_weights)` is listed as not callable, with the parameters it wants.
+
+Advantage estimators: `@register_adv_est(AdvantageEstimator.<X>)` (core_algos.py:113-150 at 0.9.1; the key an
+enum member of `class AdvantageEstimator(str, Enum)`, :88-110, resolved to its value), looked up by
+`ray_trainer.compute_advantage` for every estimator but GAE and GRPO (verl/trainer/ppo/ray_trainer.py:248-279 at
+0.9.1) and called with `token_level_rewards`, `response_mask`, `config` and `index` (the uids). Each is an entry
+`adv:<name>` of the `group-advantage` kind, judged against its invariants only, except those a hand-written entry
+calls with a reference (`COVERED_ADV`); one that requires an input beyond those four (a critic's values, REMAX's
+reward baselines, the Optimal Token Baseline's old_log_probs and sum_pi_squared) or normalises over the whole batch
+(GDPO's final `masked_whiten`, `discovery.BATCH_OPS`) is listed with the reason.
 """
 
 from __future__ import annotations
@@ -14,13 +23,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskfuzz.targets.discovery import Registration, Variant, registrations
-from maskfuzz.targets.verl.calls_discovered import signature_problem
+from maskfuzz.targets.verl.calls_discovered import adv_problem, signature_problem
 from maskfuzz.targets.verl.calls_kinds import POLICY
 
-PREFIXES = {"policy-loss": "policy-loss"}  # entry prefix -> kind
-DECORATOR = "register_policy_loss"
+PREFIXES = {"policy-loss": "policy-loss", "adv": "group-advantage"}  # entry prefix -> kind
+DECORATOR, ADV_DECORATOR = "register_policy_loss", "register_adv_est"
 # loss_mode -> the hand-written entry that already calls it with a reference (calls_kinds.POLICY, inverted)
 COVERED = {mode: entry for entry, mode in POLICY.items()}
+# estimator name -> the hand-written entry calling the same function with a reference (calls_kinds.GROUP, RETURNS)
+COVERED_ADV = {
+    "gae": "default",
+    "grpo": "grpo",
+    "grpo_vectorized": "grpo-vectorized",
+    "rloo": "rloo",
+    "rloo_vectorized": "rloo-vectorized",
+    "reinforce_plus_plus_baseline": "reinforce++-baseline",
+    "opo": "opo",
+    "gpg": "gpg",
+    "grpo_passk": "grpo-passk",
+    "reinforce_plus_plus": "reinforce++",
+    "remax": "remax",
+}
+
+
+def adv_kind(required: tuple[str, ...]) -> str:
+    """The kind an estimator computes, by what it requires: a critic's values (gae), no groups (returns: REINFORCE++,
+    REMAX's baselines), else an outcome advantage over groups."""
+    return "gae" if "values" in required else "returns" if "index" not in required else "group-advantage"
 
 
 def _variant(reg: Registration) -> Variant:
@@ -47,6 +76,39 @@ def _variant(reg: Registration) -> Variant:
     )
 
 
+def _adv_variant(reg: Registration) -> Variant:
+    reason = adv_problem(reg.function, reg.required)
+    if not reason and not reg.literal:
+        reason = f"registered under the expression {reg.key!r}, not a name the AST can read"
+    if not reason and reg.order_ops:
+        reason = (
+            f"selects by a random draw or a rank over the batch ({', '.join(reg.order_ops)}): permutation, "
+            "pad-invariance and determinism are not its promises, and the invariants-only judge has no seeded twin"
+        )
+    if not reason and reg.batch_ops:
+        reason = (
+            f"normalises over the whole batch ({', '.join(reg.batch_ops)}): group-isolation is not its promise, "
+            "and the invariants-only judge cannot set it aside"
+        )
+    return Variant(
+        framework="verl",
+        kind=adv_kind(reg.required),
+        prefix="adv",
+        name=reg.key,
+        registry=f"@{ADV_DECORATOR}",
+        file=reg.file,
+        line=reg.line,
+        function=reg.function,
+        callable=not reason,
+        reason=reason,
+        covered_by=COVERED_ADV.get(reg.key),
+    )
+
+
 def discover(root: Path) -> list[Variant]:
-    """Every `@register_policy_loss(...)` under `root/verl`, in file and line order."""
-    return [_variant(r) for r in registrations(root, "verl", (DECORATOR,))]
+    """Every `@register_policy_loss(...)`, then every `@register_adv_est(...)`, under `root/verl`, in file and
+    line order."""
+    found = registrations(root, "verl", (DECORATOR, ADV_DECORATOR))
+    return [_variant(r) for r in found if r.decorator == DECORATOR] + [
+        _adv_variant(r) for r in found if r.decorator == ADV_DECORATOR
+    ]
