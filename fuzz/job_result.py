@@ -339,8 +339,15 @@ class JobResult:
             **({"domain_restrictions": list(self.domain_restrictions)} if self.domain_restrictions else {}),
             **({"fixed_options": dict(self.fixed_options)} if self.fixed_options is not None else {}),
             **({"semantics": None if self.semantics is None else dict(self.semantics)} if self.card_tried else {}),
-            **({"restarts": self.restarts, "pipeline_declared": self.pipeline_declared,
-                "first_failure_s": self.first_failure_s} if ran else {}),  # fmt: skip
+            **(
+                {
+                    "restarts": self.restarts,
+                    "pipeline_declared": self.pipeline_declared,
+                    "first_failure_s": self.first_failure_s,
+                }
+                if ran
+                else {}
+            ),
             **({"information": {p: dict(v) for p, v in self.information.items()}} if self.information else {}),
             **({"configuration": dict(self.configuration)} if self.configuration is not None else {}),
             **({"facts": [f.to_json() for f in self.facts]} if ran else {}),

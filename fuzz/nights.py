@@ -2,7 +2,8 @@
 
 Inputs are the files the other commands write, recognised by their content:
 
-    fuzz     `maskfuzz fuzz --json`: {"profile", "seed", "targets": [{"target", "pin", "status", "findings", ...}]}
+    fuzz     `maskfuzz fuzz --json`: {"profile", "seed", "targets": [{"target", "pin", "status", "findings", ...}]},
+             read back through its type (`fuzz.job_result.RunResult.from_json`, which names a bad field)
     replay   `maskfuzz replay --json`: {"format": "maskfuzz-replay", "results": [...]}
     report   the `report.json` this module writes (only as the previous night)
 
