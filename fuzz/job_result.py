@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-STATUSES = ("ok", "skipped", "error")
-
 
 class ResultFieldError(ValueError):
     """A field of a fuzz result read from JSON that is missing or of the wrong type; `field` names it."""
