@@ -292,7 +292,7 @@ class JobResult:
     contract: str = ""  # the contract a --callable intends
     source: str = ""  # a --callable's git repository
     judged: str = ""  # "invariants only": a discovered variant without a reference
-    domain_restrictions: tuple[str, ...] = ()  # what the target cannot express (not drawn)
+    domain_restrictions: Mapping[str, str] = field(default_factory=dict)  # input it cannot express -> why (not drawn)
     fixed_options: Mapping[str, Any] | None = None  # --option
     card_tried: bool = False  # the semantics card was tried: `semantics` is written (null when not inferred)
     semantics: Mapping[str, Any] | None = None
@@ -334,7 +334,7 @@ class JobResult:
             **({"contract": self.contract} if self.contract else {}),
             **({"source": self.source} if self.source else {}),
             **({"judged": self.judged} if self.judged else {}),
-            **({"domain_restrictions": list(self.domain_restrictions)} if self.domain_restrictions else {}),
+            **({"domain_restrictions": dict(self.domain_restrictions)} if self.domain_restrictions else {}),
             **({"fixed_options": dict(self.fixed_options)} if self.fixed_options is not None else {}),
             **({"semantics": None if self.semantics is None else dict(self.semantics)} if self.card_tried else {}),
             **(
@@ -376,7 +376,7 @@ class JobResult:
             contract=str(d.get("contract") or ""),
             source=str(d.get("source") or ""),
             judged=str(d.get("judged") or ""),
-            domain_restrictions=_strings(d, "domain_restrictions", where),
+            domain_restrictions=_get(d, "domain_restrictions", dict, where, {}),
             fixed_options=_get(d, "fixed_options", dict, where),
             card_tried="semantics" in d,
             semantics=_get(d, "semantics", dict, where),

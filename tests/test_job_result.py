@@ -40,7 +40,8 @@ def _ran(corpus_file: str = "corpus/usergae/poison-0123456789abcdef.json") -> Jo
                            properties=("poison", "reference"), promise=PROMISE, case=case),),
         findings=(defect, fact), checked={p: 40 for p in PROPERTIES}, failed={"poison": 3, "reference": 2},
         notes=("seed 1: flaky",), kind="gae", callable="usergae:leaky", contract="dense",
-        domain_restrictions=("no gaps",), fixed_options={"norm": True}, card_tried=True, semantics=None,
+        domain_restrictions={"gaps": "one response, then padding"}, fixed_options={"norm": True}, card_tried=True,
+        semantics=None,
         restarts=1, pipeline_declared=False, first_failure_s=0.5, information={"affine": {"drift": 0.25}},
         configuration={"options": [], "truncation": None}, facts=(FactRow("usergae/other-variant", "semantics"),),
     )  # fmt: skip
@@ -70,6 +71,7 @@ def test_a_job_that_ran_writes_its_fields_in_order_and_reads_back_equal(tmp_path
     assert "why_not_a_defect" in data["findings"][1] and data["findings"][1]["class"] == "semantics"
     assert data["findings"][0]["positions"] == [[0, 1]] and data["findings"][0]["shape"] == [1, 5]
     assert data["semantics"] is None and data["defects"][0]["promise"] == "universal:poison"
+    assert data["domain_restrictions"] == {"gaps": "one response, then padding"}  # field -> the target's reason
     path = _write(tmp_path / "r.json", job)
     back = RunResult.from_json(json.loads(path.read_text()))
     assert back.targets == (job,)

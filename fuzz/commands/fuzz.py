@@ -466,7 +466,7 @@ def run_job(job: Job) -> JobResult:
             got["where"] = handle.info.get("where", "")
             got["notes"] = list(handle.info.get("notes", []))
             restrictions = handle.declared.domain.restrictions()
-            got["domain_restrictions"] = tuple(restrictions)
+            got["domain_restrictions"] = restrictions
             _say(
                 f"[{job.label}] {handle.resolved}: {got['where']}"
                 + (f" (not drawn: {', '.join(restrictions)})" if restrictions else "")
