@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from maskfuzz.fuzz.cli import main
+from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.job_result import DefectRow, FactRow, FindingRow, JobResult, ResultFieldError, RunResult
 from maskfuzz.oracles.case import Case
@@ -127,3 +129,31 @@ def test_a_previous_nights_file_written_by_the_type_is_compared_with_tonight(tmp
     assert {f["kind"] for f in report["facts"]} == {"semantics"}
     cov = {c["target"]: c for c in report["coverage"]}
     assert cov["usergae:leaky"]["examples"] == 40 and cov["usergae:leaky"]["failed"] == {"poison": 3, "reference": 2}
+
+
+LEAKY = '''
+def leaky(*, token_rewards, values, trainable, attention, score, gamma, lam):
+    """Hands the values back as advantages: a masked value leaks into the output."""
+    return values.clone(), values.clone()
+'''
+
+
+def test_a_job_run_by_the_engine_writes_the_same_fields_and_reads_back_byte_for_byte(tmp_path, monkeypatch):
+    """The producer: `run_job` on a --callable gives a JobResult whose JSON has the fields of a callable job that
+    ran, in order, and survives the trip through a results file unchanged."""
+    (tmp_path / "userleak.py").write_text(LEAKY)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    job = fuzz_cmd.Job("userleak:leaky", True, "dense", {}, 20, None, 0, True, False, True, "cpu", 30.0,
+                       str(tmp_path / "corpus"), True)  # fmt: skip
+    result = fuzz_cmd.run_job(job)
+    assert isinstance(result, JobResult) and result.ran, result.reason
+    data = result.to_json()
+    assert [k for k in data if k != "information"] == SKIPPED_KEYS + [
+        "callable", "contract", "semantics", "restarts", "pipeline_declared", "first_failure_s", "facts"]  # fmt: skip
+    assert result.defects and any(f.corpus_file for f in result.findings)
+    assert all((tmp_path / f.corpus_file).is_file() or Path(f.corpus_file).is_file()
+               for f in result.findings if f.corpus_file)  # fmt: skip
+    path = _write(tmp_path / "r.json", result)
+    text = json.dumps(json.loads(path.read_text()))
+    assert json.dumps(RunResult.from_json(json.loads(path.read_text())).to_json()) == text
