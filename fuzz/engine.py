@@ -25,6 +25,7 @@ from hypothesis.errors import Flaky
 
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.evidence import reach_evidence
+from maskfuzz.fuzz.job_result import FindingRow
 from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.option_strategies import configured
 from maskfuzz.fuzz.strategies import Sizes, cases
@@ -69,30 +70,37 @@ class Finding:
         return self.promise is not None
 
     def to_dict(self) -> dict:
-        b, t = self.case.shape
-        return {
-            "property": self.property,
-            "defect": self.defect,
-            "mechanism": self.mechanism,
-            "evidence": self.evidence,
-            "reach": self.reach,
-            "reach_evidence": reach_evidence(self.reach),
-            "severity": self.severity,
-            "reach_how": self.reach_how,
-            "class": "defect" if self.promise is not None else (self.fact or ""),
-            **(self.promise.to_json() if self.promise is not None else {}),
-            **({"why_not_a_defect": self.why_fact} if self.promise is None and self.why_fact else {}),
-            "witness": None if self.witness is None or self.witness is self.case else case_to_json(self.witness),
-            "shape": [b, t],
-            "output": self.verdict.output,
-            "message": self.verdict.message,
-            "positions": self.verdict.positions,
-            "expected": self.verdict.expected,
-            "observed": self.verdict.observed,
-            "also": self.also,
-            "options": dict(sorted(self.case.options.items())),
-            "case": case_to_json(self.case),
-        }
+        """The finding's JSON, as its job result's row writes it without the corpus file."""
+        return {k: v for k, v in self.row().to_json().items() if k != "corpus_file"}
+
+    def row(self, corpus_file: str | None = None, judged: str = "") -> FindingRow:
+        """This finding as a row of its job's result (`fuzz.job_result`), saved as `corpus_file`."""
+        promise = self.promise.to_json() if self.promise is not None else {}
+        return FindingRow(
+            property=self.property,
+            defect=self.defect,
+            mechanism=self.mechanism,
+            evidence=self.evidence,
+            reach=self.reach,
+            reach_evidence=reach_evidence(self.reach),
+            severity=self.severity,
+            reach_how=self.reach_how,
+            klass="defect" if self.promise is not None else (self.fact or ""),
+            promise=promise,
+            why_not_a_defect=self.why_fact if self.promise is None else "",
+            witness=None if self.witness is None or self.witness is self.case else case_to_json(self.witness),
+            shape=tuple(self.case.shape),
+            output=self.verdict.output,
+            message=self.verdict.message,
+            positions=tuple(tuple(p) for p in self.verdict.positions),
+            expected=self.verdict.expected,
+            observed=self.verdict.observed,
+            also=tuple(self.also),
+            options=dict(sorted(self.case.options.items())),
+            case=case_to_json(self.case),
+            corpus_file=corpus_file,
+            judged=judged,
+        )
 
 
 @dataclass

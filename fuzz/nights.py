@@ -2,7 +2,8 @@
 
 Inputs are the files the other commands write, recognised by their content:
 
-    fuzz     `maskfuzz fuzz --json`: {"profile", "seed", "targets": [{"target", "pin", "status", "findings", ...}]}
+    fuzz     `maskfuzz fuzz --json`: {"profile", "seed", "targets": [{"target", "pin", "status", "findings", ...}]},
+             read back through its type (`fuzz.job_result.RunResult.from_json`, which names a bad field)
     replay   `maskfuzz replay --json`: {"format": "maskfuzz-replay", "results": [...]}
     report   the `report.json` this module writes (only as the previous night)
 
@@ -47,6 +48,7 @@ from typing import Any, Iterable
 
 from maskfuzz.fuzz.corpus import load
 from maskfuzz.fuzz.corpus_codec import CorpusError, case_from_json, entry_id
+from maskfuzz.fuzz.job_result import ResultFieldError, RunResult
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
 from maskfuzz.oracles.properties import SEVERITY, Verdict
@@ -252,64 +254,54 @@ def _field(d: dict, key: str, kind: type | tuple, path: Path, where: str) -> Any
 
 
 def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
-    _read_discovered(data, night)
-    for i, t in enumerate(data["targets"]):
-        where = f"targets[{i}]."
-        label = _field(t, "target", str, path, where)
-        pin = str(t.get("pin") or "")
-        key = _split_label(label, pin)
-        status = _field(t, "status", str, path, where)
-        cov = night.cover(key, pin)
-        cov.resolved = t.get("resolved") or cov.resolved
-        cov.source = t.get("source") or cov.source
-        cov.callable = t.get("callable") or cov.callable
+    try:
+        run = RunResult.from_json(data)  # the one place its fields are checked
+    except ResultFieldError as exc:
+        raise ReportInputError(path, str(exc)) from None
+    _read_discovered({"discovered": run.discovered}, night)
+    for i, t in enumerate(run.targets):
+        key = _split_label(t.target, t.pin)
+        cov = night.cover(key, t.pin)
+        cov.resolved = t.resolved or cov.resolved
+        cov.source = t.source or cov.source
+        cov.callable = t.callable or cov.callable
         cov.fuzzed = True
-        if status == "ok":
+        if t.ran:
             cov.status = "ok"
             cov.reason = ""
-            cov.examples += int(t.get("examples") or 0)
-            cov.seconds += float(t.get("seconds") or 0.0)
+            cov.examples += t.examples
+            cov.seconds += t.seconds
             for name in ("checked", "failed"):
                 counts = getattr(cov, name)
-                for prop, n in (t.get(name) or {}).items():
-                    counts[prop] = counts.get(prop, 0) + int(n)
+                for prop, n in getattr(t, name).items():
+                    counts[prop] = counts.get(prop, 0) + n
         else:
             if cov.status != "ok":
-                cov.status, cov.reason = status, t.get("reason") or ""
-            night.skips.append((f"{key}@{pin}", status, "fuzz", t.get("reason") or ""))
-        cov.notes += [n for n in t.get("notes") or [] if n not in cov.notes]
-        if isinstance(t.get("semantics"), dict):
-            night.semantics[f"{key}@{pin}"] = t["semantics"] | {"resolved": t.get("resolved") or ""}
-        for fact in t.get("facts") or []:
-            night.facts.append(_fact(fact, f"{key}@{pin}", "fuzz"))
-        for j, f in enumerate(_field(t, "findings", list, path, where)):
-            fw = f"{where}findings[{j}]."
-            prop = _field(f, "property", str, path, fw)
-            if f.get("class") and f["class"] != "defect":  # a fact: listed with the target's facts, not a finding
+                cov.status, cov.reason = t.status, t.reason
+            night.skips.append((f"{key}@{t.pin}", t.status, "fuzz", t.reason))
+        cov.notes += [n for n in t.notes if n not in cov.notes]
+        if t.semantics is not None:
+            night.semantics[f"{key}@{t.pin}"] = dict(t.semantics) | {"resolved": t.resolved}
+        for fact in t.facts:
+            night.facts.append(_fact(fact.to_json(), f"{key}@{t.pin}", "fuzz"))
+        for j, f in enumerate(t.findings):
+            if not f.is_defect:  # a fact: listed with the target's facts, not a finding
                 continue
             try:
-                case = case_from_json(_field(f, "case", dict, path, fw), "case")
+                case = case_from_json(dict(f.case or {}), "case")
             except CorpusError as exc:
-                raise ReportInputError(path, f"{fw}{exc}") from None
-            verdict = Verdict(
-                prop,
-                "fail",
-                str(f.get("message") or ""),
-                str(f.get("output") or ""),
-                [list(p) for p in f.get("positions") or []],
-            )
-            ident = Identity(key, pin, prop, signature(prop, verdict, case))
-            corpus_file = f.get("corpus_file")
-            cid = _corpus_id(corpus_file) or entry_id(case, key, prop)
-            located = _locate(corpus_file, path, roots, key, prop, cid)
+                raise ReportInputError(path, f"targets[{i}].findings[{j}].{exc}") from None
+            verdict = Verdict(f.property, "fail", f.message, f.output, [list(p) for p in f.positions])
+            ident = Identity(key, t.pin, f.property, signature(f.property, verdict, case))
+            cid = _corpus_id(f.corpus_file) or entry_id(case, key, f.property)
+            located = _locate(f.corpus_file, path, roots, key, f.property, cid)
             if located is None and roots:  # replaced since by a smaller entry of the same signature
                 located = _by_signature(roots, ident)
                 if located is not None:
                     cid = _corpus_id(str(located)) or cid
             night.add_failure(Failure(
-                ident, resolved=t.get("resolved") or "", message=verdict.message, shape=list(case.shape),
-                source="fuzz", corpus_id=cid, corpus_file=located, also=list(f.get("also") or []),
-                triage=_triage_of(f),
+                ident, resolved=t.resolved, message=verdict.message, shape=list(case.shape), source="fuzz",
+                corpus_id=cid, corpus_file=located, also=list(f.also), triage=_triage_of(f.to_json()),
             ))  # fmt: skip
 
 

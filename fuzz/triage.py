@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
 from maskfuzz.fuzz.evidence import reach_evidence
+from maskfuzz.fuzz.job_result import DefectRow, FactRow
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose
@@ -61,19 +62,23 @@ class Defect:
     built_from: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "mechanism": self.mechanism,
-            "description": MECHANISMS.get(self.mechanism, ""),
-            "reach": self.reach,
-            "reach_evidence": reach_evidence(self.reach),
-            "severity": self.severity,
-            "properties": self.properties,
-            **(self.promise.to_json() if self.promise else {}),
-            "options": dict(sorted(self.case.options.items())),
-            "built_from": dict(self.built_from),
-            "case": case_to_json(self.case),
-        }
+        return self.row().to_json()
+
+    def row(self) -> DefectRow:
+        """This defect as a row of its job's result (`fuzz.job_result`)."""
+        return DefectRow(
+            id=self.id,
+            mechanism=self.mechanism,
+            description=MECHANISMS.get(self.mechanism, ""),
+            reach=self.reach,
+            reach_evidence=reach_evidence(self.reach),
+            severity=self.severity,
+            properties=tuple(self.properties),
+            promise=self.promise.to_json() if self.promise else {},
+            options=dict(sorted(self.case.options.items())),
+            built_from=dict(self.built_from),
+            case=case_to_json(self.case),
+        )
 
     def line(self) -> str:
         b, t = self.case.shape
@@ -101,17 +106,21 @@ class Fact:
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "mechanism": self.mechanism,
-            "description": MECHANISMS.get(self.mechanism, ""),
-            "properties": self.properties,
-            "evidence": self.evidence,
-            "why_not_a_defect": self.why,
-            "options": dict(sorted(self.case.options.items())),
-            "case": case_to_json(self.case),
-        }
+        return self.row().to_json()
+
+    def row(self) -> FactRow:
+        """This fact as a row of its job's result (`fuzz.job_result`)."""
+        return FactRow(
+            id=self.id,
+            kind=self.kind,
+            mechanism=self.mechanism,
+            description=MECHANISMS.get(self.mechanism, ""),
+            properties=tuple(self.properties),
+            evidence=self.evidence,
+            why_not_a_defect=self.why,
+            options=dict(sorted(self.case.options.items())),
+            case=case_to_json(self.case),
+        )
 
     def line(self) -> str:
         return f"{self.id}: {self.kind} fact: {self.evidence} ({self.why})"

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from maskfuzz.fuzz.cli import main
+from maskfuzz.fuzz.job_result import DefectRow, FactRow, FindingRow, JobResult
 
 MODULE = textwrap.dedent(
     '''
@@ -250,10 +251,10 @@ def test_a_pin_that_names_nothing_is_refused_once_before_any_work(capsys, monkey
 
 
 def test_a_skip_reason_is_printed_once_below_the_table():
-    row = {"kind": "gae", "status": "skipped", "examples": 0, "findings": [], "checked": {}, "failed": {},
-           "reason": "verl@0.9.1: no network\nmore"}  # fmt: skip
-    rows = [row | {"target": f"verl:{e}@0.9.1"} for e in ("a", "b", "c")]
     from maskfuzz.fuzz.commands.fuzz import summary_table
+
+    rows = [JobResult(f"verl:{e}@0.9.1", "0.9.1", status="skipped", reason="verl@0.9.1: no network\nmore")
+            for e in ("a", "b", "c")]  # fmt: skip
 
     text = summary_table(rows)
     assert text.count("no network") == 1 and text.count("reason 1") == 4  # three rows and the legend
@@ -269,8 +270,7 @@ def test_an_interrupted_run_writes_what_finished_and_names_the_rest(tmp_path, ca
         calls.append(job.label)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return {"target": job.label.partition("@")[0], "pin": "0.9.1", "status": "ok", "findings": [], "defects": [],
-                "examples": 1, "seconds": 0.0, "checked": {}, "failed": {}, "kind": "gae", "reason": ""}  # fmt: skip
+        return JobResult(job.label.partition("@")[0], "0.9.1", examples=1)
 
     monkeypatch.setattr(cmd, "run_job", fake)
     out = tmp_path / "r.json"
@@ -309,9 +309,7 @@ def test_a_run_without_targets_is_the_first_run_set_with_its_budget_split_and_sa
 
     def fake(job):
         seen.append(job)
-        return {"target": job.label.partition("@")[0], "pin": job.label.partition("@")[2], "status": "ok",
-                "findings": [], "defects": [], "examples": 1, "seconds": 0.0, "checked": {}, "failed": {},
-                "kind": "gae", "reason": ""}  # fmt: skip
+        return JobResult(job.label.partition("@")[0], job.label.partition("@")[2], examples=1)
 
     monkeypatch.setattr(cmd, "run_job", fake)
     code = main(["fuzz", "--jobs", "1", "--json", str(tmp_path / "r.json"), "--corpus", str(tmp_path / "c")])
@@ -333,18 +331,21 @@ def test_a_run_without_targets_is_the_first_run_set_with_its_budget_split_and_sa
 
 
 def test_the_last_block_says_per_framework_what_affects_it_and_each_skip_reason_once():
+    import dataclasses
+
     from maskfuzz.fuzz.commands.fuzz import framework_summary
 
-    defect = {"id": "verl@0.9.1/score-lost", "mechanism": "score-lost", "reach": "pipeline", "severity": "high",
-              "promise": "universal:score-kept", "properties": ["score-kept"], "case": {"shape": [1, 2]}}  # fmt: skip
-    low = dict(defect, id="verl:grpo@0.9.1/crash-degenerate", severity="low", mechanism="crash-degenerate")
-    finding = {"defect": defect["id"], "corpus_file": "c/verl/score-kept-1.json"}
+    defect = DefectRow("verl@0.9.1/score-lost", "score-lost", reach="pipeline", severity="high",
+                       promise={"promise": "universal:score-kept"}, properties=("score-kept",),
+                       case={"shape": [1, 2]})  # fmt: skip
+    low = dataclasses.replace(defect, id="verl:grpo@0.9.1/crash-degenerate", severity="low",
+                              mechanism="crash-degenerate")  # fmt: skip
+    finding = FindingRow("score-kept", defect=defect.id, corpus_file="c/verl/score-kept-1.json")
     results = [
-        {"target": "verl:grpo", "pin": "0.9.1", "status": "ok", "defects": [low], "findings": [], "facts": []},
-        {"target": "verl", "pin": "0.9.1", "status": "ok", "defects": [defect], "findings": [finding],
-         "facts": [{"kind": "semantics"}]},
-        *[{"target": f"verl:e{i}", "pin": "0.4.1", "status": "skipped", "defects": [], "findings": [],
-           "reason": f"verl:e{i}@0.4.1 (verl==0.4.1): function not present at this pin"} for i in range(3)],
+        JobResult("verl:grpo", "0.9.1", defects=(low,)),
+        JobResult("verl", "0.9.1", defects=(defect,), findings=(finding,), facts=(FactRow("f", "semantics"),)),
+        *[JobResult(f"verl:e{i}", "0.4.1", status="skipped",
+                    reason=f"verl:e{i}@0.4.1 (verl==0.4.1): function not present at this pin") for i in range(3)],
     ]  # fmt: skip
     text = framework_summary(results)
     lines = text.splitlines()

@@ -170,14 +170,14 @@ def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_nig
     assert "invariants only" in verdicts["reference"].message
 
     plain = fuzz_cmd.run_job(_job(f"verl:policy-loss:plain_pg@{night2}", repos))
-    assert plain["status"] == "ok" and plain["judged"] == "invariants only", plain.get("reason")
-    assert plain["kind"] == "policy-loss" and plain["checked"]["reference"] == 0
-    assert plain["checked"]["poison"] > 0 and plain["checked"]["permutation"] > 0 and not plain["findings"]
+    assert plain.status == "ok" and plain.judged == "invariants only", plain.reason
+    assert plain.kind == "policy-loss" and plain.checked["reference"] == 0
+    assert plain.checked["poison"] > 0 and plain.checked["permutation"] > 0 and not plain.findings
 
     skipped = fuzz_cmd.run_job(_job(f"verl:policy-loss:needs_values@{night2}", repos))
-    assert skipped["status"] == "skipped" and "not the common signature" in skipped["reason"]
+    assert skipped.status == "skipped" and "not the common signature" in skipped.reason
     gone = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night1}", repos))  # not registered on night 1
-    assert gone["status"] == "skipped" and "no policy loss 'leaky' is registered" in gone["reason"]
+    assert gone.status == "skipped" and "no policy loss 'leaky' is registered" in gone.reason
 
 
 def test_a_discovered_entry_parses_and_declares_no_reference():

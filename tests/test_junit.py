@@ -11,6 +11,7 @@ import pytest
 
 from maskfuzz.fuzz.cli import main
 from maskfuzz.fuzz.corpus_codec import case_to_json
+from maskfuzz.fuzz.job_result import RunResult
 from maskfuzz.fuzz.junit import write_junit
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.properties import PROPERTIES
@@ -64,7 +65,7 @@ def test_counts_failures_and_skips(tmp_path):
         _target("trl@1.12.0", "error", reason="cannot download trl==1.12.0\nrun with network"),
     ]}  # fmt: skip
     path = tmp_path / "sub" / "fuzz.xml"
-    write_junit(payload, path)
+    write_junit(RunResult.from_json(payload), path)  # as `maskfuzz fuzz --json` wrote it, read back
     root = ET.parse(path).getroot()  # parses although a message held control characters
     assert root.tag == "testsuites"
     assert (root.get("tests"), root.get("failures"), root.get("skipped"), root.get("errors")) == (

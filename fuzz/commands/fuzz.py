@@ -29,6 +29,7 @@ from maskfuzz.fuzz import profiles
 from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
+from maskfuzz.fuzz.job_result import JobResult, RunResult
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
@@ -212,19 +213,15 @@ def main(args) -> int:
              + ", ".join(left[:12]) + (f" and {len(left) - 12} more" if len(left) > 12 else ""))  # fmt: skip
     else:
         _say(f"done in {elapsed:.1f} s")
-    payload = {"profile": profile.name, "seed": args.seed, "seconds": round(elapsed, 2), "targets": results}
-    if discovered:
-        payload["discovered"] = discovered
-    if interrupted:
-        payload["interrupted"], payload["not_run"] = True, left
+    run = RunResult(profile.name, args.seed, round(elapsed, 2), tuple(results), discovered, interrupted, tuple(left))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
+        args.json.write_text(json.dumps(run.to_json(), indent=1, allow_nan=True) + "\n")
         _say(f"wrote {args.json}")
     if args.junit:
         from maskfuzz.fuzz.junit import write_junit
 
-        write_junit(payload, args.junit)
+        write_junit(run, args.junit)
         _say(f"wrote {args.junit}")
     _next_steps(results, results_dir, args.corpus)
     if left_out:
@@ -232,9 +229,9 @@ def main(args) -> int:
              "`maskfuzz fuzz --all` covers every one")  # fmt: skip
     if interrupted:
         return 130
-    if any(r["status"] == "error" for r in results):
+    if any(r.status == "error" for r in results):
         return 2
-    return 1 if any(r.get("defects") for r in results) else 0
+    return 1 if run.defects else 0
 
 
 def _check_outputs(json_path: Path | None, junit: Path | None, corpus: Path | None) -> None:
@@ -253,17 +250,17 @@ def _check_outputs(json_path: Path | None, junit: Path | None, corpus: Path | No
             raise UsageError(f"{flag} {path}: cannot create it under {parent} (not a writable directory)")
 
 
-def _run_all(jobs: list[Job], workers: int, started: float) -> tuple[list[dict], list[str]]:
+def _run_all(jobs: list[Job], workers: int, started: float) -> tuple[list[JobResult], list[str]]:
     """Run every job (in `workers` processes), saying entries done / total and the time left after each.
     Returns the results in job order and the labels not run: on Ctrl-C what finished is kept (the caller
     writes it), and the rest is named."""
-    done: dict[int, dict] = {}
+    done: dict[int, JobResult] = {}
 
-    def tick(i: int, result: dict) -> None:
+    def tick(i: int, result: JobResult) -> None:
         done[i] = result
         spent = time.monotonic() - started
         left = spent / len(done) * (len(jobs) - len(done))
-        status = "ran" if result["status"] == "ok" else result["status"]
+        status = "ran" if result.ran else result.status
         _say(f"[{len(done)}/{len(jobs)} entries, {spent:.0f} s, about {left:.0f} s left] {jobs[i].label}: {status}")
 
     try:
@@ -284,21 +281,21 @@ def _run_all(jobs: list[Job], workers: int, started: float) -> tuple[list[dict],
     return [done[i] for i in sorted(done)], [j.label for i, j in enumerate(jobs) if i not in done]
 
 
-def _next_steps(results: list[dict], folder: Path | None, corpus: Path | None) -> None:
+def _next_steps(results: list[JobResult], folder: Path | None, corpus: Path | None) -> None:
     """The last lines: where the results are and the commands that act on them."""
     if folder is not None:
         _say(f"results: {folder} (results.json, corpus/)")
-    files = [(r, f) for r in results for f in r["findings"] if f.get("corpus_file")]
+    files = [(r, f) for r in results for f in r.findings if f.corpus_file]
     if not files:
         return
-    r, f = min(files, key=lambda rf: ({"high": 0, "medium": 1, "low": 2}.get(rf[1].get("severity"), 3), rf[1]["shape"]))
-    out = (folder or Path(".")) / "repro" / Path(f["corpus_file"]).stem
-    if r.get("callable"):  # repro imports it from where fuzz did (the working directory) or its --source
-        where = f"--source {r['source']}" if r.get("source") else f"--path {Path.cwd()}"
-        how = f"--callable {r['callable']} --contract {r.get('contract', 'compressed')} {where}"
+    r, f = min(files, key=lambda rf: ({"high": 0, "medium": 1, "low": 2}.get(rf[1].severity, 3), rf[1].shape))
+    out = (folder or Path(".")) / "repro" / Path(f.corpus_file).stem
+    if r.callable:  # repro imports it from where fuzz did (the working directory) or its --source
+        where = f"--source {r.source}" if r.source else f"--path {Path.cwd()}"
+        how = f"--callable {r.callable} --contract {r.contract or 'compressed'} {where}"
     else:
-        how = "--target " + (r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}")
-    _say(f"next: maskfuzz repro {f['corpus_file']} {how} -o {out}")
+        how = "--target " + r.label
+    _say(f"next: maskfuzz repro {f.corpus_file} {how} -o {out}")
     _say(f"      maskfuzz replay {corpus}")
 
 
@@ -440,66 +437,50 @@ def _discover(targets: list[str], callables: list[str], repos: dict) -> dict[str
     return out
 
 
-def run_job(job: Job) -> dict:
-    """Fuzz one target in this process and return its JSON result (never raises for the target's
-    sake: set-up problems become status 'error', an absent function 'skipped')."""
+def run_job(job: Job) -> JobResult:
+    """Fuzz one target in this process and return its result (never raises for the target's sake: set-up
+    problems become status 'error', an absent function 'skipped')."""
     from maskfuzz.fuzz.engine import fuzz_target
     from maskfuzz.fuzz.triage import triage
     from maskfuzz.targets.runtime.session import SetupError, Skip, open_callable, open_target
 
-    out = {
-        "target": job.label,
-        "pin": "",
-        "resolved": "",
-        "status": "ok",
-        "reason": "",
-        "examples": 0,
-        "seconds": 0.0,
-        "defects": [],
-        "findings": [],
-        "checked": {},
-        "failed": {},
-        "notes": [],
-        "where": "",
-    }
     ref_target, _, ref_pin = job.label.partition("@")
-    out["pin"] = ref_pin if not job.is_callable else "local"
-    out["kind"], out["entry"] = _kind_of(job.label) if not job.is_callable else ("gae", "")
+    # the result's fields as they become known (a frozen JobResult is made from them once, at the end)
+    got: dict = {"target": job.label, "pin": ref_pin if not job.is_callable else "local", "notes": []}
+    got["kind"], got["entry"] = _kind_of(job.label) if not job.is_callable else ("gae", "")
     repos = {k: Path(v) for k, v in job.repos.items()}
     if job.is_callable:
-        out["target"] = out["callable"] = ref_target
-        out["contract"] = job.contract
+        got.update(target=ref_target, callable=ref_target, contract=job.contract)
         if job.source:
-            out["pin"], out["source"] = ref_pin or "HEAD", job.source
+            got["pin"], got["source"] = ref_pin or "HEAD", job.source
     try:
         if job.is_callable:
-            root, resolved = _callable_checkout(job.source, ref_target, out["pin"]) if job.source else (None, None)
+            root, resolved = _callable_checkout(job.source, ref_target, got["pin"]) if job.source else (None, None)
             opener = open_callable(ref_target, job.contract, job.device, job.timeout, path=root, resolved=resolved)
         else:
             opener = open_target(job.label, repos, job.device, job.timeout)
         with opener as handle:
-            out["resolved"] = handle.resolved
+            got["resolved"] = handle.resolved
             if not handle.declared.reference:  # a discovered variant: its kind's universal invariants only
-                out["judged"] = "invariants only"
-            out["where"] = handle.info.get("where", "")
-            out["notes"] = list(handle.info.get("notes", []))
+                got["judged"] = "invariants only"
+            got["where"] = handle.info.get("where", "")
+            got["notes"] = list(handle.info.get("notes", []))
             restrictions = handle.declared.domain.restrictions()
-            if restrictions:
-                out["domain_restrictions"] = restrictions
+            got["domain_restrictions"] = restrictions
             _say(
-                f"[{job.label}] {handle.resolved}: {out['where']}"
+                f"[{job.label}] {handle.resolved}: {got['where']}"
                 + (f" (not drawn: {', '.join(restrictions)})" if restrictions else "")
             )
             if job.options is not None:
                 _check_options(handle.declared, job.options)
-                out["fixed_options"] = job.options
-            out["semantics"] = _card(handle, job)
+                got["fixed_options"] = job.options
+            got["semantics"], got["card_tried"] = _card(handle, job), True
             progress = None if job.quiet else _progress_printer(job.label)
             result = fuzz_target(
                 handle.run,
                 handle.declared,
                 target=ref_target,
-                pin=out["pin"],
+                pin=got["pin"],
                 resolved=handle.resolved,
                 max_examples=job.max_examples,
                 seed=job.seed,
@@ -515,43 +496,37 @@ def run_job(job: Job) -> dict:
                 _say(f"[{job.label}] triage: root cause, reach and severity of {len(result.findings)} finding(s)")
             entry = handle.ref.entry if not job.is_callable else None
             defects = triage(result, handle.run, handle.declared, entry=entry, seed=job.seed)
-            out["restarts"] = handle.run.restarts
+            got["restarts"] = handle.run.restarts
     except Skip as exc:
-        out.update(status="skipped", reason=exc.reason)
         _say(f"[{job.label}] skipped: {exc.reason}")
-        return out
+        return _job_result(got, status="skipped", reason=exc.reason)
     except SetupError as exc:
-        out.update(status="error", reason=str(exc))
         _say(f"[{job.label}] error: {exc}")
-        return out
-    out.update(
-        defects=[d.to_dict() for d in defects],
+        return _job_result(got, status="error", reason=str(exc))
+    got.update(
+        defects=tuple(d.row() for d in defects),
         pipeline_declared=handle.declared.pipeline is not None,
         examples=result.examples,
         seconds=round(result.seconds, 2),
         checked=result.checked,
         failed=result.failed,
         first_failure_s=result.first_failure_s,
+        information=result.info,
     )
-    if result.info:
-        out["information"] = result.info
     if handle.declared.options or handle.declared.truncation is not None:
-        out["configuration"] = {
+        got["configuration"] = {
             "options": [o.to_json() for o in handle.declared.options],
             "truncation": None if handle.declared.truncation is None else handle.declared.truncation.to_json(),
             "options_checked": result.options_checked,
             "truncated_checked": result.truncated_checked,
             "interactions_checked": dict(sorted(result.interactions_checked.items())),
         }
-    out["notes"] += result.notes
-    out["facts"] = [f.to_dict() for f in result.facts]
-    saved = _save_defects(defects, job, out) if job.corpus else {}
+    got["notes"] += result.notes
+    got["facts"] = tuple(f.row() for f in result.facts)
+    saved = _save_defects(defects, job, got["notes"]) if job.corpus else {}
+    rows = []
     for finding in result.findings:
-        item = finding.to_dict()
-        item["corpus_file"] = saved.get(finding.mechanism) if finding.is_defect else None
-        if out.get("judged"):
-            item["judged"] = out["judged"]
-        out["findings"].append(item)
+        rows.append(finding.row(saved.get(finding.mechanism) if finding.is_defect else None, got.get("judged", "")))
         what = (
             f"DEFECT {finding.property} ({finding.mechanism}, breaks {finding.promise.id}, reach {finding.reach}, "
             f"{finding.severity})"
@@ -560,14 +535,19 @@ def run_job(job: Job) -> dict:
         )
         _say(
             f"[{job.label}] {what}: {finding.verdict.message}; shrunk to B={finding.case.shape[0]} "
-            f"T={finding.case.shape[1]}" + (f" -> {item['corpus_file']}" if item["corpus_file"] else "")
+            f"T={finding.case.shape[1]}" + (f" -> {rows[-1].corpus_file}" if rows[-1].corpus_file else "")
         )
-    return out
+    return _job_result(got, findings=tuple(rows))
 
 
-def _save_defects(defects: list, job: Job, out: dict) -> dict[str, str]:
+def _job_result(got: dict, **more) -> JobResult:
+    return JobResult(**(got | more | {"notes": tuple(got["notes"])}))
+
+
+def _save_defects(defects: list, job: Job, notes: list[str]) -> dict[str, str]:
     """One corpus entry per defect: its first finding (the property that names it), the other properties
-    it explains in `also`. Returns mechanism -> the file. A defect that cannot be stored is still reported."""
+    it explains in `also`. Returns mechanism -> the file. A defect that cannot be stored is still reported
+    (with a note why)."""
     saved = {}
     for d in defects:
         head = d.findings[0]
@@ -576,7 +556,7 @@ def _save_defects(defects: list, job: Job, out: dict) -> dict[str, str]:
             saved[d.mechanism] = _save(rep, Path(job.corpus))
         except Exception as exc:  # noqa: BLE001 - a finding that cannot be stored is still reported
             why = f"{type(exc).__name__}: {exc}"
-            out["notes"].append(f"{d.id}: not saved to the corpus: {why}")
+            notes.append(f"{d.id}: not saved to the corpus: {why}")
             _say(f"[{job.label}] ERROR: the defect {d.id} could not be saved: {why}")
     return saved
 
@@ -668,74 +648,72 @@ SHORT = {
 }
 
 
-def framework_summary(results: list[dict], folder: Path | None = None) -> str:
+def framework_summary(results: list[JobResult], folder: Path | None = None) -> str:
     """The run's last block, read top-down: per framework its defects (promise, reach, severity and the command
     that reproduces each, most severe and pipeline first), its facts by kind, then what was skipped, each
     reason once."""
     rank = {"high": 0, "medium": 1, "low": 2}
-    by: dict[str, list[dict]] = {}
+    by: dict[str, list[JobResult]] = {}
     for r in results:
-        by.setdefault(r["target"].split("@")[0].split(":")[0], []).append(r)
+        by.setdefault(r.target.split("@")[0].split(":")[0], []).append(r)
     lines = ["", "Per framework:"]
     for fw, rs in by.items():
-        ran = sum(r["status"] == "ok" for r in rs)
-        pins = sorted({r["pin"] for r in rs})
+        ran = sum(r.ran for r in rs)
+        pins = sorted({r.pin for r in rs})
         lines.append(f"{fw} ({', '.join(pins)}): {ran} of {len(rs)} entries ran")
         rows = []
         for r in rs:
-            label = r["target"] if "@" in r["target"] else f"{r['target']}@{r['pin']}"
-            files = {f.get("defect"): f.get("corpus_file") for f in r.get("findings", []) if f.get("corpus_file")}
-            for d in r.get("defects", []):
-                where = files.get(d["id"])
+            files = {f.defect: f.corpus_file for f in r.findings if f.corpus_file}
+            for d in r.defects:
+                where = files.get(d.id)
                 out = (folder or Path(".")) / "repro" / Path(where).stem if where else None
-                cmd = f"maskfuzz repro {where} --target {label} -o {out}" if where else f"maskfuzz fuzz {label}"
-                rows.append((rank.get(d["severity"], 3), d["reach"] != "pipeline", label, d, cmd))
+                cmd = f"maskfuzz repro {where} --target {r.label} -o {out}" if where else f"maskfuzz fuzz {r.label}"
+                rows.append((rank.get(d.severity, 3), d.reach != "pipeline", r.label, d, cmd))
         if rows:
             lines.append(f"  you are affected by {len(rows)} defect(s):")
             for _, _, label, d, cmd in sorted(rows, key=lambda x: x[:3]):
-                lines.append(f"    {d['severity']:<6} {d['reach']:<8} {label}: breaks {d.get('promise', '?')} "
-                             f"({d['mechanism']})")  # fmt: skip
+                lines.append(f"    {d.severity:<6} {d.reach:<8} {label}: breaks {d.promise_id} ({d.mechanism})")
                 lines.append(f"           reproduce: {cmd}")
         else:
             lines.append("  no defect found")
         facts: dict[str, int] = {}
         for r in rs:
-            for f in r.get("facts", []):
-                facts[f["kind"]] = facts.get(f["kind"], 0) + 1
+            for f in r.facts:
+                facts[f.kind] = facts.get(f.kind, 0) + 1
         if facts:
             lines.append("  facts (no promise broken): " + ", ".join(f"{n} {k}" for k, n in sorted(facts.items())))
         reasons: dict[str, list[str]] = {}
         for r in rs:
-            if r["status"] != "ok":
-                text = (r.get("reason") or "").splitlines()[0] if r.get("reason") else r["status"]
+            if not r.ran:
+                text = r.reason.splitlines()[0] if r.reason else r.status
                 text = text.split("): ", 1)[1] if "): " in text else text  # the label is said once, below
-                reasons.setdefault(f"{r['status']}: {text}", []).append(r["target"].split("@")[0])
+                reasons.setdefault(f"{r.status}: {text}", []).append(r.target.split("@")[0])
         for text, who in reasons.items():
             lines.append(f"  {len(who)} {'entry' if len(who) == 1 else 'entries'} {text[:200]} ({', '.join(who[:6])}"
                          + (f" and {len(who) - 6} more" if len(who) > 6 else "") + ")")  # fmt: skip
     return "\n".join(lines)
 
 
-def summary_table(results: list[dict]) -> str:
+def summary_table(results: list[JobResult]) -> str:
     """target x property: failed/checked examples per cell ('-' never applicable); findings marked *."""
-    width = max([len("target@pin")] + [len(r["target"]) for r in results]) + 2
+    width = max([len("target@pin")] + [len(r.target) for r in results]) + 2
     lines = ["", "Defects: the promise broken, root cause [reach, severity], the properties it explains, smallest case"]
     for r in results:
-        for d in r.get("defects", []):
-            b, t = d["case"]["shape"]
+        for d in r.defects:
+            b, t = d.shape
             lines.append(
-                f"  {d['id']}: breaks {d.get('promise', '?')} ({d['mechanism']}) [{d['reach']}, {d['severity']}] "
-                f"explains {', '.join(d['properties'])}; B={b} T={t}"
+                f"  {d.id}: breaks {d.promise_id} ({d.mechanism}) [{d.reach}, {d.severity}] "
+                f"explains {', '.join(d.properties)}; B={b} T={t}"
             )
     if len(lines) == 2:
         lines.append("  none")
-    facts = [f for r in results for f in r.get("facts", [])]
+    facts = [f for r in results for f in r.facts]
     if facts:
         lines += ["", "Facts (no promise broken: semantics = the variant the code implements, robustness = input its "
                       "pipeline never builds)"]  # fmt: skip
-        lines += [f"  {f['id']}: {f['kind']}: {f['evidence']}" for f in facts]
+        lines += [f"  {f.id}: {f.kind}: {f.evidence}" for f in facts]
     lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)"]
-    kinds = list(dict.fromkeys(r.get("kind", "gae") for r in results))
+    kinds = list(dict.fromkeys(r.kind for r in results))
     reasons: dict[str, int] = {}  # each reason once, below the table; a row names its number
     for kind in kinds:
         props = kind_properties(kind)
@@ -743,29 +721,29 @@ def summary_table(results: list[dict]) -> str:
         if len(kinds) > 1 or kind != "gae":
             lines.append(f"kind {kind}:")
         lines += [head, "-" * len(head)]
-        for r in (r for r in results if r.get("kind", "gae") == kind):
-            shown = "ran" if r["status"] == "ok" else "failed" if r["status"] == "error" else r["status"]
-            row = r["target"].ljust(width) + shown.ljust(9) + str(r["examples"]).rjust(8) + " "
-            if r["status"] != "ok":
-                text = r["reason"].splitlines()[0] if r["reason"] else "(no reason given)"
+        for r in (r for r in results if r.kind == kind):
+            shown = "ran" if r.ran else "failed" if r.status == "error" else r.status
+            row = r.target.ljust(width) + shown.ljust(9) + str(r.examples).rjust(8) + " "
+            if not r.ran:
+                text = r.reason.splitlines()[0] if r.reason else "(no reason given)"
                 lines.append(row + f"reason {reasons.setdefault(text, len(reasons) + 1)}")
                 continue
-            found = {f["property"] for f in r["findings"]}
+            found = {f.property for f in r.findings}
             cells = []
             for p in props:
-                checked, failed = r["checked"].get(p, 0), r["failed"].get(p, 0)
+                checked, failed = r.checked.get(p, 0), r.failed.get(p, 0)
                 cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
-                if r.get("judged") == "invariants only" and p in NEEDS_REFERENCE:
+                if r.judged == "invariants only" and p in NEEDS_REFERENCE:
                     cell = "inv-only"  # no reference for the variant: not judged, never a pass
                 cells.append(cell.rjust(9))
             lines.append(row + " ".join(cells))
     if reasons:
         lines += ["", "Why those entries did not run:"] + [f"  reason {n}: {text}" for text, n in reasons.items()]
-    n_find = sum(len(r["findings"]) for r in results)
-    n_def = sum(len(r.get("defects", [])) for r in results)
+    n_find = sum(len(r.findings) for r in results)
+    n_def = sum(len(r.defects) for r in results)
     n_fact = len(facts)
-    n_skip = sum(r["status"] == "skipped" for r in results)
-    n_err = sum(r["status"] == "error" for r in results)
+    n_skip = sum(r.status == "skipped" for r in results)
+    n_err = sum(r.status == "error" for r in results)
     lines.append(
         f"{len(results)} target(s): {n_def} defect(s) and {n_fact} fact(s) from {n_find} property finding(s), "
         f"{n_skip} skipped, {n_err} error(s)"
