@@ -34,9 +34,11 @@ try:
 except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _GROUP
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import ALL_KINDS, GAE_KINDS
 from maskfuzz.oracles.kinds import properties as kind_properties
-from maskfuzz.oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.verdict import PROPERTIES, Run, Verdict
 
 
 @dataclass

@@ -28,8 +28,8 @@ from maskfuzz.fuzz.corpus_codec import case_from_json
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import properties as kind_properties
-from maskfuzz.oracles.properties import INVARIANT as GAE_INVARIANT
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.kinds.gae.properties import INVARIANT as GAE_INVARIANT
+from maskfuzz.oracles.verdict import Verdict
 
 INVARIANT = {**GAE_INVARIANT, **KIND_INVARIANT}
 

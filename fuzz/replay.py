@@ -35,7 +35,8 @@ from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, encode_float
 from maskfuzz.fuzz.ledger import Expectation, Ledger
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.fuzz.triage import retriage as triage_again
-from maskfuzz.oracles.properties import Verdict, judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets.registry import get, registry
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")

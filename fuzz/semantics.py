@@ -1,4 +1,4 @@
-"""Semantics cards of targets: clean cases drawn for an entry, then `oracles.semantics.infer`.
+"""Semantics cards of targets: clean cases drawn for an entry, then `oracles.kinds.semantics.infer`.
 
 The cases come from the entry's own strategy inside its api domain (so they carry what tells the
 variants apart: groups of one, rows without a trainable token, gaps, observation tails, splits),
@@ -14,10 +14,12 @@ from hypothesis import seed as hyp_seed
 from maskfuzz.fuzz.engine import draws
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds.gae.properties import sanitized
 from maskfuzz.oracles.kinds.judge import clean_twin
-from maskfuzz.oracles.properties import Declared, Run, sanitized
-from maskfuzz.oracles.semantics import Card, infer
+from maskfuzz.oracles.kinds.semantics import Card, infer
+from maskfuzz.oracles.verdict import Run
 
 CASES = 32  # clean cases per card: enough to draw singletons, empty rows, gaps and tails at these sizes
 SIZES = Sizes(6, 12)

@@ -254,7 +254,7 @@ def cases(
 ) -> Case:
     """A canonical case inside `domain`, B <= sizes.max_b, T <= sizes.max_t; with `baseline`, a
     per-row baseline reward in `extra["baseline"]` (the row's value in every column: ReMax's greedy
-    rollout reward); with `kl_reward`, the log-probs a KL in the reward reads (`oracles.kl_reward`)."""
+    rollout reward); with `kl_reward`, the log-probs a KL in the reward reads (`oracles.kinds.gae.kl_reward`)."""
     domain = domain or Domain()
     dtype = draw(st.sampled_from(domain.dtypes))
     event(f"dtype: {dtype}")

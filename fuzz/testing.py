@@ -32,9 +32,9 @@ from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.strategies import Sizes, cases
 from maskfuzz.fuzz.triage import Defect, triage
 from maskfuzz.oracles.case import DTYPES, Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import CONTRACTS, reference
+from maskfuzz.oracles.kinds.gae.reference import CONTRACTS, reference
 
 __all__ = ["Case", "CONTRACTS", "assert_invariants", "defects", "gae_cases", "reference"]
 

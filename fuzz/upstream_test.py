@@ -21,9 +21,11 @@ from typing import Callable
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.diagnosis import MECHANISMS
-from maskfuzz.oracles.properties import Declared, baseline, expected_outputs
-from maskfuzz.oracles.tolerance import FLOOR, bounds
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
+from maskfuzz.oracles.mechanisms import MECHANISMS
+from maskfuzz.oracles.tolerance import FLOOR
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,9 @@ def render(
 
 
 def poison_input(case: Case, declared: Declared) -> Case:
-    """The poisoned input the judge's poison check ran (oracles.properties._check_poison)."""
-    from maskfuzz.oracles.domain import poison_cap
-    from maskfuzz.oracles.properties import POISON_PROBE, sanitized
+    """The poisoned input the judge's poison check ran (oracles.kinds.gae.properties._check_poison)."""
+    from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
+    from maskfuzz.oracles.kinds.gae.properties import sanitized
 
     dead = case.poison_mask()
     rewards = declared.domain.masked_rewards

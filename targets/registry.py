@@ -16,10 +16,10 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets import discovery  # entries read from a framework's code at the pin
 
 

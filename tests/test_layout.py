@@ -42,7 +42,7 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/replay.py': 1,
         'fuzz/report.py': 1,
         'fuzz/upstream_test.py': 4,
-        'oracles/options.py': 2,
+        'oracles/options.py': 1,
         'targets/runtime/forkserver.py': 1,
         'targets/runtime/worker.py': 2,
     },
@@ -52,23 +52,15 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/semantics.py': 1,
         'fuzz/triage.py': 1,
         'fuzz/upstream_test.py': 1,
-        'oracles/declared.py': 1,
-        'oracles/diagnosis.py': 1,
         'oracles/kinds/diagnosis.py': 7,
-        'oracles/options.py': 1,
-        'oracles/properties.py': 2,
+        'oracles/kinds/gae/properties.py': 2,
         'targets/registry.py': 1,
     },
     'private_imports': {
         'fuzz/commands/targets.py': 1,
         'fuzz/kind_strategies.py': 3,
     },
-    'against_direction': {
-        'oracles/diagnosis.py': 1,
-        'oracles/kl_reward.py': 1,
-        'oracles/properties.py': 1,
-        'oracles/semantics.py': 2,
-    },
+    'against_direction': {},
 }
 LONG_FILES: set[str] = set()  # none left: every file is at most 800 lines
 CYCLES: list[set[str]] = []  # none left

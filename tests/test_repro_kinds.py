@@ -27,9 +27,10 @@ from maskfuzz.fuzz.repro_kinds import build_kind_check
 from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.fuzz.templates import repro_script
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import KINDS
 from maskfuzz.oracles.kinds.judge import judge
-from maskfuzz.oracles.properties import Declared, Verdict
+from maskfuzz.oracles.verdict import Verdict
 from tests import kind_zoo as zoo
 from tests import test_repro
 from tests.test_repro import run_clean

@@ -26,7 +26,7 @@ import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
 from maskfuzz.targets.runtime.repos import parse_repos

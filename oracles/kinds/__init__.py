@@ -7,7 +7,7 @@ vectorised form; None where the kind's statistic is undefined) and `condition(ca
 (how far a correct implementation in the case's dtype may be off, in units of the unit roundoff).
 `KINDS` says which inputs are poison under the mask, which input the `affine` property moves and
 which properties apply. The `returns` kind is GAE with V = 0 and lam = 1: it runs on the GAE
-judge (`oracles.properties`), with the `critic=False` domain.
+judge (`oracles.kinds.gae.properties`), with the `critic=False` domain.
 """
 
 from __future__ import annotations

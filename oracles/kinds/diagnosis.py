@@ -1,4 +1,4 @@
-"""Root causes of findings on the kinds beyond GAE (`oracles.diagnosis` dispatches here).
+"""Root causes of findings on the kinds beyond GAE (`oracles.kinds.dispatch` hands them here).
 
 The property names most mechanisms: a crash, NaN through the mask, non-zero masked outputs, bits
 that change; `poison` on a group advantage is a masked reward reaching the score, on the other
