@@ -25,9 +25,10 @@ from hypothesis.errors import Flaky
 
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.evidence import reach_evidence
-from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.option_strategies import configured
-from maskfuzz.fuzz.strategies import Sizes, cases
+from maskfuzz.oracles.kinds.gae.strategies import cases
+from maskfuzz.oracles.kinds.strategies import kind_cases
+from maskfuzz.oracles.strategies import Sizes
 
 try:
     _GROUP = BaseExceptionGroup  # Python >= 3.11

@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 
 from maskfuzz.fuzz.engine import draws
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
 from maskfuzz.oracles.kinds.gae.properties import sanitized
 from maskfuzz.oracles.kinds.judge import clean_twin
 from maskfuzz.oracles.kinds.semantics import Card, infer
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.oracles.verdict import Run
 
 CASES = 32  # clean cases per card: enough to draw singletons, empty rows, gaps and tails at these sizes

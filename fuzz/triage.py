@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
 from maskfuzz.fuzz.evidence import reach_evidence
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import GAE_KINDS, KINDS, spec
@@ -36,6 +35,7 @@ from maskfuzz.oracles.mechanisms import MECHANISMS
 from maskfuzz.oracles.options import resolve
 from maskfuzz.oracles.promises import Promise, broken, fact_kind
 from maskfuzz.oracles.severity import degenerate, grade, worst
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.oracles.verdict import Run
 
 WITNESS_EXAMPLES = 80  # a pipeline search per finding: small, the case is usually projected instead

@@ -61,7 +61,7 @@ class TargetSpec:
     pipeline_by_pin: dict = field(default_factory=dict, hash=False)  # pin rev -> Domain where it differs
     notes: str = ""
     entry_overrides: dict = field(default_factory=dict, hash=False)  # entry -> field changes for that entry
-    # the kind of masked math (shared/design/kinds.md) and its variant (oracles/kinds/<kind>.py);
+    # the kind of masked math (shared/design/kinds.md) and its variant (oracles/kinds/<kind>/);
     # set per entry through entry_overrides: one framework has entries of several kinds
     kind: str = "gae"
     variant: dict = field(default_factory=dict, hash=False)

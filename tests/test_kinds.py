@@ -13,8 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.kind_strategies import kind_cases
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
@@ -30,6 +28,8 @@ from maskfuzz.oracles.kinds import (
 )
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.kinds.gae.properties import expected_outputs
+from maskfuzz.oracles.kinds.strategies import kind_cases
+from maskfuzz.oracles.strategies import Sizes
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -715,8 +715,8 @@ def test_a_loader_that_cuts_equal_micro_batches_gets_only_equal_splits():
     strategy draws only such splits, so split-invariance judges what the framework's loader builds."""
     from hypothesis import given, settings
 
-    from maskfuzz.fuzz.kind_strategies import kind_cases
     from maskfuzz.oracles.domain import Domain, even_split
+    from maskfuzz.oracles.kinds.strategies import kind_cases
 
     seen = []
 
@@ -747,8 +747,8 @@ def test_groups_of_one_size_side_by_side_are_drawn_where_the_rollout_lays_them_o
     and a ragged layout is a feature a pipeline witness may use only where it is cited as produced."""
     from hypothesis import given, settings
 
-    from maskfuzz.fuzz.kind_strategies import kind_cases
     from maskfuzz.oracles.domain import Domain, regular_groups
+    from maskfuzz.oracles.kinds.strategies import kind_cases
 
     seen = []
 

@@ -48,7 +48,6 @@ ALLOWED: dict[str, dict[str, int]] = {
     },
     'kind_string_dispatch': {
         'fuzz/commands/fuzz.py': 1,
-        'fuzz/kind_strategies.py': 7,
         'fuzz/semantics.py': 1,
         'fuzz/triage.py': 1,
         'fuzz/upstream_test.py': 1,
@@ -58,7 +57,6 @@ ALLOWED: dict[str, dict[str, int]] = {
     },
     'private_imports': {
         'fuzz/commands/targets.py': 1,
-        'fuzz/kind_strategies.py': 3,
     },
     'against_direction': {},
 }

@@ -8,11 +8,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from maskfuzz.fuzz.strategies import Sizes, cases
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.kinds.gae.reference import reference
+from maskfuzz.oracles.kinds.gae.strategies import cases
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.oracles.verdict import PROPERTIES, TargetFailure
 from maskfuzz.oracles.whitening import Whitening, masked_whiten
 

@@ -25,9 +25,9 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.openrlhf import calls as openrlhf_calls
 from maskfuzz.targets.openrlhf import declare as openrlhf

@@ -29,12 +29,12 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.fuzz.triage import judge_finding, retriage
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.kinds.gae.reference import reference
 from maskfuzz.oracles.promises import broken
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.oracles.verdict import TargetFailure
 from maskfuzz.oracles.whitening import masked_whiten
 from maskfuzz.targets.adapters.base import NotPresent

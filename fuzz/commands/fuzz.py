@@ -29,10 +29,10 @@ from maskfuzz.fuzz import profiles
 from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
 from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.runtime.repos import parse_repos
 
 FIRST_RUN_BUDGET = 60.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)

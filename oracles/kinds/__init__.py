@@ -1,17 +1,22 @@
-"""The kinds of masked RL math beyond GAE (`shared/design/kinds.md`), one module each.
+"""The kinds of masked RL math (`shared/design/kinds.md`), one package each: `oracles/kinds/<kind>/`.
 
-Each kind module gives `OUTPUTS` (the names of the tensors a target returns, in order, each
+GAE (with `returns`) is `oracles/kinds/gae/`: its float64 references, its judge (`properties`), its
+diagnosis, its KL in the reward and its Hypothesis strategy. Each kind beyond GAE gives, in its package's
+`__init__`, `OUTPUTS` (the names of the tensors a target returns, in order, each
 [B, T]), `options(variant)` (the variant with defaults, unknown keys rejected),
 `reference(case, variant, vectorised=False)` (float64; a plain loop, or the independent
 vectorised form; None where the kind's statistic is undefined) and `condition(case, variant)`
 (how far a correct implementation in the case's dtype may be off, in units of the unit roundoff).
 `KINDS` says which inputs are poison under the mask, which input the `affine` property moves and
-which properties apply. The `returns` kind is GAE with V = 0 and lam = 1: it runs on the GAE
-judge (`oracles.kinds.gae.properties`), with the `critic=False` domain.
+which properties apply; its Hypothesis inputs are its package's `strategies` (`KindSpec.strategies`,
+drawn by `oracles.kinds.strategies.kind_cases`, with what the statistic kinds share). The `returns`
+kind is GAE with V = 0 and lam = 1: it runs on the GAE judge (`oracles.kinds.gae.properties`), with the
+`critic=False` domain.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -32,6 +37,13 @@ class KindSpec:
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.module.OUTPUTS
+
+    @property
+    def strategies(self) -> ModuleType:
+        """The kind's Hypothesis inputs, `oracles/kinds/<kind>/strategies.py` (`inputs(draw, drawn)`, and
+        `finish` where the kind fixes up its poisoned inputs), imported on first use: judging needs no
+        hypothesis."""
+        return importlib.import_module(f"{self.module.__name__}.strategies")
 
     @property
     def zero_outputs(self) -> tuple[str, ...]:

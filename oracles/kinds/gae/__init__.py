@@ -2,5 +2,6 @@
 
 `reference` (the float64 references of the contracts `compressed`, `dense`, `segment`), `tolerance` (the
 recursion's error bound), `kl_reward` (a KL penalty folded into the rewards, and the inputs the reference
-sees), `properties` (the judge) and `diagnosis` (the probes that name a mechanism).
+sees), `properties` (the judge), `diagnosis` (the probes that name a mechanism) and `strategies` (the
+Hypothesis strategy of canonical masked batches).
 """
