@@ -200,7 +200,7 @@ def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None
         twin = made[0] if made else None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
-    elif prop == "pad-invariance" and declared.kind not in ("gae", "returns"):
+    elif prop == "pad-invariance" and declared.kind not in GAE_KINDS:
         twin = with_padding(case, spec(declared.kind), declared)
     else:
         return None

@@ -18,6 +18,8 @@ from maskfuzz.oracles.options import Truncation, apply
 from maskfuzz.oracles.verdict import TargetFailure
 from maskfuzz.oracles.whitening import Whitening
 
+DEFAULT_KIND = "gae"  # the kind of a promise, an entry or a result that names none
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -30,7 +32,7 @@ class Declared:
     documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
     domain: Domain = field(default_factory=Domain)  # the api domain: what the function accepts
     pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
-    kind: str = "gae"  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
+    kind: str = DEFAULT_KIND  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
     variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>/)
     # the run of a second implementation of the same computation in the framework, and its label
     twin: Callable | None = field(default=None, compare=False, hash=False, repr=False)

@@ -29,6 +29,7 @@ from maskfuzz.fuzz import profiles
 from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
+from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
 from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
@@ -735,15 +736,15 @@ def summary_table(results: list[dict]) -> str:
                       "pipeline never builds)"]  # fmt: skip
         lines += [f"  {f['id']}: {f['kind']}: {f['evidence']}" for f in facts]
     lines += ["", "Property findings (cells: failing/checked examples; * = shrunk finding)"]
-    kinds = list(dict.fromkeys(r.get("kind", "gae") for r in results))
+    kinds = list(dict.fromkeys(r.get("kind", DEFAULT_KIND) for r in results))
     reasons: dict[str, int] = {}  # each reason once, below the table; a row names its number
     for kind in kinds:
         props = kind_properties(kind)
         head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT.get(p, p)[:9].rjust(9) for p in props)
-        if len(kinds) > 1 or kind != "gae":
+        if len(kinds) > 1 or kind != DEFAULT_KIND:
             lines.append(f"kind {kind}:")
         lines += [head, "-" * len(head)]
-        for r in (r for r in results if r.get("kind", "gae") == kind):
+        for r in (r for r in results if r.get("kind", DEFAULT_KIND) == kind):
             shown = "ran" if r["status"] == "ok" else "failed" if r["status"] == "error" else r["status"]
             row = r["target"].ljust(width) + shown.ljust(9) + str(r["examples"]).rjust(8) + " "
             if r["status"] != "ok":

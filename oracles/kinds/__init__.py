@@ -33,6 +33,10 @@ class KindSpec:
     affine: str | None = None  # "score" or an extra tensor: what the affine property moves
     grouped: bool = False  # rows carry group ids
     split: bool = False  # the step is cut into micro-batches (and simulated ranks)
+    # what a leak of the poisoned inputs is (`oracles.mechanisms`): the mechanism and its words
+    leak: tuple[str, str] = ("masked-statistics", "an input under the mask reaches a statistic of trainable outputs")
+    score_at_last_token: bool = False  # the row's score lands on its last trainable token (lost on a masked tail)
+    zero_filled_normaliser: bool = False  # a normaliser that may count padding and masked tokens as zeros
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -62,6 +66,8 @@ KINDS: dict[str, KindSpec] = {
         poisoned=("token_rewards",),
         affine="score",
         grouped=True,
+        leak=("masked-reward-leak", "a reward under the mask reaches the row's score"),
+        score_at_last_token=True,
     ),
     "normalization": KindSpec(
         "normalization",
@@ -84,6 +90,8 @@ KINDS: dict[str, KindSpec] = {
         poisoned=("loss",),
         grouped=True,
         split=True,
+        leak=("masked-loss-leak", "a per-token loss under the mask reaches the step's loss"),
+        zero_filled_normaliser=True,
     ),
     "value-loss": KindSpec(
         "value-loss",
@@ -102,7 +110,7 @@ KINDS: dict[str, KindSpec] = {
         split=True,
     ),
 }
-GAE_KINDS = ("gae", "returns")
+GAE_KINDS = ("gae", "returns")  # judged by `oracles.kinds.gae`
 ALL_KINDS = (*GAE_KINDS, *KINDS)
 
 INVARIANT = {
