@@ -7,8 +7,9 @@ rounded) inputs. Position (b, t) of an observed output x agrees with the referen
 
 * `rtol`, `atol`: the floor, torch's `assert_close` defaults for the dtype
   (fp64 1e-7/1e-7, fp32 1.3e-6/1e-5, bf16 1.6e-2/1e-5, fp16 1e-3/1e-5).
-* `E`: a first-order running error bound of the recursion itself, so the tolerance widens with the
-  length of the recursion and the magnitude of its inputs, and no further. With u the unit
+* `E`: a kind's own bound. For GAE (`oracles.kinds.gae.tolerance.bounds`) a first-order running error
+  bound of the recursion itself, so the tolerance widens with the length of the recursion and the
+  magnitude of its inputs, and no further. With u the unit
   roundoff of the dtype and c = gamma * lam, over the sequence the contract runs on:
 
       e_k = u * (|r'_k| + gamma |v'_{k+1}| + |v'_k| + c |A'_{k+1}| + |A'_k|)
@@ -19,6 +20,7 @@ rounded) inputs. Position (b, t) of an observed output x agrees with the referen
   not widen E: a leak of size L is seen whenever L exceeds the rounding of the true inputs.
 * Whitened targets: w = (A - mean) / s with s = sqrt(var + eps); an error d in A moves w by about
   (d_k + max d) / s + |w_k| max d / s, plus the whitening's own rounding u * (|w_k| + n_log).
+* The kinds beyond GAE: `kind_bound`, SAFETY * u times the kind's `condition` (`oracles.kinds`).
 * `SAFETY` covers evaluation orders other than a serial loop (chunked scans, convolutions).
 * A target compared with itself on a perturbed twin also gets `self_slack`, rounding-sized in the
   target's own output magnitude (see there).
