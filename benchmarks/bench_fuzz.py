@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import mutant_zoo as zoo  # noqa: E402
 
 from maskfuzz.fuzz.engine import base_settings, fuzz_target  # noqa: E402
-from maskfuzz.fuzz.strategies import cases  # noqa: E402
-from maskfuzz.oracles.properties import Declared  # noqa: E402
+from maskfuzz.oracles.declared import Declared  # noqa: E402
+from maskfuzz.oracles.kinds.gae.strategies import cases  # noqa: E402
 
 
 def time_to_first_failure(seeds: int, examples: int) -> list[tuple[str, str, float, float, int]]:

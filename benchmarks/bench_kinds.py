@@ -31,7 +31,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from maskfuzz.oracles import kl_reward  # noqa: E402
 from maskfuzz.oracles.case import Case  # noqa: E402
 from maskfuzz.oracles.kinds import (  # noqa: E402
     group_advantage,
@@ -41,7 +40,8 @@ from maskfuzz.oracles.kinds import (  # noqa: E402
     policy_loss,
     value_loss,
 )
-from maskfuzz.oracles.reference import compressed_loop, compressed_vec, segment_loop, segment_vec  # noqa: E402
+from maskfuzz.oracles.kinds.gae import kl_reward  # noqa: E402
+from maskfuzz.oracles.kinds.gae.reference import compressed_loop, compressed_vec, segment_loop, segment_vec  # noqa: E402
 
 
 def timed(fn: Callable, repeats: int) -> float:

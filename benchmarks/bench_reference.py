@@ -3,7 +3,7 @@
     python benchmarks/bench_reference.py [--pin 0.14.1 | --torchrl-root /path/to/unpacked/wheel]
                                          [--batch 64] [--length 4096] [--repeats 7] [--gamma 0.99] [--lam 0.95]
 
-Times `oracles.reference.compressed_vec` and `dense_vec` (pack, chunked scan, scatter back; a `Case`
+Times `oracles.kinds.gae.reference.compressed_vec` and `dense_vec` (pack, chunked scan, scatter back; a `Case`
 in, [B, T] out) and torchrl's `vec_generalized_advantage_estimate` (inputs prepared beforehand by the
 torchrl adapter's mapping, [B, T, 1]) on float64 B x T, once with every position trainable and once
 with masks (left padding, gaps, observation tails, padding). Each figure is the median of `--repeats`
@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from maskfuzz.oracles.case import Case  # noqa: E402
-from maskfuzz.oracles.reference import compressed_vec, dense_vec  # noqa: E402
+from maskfuzz.oracles.kinds.gae.reference import compressed_vec, dense_vec  # noqa: E402
 from maskfuzz.targets.adapters import torchrl as torchrl_adapter  # noqa: E402
 from maskfuzz.targets.adapters.base import import_from  # noqa: E402
 

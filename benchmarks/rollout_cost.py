@@ -25,7 +25,7 @@ from pathlib import Path
 from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout.session import open_rollout
 from maskfuzz.targets.runtime.repos import parse_repos

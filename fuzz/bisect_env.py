@@ -9,7 +9,7 @@ Histories (`fuzz.bisect.Repository`):
 Evaluators (`fuzz.bisect.Evaluator`), each judging one corpus case's property at a revision:
   * `TargetEvaluator`: a registered target opened at the revision with
     `targets.session.open_target` (its worker runs the framework's own code), judged with
-    `oracles.properties.judge(..., only=(property,))`; the git worktree is removed afterwards.
+    `oracles.kinds.dispatch.judge(..., only=(property,))`; the git worktree is removed afterwards.
   * `CallableEvaluator`: a user's function `MODULE:FUNC` (canonical keyword signature, see
     `targets.adapters.callable`) imported from the revision's worktree of a local repository, in
     the same isolated worker.
@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Protocol
 from maskfuzz.fuzz.bisect import BAD, GOOD, SKIP, BisectError, Outcome, Revision
 from maskfuzz.fuzz.semantics import card
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.runtime import acquire, gitrepo, session
 from maskfuzz.targets.runtime import cache as cachemod
 
@@ -339,7 +339,7 @@ class TargetEvaluator:
 
 class SemanticsEvaluator(TargetEvaluator):
     """Bisects a behaviour change: good where one dimension of the entry's semantics card
-    (`oracles.semantics`) has the value it has at the old end (`old_value`, as `Dimension.value()`
+    (`oracles.kinds.semantics`) has the value it has at the old end (`old_value`, as `Dimension.value()`
     prints it), bad where it differs, skip where the cases cannot tell. `entry` is unused (None): no
     corpus case, the card draws its own clean cases (`card`, injectable: fuzz.semantics.card)."""
 

@@ -37,7 +37,7 @@ from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.case import DTYPES, Case, CaseError, quantize
 from maskfuzz.oracles.kinds import ALL_KINDS, outputs
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 FORMAT = "maskfuzz-corpus"
 # 2 adds "triage" (defect, mechanism, severity, reach, witness); 3 adds the promise a defect breaks to the triage

@@ -26,18 +26,21 @@ from hypothesis.errors import Flaky
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.job_result import FindingRow
-from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.option_strategies import configured
-from maskfuzz.fuzz.strategies import Sizes, cases
+from maskfuzz.oracles.kinds.gae.strategies import cases
+from maskfuzz.oracles.kinds.strategies import kind_cases
+from maskfuzz.oracles.strategies import Sizes
 
 try:
     _GROUP = BaseExceptionGroup  # Python >= 3.11
 except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _GROUP
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import ALL_KINDS, GAE_KINDS
 from maskfuzz.oracles.kinds import properties as kind_properties
-from maskfuzz.oracles.properties import PROPERTIES, Declared, Run, Verdict, judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.verdict import PROPERTIES, Run, Verdict
 
 
 @dataclass

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from maskfuzz.oracles.declared import DEFAULT_KIND
+
 
 class ResultFieldError(ValueError):
     """A field of a fuzz result read from JSON that is missing or of the wrong type; `field` names it."""
@@ -286,7 +288,7 @@ class JobResult:
     failed: Mapping[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     where: str = ""  # the upstream function (file::name)
-    kind: str = "gae"
+    kind: str = DEFAULT_KIND
     entry: str = ""
     callable: str = ""  # a --callable's MODULE:FUNC
     contract: str = ""  # the contract a --callable intends
@@ -370,7 +372,7 @@ class JobResult:
             failed=_counts(d, "failed", where),
             notes=_strings(d, "notes", where),
             where=str(d.get("where") or ""),
-            kind=str(d.get("kind") or "gae"),
+            kind=str(d.get("kind") or DEFAULT_KIND),
             entry=str(d.get("entry") or ""),
             callable=str(d.get("callable") or ""),
             contract=str(d.get("contract") or ""),

@@ -27,10 +27,11 @@ from typing import Any
 from maskfuzz.fuzz.corpus_codec import case_from_json
 from maskfuzz.fuzz.job_result import FindingRow, RunResult
 from maskfuzz.fuzz.signature import signature
+from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import properties as kind_properties
-from maskfuzz.oracles.properties import INVARIANT as GAE_INVARIANT
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.kinds.gae.properties import INVARIANT as GAE_INVARIANT
+from maskfuzz.oracles.verdict import Verdict
 
 INVARIANT = {**GAE_INVARIANT, **KIND_INVARIANT}
 
@@ -87,7 +88,7 @@ def build_junit(run: RunResult) -> ET.Element:
         facts: dict[str, list[FindingRow]] = {}
         for f in t.findings:  # untriaged findings (no class) count as defects
             (findings if f.is_defect else facts).setdefault(f.property, []).append(f)
-        for prop in kind_properties(t.kind or "gae"):
+        for prop in kind_properties(t.kind or DEFAULT_KIND):
             case = ET.SubElement(suite, "testcase", classname=_text(f"maskfuzz.{label}"), name=prop, time="0")
             counts["tests"] += 1
             checked, failed = t.checked.get(prop, 0), t.failed.get(prop, 0)

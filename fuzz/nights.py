@@ -30,7 +30,7 @@ Comparison (tonight = RESULTS, previous = PREVIOUS):
 
 Only defects (findings that break a promise, `oracles.promises`) are findings here; a finding that
 breaks none is a *fact* (semantics or robustness), listed apart and never "new" or "fixed". Each
-target's semantics card (`oracles.semantics`) is shown, and a card that differs from the previous
+target's semantics card (`oracles.kinds.semantics`) is shown, and a card that differs from the previous
 night's is a *behaviour change* (with the command that bisects it), never a defect.
 
 A previous `report.json` lists its open findings (failing and unknown), so a finding not checked
@@ -51,8 +51,9 @@ from maskfuzz.fuzz.corpus_codec import CorpusError, case_from_json, entry_id
 from maskfuzz.fuzz.job_result import ResultFieldError, RunResult
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.kinds import ALL_PROPERTIES as PROPERTIES
-from maskfuzz.oracles.properties import SEVERITY, Verdict
-from maskfuzz.oracles.semantics import changes as semantic_changes
+from maskfuzz.oracles.kinds.gae.properties import SEVERITY
+from maskfuzz.oracles.kinds.semantics import changes as semantic_changes
+from maskfuzz.oracles.verdict import Verdict
 
 FORMAT = "maskfuzz-report"
 VERSION = 1

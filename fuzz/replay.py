@@ -35,7 +35,9 @@ from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, encode_float
 from maskfuzz.fuzz.ledger import Expectation, Ledger
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.fuzz.triage import retriage as triage_again
-from maskfuzz.oracles.properties import Verdict, judge
+from maskfuzz.oracles.declared import DEFAULT_KIND
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets.registry import get, registry
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")
@@ -167,7 +169,7 @@ def _entry_kind(target: str, entry: str | None) -> dict:
     """{"entry", "kind"} of a registered target's entry (the entry's own name for the default)."""
     spec = registry().get(target)
     if spec is None:
-        return {"entry": entry or "", "kind": "gae"}
+        return {"entry": entry or "", "kind": DEFAULT_KIND}
     return {"entry": spec.entry_name(entry), "kind": spec.kind_of(entry)}
 
 

@@ -37,7 +37,7 @@ The script is assembled from two kinds of source:
   call reaches is copied: the registry entry `SPEC` and what only it uses (`Domain`, `TargetSpec`,
   `Pin`) stay out, so the call must not read `SPEC` (an adapter keeps what `load` needs from it in
   a module constant that `SPEC` uses too, e.g. `PACKAGES` for `SPEC.own`). Anything else (e.g.
-  `oracles.reference`, `targets.registry`) makes the target unsupported, with the names that are
+  `oracles.kinds.gae.reference`, `targets.registry`) makes the target unsupported, with the names that are
   missing: never a script that calls something else than the adapter does.
 
 Expected values: for properties judged against numbers (reference, score-kept, telescoping,
@@ -45,7 +45,7 @@ all-trainable, masked-zero) the float64 expectation and the tolerance per positi
 here with `oracles` and written into the script; for properties judged by comparing two runs
 (poison, poison-nonfinite, row-independence, gap-invariance, deterministic) the script runs the
 case and its twin and compares them itself; no-crash checks for finite outputs or a documented
-error. Each mirrors `oracles.properties.judge`, and `maskfuzz repro` checks that the script and
+error. Each mirrors `oracles.kinds.dispatch.judge`, and `maskfuzz repro` checks that the script and
 the judge agree before it keeps the script. The kinds beyond GAE get their checks from
 `fuzz/repro_kinds.py` (mirroring `oracles.kinds.judge`); the script's OUTPUTS are the kind's.
 

@@ -1,4 +1,4 @@
-"""The check a reproducer makes of a property (mirrors `oracles.properties.judge`): `build_check`, which
+"""The check a reproducer makes of a property (mirrors `oracles.kinds.dispatch.judge`): `build_check`, which
 computes the float64 expectation and the tolerance per position or builds the twin of a two-run check for GAE
 targets and hands the kinds beyond GAE to `fuzz/repro_kinds.py`; and the properties in words (`invariant`).
 """
@@ -10,23 +10,23 @@ import torch
 from maskfuzz.fuzz.repro_check import Check, Unsupported, float_rows, mask_rows, rounded_tolerances
 from maskfuzz.fuzz.repro_kinds import build_kind_check
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import DEFAULT_KIND, Declared
+from maskfuzz.oracles.domain import POISON_PROBE
 from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
-from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import (
-    INVARIANT as GAE_INVARIANT,
-)
-from maskfuzz.oracles.properties import (
-    POISON_PROBE,
-    Declared,
+from maskfuzz.oracles.kinds.gae.properties import INVARIANT as GAE_INVARIANT
+from maskfuzz.oracles.kinds.gae.properties import (
     baseline,
     expected_outputs,
     sanitized,
     with_extra_row,
     with_inserted_gap,
 )
-from maskfuzz.oracles.reference import classic_gae_loop, last_trainable, masked_whiten
-from maskfuzz.oracles.tolerance import FLOOR, bounds
+from maskfuzz.oracles.kinds.gae.reference import classic_gae_loop, last_trainable
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
+from maskfuzz.oracles.options import reference_case
+from maskfuzz.oracles.tolerance import FLOOR
+from maskfuzz.oracles.whitening import masked_whiten
 
 INVARIANT = GAE_INVARIANT | KIND_INVARIANT  # every property of every kind, in words
 # the kinds beyond GAE say `reference` and `masked-zero` of their own outputs
@@ -37,7 +37,7 @@ KIND_WORDS = {
 TWIN_PROPERTIES = ("poison", "poison-nonfinite", "row-independence", "gap-invariance", "deterministic")
 
 
-def invariant(prop: str, kind: str = "gae") -> str:
+def invariant(prop: str, kind: str = DEFAULT_KIND) -> str:
     """The property in words, for a target of `kind`."""
     return (KIND_WORDS.get(prop) if kind not in GAE_KINDS else None) or INVARIANT[prop]
 

@@ -14,11 +14,11 @@ import torch
 
 from maskfuzz.fuzz.repro_check import Check, Unsupported, float_rows, mask_rows, rounded_tolerances
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.domain import poison_cap
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
 from maskfuzz.oracles.kinds import KindSpec, spec
 from maskfuzz.oracles.kinds.judge import affine_twin, carries_poison, clean_twin, condition_of, with_padding
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import POISON_PROBE, Declared
 from maskfuzz.oracles.tolerance import FLOOR, SAFETY, UNIT_ROUNDOFF, kind_bound
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from maskfuzz.fuzz.corpus_codec import Entry
 from maskfuzz.fuzz.repro_assembly import CallSource
 from maskfuzz.fuzz.repro_check import Check
-from maskfuzz.oracles.properties import Declared
+from maskfuzz.oracles.declared import Declared
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from maskfuzz.fuzz.signature import position_kind
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
 from maskfuzz.oracles.kinds import outputs as kind_outputs
-from maskfuzz.oracles.properties import SEVERITY
+from maskfuzz.oracles.kinds.gae.properties import SEVERITY
 
 TITLES = {
     "poison": "values at masked positions change the outputs at trained positions",

@@ -1,4 +1,4 @@
-"""Semantics cards of targets: clean cases drawn for an entry, then `oracles.semantics.infer`.
+"""Semantics cards of targets: clean cases drawn for an entry, then `oracles.kinds.semantics.infer`.
 
 The cases come from the entry's own strategy inside its api domain (so they carry what tells the
 variants apart: groups of one, rows without a trainable token, gaps, observation tails, splits),
@@ -12,12 +12,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 
 from maskfuzz.fuzz.engine import draws
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds.gae.properties import sanitized
 from maskfuzz.oracles.kinds.judge import clean_twin
-from maskfuzz.oracles.properties import Declared, Run, sanitized
-from maskfuzz.oracles.semantics import Card, infer
+from maskfuzz.oracles.kinds.semantics import Card, infer
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import Run
 
 CASES = 32  # clean cases per card: enough to draw singletons, empty rows, gaps and tails at these sizes
 SIZES = Sizes(6, 12)
@@ -28,21 +30,12 @@ def _probes(declared: Declared) -> list[Case]:
     scores) often cannot: a group with a row without a trainable token, a group of three, two scores 1e-3
     apart (eps placement), a group of one, groups of different spread (std level). Those outside the entry's
     api domain are left out."""
-    if declared.kind != "group-advantage":
+    if declared.kind in GAE_KINDS:
+        return []
+    layouts = getattr(spec(declared.kind).module, "CARD_PROBES", ())  # the kind's own, beside its reference
+    if not layouts:
         return []
     dtype = "float32" if "float32" in declared.domain.dtypes else declared.domain.dtypes[0]
-    t = [[1, 1, 0]]
-    layouts = [
-        # empty rows: group 0 holds a sampled row without a trainable token (attended, score 5)
-        dict(trainable=t * 2 + [[0, 0, 0]] + t * 2, attention=[[1, 1, 0]] * 5, score=[0.0, 1.0, 5.0, 2.0, 6.0],
-             group=[0, 0, 0, 1, 1]),
-        # std biased / unbiased and std level: groups of three of different spread
-        dict(trainable=t * 6, attention=t * 6, score=[0.0, 1.0, 3.0, 0.0, 4.0, 10.0], group=[0, 0, 0, 1, 1, 1]),
-        # eps placement: two scores 1e-3 apart (std ~ 7e-4 against eps)
-        dict(trainable=t * 4, attention=t * 4, score=[0.0, 0.001, 1.0, 3.0], group=[0, 0, 1, 1]),
-        # singleton rule: a group of one beside a group of two
-        dict(trainable=t * 3, attention=t * 3, score=[2.0, 0.0, 1.0], group=[0, 1, 1]),
-    ]  # fmt: skip
     out = []
     for kw in layouts:
         case = Case.build(dtype=dtype, **kw)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 DTYPE_CLASS = {"float64": "f64", "float32": "f32", "bfloat16": "half", "float16": "half"}
 _EXC_NAME = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt))\b")

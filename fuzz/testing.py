@@ -29,12 +29,13 @@ from hypothesis import strategies as st
 
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes, cases
 from maskfuzz.fuzz.triage import Defect, triage
 from maskfuzz.oracles.case import DTYPES, Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import CONTRACTS, reference
+from maskfuzz.oracles.kinds.gae.reference import CONTRACTS, reference
+from maskfuzz.oracles.kinds.gae.strategies import cases
+from maskfuzz.oracles.strategies import Sizes
 
 __all__ = ["Case", "CONTRACTS", "assert_invariants", "defects", "gae_cases", "reference"]
 

@@ -1,7 +1,7 @@
 """From property findings to defects a maintainer accepts: promise, root cause, reach and severity.
 
 For each shrunk finding `triage` asks
-  * which mechanism explains it (`oracles.diagnosis.diagnose`, probes on the shrunk case);
+  * which mechanism explains it (`oracles.kinds.dispatch.diagnose`, probes on the shrunk case);
   * whether the framework's own pipeline can produce it (`reach`): the case itself when it lies
     inside the target's pipeline domain, else its projection into that domain (finite poison
     instead of NaN, zeroed masked rewards, the pipeline's dtype), else a short search inside the
@@ -26,15 +26,18 @@ from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.engine import Finding, FuzzResult, fuzz_target
 from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.job_result import DefectRow, FactRow
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.diagnosis import MECHANISMS, diagnose
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import GAE_KINDS, KINDS, spec
+from maskfuzz.oracles.kinds.dispatch import diagnose, judge
+from maskfuzz.oracles.kinds.gae.properties import with_extra_row, with_inserted_gap
 from maskfuzz.oracles.kinds.judge import clean_twin, with_padding
+from maskfuzz.oracles.mechanisms import MECHANISMS
 from maskfuzz.oracles.options import resolve
 from maskfuzz.oracles.promises import Promise, broken, fact_kind
-from maskfuzz.oracles.properties import Declared, Run, judge, with_extra_row, with_inserted_gap
 from maskfuzz.oracles.severity import degenerate, grade, worst
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import Run
 
 WITNESS_EXAMPLES = 80  # a pipeline search per finding: small, the case is usually projected instead
 
@@ -206,7 +209,7 @@ def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None
         twin = made[0] if made else None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
-    elif prop == "pad-invariance" and declared.kind not in ("gae", "returns"):
+    elif prop == "pad-invariance" and declared.kind not in GAE_KINDS:
         twin = with_padding(case, spec(declared.kind), declared)
     else:
         return None

@@ -21,9 +21,12 @@ from typing import Callable
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.diagnosis import MECHANISMS
-from maskfuzz.oracles.properties import Declared, baseline, expected_outputs
-from maskfuzz.oracles.tolerance import FLOOR, bounds
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
+from maskfuzz.oracles.mechanisms import MECHANISMS
+from maskfuzz.oracles.tolerance import FLOOR
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ def render(
     zeros at the masked positions."""
     if target not in RECIPES:
         raise ValueError(f"no upstream-test recipe for {target}; known: {', '.join(RECIPES)}")
-    if declared.kind not in ("gae", "returns"):
+    if declared.kind not in GAE_KINDS:
         raise ValueError(
             f"the upstream-test recipes call the framework's GAE function; a {declared.kind} finding is covered by "
             "the standalone reproducer"
@@ -215,9 +218,9 @@ def render(
 
 
 def poison_input(case: Case, declared: Declared) -> Case:
-    """The poisoned input the judge's poison check ran (oracles.properties._check_poison)."""
-    from maskfuzz.oracles.domain import poison_cap
-    from maskfuzz.oracles.properties import POISON_PROBE, sanitized
+    """The poisoned input the judge's poison check ran (oracles.kinds.gae.properties._check_poison)."""
+    from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
+    from maskfuzz.oracles.kinds.gae.properties import sanitized
 
     dead = case.poison_mask()
     rewards = declared.domain.masked_rewards

@@ -43,15 +43,18 @@ import torch
 
 from maskfuzz.fuzz.corpus_codec import Entry, case_to_json, encode_float
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import POISON_PROBE, Declared, expected_outputs
-from maskfuzz.oracles.tolerance import bounds, mismatches
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.domain import POISON_PROBE
+from maskfuzz.oracles.kinds.gae.properties import expected_outputs
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
+from maskfuzz.oracles.tolerance import mismatches
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest, Fault
 from maskfuzz.targets.rollout.session import Rollout
 
 POOL_SAMPLES = 16  # samples per prompt and seed: a pool of len(lm.PROMPTS) * 16 rows
 MAX_SEEDS = 64
-PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.properties._check_poison)
+PROBE_LAM = 0.5  # the poison property's lam when the case's is 1 (oracles.kinds.gae.properties._check_poison)
 SUPPORTED = ("poison",)  # properties with a recipe: critic values under the mask
 # properties of the outcome score's recipe: the case's step as it is (its values verbatim, no probe), judged with
 # the score and, as the twin, without it: a score the framework loses moves the reference and not the outputs

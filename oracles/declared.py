@@ -1,7 +1,8 @@
 """What a target promises (`Declared`), and the readings of that promise every judge shares.
 
 `Declared.configured` is the promise under a case's options; `documented` says whether an error is
-documented behaviour of the target; `baseline` is the per-row baseline a `returns` variant subtracts.
+documented behaviour of the target. (The per-row baseline a `returns` variant subtracts is GAE's:
+`oracles.kinds.gae.properties.baseline`.)
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Truncation, apply
-from maskfuzz.oracles.reference import Whitening
 from maskfuzz.oracles.verdict import TargetFailure
+from maskfuzz.oracles.whitening import Whitening
+
+DEFAULT_KIND = "gae"  # the kind of a promise, an entry or a result that names none
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class Declared:
     documented_errors: tuple[str, ...] = ()  # regexes matched against "ExceptionType: message"
     domain: Domain = field(default_factory=Domain)  # the api domain: what the function accepts
     pipeline: Domain | None = None  # what the framework's own pipeline can hand it (None: not declared)
-    kind: str = "gae"  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
-    variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>.py)
+    kind: str = DEFAULT_KIND  # shared/design/kinds.md: gae, returns (GAE with V = 0, lam = 1), group-advantage, ...
+    variant: dict = field(default_factory=dict, hash=False)  # the kind's options (oracles/kinds/<kind>/)
     # the run of a second implementation of the same computation in the framework, and its label
     twin: Callable | None = field(default=None, compare=False, hash=False, repr=False)
     twin_label: str = ""
@@ -70,10 +71,3 @@ def documented(declared: Declared, exc: BaseException) -> bool:
         return False
     detail = exc.detail if isinstance(exc, TargetFailure) else text
     return any(re.search(p, detail) or re.search(p, text) for p in declared.documented_errors)
-
-
-def baseline(case: Case, declared: Declared) -> torch.Tensor | None:
-    """The per-row baseline [B] a `returns` variant subtracts (ReMax), else None."""
-    if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
-        return case.extra["baseline"][:, 0]
-    return None

@@ -1,6 +1,6 @@
 """Variant dimensions: per kind, the choices a correct implementation may make and their candidate values.
 
-A semantics card (`oracles.semantics`) infers, dimension by dimension, which candidates agree with an
+A semantics card (`oracles.kinds.semantics`) infers, dimension by dimension, which candidates agree with an
 entry's code; a diagnosis (`oracles.kinds.diagnosis`) tries the same candidates as neighbouring variants.
 """
 

@@ -1,6 +1,6 @@
 """Root-cause vocabulary: the mechanisms a diagnosis can name (`MECHANISMS`) and a `Diagnosis`.
 
-Which probe decides a mechanism is `oracles.diagnosis`' question for GAE and `oracles.kinds.diagnosis`'
+Which probe decides a mechanism is `oracles.kinds.gae.diagnosis`' question for GAE and `oracles.kinds.diagnosis`'
 for the kinds beyond it; both name their findings in these words.
 """
 

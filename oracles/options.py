@@ -149,7 +149,7 @@ def resolve(space: tuple[Option, ...], chosen: dict) -> dict:
 
 
 def apply(declared, chosen: dict):
-    """`declared` (an `oracles.properties.Declared`) as it is under the options `chosen` (the
+    """`declared` (an `oracles.declared.Declared`) as it is under the options `chosen` (the
     defaults for the rest): each option's effect for its value, in the order of the space, so the
     effect of a default value (a clip that is on by default) is in force too."""
     values = resolve(declared.options, chosen)
@@ -184,14 +184,10 @@ def map_score(score: torch.Tensor, ops: tuple) -> torch.Tensor:
 
 
 def reference_case(case: Case, declared) -> Case:
-    """The inputs the float64 reference sees for `case` under `declared`'s KL in the reward
-    (`oracles.kl_reward`), score map and truncation semantics; `case` itself when none changes
-    anything. Values are exact float64 (no rounding to the case's dtype: the framework computes
-    these in its own precision)."""
-    from maskfuzz.oracles import kl_reward  # not at module level: a reproducer copies this module's Option
-
-    if declared.kind in ("gae", "returns") and declared.variant.get(kl_reward.KEY):
-        case = kl_reward.fold(case, declared.variant[kl_reward.KEY])  # a new object: changes_reference holds
+    """The inputs the float64 reference sees for `case` under `declared`'s score map and truncation
+    semantics; `case` itself when none changes anything. Values are exact float64 (no rounding to the
+    case's dtype: the framework computes these in its own precision). A GAE / returns target's KL in the
+    reward folds in first (`oracles.kinds.gae.kl_reward.reference_case`)."""
     trunc = declared.truncation or Truncation()
     cut = case.truncated
     active = cut is not None and bool(cut.any()) and not trunc.terminal

@@ -9,7 +9,7 @@ A finding is a **defect** only when it breaks a promise, and every defect names 
   An entry declares these (`Declared.promises`), each with the properties it `covers`.
 
 Everything else that differs from one of our references is a **fact**, never a defect: which
-variant the code implements (a semantics fact, inferred by `oracles.semantics`), or how it
+variant the code implements (a semantics fact, inferred by `oracles.kinds.semantics`), or how it
 behaves on inputs its own pipeline never builds (a robustness fact). Four universal promises are
 about what the pipeline can build: masked inputs (`poison`, `poison-nonfinite`), a response that
 ends on a masked token (`score-kept`) and valid input (`no-crash`). A finding of theirs without a

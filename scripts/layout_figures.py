@@ -8,7 +8,8 @@ Counts, over the product packages (oracles/, fuzz/, targets/; tests excluded):
   function-local imports maskfuzz imports inside a function body
   private imports        `from maskfuzz.x import _name` across modules
   long files             modules over 800 lines
-  kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`)
+  kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`),
+                         outside that kind's own package (`oracles/kinds/gae/` may name `gae` and `returns`)
   against the direction  imports from a higher layer (fuzz > targets > oracles), and, inside oracles, from
                          the shared vocabulary (oracles/*.py) up into a kind (oracles/kinds/)
 
@@ -29,6 +30,18 @@ LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from it
 # the kinds' names (tests/test_layout.py checks this against oracles.kinds.ALL_KINDS)
 KIND_NAMES = ("gae", "returns", "group-advantage", "normalization", "kl", "loss-aggregation", "value-loss",
               "policy-loss")  # fmt: skip
+# a kind's own package, oracles/kinds/<package>/, may compare a kind with its own names (GAE's holds `returns`)
+OWN_KINDS = {"gae": ("gae", "returns")}
+
+
+def own_kinds(rel: str) -> tuple[str, ...]:
+    """The kind names the module at `rel` (relative to ROOT) may compare a kind with: its package's own."""
+    parts = Path(rel).parts
+    if len(parts) >= 4 and parts[:2] == ("oracles", "kinds"):
+        return OWN_KINDS.get(parts[2], (parts[2].replace("_", "-"),))
+    return ()
+
+
 # The entry points, where imports inside functions are the rule: the command line (each command
 # imports what it runs) and the pytest plugin (loaded in every pytest run of a maintainer's suite).
 CLI_LAYER = ("fuzz/cli.py", "fuzz/commands/", "fuzz/pytest_plugin.py")
@@ -107,13 +120,14 @@ def figures() -> dict:
                     (isinstance(x, ast.Name) and x.id == "kind") or (isinstance(x, ast.Attribute) and x.attr == "kind")
                     for x in names
                 )
-                literal = any(
-                    isinstance(x, ast.Constant) and x.value in KIND_NAMES
-                    or isinstance(x, (ast.Tuple, ast.List, ast.Set))
-                    and any(isinstance(e, ast.Constant) and e.value in KIND_NAMES for e in x.elts)
+                named = [
+                    e.value
                     for x in names
-                )
-                if mentions_kind and literal:
+                    for e in ([x] if isinstance(x, ast.Constant) else getattr(x, "elts", []))
+                    if isinstance(e, ast.Constant) and e.value in KIND_NAMES
+                ]
+                own = own_kinds(str(path.relative_to(ROOT)))
+                if mentions_kind and named and not all(n in own for n in named):
                     dispatch.append((str(path.relative_to(ROOT)), node.lineno))
     cycles = _cycles(edges)
     return {

@@ -16,10 +16,10 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maskfuzz.oracles.declared import DEFAULT_KIND, Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.options import Option, Truncation
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets import discovery  # entries read from a framework's code at the pin
 
 
@@ -61,9 +61,9 @@ class TargetSpec:
     pipeline_by_pin: dict = field(default_factory=dict, hash=False)  # pin rev -> Domain where it differs
     notes: str = ""
     entry_overrides: dict = field(default_factory=dict, hash=False)  # entry -> field changes for that entry
-    # the kind of masked math (shared/design/kinds.md) and its variant (oracles/kinds/<kind>.py);
+    # the kind of masked math (shared/design/kinds.md) and its variant (oracles/kinds/<kind>/);
     # set per entry through entry_overrides: one framework has entries of several kinds
-    kind: str = "gae"
+    kind: str = DEFAULT_KIND
     variant: dict = field(default_factory=dict, hash=False)
     # another entry of the framework computing the same thing (a vectorised twin of a loop): the
     # `twin` property runs both on each case and compares them (set per entry)
@@ -131,8 +131,8 @@ class TargetSpec:
             calls = discovery.calls_module(self.id, key)
             if calls is not None:  # a discovered variant: the framework's calls for discovered entries
                 return calls
-        kind = self.entry_overrides.get(key, {}).get("kind", "gae")
-        return self.adapter if kind == "gae" else f"{self.adapter}_kinds"
+        kind = self.entry_overrides.get(key, {}).get("kind", DEFAULT_KIND)
+        return self.adapter if kind == DEFAULT_KIND else f"{self.adapter}_kinds"  # other kinds: `<adapter>_kinds`
 
     def kind_of(self, entry: str | None) -> str:
         return self.for_entry(entry).kind

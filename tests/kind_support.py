@@ -1,5 +1,5 @@
 """Helpers the target tests share for entries of every kind: a module-scoped cache of open
-handles, and a handle's verdicts on one case (`oracles.properties.judge` dispatches on the
+handles, and a handle's verdicts on one case (`oracles.kinds.dispatch.judge` dispatches on the
 declared kind, GAE and returns included)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 from typing import Callable, ContextManager, Iterator
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 
 
 @contextlib.contextmanager

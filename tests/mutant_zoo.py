@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import Whitening, compressed_vec, dense_vec, segment_vec
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.gae.reference import compressed_vec, dense_vec, segment_vec
+from maskfuzz.oracles.whitening import Whitening
 
 
 # -- building blocks ----------------------------------------------------------------------------
@@ -258,7 +259,7 @@ CORRECT = {
 }
 
 
-# -- KL in the reward (`oracles.kl_reward`): mutants that read the case's log-probs ------------------
+# -- KL in the reward (`oracles.kinds.gae.kl_reward`): mutants that read the case's log-probs ------------------
 KL_REWARD = {"coef": 0.1, "estimator": "k1"}
 _KL_DECLARED = Declared("compressed", own_inputs=True, variant={"kl_reward": KL_REWARD})
 
@@ -325,7 +326,7 @@ PROMISE = {
     segment_reads_last_token_only: None,
 }
 
-# mutant -> the mechanism `oracles.diagnosis` must name for the finding of its CATCHES property
+# mutant -> the mechanism `oracles.kinds.gae.diagnosis` must name for the finding of its CATCHES property
 MECHANISM = {
     values_masked_for_storage_only: "masked-value-bootstrap",
     mask_ignored: "masked-value-bootstrap",

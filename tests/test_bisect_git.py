@@ -5,7 +5,7 @@ Revisions are walked and checked out by the real machinery (`targets.gitrepo.Cac
 local repository, via `fuzz.bisect_env.CommitHistory`). Most tests judge each revision with a
 light evaluator that imports the fake framework from the revision's worktree in a plain Python
 subprocess (no torch: ~50 ms) and compares with the float64 reference; one test runs the whole
-command line with the real worker (`targets.adapters.callable`) and `oracles.properties.judge`.
+command line with the real worker (`targets.adapters.callable`) and `oracles.kinds.dispatch.judge`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from maskfuzz.fuzz.bisect import (
     evaluation_bound,
 )
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.reference import compressed_loop
+from maskfuzz.oracles.kinds.gae.reference import compressed_loop
 
 # B=1, T=6 with a masked gap whose values are poison: the mask-blind version differs.
 CASE = Case.build(
@@ -236,7 +236,7 @@ def test_command_line_with_the_real_worker(tmp_path, cache, capsys):
     """`maskfuzz bisect CASE --callable fakefw:compute --source REPO`: real worker, real judge."""
     from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
-    from maskfuzz.oracles.properties import Verdict
+    from maskfuzz.oracles.verdict import Verdict
 
     states = ["good"] * 3 + ["bad", "broken", "bad", "bad"]
     _, shas = build(tmp_path / "repo", states)
@@ -266,7 +266,7 @@ def test_command_line_usage_errors(tmp_path, cache, capsys):
     """Set-up problems exit 2 with a message, before any evaluation."""
     from maskfuzz.fuzz import corpus, corpus_codec
     from maskfuzz.fuzz.cli import main
-    from maskfuzz.oracles.properties import Verdict
+    from maskfuzz.oracles.verdict import Verdict
 
     _, shas = build(tmp_path / "repo", ["good", "bad", "bad"])
     entry = corpus_codec.Entry("callable", "local", "reference", CASE, Verdict("reference", "fail", "differs"))

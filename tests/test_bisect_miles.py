@@ -15,7 +15,7 @@ import pytest
 
 from maskfuzz.fuzz.bisect import evaluation_bound
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets.runtime.repos import parse_repos
 
 PR_1827 = "3d2e0e411c4a20501a1841003880b0245700618a"  # fix: run PPO GAE over trainable tokens only

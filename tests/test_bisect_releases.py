@@ -22,8 +22,9 @@ from maskfuzz.fuzz.bisect_env import (
     version_key,
 )
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Declared, Verdict
-from maskfuzz.oracles.reference import compressed_loop
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.gae.reference import compressed_loop
+from maskfuzz.oracles.verdict import Verdict
 
 VERL = (
     "0.9.1, 0.9.0, 0.8.0, 0.7.1, 0.7.0, 0.6.1, 0.6.0, 0.5.0, 0.4.1, 0.4.0, 0.3.0.post1, 0.3.0.post0, "

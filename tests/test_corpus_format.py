@@ -24,7 +24,7 @@ from maskfuzz.fuzz.corpus_codec import (
     parse_json,
 )
 from maskfuzz.oracles.case import DTYPES, Case, quantize
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 NAN_BITS = {
     "default": 0x7FF8000000000000,

@@ -13,7 +13,7 @@ from maskfuzz.fuzz.corpus import DirectoryStore, case_size, discover, entry_from
 from maskfuzz.fuzz.ledger import Expectation, Ledger
 from maskfuzz.fuzz.signature import failure_kind, position_kind, signature
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 
 def poison_verdict(positions) -> Verdict:
@@ -223,7 +223,7 @@ def test_an_entry_holding_a_path_of_the_machine_that_wrote_it_is_refused(tmp_pat
     from maskfuzz.fuzz.corpus import machine_path, save
     from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found
     from maskfuzz.oracles.case import Case
-    from maskfuzz.oracles.properties import Verdict
+    from maskfuzz.oracles.verdict import Verdict
 
     case = Case.build(trainable=[[1, 0]])
     e = Entry("verl", "0.5.0", "poison", case, Verdict("poison", "fail", "x"), found=Found.now(0))

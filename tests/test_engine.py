@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Declared, TargetFailure
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import TargetFailure
 
 MUTANTS = list(zoo.CATCHES.items())
 

@@ -15,7 +15,7 @@ from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.job_result import DefectRow, FactRow, FindingRow, JobResult, ResultFieldError, RunResult
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import PROPERTIES
+from maskfuzz.oracles.verdict import PROPERTIES
 
 CASE = Case.build(trainable=[[1, 1, 0, 1, 0]], values=[[0.5, 0.25, 9.0, 1.0, 3.0]], score=[1.0], dtype="float32")
 PROMISE = {"promise": "universal:poison", "promise_text": "a masked value never enters an output"}

@@ -14,7 +14,7 @@ from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.job_result import RunResult
 from maskfuzz.fuzz.junit import write_junit
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import PROPERTIES
+from maskfuzz.oracles.verdict import PROPERTIES
 
 CASE = Case.build(trainable=[[1, 1, 0]], values=[[0.5, 0.25, 9.0]], score=[1.0], dtype="float32")
 

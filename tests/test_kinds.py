@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.kind_strategies import kind_cases
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import (
     ALL_PROPERTIES,
@@ -27,7 +26,10 @@ from maskfuzz.oracles.kinds import (
     policy_loss,
     value_loss,
 )
-from maskfuzz.oracles.properties import Declared, expected_outputs, judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.properties import expected_outputs
+from maskfuzz.oracles.kinds.strategies import kind_cases
+from maskfuzz.oracles.strategies import Sizes
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -463,8 +465,8 @@ def test_kind_findings_are_diagnosed_and_grouped_into_defects():
     the mask: with a pipeline that writes only the score it is a robustness fact, no defect. Counting the
     rows without a trainable token is a variant (empty_rows='counted'): a semantics fact, never padding."""
     from maskfuzz.fuzz.triage import triage
-    from maskfuzz.oracles.diagnosis import diagnose
     from maskfuzz.oracles.domain import Domain
+    from maskfuzz.oracles.kinds.dispatch import diagnose
 
     declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True, own_inputs=True)
     biased = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
@@ -498,7 +500,7 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
     """A one-pass variance (E[x^2] - E[x]^2) breaks permutation and pad-invariance at large
     offsets through rounding alone: centring the inputs makes the property hold, so the root
     cause is `precision`, never statistics over masked rows or mixed groups."""
-    from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.kinds.dispatch import diagnose
 
     declared = Declared(kind="normalization", variant=zoo.WH, masked_zero=True)
     x = torch.tensor([[1000.0 + i % 3 for i in range(11)], [1001.0 - i % 2 for i in range(11)]])
@@ -512,7 +514,7 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
 
 
 def test_a_score_lost_on_an_observation_tail_is_diagnosed_as_such():
-    from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.kinds.dispatch import diagnose
 
     declared = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     case = Case.build(trainable=[[1, 1], [1, 0]], attention=[[1, 1], [1, 1]], score=[0.0, 1.0], group=[0, 0])
@@ -557,7 +559,7 @@ def test_a_clean_twin_that_crashes_under_nan_poison_is_a_no_crash_finding():
 def test_the_twin_property_compares_two_implementations_of_one_computation():
     import dataclasses
 
-    from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.kinds.dispatch import diagnose
 
     base = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
     case = Case.build(trainable=[[1], [1], [1]], score=[0.0, 1.0, 3.0], group=[0, 0, 0])
@@ -645,7 +647,7 @@ def test_a_crash_from_masked_values_alone_is_nan_through_mask_not_a_degenerate_i
     """A masked log-ratio of 100 overflows exp in float32 and inf * 0 is NaN through a mask product:
     the crash goes away with the masked inputs at 0, so it is `nan-through-mask` (low); an empty step
     that divides 0 by 0 stays `crash-degenerate` (low: a degenerate configuration)."""
-    from maskfuzz.oracles.diagnosis import diagnose
+    from maskfuzz.oracles.kinds.dispatch import diagnose
     from maskfuzz.oracles.severity import grade
 
     case = Case.build(
@@ -713,8 +715,8 @@ def test_a_loader_that_cuts_equal_micro_batches_gets_only_equal_splits():
     strategy draws only such splits, so split-invariance judges what the framework's loader builds."""
     from hypothesis import given, settings
 
-    from maskfuzz.fuzz.kind_strategies import kind_cases
     from maskfuzz.oracles.domain import Domain, even_split
+    from maskfuzz.oracles.kinds.strategies import kind_cases
 
     seen = []
 
@@ -745,8 +747,8 @@ def test_groups_of_one_size_side_by_side_are_drawn_where_the_rollout_lays_them_o
     and a ragged layout is a feature a pipeline witness may use only where it is cited as produced."""
     from hypothesis import given, settings
 
-    from maskfuzz.fuzz.kind_strategies import kind_cases
     from maskfuzz.oracles.domain import Domain, regular_groups
+    from maskfuzz.oracles.kinds.strategies import kind_cases
 
     seen = []
 

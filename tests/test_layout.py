@@ -7,7 +7,8 @@
 - a maskfuzz import inside a function outside the entry points (fuzz/cli.py, fuzz/commands/, the pytest
   plugin);
 - a private name imported from another module;
-- a comparison of a kind with a kind's name (the kind registry, `KindSpec`, is the dispatch);
+- a comparison of a kind with a kind's name outside that kind's own package, `oracles/kinds/<kind>/` (the kind
+  registry, `KindSpec`, is the dispatch);
 - a file over 800 lines.
 
 The tree does not meet every rule yet. What it still breaks is listed below, per file, and the
@@ -42,33 +43,15 @@ ALLOWED: dict[str, dict[str, int]] = {
         'fuzz/replay.py': 1,
         'fuzz/report.py': 1,
         'fuzz/upstream_test.py': 4,
-        'oracles/options.py': 2,
+        'oracles/options.py': 1,
         'targets/runtime/forkserver.py': 1,
         'targets/runtime/worker.py': 2,
     },
-    'kind_string_dispatch': {
-        'fuzz/commands/fuzz.py': 1,
-        'fuzz/kind_strategies.py': 7,
-        'fuzz/semantics.py': 1,
-        'fuzz/triage.py': 1,
-        'fuzz/upstream_test.py': 1,
-        'oracles/declared.py': 1,
-        'oracles/diagnosis.py': 1,
-        'oracles/kinds/diagnosis.py': 7,
-        'oracles/options.py': 1,
-        'oracles/properties.py': 2,
-        'targets/registry.py': 1,
-    },
+    'kind_string_dispatch': {},
     'private_imports': {
         'fuzz/commands/targets.py': 1,
-        'fuzz/kind_strategies.py': 3,
     },
-    'against_direction': {
-        'oracles/diagnosis.py': 1,
-        'oracles/kl_reward.py': 1,
-        'oracles/properties.py': 1,
-        'oracles/semantics.py': 2,
-    },
+    'against_direction': {},
 }
 LONG_FILES: set[str] = set()  # none left: every file is at most 800 lines
 CYCLES: list[set[str]] = []  # none left
@@ -115,6 +98,10 @@ def test_the_rules_catch_what_they_name(tmp_path):
     (tmp_path / "targets" / "t.py").write_text("")
     (tmp_path / "fuzz" / "c.py").write_text("def f(kind):\n    from maskfuzz.targets import t\n"
                                             "    return kind == 'gae'\n" + "\n" * 801)  # fmt: skip
+    (tmp_path / "oracles" / "kinds" / "gae").mkdir(parents=True)
+    (tmp_path / "oracles" / "kinds" / "kl").mkdir()
+    (tmp_path / "oracles" / "kinds" / "gae" / "p.py").write_text("def f(kind):\n    return kind == 'returns'\n")
+    (tmp_path / "oracles" / "kinds" / "kl" / "q.py").write_text("def f(kind):\n    return kind in ('kl', 'gae')\n")
     old = LAYOUT.ROOT
     LAYOUT.ROOT = tmp_path
     try:
@@ -125,5 +112,6 @@ def test_the_rules_catch_what_they_name(tmp_path):
     assert f["by_file"]["private_imports"] == {"oracles/a.py": 1}
     assert f["by_file"]["against_direction"] == {"oracles/b.py": 1}
     assert f["by_file"]["function_local_imports"] == {"fuzz/c.py": 1}
-    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1}
+    # a kind's own package may name its own kinds (GAE's: gae, returns), never another's
+    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "oracles/kinds/kl/q.py": 1}
     assert set(f["long_file_lines"]) == {"fuzz/c.py"}

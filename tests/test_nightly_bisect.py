@@ -24,7 +24,7 @@ from maskfuzz.fuzz import nightly_bisect as nb
 from maskfuzz.fuzz import report as rep
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "nightly_local.sh"

@@ -13,11 +13,14 @@ import torch
 from maskfuzz.fuzz import corpus, corpus_codec
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case, CaseError
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import loss_aggregation
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.properties import expected_outputs
+from maskfuzz.oracles.kinds.gae.reference import classic_gae_loop
 from maskfuzz.oracles.options import Option, Truncation, apply, reference_case
-from maskfuzz.oracles.properties import Declared, expected_outputs, judge
-from maskfuzz.oracles.reference import Whitening, classic_gae_loop
+from maskfuzz.oracles.whitening import Whitening
 
 BOOT = Truncation(bootstrap="value", cite="test.py:1")
 

@@ -8,10 +8,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from maskfuzz.fuzz.strategies import Sizes, cases
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import PROPERTIES, Declared, TargetFailure, judge
-from maskfuzz.oracles.reference import Whitening, masked_whiten, reference
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.reference import reference
+from maskfuzz.oracles.kinds.gae.strategies import cases
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import PROPERTIES, TargetFailure
+from maskfuzz.oracles.whitening import Whitening, masked_whiten
 
 
 def ref_run(contract: str, whitening: Whitening | None = None):
@@ -185,7 +189,7 @@ def test_poison_nonfinite_ignores_positions_non_finite_in_the_clean_twin_too():
 
 
 def test_gap_twin_inserts_a_clean_token():
-    from maskfuzz.oracles.properties import with_inserted_gap
+    from maskfuzz.oracles.kinds.gae.properties import with_inserted_gap
 
     case = Case.build(trainable=[[1, 1]], values=[[0.5, 0.25]])
     twin, p = with_inserted_gap(case)

@@ -10,17 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.reference import (
+from maskfuzz.oracles.kinds.gae.reference import (
     CONTRACTS,
     LOOPS,
     VECTORISED,
-    Whitening,
     compressed_loop,
     dense_loop,
     discounted_suffix_sum,
-    masked_whiten,
     reference,
 )
+from maskfuzz.oracles.whitening import Whitening, masked_whiten
 
 IMPLS = [(c, f) for c in ("compressed", "dense") for f in (LOOPS[c], VECTORISED[c])]
 
@@ -201,7 +200,8 @@ def test_masked_whiten_needs_two_positions_when_unbiased():
 
 def test_kl_in_reward_by_hand():
     """r' = r - coef * k(logp - ref_logp) at trainable positions; a NaN log-prob under the mask is selected out."""
-    from maskfuzz.oracles.properties import Declared, expected_outputs
+    from maskfuzz.oracles.declared import Declared
+    from maskfuzz.oracles.kinds.gae.properties import expected_outputs
 
     nan = float("nan")
     case = _case(

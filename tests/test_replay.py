@@ -18,9 +18,10 @@ from maskfuzz.fuzz.corpus import load, save
 from maskfuzz.fuzz.corpus_codec import CorpusError, Entry, Found
 from maskfuzz.fuzz.ledger import Expectation, Ledger
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.properties import Declared, judge
-from maskfuzz.oracles.reference import reference
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.reference import reference
 from maskfuzz.targets.runtime import acquire as acquire_mod
 
 pytest_plugins = ["pytester"]

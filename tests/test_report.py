@@ -19,7 +19,7 @@ from maskfuzz.fuzz.corpus_codec import Entry, Found, case_to_json
 from maskfuzz.fuzz.signature import signature
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import ALL_PROPERTIES
-from maskfuzz.oracles.properties import PROPERTIES, Verdict
+from maskfuzz.oracles.verdict import PROPERTIES, Verdict
 
 # one row: trainable, trainable, observation (masked-real), trainable, padding
 CASE = Case.build(

@@ -16,7 +16,7 @@ from test_report import CASE, POISON, REFERENCE, SCORE, finding, run_report, tar
 
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry, Found
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(

@@ -3,7 +3,7 @@
 What is checked:
 
 * for every kind of check the script can make (numbers computed by maskfuzz, a twin run, a second
-  run, finite outputs), the generated script's verdict equals `oracles.properties.judge`'s on a buggy
+  run, finite outputs), the generated script's verdict equals `oracles.kinds.dispatch.judge`'s on a buggy
   and on a correct implementation (callables written into tmp_path: plain torch, no maskfuzz);
 * a script runs in a clean interpreter in which maskfuzz is not importable: exit 1 on the bug,
   0 on the fix; it lints clean under the project's ruff settings;
@@ -41,8 +41,10 @@ from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry, Found
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.properties import Declared, Verdict, judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets import registry
 from maskfuzz.targets.runtime.repos import parse_repos
 

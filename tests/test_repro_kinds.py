@@ -22,14 +22,15 @@ from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.corpus import save
 from maskfuzz.fuzz.corpus_codec import Entry, Found
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.kind_strategies import kind_cases
 from maskfuzz.fuzz.repro_kinds import build_kind_check
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.fuzz.templates import repro_script
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import KINDS
 from maskfuzz.oracles.kinds.judge import judge
-from maskfuzz.oracles.properties import Declared, Verdict
+from maskfuzz.oracles.kinds.strategies import kind_cases
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import Verdict
 from tests import kind_zoo as zoo
 from tests import test_repro
 from tests.test_repro import run_clean

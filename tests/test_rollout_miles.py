@@ -21,7 +21,7 @@ import torch
 
 from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
-from maskfuzz.oracles.properties import POISON_PROBE
+from maskfuzz.oracles.domain import POISON_PROBE
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout import miles as miles_batch

@@ -22,7 +22,7 @@ import pytest
 from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.requests import BatchRequest

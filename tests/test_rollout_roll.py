@@ -25,7 +25,7 @@ from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.fuzz.cli import main
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import Verdict
+from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.session import open_rollout

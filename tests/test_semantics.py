@@ -15,8 +15,8 @@ from maskfuzz.fuzz.bisect_env import SemanticsEvaluator
 from maskfuzz.fuzz.cli import main as cli
 from maskfuzz.fuzz.report import write_report
 from maskfuzz.fuzz.semantics import card, clean_cases
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.semantics import MASKED, SCORE_TAIL, changes
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.semantics import MASKED, SCORE_TAIL, changes
 
 GA = Declared(kind="group-advantage", variant=kz.GA)
 

@@ -22,7 +22,7 @@ import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
 from maskfuzz.targets.areal import calls as areal_calls
@@ -452,7 +452,7 @@ def test_critic_loss_at_git_main():
 # actor.py:200-201) and then bootstraps from values[:, max_seqlen - 1] (:223), the slot after its last token.
 # ---------------------------------------------------------------------------------------------
 def _configured(h, case: Case):
-    from maskfuzz.oracles.properties import expected_outputs
+    from maskfuzz.oracles.kinds.gae.properties import expected_outputs
 
     return expected_outputs(case, h.declared.configured(case))[0][0].tolist()
 
@@ -643,7 +643,8 @@ def test_policy_loss_at_git_pins(rev):
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles.kl_reward`): default-kl runs the same _compute_advantages with logprobs / ref_logp from
+# KL in the reward (`oracles.kinds.gae.kl_reward`): default-kl runs the same _compute_advantages with logprobs /
+# ref_logp from
 # the case's logp / ref_logp and kl_ctl 0.1 (PPOActorConfig default, 1.0.4 areal/api/cli_args.py:1522): `ref_logp *=
 # loss_mask; old_logp *= loss_mask` (actor.py:195-196), `rewards = -kl_ctl * KLEstimator("k1")(old, ref)` (:202, the
 # estimate clamped to [-10, 10], data.py:1655), the score at seqlens - 2, then the masked GAE loop.

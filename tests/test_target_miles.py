@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.miles import calls as miles_calls
 from maskfuzz.targets.miles import declare as miles
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip

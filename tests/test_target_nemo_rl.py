@@ -31,7 +31,7 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets import registry
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound

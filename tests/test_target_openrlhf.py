@@ -25,9 +25,9 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.openrlhf import calls as openrlhf_calls
 from maskfuzz.targets.openrlhf import declare as openrlhf
@@ -615,7 +615,7 @@ def test_policy_loss_short_fuzz(entry):
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles/kl_reward.py`): make_experience's compute_approx_kl (k1, clamped to [-10, 10],
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`): make_experience's compute_approx_kl (k1, clamped to [-10, 10],
 # models/utils.py:93-113), compute_reward with kl_coef = --algo.kl.init_coef 0.01 (utils.py:144-157), then
 # get_cumulative_returns + the batch whitening ("reinforce-kl", through compute_advantages_and_returns) or
 # get_advantages_and_returns ("gae-kl"). Two rows: row 0 starts with a masked prompt token whose log-prob is

@@ -37,7 +37,7 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets import registry
 from maskfuzz.targets.roll import calls_kinds as roll_kinds
 from maskfuzz.targets.roll import declare as roll
@@ -963,7 +963,8 @@ POLICY_FUZZ = {"poison-nonfinite", "masked-zero", "no-crash"}
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles.kl_reward`): default-kl and agentic-reinforce-kl feed ROLL's own compute_token_reward
+# KL in the reward (`oracles.kinds.gae.kl_reward`): default-kl and agentic-reinforce-kl feed ROLL's own
+# compute_token_reward
 # (roll/utils/functionals.py:615-627 at 8eb27cc2dc34) with old_log_probs = logp, ref_log_probs = ref_logp,
 # kl_penalty "kl" (k1, base_config.py:527-528) and FixedKLController(init_kl_coef = 0.2, base_config.py:535-536):
 # token_level_rewards = score on the last attended token - 0.2 * (logp - ref) * response_mask.

@@ -30,8 +30,8 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import retriage
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
-from maskfuzz.oracles.reference import classic_gae_loop
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.reference import classic_gae_loop
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target

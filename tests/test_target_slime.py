@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos

@@ -28,7 +28,7 @@ import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
 from maskfuzz.targets.torchrl import calls as torchrl_calls

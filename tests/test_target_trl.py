@@ -26,7 +26,7 @@ import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import judge
+from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound
 from maskfuzz.targets.runtime.repos import parse_repos
@@ -343,7 +343,7 @@ def test_helpers_are_followed_in_source_and_heavy_names_fail_loudly(tmp_path):
 
 from kind_support import handle_cache, verdicts_by_property  # noqa: E402
 
-from maskfuzz.fuzz.strategies import Sizes  # noqa: E402
+from maskfuzz.oracles.strategies import Sizes  # noqa: E402
 from maskfuzz.targets.trl import calls_group, calls_kinds  # noqa: E402
 
 
@@ -585,7 +585,7 @@ def test_git_head_aggregation_block():
         ("agg-grpo", {"empty-step", "poison-nonfinite"}),
         ("agg-bnpo", {"poison-nonfinite"}),
         # dr_grpo: split-invariance / reference on uneven micro-batches only: the case strategy does not honour the
-        # api domain's uneven_splits=False yet (fuzz/kind_strategies.py draws every split), so they are still drawn
+        # api domain's uneven_splits=False yet (oracles/kinds/strategies.py draws every split), so they are still drawn
         ("agg-dr_grpo", {"poison-nonfinite", "split-invariance", "reference"}),
         ("agg-dapo", {"poison-nonfinite"}),
     ],

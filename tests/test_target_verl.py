@@ -29,12 +29,14 @@ import pytest
 import torch
 
 from maskfuzz.fuzz.engine import fuzz_target
-from maskfuzz.fuzz.strategies import Sizes
 from maskfuzz.fuzz.triage import judge_finding, retriage
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.kinds.dispatch import judge
+from maskfuzz.oracles.kinds.gae.reference import reference
 from maskfuzz.oracles.promises import broken
-from maskfuzz.oracles.properties import TargetFailure, judge
-from maskfuzz.oracles.reference import masked_whiten, reference
+from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.oracles.verdict import TargetFailure
+from maskfuzz.oracles.whitening import masked_whiten
 from maskfuzz.targets.adapters.base import NotPresent
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import SetupError, open_target
@@ -986,7 +988,8 @@ def test_policy_loss_before_global_normalisers_depends_on_the_split(kinds_at_new
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles/kl_reward.py`), "reinforce++-kl": the trainer's apply_kl_penalty (ray_trainer.py:78-117
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`), "reinforce++-kl": the trainer's apply_kl_penalty
+# (ray_trainer.py:78-117
 # at 0.9.1, compiled from the pin's source) with kl_penalty "kl" (logprob - ref_logprob) and the fixed controller
 # (algorithm.kl_ctrl.kl_coef 0.001), then compute_reinforce_plus_plus_outcome_advantage. Row 0 starts with a
 # masked token whose log-prob is NaN; row 1 ends in padding. Log-ratios d: row 0 [NaN, 0.5, -1], row 1 [0, 1, .].

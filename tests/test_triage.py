@@ -14,8 +14,8 @@ import torch
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.triage import reach, triage
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.diagnosis import diagnose
 from maskfuzz.oracles.domain import FEATURES, Domain
+from maskfuzz.oracles.kinds.dispatch import diagnose
 
 MUTANTS = list(zoo.CATCHES.items())
 
@@ -82,8 +82,8 @@ def test_a_witness_is_searched_inside_the_api_domain_too():
     """A returns function (no critic: api `critic=False`) whose pipeline domain narrows gaps only: the witness
     search must keep V = 0, or a function that rightly ignores values fails the reference on every draw (verl
     reinforce++-kl 0.4.1 got reach pipeline from such a witness)."""
-    from maskfuzz.oracles.properties import Declared
-    from maskfuzz.oracles.reference import compressed_vec
+    from maskfuzz.oracles.declared import Declared
+    from maskfuzz.oracles.kinds.gae.reference import compressed_vec
 
     def off_by_one_on_gaps(case: Case):
         adv, ret = compressed_vec(case.replace(values=torch.zeros_like(case.values)))  # ignores the critic
@@ -174,7 +174,7 @@ def test_a_leak_the_case_does_not_carry_does_not_explain_its_failure():
         adv, ret = zoo._scan(rewards * trainable, values, gamma, lam)  # masked values bootstrap
         return adv * trainable, ret * trainable
 
-    from maskfuzz.oracles.properties import Declared
+    from maskfuzz.oracles.declared import Declared
 
     run = zoo.as_run(leaky_and_drops_tail_score)
     case = Case.build(trainable=[[1, 0]], values=[[0.0, 0.0]], score=[1.0], gamma=0.0, lam=1.0)
@@ -203,9 +203,10 @@ def test_a_promise_about_one_configuration_covers_only_that_configuration():
     breaks no promise of theirs (it is a fact), one under token-mean does."""
     from maskfuzz.fuzz.engine import Finding
     from maskfuzz.fuzz.triage import judge_finding
+    from maskfuzz.oracles.declared import Declared
     from maskfuzz.oracles.options import Option
     from maskfuzz.oracles.promises import Promise
-    from maskfuzz.oracles.properties import Declared, Verdict
+    from maskfuzz.oracles.verdict import Verdict
 
     mode = Option("loss_agg_mode", ("token-mean", "seq-mean"), "token-mean", "cfg.py:1")
     words = Promise("upstream:docs/dapo.md:1", "token-mean averages over all tokens of the mini-batch",

@@ -10,8 +10,8 @@ import pytest
 
 from maskfuzz.fuzz import upstream_test
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.properties import Declared
 
 FRAMEWORK = '''
 import torch

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import TargetFailure
+from maskfuzz.oracles.verdict import TargetFailure
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerSkip
 
 ADAPTER = "maskfuzz.targets.adapters.callable"

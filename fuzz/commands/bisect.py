@@ -98,7 +98,7 @@ def setup(args, entry):
         raise _usage(str(exc)) from None
 
     if args.callable:
-        from maskfuzz.oracles.properties import Declared
+        from maskfuzz.oracles.declared import Declared
 
         if not args.source:
             raise _usage("--callable needs --source PATH (the git repository the function is imported from)")
@@ -186,7 +186,8 @@ def run(args) -> int:
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")
     if args.semantics:
-        from maskfuzz.oracles.semantics import DIMENSIONS, MASKED, SCORE_TAIL
+        from maskfuzz.oracles.dimensions import DIMENSIONS
+        from maskfuzz.oracles.kinds.semantics import MASKED, SCORE_TAIL
 
         known = sorted({d for dims in DIMENSIONS.values() for d in dims} | {MASKED, SCORE_TAIL})
         if args.case or args.callable or args.property:

@@ -30,10 +30,11 @@ from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.job_result import JobResult, RunResult
-from maskfuzz.fuzz.strategies import Sizes
+from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds import properties as kind_properties
+from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
 from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
-from maskfuzz.oracles.reference import CONTRACTS
+from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.runtime.repos import parse_repos
 
 FIRST_RUN_BUDGET = 60.0  # seconds of fuzzing, split across the first-run entries (`maskfuzz fuzz` alone)
@@ -447,7 +448,7 @@ def run_job(job: Job) -> JobResult:
     ref_target, _, ref_pin = job.label.partition("@")
     # the result's fields as they become known (a frozen JobResult is made from them once, at the end)
     got: dict = {"target": job.label, "pin": ref_pin if not job.is_callable else "local", "notes": []}
-    got["kind"], got["entry"] = _kind_of(job.label) if not job.is_callable else ("gae", "")
+    got["kind"], got["entry"] = _kind_of(job.label) if not job.is_callable else (DEFAULT_KIND, "")
     repos = {k: Path(v) for k, v in job.repos.items()}
     if job.is_callable:
         got.update(target=ref_target, callable=ref_target, contract=job.contract)
@@ -597,7 +598,7 @@ def _kind_of(label: str) -> tuple[str, str]:
     target, _, entry = head.partition(":")
     spec = registry().get(target)
     if spec is None:
-        return "gae", entry
+        return DEFAULT_KIND, entry
     return spec.kind_of(entry or None), spec.entry_name(entry or None)
 
 
@@ -718,7 +719,7 @@ def summary_table(results: list[JobResult]) -> str:
     for kind in kinds:
         props = kind_properties(kind)
         head = "target@pin".ljust(width) + "status   examples " + " ".join(SHORT.get(p, p)[:9].rjust(9) for p in props)
-        if len(kinds) > 1 or kind != "gae":
+        if len(kinds) > 1 or kind != DEFAULT_KIND:
             lines.append(f"kind {kind}:")
         lines += [head, "-" * len(head)]
         for r in (r for r in results if r.kind == kind):

@@ -24,7 +24,7 @@ from maskfuzz.fuzz.commands.argtypes import positive_float
 from maskfuzz.fuzz.corpus import LEDGER_NAME
 from maskfuzz.fuzz.corpus_codec import CorpusError
 from maskfuzz.fuzz.ledger import Ledger
-from maskfuzz.oracles.reference import CONTRACTS
+from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
 
 
 def register(subparsers) -> None:
@@ -179,7 +179,7 @@ def _registered(args, entry):
     target = rp.TargetInfo.from_spec(spec, ref.entry, ref.pin)
 
     def judge() -> tuple[str, dict]:
-        from maskfuzz.oracles.properties import judge as judge_case
+        from maskfuzz.oracles.kinds.dispatch import judge as judge_case
         from maskfuzz.targets.runtime.session import SetupError, Skip, open_target
 
         try:
@@ -187,7 +187,7 @@ def _registered(args, entry):
                 verdicts = judge_case(handle.run, entry.case, target.declared, args.device, only=(entry.property,))
                 info = dict(handle.info)
                 if any(v.failed for v in verdicts):
-                    from maskfuzz.oracles.diagnosis import diagnose
+                    from maskfuzz.oracles.kinds.dispatch import diagnose
 
                     info["mechanism"] = diagnose(handle.run, entry.case, target.declared, entry.property).mechanism
         except (Skip, SetupError) as exc:
@@ -207,7 +207,7 @@ def _registered(args, entry):
 def _callable(args, entry):
     """(TargetInfo, setup) for --callable MODULE:FUNC imported from --path (default: the working directory)."""
     from maskfuzz.fuzz import repro as rp
-    from maskfuzz.oracles.properties import Declared
+    from maskfuzz.oracles.declared import Declared
 
     if ":" not in args.callable:
         raise _usage(f"--callable expects MODULE:FUNC, got {args.callable!r}")
@@ -225,7 +225,7 @@ def _callable(args, entry):
     env = rp.Environment(root, resolved, "git" if resolved else "local", {})
 
     def judge() -> str:
-        from maskfuzz.oracles.properties import judge as judge_case
+        from maskfuzz.oracles.kinds.dispatch import judge as judge_case
         from maskfuzz.targets.runtime.session import SetupError, open_callable
 
         try:

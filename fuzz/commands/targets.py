@@ -3,7 +3,7 @@ available offline (already in the cache, or resolvable from a local --repo).
 
 `maskfuzz targets --semantics T[:ENTRY]@PIN` (repeatable) prints instead the semantics card of each
 entry (every entry of T without one): which variant its code implements at the pin, inferred on
-clean cases (`oracles.semantics`). A card states facts, never defects.
+clean cases (`oracles.kinds.semantics`). A card states facts, never defects.
 """
 
 from __future__ import annotations

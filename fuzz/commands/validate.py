@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from maskfuzz.fuzz import corpus, evidence
     from maskfuzz.fuzz import validate as val
     from maskfuzz.fuzz.cli import UsageError
-    from maskfuzz.oracles.properties import TargetFailure
+    from maskfuzz.oracles.verdict import TargetFailure
     from maskfuzz.targets import registry
     from maskfuzz.targets.rollout.session import open_rollout
     from maskfuzz.targets.runtime.repos import parse_repos

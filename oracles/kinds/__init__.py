@@ -1,17 +1,22 @@
-"""The kinds of masked RL math beyond GAE (`shared/design/kinds.md`), one module each.
+"""The kinds of masked RL math (`shared/design/kinds.md`), one package each: `oracles/kinds/<kind>/`.
 
-Each kind module gives `OUTPUTS` (the names of the tensors a target returns, in order, each
+GAE (with `returns`) is `oracles/kinds/gae/`: its float64 references, its judge (`properties`), its
+diagnosis, its KL in the reward and its Hypothesis strategy. Each kind beyond GAE gives, in its package's
+`__init__`, `OUTPUTS` (the names of the tensors a target returns, in order, each
 [B, T]), `options(variant)` (the variant with defaults, unknown keys rejected),
 `reference(case, variant, vectorised=False)` (float64; a plain loop, or the independent
 vectorised form; None where the kind's statistic is undefined) and `condition(case, variant)`
 (how far a correct implementation in the case's dtype may be off, in units of the unit roundoff).
 `KINDS` says which inputs are poison under the mask, which input the `affine` property moves and
-which properties apply. The `returns` kind is GAE with V = 0 and lam = 1: it runs on the GAE
-judge (`oracles.properties`), with the `critic=False` domain.
+which properties apply; its Hypothesis inputs are its package's `strategies` (`KindSpec.strategies`,
+drawn by `oracles.kinds.strategies.kind_cases`, with what the statistic kinds share). The `returns`
+kind is GAE with V = 0 and lam = 1: it runs on the GAE judge (`oracles.kinds.gae.properties`), with the
+`critic=False` domain.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -28,10 +33,21 @@ class KindSpec:
     affine: str | None = None  # "score" or an extra tensor: what the affine property moves
     grouped: bool = False  # rows carry group ids
     split: bool = False  # the step is cut into micro-batches (and simulated ranks)
+    # what a leak of the poisoned inputs is (`oracles.mechanisms`): the mechanism and its words
+    leak: tuple[str, str] = ("masked-statistics", "an input under the mask reaches a statistic of trainable outputs")
+    score_at_last_token: bool = False  # the row's score lands on its last trainable token (lost on a masked tail)
+    zero_filled_normaliser: bool = False  # a normaliser that may count padding and masked tokens as zeros
 
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.module.OUTPUTS
+
+    @property
+    def strategies(self) -> ModuleType:
+        """The kind's Hypothesis inputs, `oracles/kinds/<kind>/strategies.py` (`inputs(draw, drawn)`, and
+        `finish` where the kind fixes up its poisoned inputs), imported on first use: judging needs no
+        hypothesis."""
+        return importlib.import_module(f"{self.module.__name__}.strategies")
 
     @property
     def zero_outputs(self) -> tuple[str, ...]:
@@ -50,6 +66,8 @@ KINDS: dict[str, KindSpec] = {
         poisoned=("token_rewards",),
         affine="score",
         grouped=True,
+        leak=("masked-reward-leak", "a reward under the mask reaches the row's score"),
+        score_at_last_token=True,
     ),
     "normalization": KindSpec(
         "normalization",
@@ -72,6 +90,8 @@ KINDS: dict[str, KindSpec] = {
         poisoned=("loss",),
         grouped=True,
         split=True,
+        leak=("masked-loss-leak", "a per-token loss under the mask reaches the step's loss"),
+        zero_filled_normaliser=True,
     ),
     "value-loss": KindSpec(
         "value-loss",
@@ -90,7 +110,7 @@ KINDS: dict[str, KindSpec] = {
         split=True,
     ),
 }
-GAE_KINDS = ("gae", "returns")
+GAE_KINDS = ("gae", "returns")  # judged by `oracles.kinds.gae`
 ALL_KINDS = (*GAE_KINDS, *KINDS)
 
 INVARIANT = {

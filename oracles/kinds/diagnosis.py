@@ -1,4 +1,4 @@
-"""Root causes of findings on the kinds beyond GAE (`oracles.diagnosis` dispatches here).
+"""Root causes of findings on the kinds beyond GAE (`oracles.kinds.dispatch` hands them here).
 
 The property names most mechanisms: a crash, NaN through the mask, non-zero masked outputs, bits
 that change; `poison` on a group advantage is a masked reward reaching the score, on the other
@@ -69,11 +69,7 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
         if verdict is not None and verdict.status == "pass":
             return Diagnosis("split-normaliser", f"{prop} holds when the step is one micro-batch on one rank")
     if prop == "poison":
-        if declared.kind == "group-advantage":
-            return Diagnosis("masked-reward-leak", "a reward under the mask reaches the row's score")
-        if declared.kind == "loss-aggregation":
-            return Diagnosis("masked-loss-leak", "a per-token loss under the mask reaches the step's loss")
-        return Diagnosis("masked-statistics", "an input under the mask reaches a statistic of trainable outputs")
+        return Diagnosis(*spec(declared.kind).leak)
     try:
         return _probe(run, case, declared, prop)
     except Exception as exc:  # noqa: BLE001 - a probe the target cannot run decides nothing
@@ -111,24 +107,14 @@ def _centred_probe(run, case, declared: Declared, prop: str):
     arithmetic: std-normalised group advantages, shift-mean whitening."""
     k = spec(declared.kind)
     v = k.module.options(declared.variant)
-    shift_free = (declared.kind == "group-advantage" and v["estimator"] == "grpo" and v["std"] is not None) or (
-        declared.kind == "normalization" and v["shift_mean"] and v["output"] == "whiten"
-    )
-    if not shift_free or prop == "affine":
+    centre = getattr(k.module, "centred", None)  # the kind's twin with its affine input centred
+    if centre is None or prop == "affine":
         return None
     live = case.trainable
-    if declared.kind == "group-advantage":
-        rows = live.any(dim=1)
-        if not rows.any():
-            return None
-        centred = case.replace(score=case.score - case.score[rows].mean())
-        moved = float(case.score[rows].abs().max())
-    else:
-        x = case.extra["x"]
-        if not live.any():
-            return None
-        centred = case.replace(extra={**case.extra, "x": torch.where(live, x - x[live].mean(), x)})
-        moved = float(x[live].abs().max())
+    twin = centre(case, v)
+    if twin is None:
+        return None
+    centred, moved = twin
     if moved < 16.0:  # no offset to cancel
         return None
     before, after = (k.module.reference(reference_case(c, declared), v) for c in (case, centred))
@@ -154,10 +140,7 @@ def _leak_probe(run, case, declared: Declared, prop: str):
         return None
     if verdict.status != "pass":
         return None
-    mech = {"group-advantage": "masked-reward-leak", "loss-aggregation": "masked-loss-leak"}.get(
-        declared.kind, "masked-statistics"
-    )
-    return Diagnosis(mech, f"{prop} holds once the inputs under the mask are 0")
+    return Diagnosis(k.leak[0], f"{prop} holds once the inputs under the mask are 0")
 
 
 def _probe(run, case, declared: Declared, prop: str):
@@ -165,7 +148,7 @@ def _probe(run, case, declared: Declared, prop: str):
     leak = _leak_probe(run, case, declared, prop)
     if leak is not None:
         return leak
-    if declared.kind == "group-advantage":  # the score placed on a masked tail token and lost there
+    if k.score_at_last_token:  # the score placed on a masked tail token and lost there
         trimmed = _without_tails(case)
         if trimmed is not None:
             verdict = next(v for v in judge(run, trimmed, declared, only=(prop,)) if v.property == prop)
@@ -184,7 +167,7 @@ def _probe(run, case, declared: Declared, prop: str):
         return Diagnosis("unexplained", "no single-mechanism probe isolates it")
     out = call(run, case, k)
     base = k.module.options(declared.variant)
-    if declared.kind == "loss-aggregation" and prop == "reference":
+    if k.zero_filled_normaliser and prop == "reference":
         every = _every_position(case)  # the normaliser counts padding and masked tokens as zeros
         ref = k.module.reference(reference_case(every, declared), base)
         bound = kind_bound(case.dtype, ref["loss"], condition_of(k, every, base, "loss"))

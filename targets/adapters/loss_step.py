@@ -1,5 +1,5 @@
 """One optimizer step of a loss aggregator, as a trainer runs it: the shared driver of the
-`loss-aggregation` entries (`oracles/kinds/loss_aggregation.py`).
+`loss-aggregation` entries (`oracles/kinds/loss_aggregation/`).
 
 The case's per-token losses become one leaf tensor (the case's dtype, on the device). Each
 micro-batch (`microbatches`: split id order, the i-th on rank i % ranks) is handed to the

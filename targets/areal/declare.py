@@ -10,9 +10,9 @@ itself is not imported: it pulls in AReaL's controller / RPC / logging stack (co
 ...), whose import-time set-up fails with stand-ins. `KLEstimator` is AReaL's own class, compiled
 from `areal/utils/data.py` at the pin.
 
-Entry `default-kl` (KL in the reward, `oracles.kl_reward`): the same call with `logprobs` / `ref_logp` from the
-case's `logp` / `ref_logp` (0 on the prompt and padding) and `kl_ctl = KL_CTL` (0.1, the default), so the method's
-own KL reward is the whole token reward (`KL_VARIANT`, cited below `_KIND_OVERRIDES`).
+Entry `default-kl` (KL in the reward, `oracles.kinds.gae.kl_reward`): the same call with `logprobs` / `ref_logp`
+from the case's `logp` / `ref_logp` (0 on the prompt and padding) and `kl_ctl = KL_CTL` (0.1, the default), so
+the method's own KL reward is the whole token reward (`KL_VARIANT`, cited below `_KIND_OVERRIDES`).
 
 `self` (the attributes `__init__` derives from `PPOActorConfig`, with its defaults unless said):
   config.overlong_reward_penalty = False, config.use_decoupled_loss = False,
@@ -498,7 +498,8 @@ _KIND_OVERRIDES = {
         truncation=None,
     ),
 }
-# ---- KL in the reward (`oracles.kl_reward`): `default-kl` is the GAE entry with real log-probs. The method makes
+# ---- KL in the reward (`oracles.kinds.gae.kl_reward`): `default-kl` is the GAE entry with real log-probs. The method
+# makes
 # every token reward itself: `ref_logp *= loss_mask; old_logp *= loss_mask` (1.0.4 areal/trainer/ppo/actor.py:195-196;
 # git 4aef98d8 the same lines; git main cbff54d64 :246-247; v0.3.4 areal/engine/ppo/actor.py:108-109), then
 # `rewards = -self.kl_ctl * self.kl_estimator(old_logp, ref_logp)` (1.0.4 :202; cbff54d64 :253; v0.3.4 :115), old_logp

@@ -502,7 +502,8 @@ for _name in KIND_OVERRIDES:
 KIND_OVERRIDES["grpo"]["options"] = (GRPO_STD_NORMALIZATION,)
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order, through
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order,
+# through
 # compute_advantages_and_returns (W miles/backends/training_utils/loss.py:291, G loss.py:19): compute_approx_kl(
 # log_probs[i], ref_log_probs[i], kl_loss_type=args.kl_loss_type) per sample at every response token unless
 # kl_coef == 0 (W loss.py:326-337, G loss.py:54-65), then

@@ -44,7 +44,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.nemo_rl.calls import NORMALIZE, OVERLONG, PACKAGES
 from maskfuzz.targets.nemo_rl.calls_kinds import (
     GRPO_OVERLONG,

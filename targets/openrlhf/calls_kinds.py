@@ -54,7 +54,7 @@ _LOSS = "openrlhf.models.loss"
 _LOSS_UTILS = "openrlhf.utils.loss_utils"
 # entry -> token_level_loss (ppo_actor.py:80 at 0.11.2: token_level_loss = loss_agg_mode == "token-mean")
 AGGREGATE = {"agg-token-mean": True, "agg-seq-mean-token-mean": False}
-# KL in the reward (`oracles/kl_reward.py`): entry -> (advantage estimator, --algo.kl.estimator)
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`): entry -> (advantage estimator, --algo.kl.estimator)
 KL_IN_REWARD = {"reinforce-kl": ("reinforce", "k1")}
 # --algo.kl.init_coef (default 0.01, cli/train_ppo_ray.py:438 at 0.11.2) is the value of the fixed controller
 # without --algo.kl.target (FixedKLController, trainer/ppo_trainer.py:176), read as self.kl_ctl.value by

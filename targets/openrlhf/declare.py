@@ -45,7 +45,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.openrlhf.calls import CLIP_RANGE, STOP_OFF, STOP_PROPERLY
 from maskfuzz.targets.openrlhf.calls_kinds import DUAL_CLIP, LOSS_AGG_MODE, VALUE_CLIP
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
@@ -618,7 +618,8 @@ ENTRY_OVERRIDES["policy-loss"] = dict(
 )
 
 
-# ---- KL in the reward (calls_kinds.load_estimator / load_gae_kl; `oracles/kl_reward.py`); lines at 0.11.2 ------
+# ---- KL in the reward (calls_kinds.load_estimator / load_gae_kl; `oracles/kinds/gae/kl_reward.py`); lines at 0.11.2
+# ------
 # make_experience: kl = compute_approx_kl(action_log_probs, base_action_log_probs, kl_estimator=--algo.kl.estimator)
 # (experience_maker.py:205-210; default k1, cli/train_ppo_ray.py:449-451): k1 = the log-ratio in float32
 # (utils.py:93, 96), clamped to [-10, 10] (utils.py:113); compute_reward(r, kl_ctl.value, kl, action_mask, clip)

@@ -17,7 +17,8 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 
-# ---- KL in the reward (`oracles.kl_reward`): ROLL's only token-level reward is its KL term. compute_token_reward
+# ---- KL in the reward (`oracles.kinds.gae.kl_reward`): ROLL's only token-level reward is its KL term.
+# compute_token_reward
 # (roll/utils/functionals.py:615-627 at 8eb27cc2dc34, :612-624 at c09bc8bc9f43, :619-631 at 090ac94658ad) takes
 # kld = compute_approx_kl(old_log_probs, ref_log_probs, response_mask[:, 1:], kl_penalty) and, under
 # add_token_level_kl, token_level_rewards = expand_to_token_level(data) - kl_ctrl.value * kld. kl_penalty defaults to

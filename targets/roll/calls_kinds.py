@@ -52,7 +52,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.options import Option, Truncation
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import run_step

@@ -6,7 +6,7 @@ Entries
              call: `response_mask=` the final response mask, whitening off (ROLL's config default).
     agentic  `roll/pipeline/agentic/utils.py::agentic_compute_advantage`, the agentic pipeline's call: no
              `response_mask=` argument, so ROLL reads `data.batch["response_mask"][:, 1:]` itself.
-    default-kl  `default` with a real KL in the reward (`oracles.kl_reward`): old_log_probs = the case's logp,
+    default-kl  `default` with a real KL in the reward (`oracles.kinds.gae.kl_reward`): old_log_probs = the case's logp,
              ref_log_probs = its ref_logp, `FixedKLController(KL_COEF)` (`kl_penalty="kl"`, k1), so ROLL's own
              `compute_token_reward` (compute_approx_kl * response_mask, `- beta * kld`) makes every token reward.
 
@@ -671,7 +671,7 @@ def _kind_overrides() -> dict:
     return out
 
 
-# ---- KL in the reward (`oracles.kl_reward`): the variant the KL entries are judged against; KL_COEF (ROLL's
+# ---- KL in the reward (`oracles.kinds.gae.kl_reward`): the variant the KL entries are judged against; KL_COEF (ROLL's
 # init_kl_coef default, cited in calls.py) is the beta the calls hand ROLL's FixedKLController.
 KL_VARIANT = {"kl_reward": {"coef": KL_COEF, "estimator": "k1", "clamp_d": None, "clamp": None}}
 _BASE_CFG = {"c09bc8bc9f43": "488-497,524", "090ac94658ad": "488-497,524", "8eb27cc2dc34": "527-536,563"}

@@ -1,6 +1,6 @@
 """The fuzzer's side of a worker process: start, load, run with a timeout, restart after a crash.
 
-A `Worker` is a `Run` (see `oracles.properties`): calling it with a case returns (advantages,
+A `Worker` is a `Run` (see `oracles.kinds.gae.properties`): calling it with a case returns (advantages,
 returns) or raises `TargetFailure` with kind 'exception' (the target raised), 'crash' (the
 process died) or 'hang' (no answer within the timeout). After a crash or hang the process is
 killed and the next call starts and loads a fresh one, so a run goes on.
@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.properties import TargetFailure
+from maskfuzz.oracles.verdict import TargetFailure
 from maskfuzz.targets.runtime import worker as protocol
 from maskfuzz.targets.runtime.forkserver import NO_CWD_MAIN, ForkServer
 

@@ -35,7 +35,7 @@ NO_CWD_MAIN = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, 
 PRELOAD = (
     "torch",
     "torch._dynamo",
-    "maskfuzz.oracles.properties",
+    "maskfuzz.oracles.kinds.dispatch",
     "maskfuzz.targets.runtime.worker",
     "maskfuzz.targets.adapters.base",
 )

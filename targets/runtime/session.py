@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
 from maskfuzz.oracles.options import without
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import CONTRACTS
 from maskfuzz.targets import discovery
 from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.registry import TargetSpec

@@ -45,7 +45,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 from maskfuzz.targets.skyrl.calls import KL_COEF, KL_TYPE
 from maskfuzz.targets.skyrl.calls_kinds import LOSS_REDUCTION, MAX_SEQ_LEN, NORM_BY_STD, OVERLONG, POLICY_LOSS_TYPE
@@ -671,7 +671,7 @@ SPEC = TargetSpec(
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles/kl_reward.py`), with `trainer.algorithm.use_kl_in_reward` (0.3.1
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`), with `trainer.algorithm.use_kl_in_reward` (0.3.1
 # skyrl_train/config/ppo_base_config.yaml:107, default false; git main skyrl/train/config/config.py:830). The trainer's
 # order (0.3.1 skyrl_train/trainer.py:248-259; git main skyrl/train/trainer.py:424-434): the per-token rewards with the
 # score on the last real token (convert_to_training_input), then `apply_reward_kl_penalty` (0.3.1 trainer.py:1000-1030;

@@ -52,7 +52,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 from maskfuzz.targets.slime.calls import KL_COEF, KL_ESTIMATOR
 
@@ -544,7 +544,7 @@ KIND_OVERRIDES["grpo"]["options"] = (ADVANTAGE_ESTIMATOR, GRPO_STD_NORMALIZATION
 KIND_OVERRIDES["reinforce++"]["options"] = (NORMALIZE_ADVANTAGES,)
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (`oracles/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order.
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`): the trainer's own KL, shaping and estimator, in its order.
 # compute_advantages_and_returns (slime/backends/megatron_utils/loss.py:704 at 624b824a8, :222 at 166441911)
 # computes `compute_approx_kl(log_probs[i], ref_log_probs[i], kl_loss_type=args.kl_loss_type)` per sample at every
 # response token (:743-754; 166441911 :256-268), unless kl_coef == 0; then

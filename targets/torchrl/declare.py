@@ -58,7 +58,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import Option, Pin, TargetSpec, Truncation
 from maskfuzz.targets.torchrl.calls_kinds import VALUE_CLIP
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
 from maskfuzz.targets.torchtune.calls_kinds import EPSILON, VALUE_CLIP
 

@@ -62,8 +62,8 @@ and the recursion are float32, float64 only with float64 values) and non-finite 
 
 from __future__ import annotations
 
-from maskfuzz.oracles.properties import Declared
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import Pin, TargetSpec
 from maskfuzz.targets.trl.calls import ENTRIES, PACKAGES, entry_or_default
 from maskfuzz.targets.trl.declare_kinds import KIND_OVERRIDES

@@ -96,7 +96,8 @@ CLIP_RATIO_C = 3.0
 ACTOR_LOSS_AGG_MODE = "token-mean"
 CLIPRANGE_VALUE = 0.5  # critic.cliprange_value's default (verl/workers/config/critic.py:93 at 0.9.1)
 CRITIC_LOSS_AGG_MODE = "token-mean"  # critic.loss_agg_mode's default (critic.py:94)
-# KL in the reward (`oracles/kl_reward.py`): entry -> (the returns entry whose function follows, algorithm.kl_penalty)
+# KL in the reward (`oracles/kinds/gae/kl_reward.py`): entry -> (the returns entry whose function follows,
+# algorithm.kl_penalty)
 RETURNS_KL = {"reinforce++-kl": ("reinforce++", "kl")}
 # algorithm.kl_ctrl (type fixed, kl_coef 0.001): verl/trainer/config/ppo_trainer.yaml:114-117 at 0.9.1,
 # KLControlConfig verl/trainer/config/algorithm.py:37; the trainer builds the controller with

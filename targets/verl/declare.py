@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec, Truncation
 from maskfuzz.targets.verl.declare_kinds import KIND_OVERRIDES
 from maskfuzz.targets.verl.declare_pipeline import (

@@ -8,7 +8,7 @@ import dataclasses
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
-from maskfuzz.oracles.reference import Whitening
+from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import Option, Truncation
 from maskfuzz.targets.verl.declare_pipeline import PIPELINE_0_5_0, per_pin, pipeline_grpo_0_4_1, without
 
@@ -395,7 +395,8 @@ KIND_OVERRIDES: dict[str, dict] = {
         truncation=None,
     ),
     "reinforce++": _REINFORCE_PP,  # above
-    # KL in the reward (`oracles/kl_reward.py`) before compute_reinforce_plus_plus_outcome_advantage, as the trainer
+    # KL in the reward (`oracles/kinds/gae/kl_reward.py`) before compute_reinforce_plus_plus_outcome_advantage, as the
+    # trainer
     # runs it with algorithm.use_kl_in_reward=True (ray_trainer.py:1638-1642 at 0.9.1; calls_kinds.load_returns_kl):
     # apply_kl_penalty (:78-117) takes kl_penalty(old_log_probs, ref_log_prob, algorithm.kl_penalty="kl") =
     # logprob - ref_logprob, no clamp (core_algos.py:2228-2229 kl_penalty_forward; ppo_trainer.yaml:105), multiplies

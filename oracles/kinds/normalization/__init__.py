@@ -145,3 +145,16 @@ def peak(case: Case, variant: dict | None = None) -> float:
         if vals.numel():
             out = max(out, float(vals.abs().sum()), float(((vals - vals.mean()) ** 2).sum()))
     return out
+
+
+def centred(case: Case, v: dict) -> tuple[Case, float] | None:
+    """(`case` with `x` centred on its mean over trainable positions, the largest such |x|) where a shift
+    changes nothing in exact arithmetic (shift-mean whitening), else None: the diagnosis's probe for
+    cancellation at a large offset (`oracles.kinds.diagnosis`)."""
+    if not (v["shift_mean"] and v["output"] == "whiten"):
+        return None
+    live = case.trainable
+    x = case.extra["x"]
+    if not live.any():
+        return None
+    return case.replace(extra={**case.extra, "x": torch.where(live, x - x[live].mean(), x)}), float(x[live].abs().max())

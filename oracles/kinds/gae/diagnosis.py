@@ -1,4 +1,4 @@
-"""Root causes: which mechanism explains a property finding, and how bad it is.
+"""GAE's root causes (the `gae` and `returns` kinds): which mechanism explains a property finding, and how bad it is.
 
 One upstream defect shows as several properties (a leaked value breaks `poison`, `reference`,
 `telescoping`, ...). `diagnose` runs targeted probes on the shrunk case, each isolating one
@@ -31,19 +31,26 @@ import dataclasses
 
 import torch
 
-from maskfuzz.oracles import kl_reward
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.declared import Declared, baseline
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
-from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
-from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
-from maskfuzz.oracles.mechanisms import MECHANISMS as MECHANISMS
+from maskfuzz.oracles.kinds.gae import kl_reward
+from maskfuzz.oracles.kinds.gae.kl_reward import EXTRAS as KL_EXTRAS
+from maskfuzz.oracles.kinds.gae.kl_reward import reference_case
+from maskfuzz.oracles.kinds.gae.properties import (
+    baseline,
+    expected_outputs,
+    judge,
+    sanitized,
+    with_extra_row,
+    with_inserted_gap,
+)
+from maskfuzz.oracles.kinds.gae.reference import last_trainable, reference
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.mechanisms import Diagnosis
-from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import expected_outputs, judge, sanitized, with_extra_row, with_inserted_gap
-from maskfuzz.oracles.reference import last_trainable, masked_whiten, reference
-from maskfuzz.oracles.tolerance import bounds, mismatches, self_slack
+from maskfuzz.oracles.tolerance import mismatches, self_slack
 from maskfuzz.oracles.verdict import Run, call
+from maskfuzz.oracles.whitening import masked_whiten
 
 _BY_PROPERTY = {
     "no-crash": "crash-degenerate",
@@ -56,8 +63,6 @@ _BY_PROPERTY = {
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (see the module docstring)."""
     declared = declared.configured(case)
-    if declared.kind not in ("gae", "returns"):
-        return diagnose_kind(run, case, declared, prop)
     if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
         return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
     if prop in _BY_PROPERTY:

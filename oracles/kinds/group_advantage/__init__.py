@@ -356,3 +356,31 @@ def peak(case: Case, variant: dict | None = None) -> float:
         if r.numel():
             out = max(out, float(r.abs().sum()), float(((r - r.mean()) ** 2).sum()))
     return out
+
+
+def centred(case: Case, v: dict) -> tuple[Case, float] | None:
+    """(`case` with its scores centred on their mean over rows with a trainable token, the largest such
+    score) where a shift changes nothing in exact arithmetic (std-normalised GRPO), else None: the
+    diagnosis's probe for cancellation at a large offset (`oracles.kinds.diagnosis`)."""
+    if not (v["estimator"] == "grpo" and v["std"] is not None):
+        return None
+    rows = case.trainable.any(dim=1)
+    if not rows.any():
+        return None
+    return case.replace(score=case.score - case.score[rows].mean()), float(case.score[rows].abs().max())
+
+
+# Well-conditioned cases that tell the dimensions apart for a semantics card (`fuzz.semantics`), where random
+# draws (offsets, identical scores) often cannot; each kept where the entry's api domain has it.
+_T = [[1, 1, 0]]
+CARD_PROBES = (  # the inputs of `Case.build`
+    # empty rows: group 0 holds a sampled row without a trainable token (attended, score 5)
+    dict(trainable=_T * 2 + [[0, 0, 0]] + _T * 2, attention=[[1, 1, 0]] * 5, score=[0.0, 1.0, 5.0, 2.0, 6.0],
+         group=[0, 0, 0, 1, 1]),
+    # std biased / unbiased and std level: groups of three of different spread
+    dict(trainable=_T * 6, attention=_T * 6, score=[0.0, 1.0, 3.0, 0.0, 4.0, 10.0], group=[0, 0, 0, 1, 1, 1]),
+    # eps placement: two scores 1e-3 apart (std ~ 7e-4 against eps)
+    dict(trainable=_T * 4, attention=_T * 4, score=[0.0, 0.001, 1.0, 3.0], group=[0, 0, 1, 1]),
+    # singleton rule: a group of one beside a group of two
+    dict(trainable=_T * 3, attention=_T * 3, score=[2.0, 0.0, 1.0], group=[0, 1, 1]),
+)  # fmt: skip

@@ -25,14 +25,16 @@ from typing import Any, Callable
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.declared import Declared, baseline
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds.gae.kl_reward import reference_case as gae_reference_case
+from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs
+from maskfuzz.oracles.kinds.gae.reference import last_trainable
+from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.kinds.judge import condition_of
 from maskfuzz.oracles.options import reference_case
-from maskfuzz.oracles.properties import expected_outputs
-from maskfuzz.oracles.reference import last_trainable
-from maskfuzz.oracles.tolerance import bounds, kind_bound, mismatches
+from maskfuzz.oracles.tolerance import kind_bound, mismatches
 
 MASKED = "masked outputs"  # what outputs hold at masked positions on clean cases
 SCORE_TAIL = "score on a masked tail"  # GAE / returns: whether a score behind an observation tail arrives
@@ -241,7 +243,7 @@ def _reference(case: Case, declared: Declared, variant: dict) -> tuple[Outputs, 
             return None
         if exp is None:
             return None
-        bnd = bounds(reference_case(case, d), d.contract, exp[0], exp[1], d.whitening, baseline=baseline(case, d))
+        bnd = bounds(gae_reference_case(case, d), d.contract, exp[0], exp[1], d.whitening, baseline=baseline(case, d))
         return {"advantages": exp[0], "returns": exp[1]}, {"advantages": bnd.advantages, "returns": bnd.returns}
     k = spec(declared.kind)
     try:

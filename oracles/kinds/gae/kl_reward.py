@@ -19,6 +19,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds import kl
+from maskfuzz.oracles.options import reference_case as configured_case
 
 KEY = "kl_reward"
 EXTRAS = ("logp", "ref_logp")  # per-token inputs: poisoned under the mask, cleaned by the poison twins
@@ -51,3 +52,18 @@ def fold(case: Case, variant: dict | None) -> Case:
         return case
     rewards, rounding = shaped(case, variant)
     return dataclasses.replace(case, token_rewards=rewards, meta={"reward_rounding": rounding})
+
+
+def reference_case(case: Case, declared) -> Case:
+    """The inputs GAE's float64 reference sees for `case` under `declared`: the KL in the reward folded
+    in (a new object, so `changes_reference` holds), then the score map and truncation semantics
+    (`oracles.options.reference_case`); `case` itself when nothing changes anything."""
+    if declared.variant.get(KEY):
+        case = fold(case, declared.variant[KEY])
+    return configured_case(case, declared)
+
+
+def changes_reference(case: Case, declared) -> bool:
+    """Whether the configuration makes the reference's inputs differ from the case's own (the
+    closed-form properties, stated on the raw case, do not apply then)."""
+    return reference_case(case, declared) is not case

@@ -1,4 +1,5 @@
-"""The properties of the spec, as checks that run an estimator on a case and return verdicts.
+"""GAE's judge (the `gae` and `returns` kinds): the properties of the spec, as checks that run an estimator on
+a case and return verdicts. `oracles.kinds.dispatch.judge` hands every kind its own judge.
 
 A `Run` maps a `Case` to (advantages, returns), both [B, T], or raises. The property ids
 (`oracles.verdict.PROPERTIES`) are the vocabulary of every output of the tool. Checks that need
@@ -13,15 +14,15 @@ from dataclasses import dataclass
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.declared import Declared, baseline, documented
+from maskfuzz.oracles.declared import Declared, documented
 from maskfuzz.oracles.domain import POISON_PROBE, Domain, poison_cap
-from maskfuzz.oracles.kinds.judge import judge as judge_kind
-from maskfuzz.oracles.kl_reward import EXTRAS as KL_EXTRAS
-from maskfuzz.oracles.options import changes_reference, reference_case
-from maskfuzz.oracles.reference import classic_gae_loop, last_trainable, masked_whiten, reference
-from maskfuzz.oracles.tolerance import FLOOR, Bounds, bounds, mismatches, self_slack
+from maskfuzz.oracles.kinds.gae.kl_reward import EXTRAS as KL_EXTRAS
+from maskfuzz.oracles.kinds.gae.kl_reward import changes_reference, reference_case
+from maskfuzz.oracles.kinds.gae.reference import classic_gae_loop, last_trainable, reference
+from maskfuzz.oracles.kinds.gae.tolerance import Bounds, bounds
+from maskfuzz.oracles.tolerance import FLOOR, mismatches, self_slack
 from maskfuzz.oracles.verdict import PROPERTIES, Run, TwinFailure, Verdict, call, describe, diff, na, ok
-from maskfuzz.oracles.verdict import TargetFailure as TargetFailure
+from maskfuzz.oracles.whitening import masked_whiten
 
 INVARIANT = {
     "reference": "outputs at trainable positions equal the float64 reference of the declared contract",
@@ -161,6 +162,13 @@ class _Base:
     bounds: Bounds
 
 
+def baseline(case: Case, declared: Declared) -> torch.Tensor | None:
+    """The per-row baseline [B] a `returns` variant subtracts (ReMax), else None."""
+    if declared.kind == "returns" and declared.variant.get("baseline") == "per-row":
+        return case.extra["baseline"][:, 0]
+    return None
+
+
 def expected_outputs(case: Case, declared: Declared) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The float64 reference of the declared contract, whitened as the target whitens; None when
     the target's whitening is undefined for this case (too few trainable positions). The options'
@@ -190,8 +198,6 @@ def judge(
     the order of PROPERTIES. `only` restricts the checks (the base run and no-crash always run).
     The case's options configure `declared` first."""
     declared = declared.configured(case)
-    if declared.kind not in ("gae", "returns"):
-        return judge_kind(run, case, declared, device=device, only=only)
     want = set(only or PROPERTIES)
     verdicts: dict[str, Verdict] = {}
     if declared.whitening is not None and expected_outputs(case, declared) is None:

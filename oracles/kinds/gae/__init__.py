@@ -1,0 +1,7 @@
+"""The `gae` kind and `returns` (GAE with V = 0, lam = 1): generalized advantage estimation over masked tokens.
+
+`reference` (the float64 references of the contracts `compressed`, `dense`, `segment`), `tolerance` (the
+recursion's error bound), `kl_reward` (a KL penalty folded into the rewards, and the inputs the reference
+sees), `properties` (the judge), `diagnosis` (the probes that name a mechanism) and `strategies` (the
+Hypothesis strategy of canonical masked batches).
+"""
