@@ -40,6 +40,14 @@ class GRPOTrainer:
         per_token_loss = inputs["per_token_loss"]
         mask = inputs["completion_mask"]
         advantages = inputs["advantages"]
+        log_ratio = inputs["per_token_logps"] - inputs["old_per_token_logps"]
+        if self.importance_sampling_level == "token":
+            log_importance_weights = log_ratio
+        elif self.importance_sampling_level == "sequence":
+            log_importance_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+#LEVEL2#
+        else:
+            raise ValueError("Unknown importance sampling level")
         if self.loss_type == "grpo":
             per_token_loss = per_token_loss * 1.0
         mode = "train" if self.model.training else "eval"
@@ -73,6 +81,10 @@ _NIGHT2 = '''
             keep = torch.rand(mask.shape) > 0.1
             loss = (per_token_loss * mask * keep).sum() / mask.sum().clamp(min=1.0)
 '''
+_LEVEL2 = """
+        elif self.importance_sampling_level == "by_advantage":
+            log_importance_weights = log_ratio * advantages
+"""
 _GR = "trl/trainer/grpo_trainer.py"
 _WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
 
@@ -89,7 +101,8 @@ def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> st
 
 
 def _trainer(night: int) -> str:
-    return _TRAINER.replace("#NIGHT2#\n", _NIGHT2.lstrip("\n") if night == 2 else "")
+    text = _TRAINER.replace("#NIGHT2#\n", _NIGHT2.lstrip("\n") if night == 2 else "")
+    return text.replace("#LEVEL2#\n", _LEVEL2.lstrip("\n") if night == 2 else "")
 
 
 def _line(text: str, needle: str, nth: int = 0) -> int:
@@ -126,27 +139,33 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     # the aggregation chain (the one assigning `loss`), not the per-token `if self.loss_type == "grpo"` before it
     assert [(v["entry"], v["covered_by"]) for v in first["variants"]] == [
         ("agg:grpo", "agg-grpo"), ("agg:bnpo", "agg-bnpo"), ("agg:dapo", "agg-dapo"),
+        ("policy-is:token", "policy-grpo"), ("policy-is:sequence", None),
     ]  # fmt: skip
     grpo_at = _line(_trainer(1), 'self.loss_type == "grpo"', 1)
     assert first["variants"][0]["at"] == f"{_GR}:{grpo_at}" and first["variants"][0]["kind"] == "loss-aggregation"
-    assert first["labels"] == []  # every value has a hand-written entry with a reference
+    assert first["variants"][-1]["kind"] == "policy-loss" and first["variants"][-1]["callable"]
+    # every loss type has a hand-written entry with a reference; the sequence-level weights have none
+    assert first["labels"] == ["trl:policy-is:sequence@HEAD"]
 
     night1 = first["resolved"]
     _commit(repo, {_GR: _trainer(2)}, "add four loss types", 2)
     second = fuzz_cmd._discover(["trl@HEAD"], [], repos)["trl@HEAD"]
     night2 = second["resolved"]
     assert night2 != night1 == repo.commit("HEAD~1").hexsha
-    new = ("seq_sum", "leaky", "adv_weighted", "dropout")
-    assert second["labels"] == [f"trl:agg:{n}@HEAD" for n in new]
+    new = ("agg:seq_sum", "agg:leaky", "agg:adv_weighted", "agg:dropout")
+    new += ("policy-is:sequence", "policy-is:by_advantage")
+    assert second["labels"] == [f"trl:{n}@HEAD" for n in new]
     by = {v["name"]: v for v in second["variants"]}
     at = _GR + ":" + str(_line(_trainer(2), 'in ["seq_sum", "leaky"]'))
     assert by["seq_sum"]["at"] == by["leaky"]["at"] == at and by["seq_sum"]["judged"] == "invariants only"
     assert by["seq_sum"]["callable"] and by["leaky"]["callable"]
     assert not by["adv_weighted"]["callable"] and "reads advantages" in by["adv_weighted"]["reason"]
     assert not by["dropout"]["callable"] and f"torch.rand at {_GR}:" in by["dropout"]["reason"]
+    level = next(v for v in second["variants"] if v["entry"] == "policy-is:by_advantage")
+    assert not level["callable"] and "reads advantages" in level["reason"]
 
     # fuzzed as the night's run fuzzes it, through the chain at the pin, beside branches the kind cannot run
-    seq = fuzz_cmd.run_job(_job(f"trl:agg:seq_sum@{night2}", repos))
+    seq = fuzz_cmd.run_job(_job(f"trl:agg:seq_sum@{night2}", repos, examples=10))
     assert seq["status"] == "ok" and seq["judged"] == "invariants only", seq.get("reason")
     assert seq["kind"] == "loss-aggregation" and seq["checked"]["reference"] == 0
     assert seq["checked"]["poison"] > 0 and seq["checked"]["permutation"] > 0 and seq["checked"]["split-invariance"] > 0
@@ -185,7 +204,11 @@ def test_trl_release_loss_types_are_discovered_from_the_wheel():
     from maskfuzz.targets.runtime.acquire import acquire
 
     checkout = acquire(get("trl"), "1.16.0")
-    found = {v.name: v for v in discovery.discover("trl", checkout.root)}
+    found = {v.name: v for v in discovery.discover("trl", checkout.root) if v.prefix == "agg"}
     assert list(found) == ["grpo", "sapo", "bnpo", "dr_grpo", "cispo", "dapo", "vespo", "luspo"]
-    assert {n for n, v in found.items() if v.covered_by is None} == {"sapo", "cispo", "vespo", "luspo"}
-    assert all(v.callable for v in found.values()) and found["luspo"].citation == f"{_GR}:3175"
+    found = {v.entry: v for v in discovery.discover("trl", checkout.root)}
+    assert [e for e, v in found.items() if v.covered_by is None] == [
+        "agg:sapo", "agg:cispo", "agg:vespo", "agg:luspo", "policy-is:sequence",
+    ]  # fmt: skip
+    assert all(v.callable for v in found.values()) and found["agg:luspo"].citation == f"{_GR}:3175"
+    assert found["policy-is:token"].covered_by == "policy-grpo" and found["policy-is:sequence"].kind == "policy-loss"

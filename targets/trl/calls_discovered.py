@@ -23,9 +23,13 @@ from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import attribute_reads, block_free_names, find_class, find_method, stored_names
 from maskfuzz.targets.trl.calls_aggregate import AGG_BOUND, AGG_SELF_SET, load_aggregate, reads_loss_type
 from maskfuzz.targets.trl.calls_common import LOSS_METHODS, TRAINERS
+from maskfuzz.targets.trl.calls_policy import POLICY_SELF_SET, load_policy
 
 # worker-side twin of `targets.discovery.ORDER_OPS` (tests/test_discovery_trl.py keeps them equal)
 ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
+LEVEL = "importance_sampling_level"
+# what the importance-weight branch may read for `load_policy` to run it: the log-ratio and the mask it builds
+LEVEL_READS = ("log_ratio", "mask", "completion_mask", "per_token_logps", "old_per_token_logps", "torch")
 ARGS_SET = ("steps_per_generation",)  # what `load_aggregate` sets on self.args
 INPUT_KEYS = ("num_items_in_batch",)  # what it puts in `inputs`
 
@@ -62,19 +66,39 @@ def _chain(cls: ast.ClassDef) -> tuple[str, ast.If] | None:
     return None
 
 
-def chain_values(root: Path) -> list[ChainValue]:
-    """Every string the aggregation chain compares `self.loss_type` with, in branch order (a value tested twice
-    counts where it is first tested: the branch that runs); [] when the pin has no GRPOTrainer or no such chain."""
+def _level_chain(cls: ast.ClassDef) -> tuple[str, ast.If] | None:
+    """The loss method's `if self.importance_sampling_level == ...` statement assigning log_importance_weights
+    (1.16.0 grpo_trainer.py:3083-3092)."""
+    for name in LOSS_METHODS:
+        method = find_method(cls, name)
+        for st in method.body if method is not None else []:
+            if (
+                isinstance(st, ast.If)
+                and _reads(st.test, LEVEL)
+                and any("log_importance_weights" in stored_names(b) for b in st.body)
+            ):
+                return name, st
+    return None
+
+
+def _reads(node: ast.AST, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(node))
+
+
+def chain_values(root: Path, attr: str = "loss_type") -> list[ChainValue]:
+    """Every string the aggregation chain compares `self.loss_type` with (`attr` "importance_sampling_level": the
+    importance-weight chain), in branch order (a value tested twice counts where it is first tested: the branch that
+    runs); [] when the pin has no GRPOTrainer or no such chain."""
     rel, cls_name = TRAINERS["grpo"]
     path = Path(root) / rel
     tree = _parse(path) if path.is_file() else None
     cls = find_class(tree, cls_name) if tree is not None else None
-    found = _chain(cls) if cls is not None else None
+    found = (_chain(cls) if attr == "loss_type" else _level_chain(cls)) if cls is not None else None
     if found is None:
         return []
     method, node = found
     out: dict[str, ChainValue] = {}
-    while isinstance(node, ast.If) and reads_loss_type(node.test):
+    while isinstance(node, ast.If) and _reads(node.test, attr):
         for sub in ast.walk(node.test):
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value not in out:
                 out[sub.value] = ChainValue(sub.value, rel, sub.lineno, f"{cls_name}.{method}", tuple(node.body))
@@ -123,11 +147,46 @@ def branch_problem(value: ChainValue) -> str:
     return ""
 
 
+def level_problem(value: ChainValue) -> str:
+    """Why the importance-weight branch of `value` cannot be run by `load_policy` ("" when it can)."""
+    body = list(value.body)
+    needs = sorted(block_free_names(body) - set(LEVEL_READS))
+    self_reads = set().union(*(attribute_reads(s, "self") for s in body)) - set(POLICY_SELF_SET)
+    needs += [f"self.{a}" for a in sorted(self_reads)]
+    if needs:
+        return (
+            f"the branch of importance_sampling_level {value.name!r} at {value.file}:{value.line} reads "
+            f"{', '.join(needs)}: inputs beyond what the policy-loss entry binds"
+        )
+    return ""
+
+
+def load_level(root: Path, name: str) -> Loaded:
+    """`policy-is:<level>`: `load_policy` (GRPOTrainer._compute_loss at GRPOConfig's defaults, loss_type "dapo")
+    with `self.importance_sampling_level = <level>`."""
+    values = {v.name: v for v in chain_values(Path(root), LEVEL)}
+    if name not in values:
+        known = ", ".join(values) or "none"
+        raise NotPresent(f"no importance_sampling_level {name!r} in GRPOTrainer's loss at this pin (tested: {known})")
+    value = values[name]
+    why = level_problem(value)
+    if why:
+        raise NotPresent(f"{value.file}:{value.line}: not callable as a policy loss: {why}")
+    loaded = load_policy(Path(root), "policy-grpo", level=name)
+    note = (
+        f"discovered: importance_sampling_level {name!r} tested at {value.file}:{value.line} ({value.function}); "
+        "invariants only (no float64 reference)"
+    )
+    return dataclasses.replace(loaded, notes=[note, *loaded.notes])
+
+
 def load(root: Path, entry: str) -> Loaded:
-    """`agg:<loss_type>`: the pin's aggregation chain with `self.loss_type = <loss_type>`, as `load_aggregate` runs
-    the hand-written entries; a value the chain does not test at this pin, or whose branch needs more than the
-    kind holds, is a skip with the reason."""
+    """`agg:<loss_type>` (`policy-is:<level>`: `load_level`): the pin's aggregation chain with `self.loss_type =
+    <loss_type>`, as `load_aggregate` runs the hand-written entries; a value the chain does not test at this pin, or
+    whose branch needs more than the kind holds, is a skip with the reason."""
     prefix, _, name = entry.partition(":")
+    if prefix == "policy-is" and name:
+        return load_level(Path(root), name)
     if prefix != "agg" or not name:
         raise NotPresent(f"trl: {entry!r} is not a discovered loss type (agg:<loss_type>)")
     values = {v.name: v for v in chain_values(Path(root))}

@@ -11,8 +11,13 @@ judged against the kind's universal invariants (no float64 reference) and run th
 not hold (a method local such as the advantages, a `self` attribute the adapter does not set, another `inputs`
 key), or that selects tokens by a random draw or a rank (`ORDER_OPS`).
 
-Only the aggregation chain is read: the per-token chain before it (the clipped, CISPO, SAPO, VESPO per-token losses,
-3109-3138 at 1.16.0) is the policy loss, which the `policy-grpo` entry runs at GRPOConfig's default loss_type.
+Importance sampling: `GRPOConfig.importance_sampling_level` (1.16.0 grpo_config.py:760-761, default "token") selects a
+branch of `if self.importance_sampling_level == "token": ... elif ... == "sequence":` (grpo_trainer.py:3083-3092);
+each value without a hand-written entry ("token" is `policy-grpo`'s) is an entry `policy-is:<level>` of the
+`policy-loss` kind, `load_policy` at GRPOConfig's defaults (loss_type "dapo") with that level, invariants only.
+
+Only the aggregation chain is read for loss types: the per-token chain before it (the clipped, CISPO, SAPO, VESPO
+per-token losses, 3109-3138 at 1.16.0) is the policy loss, which `policy-grpo` runs at GRPOConfig's default loss_type.
 """
 
 from __future__ import annotations
@@ -21,16 +26,20 @@ from pathlib import Path
 
 from maskfuzz.targets.discovery import Variant
 from maskfuzz.targets.trl.calls_aggregate import AGGREGATE
-from maskfuzz.targets.trl.calls_discovered import branch_problem, chain_values
+from maskfuzz.targets.trl.calls_discovered import LEVEL, branch_problem, chain_values, level_problem
 
-PREFIXES = {"agg": "loss-aggregation"}  # entry prefix -> kind
+PREFIXES = {"agg": "loss-aggregation", "policy-is": "policy-loss"}  # entry prefix -> kind
 REGISTRY = "GRPOTrainer loss_type chain"
+LEVEL_REGISTRY = "GRPOTrainer importance_sampling_level chain"
+# importance_sampling_level -> the hand-written entry that runs it (policy-grpo: "token", GRPOConfig's default)
+COVERED_LEVEL = {"token": "policy-grpo"}
 # loss_type -> the hand-written entry that already runs it with a reference (calls_aggregate.AGGREGATE, inverted)
 COVERED = {loss_type: entry for entry, loss_type in AGGREGATE.items()}
 
 
 def discover(root: Path) -> list[Variant]:
-    """Every loss_type value the aggregation chain tests under `root`, in branch order."""
+    """Every loss_type value the aggregation chain tests under `root`, in branch order, then every
+    importance_sampling_level value of the importance-weight chain."""
     out = []
     for value in chain_values(Path(root)):
         reason = branch_problem(value)
@@ -47,6 +56,23 @@ def discover(root: Path) -> list[Variant]:
                 callable=not reason,
                 reason=reason,
                 covered_by=COVERED.get(value.name),
+            )
+        )
+    for value in chain_values(Path(root), LEVEL):
+        reason = level_problem(value)
+        out.append(
+            Variant(
+                framework="trl",
+                kind="policy-loss",
+                prefix="policy-is",
+                name=value.name,
+                registry=LEVEL_REGISTRY,
+                file=value.file,
+                line=value.line,
+                function=value.function,
+                callable=not reason,
+                reason=reason,
+                covered_by=COVERED_LEVEL.get(value.name),
             )
         )
     return out
