@@ -16,6 +16,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.judge import judge
 from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import get
+from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target, parse_ref
 from maskfuzz.targets.trl import calls_discovered
 
@@ -212,3 +213,27 @@ def test_trl_release_loss_types_are_discovered_from_the_wheel():
     ]  # fmt: skip
     assert all(v.callable for v in found.values()) and found["agg:luspo"].citation == f"{_GR}:3175"
     assert found["policy-is:token"].covered_by == "policy-grpo" and found["policy-is:sequence"].kind == "policy-loss"
+
+
+_LONE = Case.build(trainable=[[1]], extra={"loss": [[0.3]]}, dtype="float64")
+_PADDED = Case.build(trainable=[[1, 0]], extra={"loss": [[0.3, 0.0]]}, dtype="float64")
+
+
+def _luspo(label: str, repos: dict) -> list[float]:
+    with open_target(label, repos=repos, timeout=60) as handle:
+        return [float(handle.run(case)[1][0, 0]) for case in (_LONE, _PADDED)]  # d loss / d l at the trained token
+
+
+def test_luspo_at_git_main_breaks_pad_invariance():
+    """The defect of docs/kinds/trl.md: at f2cd577 `(per_token_loss * mask.sum(1, keepdim=True)).mean()` means over the
+    padding column too, so one padding column halves the trained token's gradient."""
+    repos = parse_repos(None)
+    if "trl" not in repos:
+        pytest.skip("git pin: set MASKFUZZ_REPOS=trl=/path/to/trl-clone-or-mirror to test trl at git main")
+    assert _luspo("trl:agg:luspo@f2cd57710ae345ea6428ae95363267fcf38a3dc8", repos) == pytest.approx([1.0, 0.5])
+
+
+@pytest.mark.network
+def test_luspo_at_1_16_0_is_pad_invariant():
+    """1.16.0 masks before aggregating (`(per_token_loss * mask).sum(-1).mean()`): padding changes nothing."""
+    assert _luspo("trl:agg:luspo@1.16.0", {}) == pytest.approx([1.0, 1.0])
