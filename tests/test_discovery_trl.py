@@ -129,6 +129,12 @@ def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
     )  # fmt: skip
 
 
+def _run(job: fuzz_cmd.Job) -> dict:
+    """run_job's result as its JSON dict (newer trees return a typed JobResult: `to_json`)."""
+    out = fuzz_cmd.run_job(job)
+    return out if isinstance(out, dict) else out.to_json()
+
+
 def _poisoned_case() -> Case:
     """One row, its second token masked with a large per-token loss there."""
     return Case.build(trainable=[[1, 0]], extra={"loss": [[0.5, 1000.0]]}, dtype="float64")
@@ -166,7 +172,7 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     assert not level["callable"] and "reads advantages" in level["reason"]
 
     # fuzzed as the night's run fuzzes it, through the chain at the pin, beside branches the kind cannot run
-    seq = fuzz_cmd.run_job(_job(f"trl:agg:seq_sum@{night2}", repos, examples=10))
+    seq = _run(_job(f"trl:agg:seq_sum@{night2}", repos, examples=10))
     assert seq["status"] == "ok" and seq["judged"] == "invariants only", seq.get("reason")
     assert seq["kind"] == "loss-aggregation" and seq["checked"]["reference"] == 0
     assert seq["checked"]["poison"] > 0 and seq["checked"]["permutation"] > 0 and seq["checked"]["split-invariance"] > 0
@@ -178,11 +184,11 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
         verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
     assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
     # listed ones are skips with the reason; a value absent on night 1 is a skip there
-    adv = fuzz_cmd.run_job(_job(f"trl:agg:adv_weighted@{night2}", repos))
+    adv = _run(_job(f"trl:agg:adv_weighted@{night2}", repos))
     assert adv["status"] == "skipped" and "inputs beyond what the loss-aggregation kind holds" in adv["reason"]
-    drop = fuzz_cmd.run_job(_job(f"trl:agg:dropout@{night2}", repos))
+    drop = _run(_job(f"trl:agg:dropout@{night2}", repos))
     assert drop["status"] == "skipped" and "random draw or a rank" in drop["reason"]
-    gone = fuzz_cmd.run_job(_job(f"trl:agg:seq_sum@{night1}", repos))
+    gone = _run(_job(f"trl:agg:seq_sum@{night1}", repos))
     assert gone["status"] == "skipped" and "no loss_type 'seq_sum'" in gone["reason"]
 
 
