@@ -5,6 +5,7 @@ a step (`loss_step.run_step`), on the case's [B, T] per-token loss and mask. See
 from __future__ import annotations
 
 import ast
+import copy
 import types
 from pathlib import Path
 
@@ -52,9 +53,36 @@ def reads_loss_type(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "loss_type" for n in ast.walk(node))
 
 
-def aggregation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> tuple[Block, list[ast.stmt], str]:
+def selected_only(chain: ast.If, loss_type: str) -> ast.If:
+    """A copy of the chain whose branches other than the first one testing `loss_type` (and the final else) only
+    raise: TRL's own tests still select, the selected branch is TRL's, and a branch that reads what the adapter does
+    not bind (a new loss type's own inputs) no longer stops the others from running."""
+    out = copy.deepcopy(chain)
+    node, kept = out, False
+    while True:
+        tests = {n.value for n in ast.walk(node.test) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        if kept or loss_type not in tests:
+            node.body = [_not_selected(node.body[0])]
+        kept = kept or loss_type in tests
+        if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) and reads_loss_type(node.orelse[0].test):
+            node = node.orelse[0]
+            continue
+        if node.orelse:
+            node.orelse = [_not_selected(node.orelse[0])]
+        return out
+
+
+def _not_selected(at: ast.stmt) -> ast.stmt:
+    stub = ast.parse('raise RuntimeError("maskfuzz: a loss_type branch the entry does not select")').body[0]
+    return ast.fix_missing_locations(ast.copy_location(stub, at))
+
+
+def aggregation_block(
+    tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef, loss_type: str | None = None
+) -> tuple[Block, list[ast.stmt], str]:
     """The `if self.loss_type ...` chain of the loss method whose branches assign `loss` (not the per-token chain,
-    which assigns per_token_loss), with the `mode = ...` line right before it when there is one."""
+    which assigns per_token_loss), with the `mode = ...` line right before it when there is one; with `loss_type`
+    (a discovered entry) the other branches compiled as stubs (`selected_only`), the statements returned as TRL's."""
     for name in LOSS_METHODS:
         method = find_method(cls, name)
         if method is None:
@@ -67,6 +95,9 @@ def aggregation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef)
                 continue
             start = i - 1 if i > 0 and "mode" in stored_names(stmts[i - 1]) else i
             block = stmts[start : i + 1]
+            source = block
+            if loss_type is not None:
+                block = [*block[:-1], selected_only(st, loss_type)]
             free = block_free_names(block)
             where = f"{rel}:{block[0].lineno}"
             check_reads(block, where, "the loss block", "self", AGG_SELF_SET)
@@ -74,7 +105,7 @@ def aggregation_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef)
             if "per_token_loss" not in free or not ({"mask", "completion_mask"} & free):
                 raise BlockNotFound(f"trl: {rel}:{block[0].lineno}: the block does not read per_token_loss and a mask")
             bound = [n for n in AGG_BOUND if n in free]
-            return tree.block(path, block, bound), block, name
+            return tree.block(path, block, bound), source, name
     raise BlockNotFound(
         f"trl: {rel}: no `if self.loss_type ...` chain assigning loss in {' / '.join(LOSS_METHODS)}; the adapter "
         "must learn the new shape before this pin can be tested"
@@ -96,8 +127,9 @@ def trainer_scales_for_ga(cls: ast.ClassDef) -> bool:
     return True
 
 
-def load_aggregate(root: Path, entry: str) -> Loaded:
-    """TRL's normalisation block over one optimizer step, as GRPOTrainer and transformers' Trainer run it.
+def load_aggregate(root: Path, entry: str, loss_type: str | None = None) -> Loaded:
+    """TRL's normalisation block over one optimizer step, as GRPOTrainer and transformers' Trainer run it, with
+    `self.loss_type` the entry's (`AGGREGATE`) or `loss_type` (a value discovered in the chain, calls_discovered.py).
 
     Each micro-batch runs the block with `self.current_gradient_accumulation_steps` = the configured accumulation
     steps (`Step.per_rank`, every rank runs that many), `self.accelerator.num_processes` = the simulated ranks,
@@ -114,7 +146,8 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
     normaliser, so the Trainer's training_step divides by gradient_accumulation_steps: the adapter does that.
     Ranks are averaged by the driver as DDP averages gradients. None of the modes but dapo gets a global
     normaliser: grpo / bnpo / dr_grpo are judged per micro-batch, as TRL runs them."""
-    loss_type = AGGREGATE[entry]
+    selected = loss_type  # a discovered value: only its branch compiled as TRL's (`selected_only`)
+    loss_type = loss_type or AGGREGATE[entry]
     rel, cls_name = TRAINERS["grpo"]
     tree = SourceTree(Path(root), PACKAGES)
     path = Path(root, rel)
@@ -122,7 +155,7 @@ def load_aggregate(root: Path, entry: str) -> Loaded:
     if cls is None:
         raise NotPresent(f"no {rel}::{cls_name} at this pin (GRPO arrived in 0.14)")
     rel = tree.rel(path)
-    block, stmts, method = aggregation_block(tree, path, rel, cls)
+    block, stmts, method = aggregation_block(tree, path, rel, cls, selected)
     strings = {n.value for s in stmts for n in ast.walk(s) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     if loss_type not in strings:
         raise NotPresent(f"{rel}:{stmts[0].lineno}: {cls_name}.{method} has no loss_type {loss_type!r} at this pin")

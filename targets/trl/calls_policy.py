@@ -110,7 +110,7 @@ def policy_block(tree: SourceTree, path: Path, rel: str, cls: ast.ClassDef) -> t
     )
 
 
-def load_policy(root: Path, entry: str) -> Loaded:
+def load_policy(root: Path, entry: str, level: str | None = None) -> Loaded:
     """GRPO's clipped policy loss over one optimizer step, as GRPOTrainer._compute_loss computes it (1.16.0
     grpo_trainer.py:3055-3184): `coef_1 = exp(per_token_logps - old_per_token_logps)` (3083-3095), `coef_2 =
     clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)` (3113), `per_token_loss = -min(coef_1 A, coef_2 A)`
@@ -125,7 +125,8 @@ def load_policy(root: Path, entry: str) -> Loaded:
     :866-867, leaves it None at 3050-3053). `self`: loss_type (the entry's), epsilon_low = epsilon_high = 0.2,
     `args.delta = None` (grpo_config.py:697-698), beta = 0.0 (681-682: the KL statements do not run),
     importance_sampling_level = "token" (760-761), off_policy_mask_threshold = None (963-964), use_vllm = False
-    (587-588). The entry's options (epsilon_high, delta) replace those defaults."""
+    (587-588). The entry's options (epsilon_high, delta) replace those defaults. `level`: importance_sampling_level
+    set to a value discovered in the pin's chain instead (calls_discovered.py, `policy-is:<level>`)."""
     loss_type = POLICY[entry]
     rel, cls_name = TRAINERS["grpo"]
     tree = SourceTree(Path(root), PACKAGES)
@@ -163,7 +164,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
             raise OptionNotAtPin(f"{rel}:{block.first_line}: no delta (two-sided clip) at this pin")
         me = types.SimpleNamespace(
             off_policy_mask_threshold=None,
-            importance_sampling_level="token",
+            importance_sampling_level=level or "token",
             beta=0.0,
             loss_type=loss_type,
             epsilon_low=EPSILON,
@@ -205,7 +206,8 @@ def load_policy(root: Path, entry: str) -> Loaded:
         "TRL's per-completion advantage), old_per_token_logps = old_logp, num_items_in_batch = the step's trainable "
         f"tokens (all ranks); {mask_name} int64; entropy_mask = None (top_entropy_quantile = 1.0)",
         f"self: epsilon_low = epsilon_high = {EPSILON} (or the case's epsilon_high), args.delta = None (or the "
-        "case's), beta = 0.0 (no KL), importance_sampling_level = 'token', off_policy_mask_threshold = None, "
+        "case's), beta = 0.0 (no KL), importance_sampling_level = "
+        f"{level or 'token'!r}, off_policy_mask_threshold = None, "
         "use_vllm = False",
         f"current_gradient_accumulation_steps = steps_per_generation = the step's accumulation steps; num_processes = "
         f"ranks; max_completion_length = {MAX_COMPLETION_LENGTH}; "
