@@ -434,19 +434,19 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
 
     # judged as the fuzzer judges them, through SkyRL's own registry and the pin's config defaults
     dual = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:dual_clip@{night2}", repos, examples=20))
-    assert dual["status"] == "ok" and dual["judged"] == "invariants only", dual.get("reason")
-    assert dual["checked"]["reference"] == 0 and dual["checked"]["poison"] > 0 and not dual["findings"], dual["checked"]
-    assert any("ppo_base_config.yaml" in n for n in dual["notes"]), dual["notes"]
+    assert dual.status == "ok" and dual.judged == "invariants only", dual.reason
+    assert dual.checked["reference"] == 0 and dual.checked["poison"] > 0 and not dual.findings, dual.checked
+    assert any("ppo_base_config.yaml" in n for n in dual.notes), dual.notes
     mean = fuzz_cmd.run_job(_job(f"skyrl:adv:mean_baseline@{night2}", repos, examples=8))
-    assert mean["status"] == "ok" and mean["kind"] == "group-advantage", mean.get("reason")
-    assert mean["checked"]["group-isolation"] > 0 and mean["checked"]["permutation"] > 0
+    assert mean.status == "ok" and mean.kind == "group-advantage", mean.reason
+    assert mean.checked["group-isolation"] > 0 and mean.checked["permutation"] > 0
     # response_mask is SkyRL's response indicator (calls_kinds.outcome_inputs): rewards on loss-masked response
     # tokens enter the sum, a fact without a pipeline domain (api), never a defect
-    assert not mean["defects"] and all(f["property"] != "group-isolation" for f in mean["findings"]), mean["findings"]
+    assert not mean.defects and all(f.property != "group-isolation" for f in mean.findings), mean.findings
     skipped = fuzz_cmd.run_job(_job(f"skyrl:adv:whitened@{night2}", repos))
-    assert skipped["status"] == "skipped" and "normalises over the whole batch" in skipped["reason"]
+    assert skipped.status == "skipped" and "normalises over the whole batch" in skipped.reason
     gone = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:leaky@{night1}", repos))
-    assert gone["status"] == "skipped" and "no policy loss 'leaky' is registered" in gone["reason"]
+    assert gone.status == "skipped" and "no policy loss 'leaky' is registered" in gone.reason
     with open_target(f"skyrl:policy-loss:leaky@{night2}", repos=repos, timeout=30) as handle:
         assert handle.declared.reference is False and "leaky_loss" in handle.info["where"]
         verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}

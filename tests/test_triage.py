@@ -24,7 +24,7 @@ MUTANTS = list(zoo.CATCHES.items())
 def test_each_mutant_is_diagnosed_as_its_mechanism(mutant, want):
     declared, prop = want
     run = zoo.as_run(mutant)
-    result = fuzz_target(run, declared, target=mutant.__name__, max_examples=120, seed=0)
+    result = fuzz_target(run, declared, target=mutant.__name__, max_examples=300, seed=0)
     defects = triage(result, run, declared, witness_examples=20)
     mine = result.finding(prop)
     assert mine is not None
