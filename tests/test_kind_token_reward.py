@@ -1,7 +1,8 @@
 """Kind `token-reward` (oracles/kinds/token_reward/): the per-token reward of a PPO step from a sequence score and
 a per-token KL. The reference by hand, the loop against the vectorised form, the reference as a target passing
 every property, the mutant of the bug class (the score on the last attended token instead of the last trainable
-one) caught and diagnosed `score-lost` (promise universal:score-kept)."""
+one) caught and diagnosed `score-lost` (promise universal:score-kept), and the two framework entries run from
+their release wheels (OpenRLHF `compute_reward`, torchtune `get_rewards_ppo`) on a hand-computed case."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from maskfuzz.oracles.kinds.dispatch import diagnose, judge
 from maskfuzz.oracles.kinds.strategies import kind_cases
 from maskfuzz.oracles.promises import broken
 from maskfuzz.oracles.strategies import Sizes
+from maskfuzz.targets.runtime.session import open_target
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -102,3 +104,31 @@ def test_a_score_on_the_last_attended_token_is_caught_as_score_lost():
     assert check.data["kind"] == "expected" and set(check.data["outputs"]) == {"reward"}
     # the correct placement on the same shrunk case passes
     assert not next(v for v in judge(_as_target({}), shrunk, declared) if v.property == "reference").failed
+
+
+# the frameworks' entries, from the release wheels (cached by the suite; network marker as the target tests)
+ENTRIES = [("openrlhf", "0.11.2"), ("openrlhf", "0.3.6.post1"), ("torchtune", "0.6.1")]
+FW_CASE = CASE.replace(dtype="float32")
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("target,pin", ENTRIES, ids=[f"{t}@{p}" for t, p in ENTRIES])
+def test_each_framework_entry_runs_its_own_code_by_hand(target, pin):
+    """kl_coef 0.01 at both. OpenRLHF clamps the score to [-10, 10] (the CLI default reward_clip_range; built in at
+    0.3.6.post1); torchtune does not clip. Neither masks the KL (OpenRLHF 0.3.6.post1 multiplies the log-ratio by
+    the mask: 0 there), and OpenRLHF puts an actionless row's score at T - 1 (masked; not judged)."""
+    with open_target(f"{target}:token-reward@{pin}") as h:
+        (got,) = h.run(FW_CASE)
+        verdicts = {v.property: v for v in judge(h.run, FW_CASE, h.declared)}
+    clip = target == "openrlhf"
+    row1_score = -10.0 if clip else -30.0
+    assert got[0, :2].tolist() == pytest.approx([-0.005, -(0.01 * -1.0) + 2.0], rel=1e-6)
+    assert got[1, [1, 3]].tolist() == pytest.approx([-0.0025, -0.02 + row1_score], rel=1e-6)
+    masked_kl = 0.0 if pin == "0.3.6.post1" else -0.07
+    assert float(got[0, 2]) == pytest.approx(masked_kl, abs=1e-6)  # the masked tail: the unmasked KL term (or 0)
+    if target == "openrlhf":
+        assert float(got[2, 3]) == pytest.approx(5.0 + (0.0 if pin == "0.3.6.post1" else -0.01), rel=1e-6)
+    failed = {p for p, v in verdicts.items() if v.failed}
+    assert not failed, {p: verdicts[p].message for p in failed}
+    assert verdicts["reference"].status == "pass" and verdicts["poison"].status == "pass"
+    assert verdicts["masked-zero"].status == "n/a"  # no promise of zeros at masked positions
