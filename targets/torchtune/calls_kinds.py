@@ -10,7 +10,7 @@
   as the GAE entry passes it): get_rewards_ppo takes the index from its caller ("scores and value estimates are
   defined for the last valid predicted token", rewards.py:64-66). Not torchtune's own
   `training.get_unmasked_sequence_lengths`: at 0.3.1 and 0.5.0 it is the count of unmasked tokens minus 1
-  (pooling.py:39-42 there), the last index of a right-padded mask only (what the recipe builds), which on a mask
+  (pooling.py:40-43 there), the last index of a right-padded mask only (what the recipe builds), which on a mask
   with a leading masked token or a gap points at a masked position: that helper's precondition, not this entry's.
 * policy-loss (`policy-loss`) and value-loss (`value-loss`): `torchtune/rlhf/loss/ppo.py::PPOLoss` at the PPO
   recipe's configuration (epsilon 0.2, value_clip_range 0.2), called per micro-batch with the loss mask as
