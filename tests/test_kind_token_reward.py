@@ -1,8 +1,9 @@
 """Kind `token-reward` (oracles/kinds/token_reward/): the per-token reward of a PPO step from a sequence score and
 a per-token KL. The reference by hand, the loop against the vectorised form, the reference as a target passing
 every property, the mutant of the bug class (the score on the last attended token instead of the last trainable
-one) caught and diagnosed `score-lost` (promise universal:score-kept), and the two framework entries run from
-their release wheels (OpenRLHF `compute_reward`, torchtune `get_rewards_ppo`) on a hand-computed case."""
+one) caught by the kind's own `score-kept` and by `reference`, diagnosed `score-lost` (universal:score-kept), and
+the two framework entries run from their release wheels (OpenRLHF `compute_reward`, torchtune `get_rewards_ppo`)
+on a hand-computed case."""
 
 from __future__ import annotations
 
@@ -82,28 +83,46 @@ def test_the_reference_as_a_target_passes_every_property():
 
 def test_a_score_on_the_last_attended_token_is_caught_as_score_lost():
     """The mutant of the bug class: an outcome reward on a masked tail token (an observation, an EOS under the mask)
-    is lost to training. `reference` catches it; the probe that trims the tails names `score-lost`, which breaks
-    universal:score-kept (a defect where the pipeline can end a response on a masked token)."""
+    is lost to training. The kind's own `score-kept` catches it (the moved score does not reach row 0's trainable
+    tokens), as does `reference`; both are diagnosed `score-lost`, which breaks universal:score-kept (a defect where
+    the pipeline can end a response on a masked token)."""
     mutant = _as_target({"score_at": "last-attended"})
     declared = Declared(kind="token-reward", masked_zero=True)
     verdicts = {v.property: v for v in judge(mutant, CASE, declared)}
-    assert verdicts["reference"].failed and verdicts["reference"].positions == [[0, 1]], verdicts["reference"]
-    assert verdicts["reference"].expected == [2.01] and verdicts["reference"].observed == [0.01]  # kl 0.01 * -1 + 2
+    kept, ref = verdicts["score-kept"], verdicts["reference"]
+    # row 0's score 2 moves by -4 (towards 0, 2^ceil(log2 3)): the twin's last trainable token should be the case's
+    # 0.01 moved by -4; it stays 0.01 (the move went to the masked tail)
+    assert kept.failed and kept.positions == [[0, 1]] and kept.expected == [0.01 - 4] and kept.observed == [0.01], kept
+    assert ref.failed and ref.positions == [[0, 1]] and ref.expected == [2.01] and ref.observed == [0.01], ref
     assert not verdicts["poison"].failed and not verdicts["permutation"].failed
+    assert diagnose(mutant, CASE, declared, "score-kept").mechanism == "score-lost"
     assert diagnose(mutant, CASE, declared, "reference").mechanism == "score-lost"
     result = fuzz_target(mutant, declared, target="mutant", max_examples=150, sizes=Sizes(6, 16))
     found = {f.property: f for f in result.findings}
-    assert "reference" in found, [(f.property, f.verdict.message) for f in result.findings]
+    assert {"score-kept", "reference"} <= set(found), [(f.property, f.verdict.message) for f in result.findings]
     shrunk = found["reference"].case
     assert diagnose(mutant, shrunk, declared, "reference").mechanism == "score-lost"
-    promise = broken("reference", "score-lost", kind="token-reward")
-    assert promise is not None and promise.id == "universal:score-kept", promise
-    assert broken("reference", "score-lost", kind="token-reward", reach="api") is None  # no pipeline witness: a fact
+    for prop in ("score-kept", "reference"):
+        promise = broken(prop, "score-lost", kind="token-reward")
+        assert promise is not None and promise.id == "universal:score-kept", promise
+        assert broken(prop, "score-lost", kind="token-reward", reach="api") is None  # no pipeline witness: a fact
     # the standalone reproducer's check is the judge's: the reference at the shrunk case
     check = build_kind_check(shrunk, "reference", declared)
     assert check.data["kind"] == "expected" and set(check.data["outputs"]) == {"reward"}
-    # the correct placement on the same shrunk case passes
-    assert not next(v for v in judge(_as_target({}), shrunk, declared) if v.property == "reference").failed
+    # the correct placement on the same shrunk case passes both
+    fixed = {v.property: v for v in judge(_as_target({}), shrunk, declared)}
+    assert fixed["reference"].status == fixed["score-kept"].status == "pass"
+
+
+def test_score_kept_holds_whatever_variant_is_declared():
+    """Declaring the lossy placement as the variant makes `reference` pass (a semantics fact) but not `score-kept`:
+    the universal invariant does not depend on the variant. A clip that absorbs the move is n/a, not a pass."""
+    lossy = {"score_at": "last-attended"}
+    verdicts = {v.property: v for v in judge(_as_target(lossy), CASE, Declared(kind="token-reward", variant=lossy))}
+    assert verdicts["reference"].status == "pass" and verdicts["score-kept"].failed
+    clip = {"score_clip": (2.0, 2.0)}  # every score clipped to 2: no move reaches any row
+    verdicts = {v.property: v for v in judge(_as_target(clip), CASE, Declared(kind="token-reward", variant=clip))}
+    assert verdicts["score-kept"].status == "n/a" and verdicts["reference"].status == "pass"
 
 
 # the frameworks' entries, from the release wheels (cached by the suite; network marker as the target tests)
@@ -130,5 +149,5 @@ def test_each_framework_entry_runs_its_own_code_by_hand(target, pin):
         assert float(got[2, 3]) == pytest.approx(5.0 + (0.0 if pin == "0.3.6.post1" else -0.01), rel=1e-6)
     failed = {p for p, v in verdicts.items() if v.failed}
     assert not failed, {p: verdicts[p].message for p in failed}
-    assert verdicts["reference"].status == "pass" and verdicts["poison"].status == "pass"
+    assert verdicts["reference"].status == verdicts["poison"].status == verdicts["score-kept"].status == "pass"
     assert verdicts["masked-zero"].status == "n/a"  # no promise of zeros at masked positions

@@ -120,7 +120,7 @@ KINDS: dict[str, KindSpec] = {
     "token-reward": KindSpec(
         "token-reward",
         token_reward,
-        (*_COMMON, "permutation", *_TAIL),
+        (*_COMMON, "permutation", "score-kept", *_TAIL),
         poisoned=("kl",),
         leak=("masked-reward-leak", "a KL under the mask reaches the reward of a trainable token"),
         score_at_last_token=True,

@@ -22,6 +22,11 @@ Variants (`Declared.variant`):
 Whether masked positions hold `-kl_coef * kl` (the KL not masked: torchtune, OpenRLHF 0.11.2) or 0 (OpenRLHF
 0.3.6-0.6.3 multiply the log-ratio by the mask) is not a variant of the trainable outputs: it is `masked-zero`'s
 question, a defect only where a consumer reads the reward there unmasked.
+
+The kind's own property (`PROPERTIES`, run by `oracles.kinds.judge`): `score-kept`, the score reaches a trainable
+token of its own row, whatever the variant places where: a twin with each row's score moved by a power of two at
+its magnitude (towards 0, so a clip still passes it) changes the sum of the row's trainable rewards by the
+(clipped) move, and no other row.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.tolerance import kind_bound
+from maskfuzz.oracles.verdict import Verdict, diff, na, ok
 
 OUTPUTS = ("reward",)
 PLACES = ("last-trainable", "last-attended")
@@ -99,3 +106,40 @@ def condition(case: Case, variant: dict | None = None) -> torch.Tensor:
     score = case.score.abs()[:, None].expand(case.shape)
     at = _where_score(case, v) & live
     return torch.where(live, 4.0 * (coef * kl + (kl + 1.0) * coef) + torch.where(at, 4.0 * score, zero), zero)
+
+
+def _clipped(score: torch.Tensor, v: dict) -> torch.Tensor:
+    return score if v["score_clip"] is None else score.clamp(*v["score_clip"])
+
+
+def score_kept(case: Case, out: dict, twin, declared, v: dict) -> Verdict:
+    """`score-kept`: moving row b's score by d_b moves the sum of row b's trainable rewards by clip(s + d) - clip(s)
+    (`twin(case)` runs the target on a twin). d_b = -sign(s_b) 2^ceil(log2(|s_b| + 1)) (+1 at 0): exact in every
+    dtype, larger than the rounding of the row's outputs, towards the clip range."""
+    rows = case.trainable.any(dim=1)
+    if not bool(rows.any()):
+        return na("score-kept", "no row has a trainable token")
+    if declared.score_map:
+        return na("score-kept", "the options map the score (clip, scale): the move is not the reference's")
+    s = case.score
+    mag = torch.exp2(torch.ceil(torch.log2(s.abs() + 1.0)))
+    move = torch.where(s > 0, -mag, mag)
+    want = _clipped(s + move, v) - _clipped(s, v)
+    judged = rows & (want != 0)
+    if not bool(judged.any()):
+        return na("score-kept", "the clip absorbs the move in every row")
+    got = twin(case.replace(score=s + move))["reward"]
+    live, zero = case.trainable, torch.zeros(case.shape, dtype=torch.float64)
+    change = torch.where(live, got - out["reward"], zero).sum(dim=1)
+    mags = torch.where(live, out["reward"].abs() + got.abs(), zero)
+    bound = torch.where(live, kind_bound(case.dtype, mags, condition(case, v) + mags), zero).sum(dim=1)
+    bad = judged & ((change - want).abs() > 2.0 * bound + 1e-3 * want.abs())
+    if not bool(bad.any()):
+        return ok("score-kept")
+    after = live.flip(1).cumsum(1).flip(1)
+    last = live & (after == 1) & bad[:, None]  # each failing row's last trainable token: where the move belongs
+    expected = out["reward"] + torch.where(last, want[:, None].expand(case.shape), zero)
+    return diff("score-kept", "reward", last, expected, got, "a moved score did not reach its row's trainable tokens")
+
+
+PROPERTIES = {"score-kept": score_kept}  # the kind's own properties (oracles.kinds.judge runs them)
