@@ -26,6 +26,7 @@ DIMENSIONS: dict[str, dict[str, list]] = {
     },
     "normalization": {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]},
     "kl": {"estimator": ["k1", "abs", "k2", "k3"]},
+    "token-reward": {"score_at": ["last-trainable", "last-attended"]},
     "loss-aggregation": dict(_AGG),
     "value-loss": {**_AGG, "half": [True, False]},
     "policy-loss": {**_AGG, "dual_clip": [None, 3.0], "clip_high": [None, 0.28], "advantages": ["token", "row"]},

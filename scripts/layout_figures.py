@@ -29,7 +29,7 @@ PACKAGES = ("oracles", "fuzz", "targets")
 LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from its own layer or below
 # the kinds' names (tests/test_layout.py checks this against oracles.kinds.ALL_KINDS)
 KIND_NAMES = ("gae", "returns", "group-advantage", "normalization", "kl", "loss-aggregation", "value-loss",
-              "policy-loss")  # fmt: skip
+              "policy-loss", "token-reward")  # fmt: skip
 # a kind's own package, oracles/kinds/<package>/, may compare a kind with its own names (GAE's holds `returns`)
 OWN_KINDS = {"gae": ("gae", "returns")}
 

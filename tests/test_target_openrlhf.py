@@ -344,7 +344,8 @@ def test_short_fuzz_of_the_entries(entry, name, failing):
 @pytest.mark.parametrize("name", [e for e in openrlhf.SPEC.entries[1:] if e not in ("value-loss", "gae-kl")])
 def test_each_entry_declares_a_cited_pipeline(name):
     spec = openrlhf.SPEC.for_entry(name)
-    assert spec.kind in ("group-advantage", "kl", "normalization", "returns", "loss-aggregation", "policy-loss")
+    kinds = ("group-advantage", "kl", "normalization", "returns", "loss-aggregation", "policy-loss", "token-reward")
+    assert spec.kind in kinds
     assert spec.pipeline is not None and spec.pipeline.cited() == [], spec.pipeline.restrictions()
     # the losses multiply by the mask (dL/dl is 0 there); the other kinds do not mask their outputs
     assert spec.masked_zero is (spec.kind in ("loss-aggregation", "policy-loss")) and spec.masked_zero_why

@@ -77,7 +77,8 @@ def test_the_folder_registers_a_release_target_with_a_default_pin():
     assert "torchtune" not in spec.stand_ins and {"torchao", "omegaconf", "datasets"} <= set(spec.stand_ins)
     assert spec.adapter_for("default") == "maskfuzz.targets.torchtune.calls"
     assert {spec.adapter_for(e) for e in spec.entries[1:]} == {"maskfuzz.targets.torchtune.calls_kinds"}
-    assert [spec.kind_of(e) for e in spec.entries] == ["gae", "normalization", "kl", "policy-loss", "value-loss"]
+    kinds = ["gae", "normalization", "kl", "token-reward", "policy-loss", "value-loss"]
+    assert [spec.kind_of(e) for e in spec.entries] == kinds
     assert all(spec.for_entry(e).pipeline is None for e in spec.entries)  # not researched: reach api
 
 

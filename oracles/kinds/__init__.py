@@ -20,7 +20,15 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from maskfuzz.oracles.kinds import group_advantage, kl, loss_aggregation, normalization, policy_loss, value_loss
+from maskfuzz.oracles.kinds import (
+    group_advantage,
+    kl,
+    loss_aggregation,
+    normalization,
+    policy_loss,
+    token_reward,
+    value_loss,
+)
 from maskfuzz.oracles.verdict import PROPERTIES
 
 
@@ -108,6 +116,14 @@ KINDS: dict[str, KindSpec] = {
         poisoned=policy_loss.INPUTS,
         grouped=True,
         split=True,
+    ),
+    "token-reward": KindSpec(
+        "token-reward",
+        token_reward,
+        (*_COMMON, "permutation", "score-kept", *_TAIL),
+        poisoned=("kl",),
+        leak=("masked-reward-leak", "a KL under the mask reaches the reward of a trainable token"),
+        score_at_last_token=True,
     ),
 }
 GAE_KINDS = ("gae", "returns")  # judged by `oracles.kinds.gae`

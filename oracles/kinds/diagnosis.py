@@ -35,6 +35,7 @@ _BY_PROPERTY = {
     "twin": "implementations-disagree",
     "split-invariance": "split-normaliser",
     "empty-step": "crash-degenerate",
+    "score-kept": "score-lost",  # a kind's own score-kept (token-reward): the score missed its row's trainable tokens
 }
 # the neighbouring variants `_probe` tries: the dimensions of the semantics cards (one source of truth)
 NEIGHBOURS = {kind: dims for kind, dims in DIMENSIONS.items() if kind not in GAE_KINDS}

@@ -91,6 +91,8 @@ def judge(
         "empty-step": lambda: _empty_step(run, k, case, declared),
         "clip-bound": lambda: _clip_bound(run, k, v, case, out),
     }
+    for prop, own in getattr(k.module, "PROPERTIES", {}).items():  # a kind's own properties, in its package
+        checks.setdefault(prop, lambda own=own: own(case, out, lambda twin: _twin(run, twin, k), declared, v))
     for prop in k.properties:
         if prop in checks and prop in want and prop not in verdicts:
             verdicts[prop] = _guard(prop, checks[prop], verdicts, declared)

@@ -18,6 +18,11 @@ Every entry calls OpenRLHF's own code at the pin, imported from the checkout:
   (0.11.2:11-39) with `token_level_loss` True / False, over one optimizer step as the PPO actor drives it
   (`load_aggregate`): the global normalisers from OpenRLHF's own `loss_utils._optimizer_step_loss_norm`,
   DeepSpeed's 1 / gas on every micro-batch.
+* token-reward (`token-reward`): `openrlhf/models/utils.py::compute_reward` itself (`load_token_reward`), the
+  per-token reward make_experience builds: `compute_reward(r, kl_coef, kl, action_mask, reward_clip_range)` from
+  0.5.0 (0.6.3 adds `num_actions`, read only without a mask), `compute_reward(r, kl_coef, log_probs, log_probs_base,
+  action_mask)` at 0.3.6.post1 (the KL computed inside, the score clamped to [-10, 10]); the case's KL is passed as
+  the KL, or as `log_probs` over a zero `log_probs_base`.
 * policy-loss (`policy-loss`): `openrlhf/models/loss.py::PolicyLoss` (0.11.2:116-259) at the CLI defaults, driven as
   the loss-aggregation entries (`load_policy`).
 
@@ -398,8 +403,51 @@ def load_policy(root: Path) -> Loaded:
     return Loaded(run, f"{_rel(root, mod)}::PolicyLoss", notes)
 
 
+# the CLI defaults compute_reward is called with: --init_kl_coef / --algo.kl.init_coef 0.01 and --reward_clip_range /
+# --reward.clip_range (-10, 10) (0.6.3 cli/train_ppo_ray.py:337, 349; 0.11.2 :438, 474; 0.3.6.post1 clamps to
+# [-10, 10] unconditionally, models/utils.py:42)
+TOKEN_REWARD_KL_COEF = 0.01
+TOKEN_REWARD_CLIP = (-10.0, 10.0)
+
+
+def load_token_reward(root: Path) -> Loaded:
+    """compute_reward(score, 0.01, kl, action_mask=trainable, reward_clip_range=(-10, 10)) (0.3.6.post1:
+    compute_reward(score, 0.01, log_probs=kl, log_probs_base=0, action_mask=trainable), which returns (reward, kl))."""
+    mod = import_from(root, _UTILS)
+    fn = getattr(mod, "compute_reward", None)
+    if fn is None:
+        raise NotPresent(f"{_UTILS}.compute_reward is not present at this pin")
+    params = inspect.signature(fn).parameters
+    if "kl" not in params and "log_probs" not in params:
+        raise NotPresent(f"compute_reward has parameters {list(params)}: neither kl nor log_probs")
+    where = f"{Path(inspect.getfile(mod)).resolve().relative_to(Path(root).resolve())}::compute_reward"
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        kl = case.extra["kl"].to(device=device, dtype=dt)
+        score = case.score.to(device=device, dtype=dt)
+        mask = case.trainable.to(device)
+        kw = {"action_mask": mask}
+        if "kl" in params:
+            kw["kl"] = kl
+        else:
+            kw.update(log_probs=kl, log_probs_base=torch.zeros_like(kl))
+        if "reward_clip_range" in params:
+            kw["reward_clip_range"] = TOKEN_REWARD_CLIP
+        out = fn(score, TOKEN_REWARD_KL_COEF, **kw)
+        return (out[0] if isinstance(out, tuple) else out,)
+
+    notes = [
+        f"compute_reward(score, kl_coef={TOKEN_REWARD_KL_COEF}, kl, action_mask=trainable, reward_clip_range="
+        f"{TOKEN_REWARD_CLIP}) (0.3.6.post1: log_probs=kl, log_probs_base=0, the clamp to [-10, 10] built in)"
+    ]
+    return Loaded(run, where, notes)
+
+
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
+    if entry == "token-reward":
+        return load_token_reward(root)
     if entry in ("group_norm", "dr_grpo", "rloo", "reinforce"):
         return load_estimator(root, entry)
     if entry in ("kl-k1", "kl-k2", "kl-k3"):

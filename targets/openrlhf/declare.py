@@ -48,6 +48,7 @@ from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.openrlhf.calls import CLIP_RANGE, STOP_OFF, STOP_PROPERLY
 from maskfuzz.targets.openrlhf.calls_kinds import DUAL_CLIP, LOSS_AGG_MODE, VALUE_CLIP
+from maskfuzz.targets.openrlhf.declare_token_reward import token_reward_entry
 from maskfuzz.targets.registry import COMMON_HEAVY, Option, Pin, TargetSpec, Truncation
 
 # ---- options and truncated rows (oracles/options.py); lines at 0.11.2 inside the wheel -------------------------
@@ -678,6 +679,8 @@ ENTRY_OVERRIDES["gae-kl"] = dict(
     truncation=_TRUNC_GAE,
     promises=GAE_PROMISES,  # the default entry's function and its docstring (0.11.2)
 )
+
+ENTRY_OVERRIDES["token-reward"] = token_reward_entry(_PIPELINE_LOGP)  # compute_reward itself (declare_token_reward.py)
 
 
 SPEC = TargetSpec(

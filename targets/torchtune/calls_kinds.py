@@ -4,6 +4,14 @@
   batch whitening `estimate_advantages` applies to the advantages; output [B, T].
 * kl (`kl`): the `kl` output of `torchtune/rlhf/rewards.py::get_rewards_ppo(scores, logprobs, ref_logprobs,
   kl_coeff, valid_score_idxs)`, k1 `logprobs - ref_logprobs` per token (no mask argument).
+* token-reward (`token-reward`): the `total_reward` output of `get_rewards_ppo(scores, logprobs, ref_logprobs,
+  kl_coeff, valid_score_idxs)` with the case's KL as `logprobs` and 0 as `ref_logprobs` (kl = logprobs - ref_logprobs
+  exactly), `kl_coeff` the recipe's 0.01, and `valid_score_idxs` the last trainable index (`calls.last_trainable_index`,
+  as the GAE entry passes it): get_rewards_ppo takes the index from its caller ("scores and value estimates are
+  defined for the last valid predicted token", rewards.py:64-66). Not torchtune's own
+  `training.get_unmasked_sequence_lengths`: at 0.3.1 and 0.5.0 it is the count of unmasked tokens minus 1
+  (pooling.py:40-43 there), the last index of a right-padded mask only (what the recipe builds), which on a mask
+  with a leading masked token or a gap points at a masked position: that helper's precondition, not this entry's.
 * policy-loss (`policy-loss`) and value-loss (`value-loss`): `torchtune/rlhf/loss/ppo.py::PPOLoss` at the PPO
   recipe's configuration (epsilon 0.2, value_clip_range 0.2), called per micro-batch with the loss mask as
   `padding_masks` / `value_padding_masks` (True = the position counts, ppo.py:65-68), the returned total loss
@@ -23,6 +31,7 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.torchtune.calls import last_trainable_index
 
 _REWARDS = "torchtune.rlhf.rewards"
 _LOSS = "torchtune.rlhf.loss.ppo"
@@ -57,6 +66,28 @@ def load_kl(root: Path) -> Loaded:
         return (kl,)
 
     return Loaded(run, where, ["the kl output of get_rewards_ppo(0, logp, ref_logp, kl_coeff=0.01): no mask argument"])
+
+
+KL_COEFF = 0.01  # recipes/configs/mistral/7B_full_ppo_low_memory.yaml:176 at 0.6.1
+
+
+def load_token_reward(root: Path) -> Loaded:
+    """get_rewards_ppo(score, kl, 0, KL_COEFF, valid_score_idxs=get_unmasked_sequence_lengths(~trainable))[0]."""
+    fn, where = function_from(root, [(_REWARDS, "get_rewards_ppo")])
+
+    def run(case: Case, device: str):
+        dt = case.torch_dtype
+        kl = case.extra["kl"].to(device=device, dtype=dt)
+        score = case.score.to(device=device, dtype=dt)
+        idx = last_trainable_index(case.trainable.to(device))
+        total, _, _ = fn(score, kl, torch.zeros_like(kl), KL_COEFF, idx)
+        return (total,)
+
+    notes = [
+        f"get_rewards_ppo(score, logprobs=kl, ref_logprobs=0, kl_coeff={KL_COEFF}, valid_score_idxs=the last "
+        "trainable index): the score scatter-added there, the KL not masked"
+    ]
+    return Loaded(run, where, notes)
 
 
 def _ppo_loss(root: Path):
@@ -120,7 +151,13 @@ def load_value(root: Path) -> Loaded:
 
 def load(root: Path, entry: str) -> Loaded:
     """The entry of a kind beyond GAE (the worker loads it from here: targets.registry.adapter_for)."""
-    loads = {"whiten": load_whiten, "kl": load_kl, "policy-loss": load_policy, "value-loss": load_value}
+    loads = {
+        "whiten": load_whiten,
+        "kl": load_kl,
+        "policy-loss": load_policy,
+        "value-loss": load_value,
+        "token-reward": load_token_reward,
+    }
     if entry not in loads:
         raise ValueError(f"torchtune's calls_kinds has no entry {entry!r}")
     return loads[entry](root)

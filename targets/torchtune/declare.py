@@ -28,7 +28,7 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.promises import Promise
 from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.registry import COMMON_HEAVY, Pin, TargetSpec
-from maskfuzz.targets.torchtune.calls_kinds import EPSILON, VALUE_CLIP
+from maskfuzz.targets.torchtune.calls_kinds import EPSILON, KL_COEFF, VALUE_CLIP
 
 _RW = "torchtune/rlhf/rewards.py"
 _PPO = "torchtune/rlhf/loss/ppo.py"
@@ -178,6 +178,43 @@ ENTRY_OVERRIDES: dict = {
             ),
         ),
         notes="the kl output of get_rewards_ppo(0, logp, ref_logp, kl_coeff=0.01)",
+    ),
+    "token-reward": dict(
+        kind="token-reward",
+        # total_reward = -kl_coeff * (logprobs - ref_logprobs), the score scatter-added at valid_score_idxs
+        # (rewards.py:79-92 at 0.6.1; :83-96 at 0.5.0 / 0.3.1); kl_coeff 0.01 (the PPO config's kl_coeff,
+        # recipes/configs/mistral/7B_full_ppo_low_memory.yaml:176); no score clip
+        variant={"kl_coef": KL_COEFF, "score_clip": None, "score_at": "last-trainable"},
+        masked_zero=False,
+        masked_zero_why=f"{_RW}:79-82 (0.6.1) get_rewards_ppo takes no mask: -kl_coeff * kl at every position; the "
+        f"recipe sets the padded log-probs of both policies to 1.0 so the KL is 0 there ({_RECIPE}:852-853)",
+        documented_errors=(),
+        whitening=None,
+        domain=Domain(),
+        pipeline=None,  # not researched: every finding is reach: api
+        pipeline_by_pin={},
+        contract="dense",
+        options=(),
+        promises=(
+            Promise(
+                id=f"upstream:{_RW}:64-66",
+                text="valid_score_idxs (Optional[torch.Tensor]): A tensor of indexes for valid (non-padded) token "
+                "predictions. This is useful when calculating rewards for padded sequences, as scores and value "
+                "estimates are defined for the last valid predicted token.",
+                covers=("reference",),
+                note="the score lands on the index given, the last valid (trainable) token",
+            ),
+            Promise(
+                id=f"upstream:{_RW}:70",
+                text="total_reward: total reward combining per-token kl rewards and reward model score.",
+                covers=("reference",),
+                note="-kl_coeff * kl per token plus the score",
+            ),
+        ),
+        notes=f"get_rewards_ppo(score, logprobs=kl, ref_logprobs=0, kl_coeff={KL_COEFF}, valid_score_idxs=the last "
+        "trainable index), the total_reward output. Not fuzzed here: "
+        f"the PPO recipe passes value_seq_idxs = seq_lens + 1, one past the last response token ({_RECIPE}:856-860, "
+        "945-951), a masked position its dense GAE reads (the default entry's business)",
     ),
     "policy-loss": dict(
         kind="policy-loss",
