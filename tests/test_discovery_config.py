@@ -146,3 +146,60 @@ def test_openrlhf_flag_choices_are_read_at_each_form(tmp_path):
     assert [(v.name, v.covered_by, v.citation) for v in found] == [("gae", "default", at)]
     cli.write_text("import argparse\n")
     assert discovery.discover("openrlhf", tmp_path) == []
+
+
+# -- a fake ROLL: PPOConfig.adv_estimator a Literal, compute_advantage its dispatcher -----------------------------
+_ROLL_CONFIG = """
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class PPOConfig:
+    gamma: float = field(default=1.0)
+    adv_estimator: Literal[{values}] = field(default="gae")
+"""
+_ROLL_FN = """
+def compute_reinforce_return(token_level_rewards, gamma, lambd):
+    return token_level_rewards, token_level_rewards
+
+
+def compute_advantage(data, gamma, lambd, adv_estimator, response_mask=None):
+    if adv_estimator == "gae":
+        raise NotImplementedError
+    elif adv_estimator in ["reinforce", "grpo"]:
+        advantages, returns = compute_reinforce_return(data, gamma, lambd)
+    else:
+        raise NotImplementedError
+    return advantages * response_mask
+"""
+
+
+def test_a_roll_estimator_value_added_upstream_is_listed_the_next_night(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
+    repo = git.Repo.init(tmp_path / "roll")
+    repos = {"roll": tmp_path / "roll"}
+    files = {f"{p}/__init__.py": "" for p in ("roll", "roll/configs", "roll/utils")}
+    files["roll/configs/base_config.py"] = _ROLL_CONFIG.replace("{values}", '"gae", "reinforce", "grpo"')
+    files["roll/utils/functionals.py"] = _ROLL_FN
+    _commit(repo, files, "night 1", 1)
+    first = fuzz_cmd._discover(["roll@HEAD"], [], repos)["roll@HEAD"]
+    cfg = _ROLL_CONFIG.replace("{values}", '"gae", "reinforce", "grpo", "new_estimator"')
+    _commit(repo, {"roll/configs/base_config.py": cfg}, "add an estimator", 2)
+    second = fuzz_cmd._discover(["roll@HEAD"], [], repos)["roll@HEAD"]
+    assert [v["name"] for v in first["variants"]] == ["gae", "reinforce", "grpo"]
+    by = {v["name"]: v for v in second["variants"]}
+    assert by["gae"]["covered_by"] == "default" and by["grpo"]["covered_by"] == "grpo"
+    assert by["new_estimator"]["at"] == "roll/configs/base_config.py:9"
+    # a value compute_advantage tests (reinforce) cites its branch; one it does not, the function
+    assert (
+        by["reinforce"]["reason"]
+        == "no call recipe for this estimator yet: roll/utils/functionals.py:9 (compute_advantage)"
+    )
+    assert by["new_estimator"]["reason"] == (
+        "no call recipe for this estimator yet: roll/utils/functionals.py:6 (compute_advantage has no branch for it: "
+        "NotImplementedError)"
+    )
+    assert set(second["labels"]) - set(first["labels"]) == {"roll:adv:new_estimator@HEAD"}
+    skipped = fuzz_cmd.run_job(_job(f"roll:adv:new_estimator@{second['resolved']}", repos))
+    assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
