@@ -203,3 +203,70 @@ def test_a_roll_estimator_value_added_upstream_is_listed_the_next_night(tmp_path
     assert set(second["labels"]) - set(first["labels"]) == {"roll:adv:new_estimator@HEAD"}
     skipped = fuzz_cmd.run_job(_job(f"roll:adv:new_estimator@{second['resolved']}", repos))
     assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
+
+
+# -- a fake AReaL: NormConfig's level choices, PPOActorConfig.kl_estimator's, the Normalization that reads them ----
+_AREAL_CONFIG = """
+from dataclasses import dataclass, field
+
+
+@dataclass
+class NormConfig:
+    mean_level: str | None = field(default="batch", metadata={"choices": ["batch", "group", None]})
+    std_level: str | None = field(default="batch", metadata={"choices": ["batch", "group", None]})
+
+
+@dataclass
+class PPOActorConfig:
+    kl_estimator: str = field(default="k1", metadata={"help": "KL divergence estimator", "choices": {kl}})
+"""
+_AREAL_DATA = """
+class Normalization:
+    def __init__(self, config):
+        if config.mean_level not in {"batch", "group", None}:
+            raise ValueError(config.mean_level)
+        self.mean_level, self.std_level = config.mean_level, config.std_level
+
+    def __call__(self, x):
+        if self.mean_level == "batch":
+            x = x - x.mean()
+        elif self.mean_level == "group":
+            x = x - x.mean(-1, keepdim=True)
+        if self.std_level == "batch":
+            x = x / (x.std() + 1e-5)
+        return x
+
+
+class KLEstimator:
+    pass
+"""
+
+
+def test_an_areal_kl_choice_added_upstream_is_listed_the_next_night(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
+    repo = git.Repo.init(tmp_path / "areal")
+    repos = {"areal": tmp_path / "areal"}
+    files = {f"{p}/__init__.py": "" for p in ("areal", "areal/api", "areal/utils")}
+    files["areal/api/cli_args.py"] = _AREAL_CONFIG.replace("{kl}", '["k1", "k2", "k3"]')
+    files["areal/utils/data.py"] = _AREAL_DATA
+    _commit(repo, files, "night 1", 1)
+    first = fuzz_cmd._discover(["areal@HEAD"], [], repos)["areal@HEAD"]
+    by = {v["entry"]: v for v in first["variants"]}
+    assert len(by) == 2 * 2 * 3 + 3  # two fields of three choices, per use (reward_norm, adv_norm); three KLs
+    assert by["reward-norm:reward_norm.std_level=none"]["covered_by"] == "grpo" and by["kl:k3"]["covered_by"] == "kl-k3"
+    assert by["adv-norm:adv_norm.mean_level=batch"]["covered_by"] == "adv-norm" and by["kl:k1"]["kind"] == "kl"
+    # the branch of Normalization that reads the choice, not the validation above it
+    assert by["reward-norm:reward_norm.mean_level=batch"]["reason"].endswith("areal/utils/data.py:9")
+    assert by["adv-norm:adv_norm.std_level=none"]["reason"].endswith("areal/utils/data.py:2 (class Normalization)")
+    cfg = _AREAL_CONFIG.replace("{kl}", '["k1", "k2", "k3", "k4"]')
+    _commit(repo, {"areal/api/cli_args.py": cfg}, "add a KL estimator", 2)
+    second = fuzz_cmd._discover(["areal@HEAD"], [], repos)["areal@HEAD"]
+    new = next(v for v in second["variants"] if v["entry"] == "kl:k4")
+    assert new["at"] == "areal/api/cli_args.py:13" and not new["callable"]
+    assert new["reason"] == "no call recipe for this estimator yet: areal/utils/data.py:18 (class KLEstimator)"
+    assert set(second["labels"]) - set(first["labels"]) == {"areal:kl:k4@HEAD"}
+    skipped = fuzz_cmd.run_job(_job(f"areal:kl:k4@{second['resolved']}", repos))
+    assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
+    level = fuzz_cmd.run_job(_job(f"areal:adv-norm:adv_norm.std_level=none@{second['resolved']}", repos))
+    assert level.status == "skipped" and level.kind == "normalization", level.reason
+    assert "areal/api/cli_args.py:8: not callable outside the trainer: no call recipe" in level.reason
