@@ -288,3 +288,78 @@ def registrations(root: Path, package: str, decorators: tuple[str, ...]) -> list
                     )
                 )
     return out
+
+
+# --- config choices: variants a framework switches by a config field rather than a registry ---------------------
+
+
+def parse_file(path: Path) -> ast.Module | None:
+    """`path` parsed (None when it is absent or does not parse: a half-done refactor upstream is not a variant)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError):
+        return None
+
+
+def _strings(node: ast.AST | None) -> list[tuple[str, int]]:
+    """The string literals of a list / tuple / set display (or of `Literal[...]`'s subscript), with their lines."""
+    if isinstance(node, ast.Subscript):
+        node = node.slice
+    elts = node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else [node] if node is not None else []
+    return [(e.value, e.lineno) for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def argparse_choices(tree: ast.Module, flags: tuple[str, ...]) -> list[tuple[str, int]]:
+    """The `choices=[...]` of every `add_argument(<flag>, ...)` call of `tree` whose first argument is one of
+    `flags`: each choice with the line it is written on (the first such call; [] when there is none)."""
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if not (isinstance(func, ast.Attribute) and func.attr == "add_argument"):
+            continue
+        first = node.args[0] if node.args else None
+        if not (isinstance(first, ast.Constant) and first.value in flags):
+            continue
+        for kw in node.keywords:
+            if kw.arg == "choices":
+                return _strings(kw.value)
+    return []
+
+
+def literal_field(tree: ast.Module, cls: str, name: str) -> tuple[list[tuple[str, int]], int]:
+    """The `Literal["a", "b", ...]` values of the annotated field `name` of class `cls` in `tree` (each with its
+    line), and the field's line; ([], 0) when the class or field is absent or not annotated with a Literal."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == name:
+                ann = item.annotation
+                head = getattr(ann, "value", None)
+                if isinstance(ann, ast.Subscript) and getattr(head, "id", getattr(head, "attr", "")) == "Literal":
+                    return _strings(ann), item.lineno
+                return [], item.lineno
+    return [], 0
+
+
+def field_choices(tree: ast.Module, cls: str, name: str) -> list[tuple[str | None, int]]:
+    """The `metadata={"choices": [...]}` of the dataclass field `name = field(...)` of class `cls` in `tree`, each
+    with its line (a `None` choice kept as None: YAML null); [] when the class, field or choices are absent."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        for item in node.body:
+            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == name):
+                continue
+            call = item.value if isinstance(item.value, ast.Call) else None
+            for kw in call.keywords if call is not None else ():
+                if kw.arg == "metadata" and isinstance(kw.value, ast.Dict):
+                    for key, value in zip(kw.value.keys, kw.value.values):
+                        if isinstance(key, ast.Constant) and key.value == "choices" and hasattr(value, "elts"):
+                            return [
+                                (e.value, e.lineno)
+                                for e in value.elts
+                                if isinstance(e, ast.Constant) and (e.value is None or isinstance(e.value, str))
+                            ]
+    return []
