@@ -28,8 +28,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracles", "fuzz", "targets")
 LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from its own layer or below
 # the kinds' names (tests/test_layout.py checks this against oracles.kinds.ALL_KINDS)
-KIND_NAMES = ("gae", "returns", "group-advantage", "normalization", "kl", "loss-aggregation", "value-loss",
-              "policy-loss", "token-reward")  # fmt: skip
+
+
+def registered_kinds(registry: Path = ROOT / "oracles" / "kinds" / "__init__.py") -> tuple[str, ...]:
+    """The kind names the registry defines, read by AST (GAE_KINDS and the keys of KINDS), so a new kind needs no
+    edit here."""
+    names: list[str] = []
+    for node in ast.parse(registry.read_text()).body:
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        elif isinstance(node, ast.Assign):
+            target = node.targets[0]
+        else:
+            continue
+        if not isinstance(target, ast.Name) or node.value is None:
+            continue
+        if target.id == "GAE_KINDS" and isinstance(node.value, ast.Tuple):
+            names += [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+        elif target.id == "KINDS" and isinstance(node.value, ast.Dict):
+            names += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+    return tuple(names)
+
+
+KIND_NAMES = registered_kinds()
 # a kind's own package, oracles/kinds/<package>/, may compare a kind with its own names (GAE's holds `returns`)
 OWN_KINDS = {"gae": ("gae", "returns")}
 
