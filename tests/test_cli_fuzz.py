@@ -142,14 +142,14 @@ def test_a_run_without_json_or_corpus_leaves_its_results_in_the_working_director
 
 
 def test_a_framework_named_without_an_entry_means_every_entry():
-    from maskfuzz.fuzz.commands.fuzz import _kind_of, _resolve_labels
+    from maskfuzz.fuzz.commands.fuzz import _kind_of, resolve_labels
     from maskfuzz.targets.registry import get
 
     spec = get("torchrl")
-    labels = _resolve_labels(["torchrl@0.14.1"], [], {})
+    labels = resolve_labels(["torchrl@0.14.1"], [], {})
     assert labels[0] == "torchrl@0.14.1" and len(labels) == len(spec.entries)
     assert "torchrl:vec@0.14.1" in labels and "torchrl:kl@0.14.1" in labels
-    assert _resolve_labels(["torchrl:vec@0.14.1"], [], {}) == ["torchrl:vec@0.14.1"]
+    assert resolve_labels(["torchrl:vec@0.14.1"], [], {}) == ["torchrl:vec@0.14.1"]
     assert _kind_of("torchrl@0.14.1") == ("gae", "default")
     assert _kind_of("torchrl:mc-advantage@0.14.1") == ("group-advantage", "mc-advantage")
     assert _kind_of("torchrl:kl@0.14.1") == ("kl", "kl")

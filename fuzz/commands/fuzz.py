@@ -147,7 +147,7 @@ def main(args) -> int:
     if args.all_entries and (args.targets or args.callables):
         raise UsageError("--all is for a run without targets (every entry at the default pins); name entries instead")
     first_run = not args.targets and not args.callables and not args.all_entries and profile.name != "nightly"
-    labels = _resolve_labels(args.targets, args.callables, repos, first_run=first_run)
+    labels = resolve_labels(args.targets, args.callables, repos, first_run=first_run)
     left_out = _left_out(labels) if first_run else []
     fixed = _parse_options(args.options)
     if args.jobs is None:
@@ -347,7 +347,7 @@ def _version_key(rev: str) -> tuple:
 
 def _left_out(labels: list[str]) -> list[str]:
     """Every entry at the default pins that a first run (`labels`) does not cover."""
-    every = _resolve_labels([], [], {})
+    every = resolve_labels([], [], {})
     return [x for x in every if x not in set(labels)]
 
 
@@ -359,7 +359,7 @@ def _by_framework(labels: list[str]) -> str:
     return ", ".join(f"{fw} {n}" for fw, n in counts.items())
 
 
-def _resolve_labels(targets: list[str], callables: list[str], repos: dict, first_run: bool = False) -> list[str]:
+def resolve_labels(targets: list[str], callables: list[str], repos: dict, first_run: bool = False) -> list[str]:
     """The entries to fuzz: each TARGET[:ENTRY][@PIN] (a framework alone means all its entries); with no
     target every entry at the default pins, or with `first_run` each framework's first-run entries there."""
     from maskfuzz.targets.registry import registry

@@ -69,13 +69,13 @@ def _semantics(args: argparse.Namespace, repos: dict) -> int:
     """Open each entry named by --semantics and print (or --json) its card; 2 when one cannot be opened."""
     from maskfuzz.fuzz import semantics
     from maskfuzz.fuzz.cli import UsageError
-    from maskfuzz.fuzz.commands.fuzz import _resolve_labels
+    from maskfuzz.fuzz.commands.fuzz import resolve_labels
     from maskfuzz.targets.runtime.session import SetupError, Skip, open_target
 
     for text in args.semantics:
         if "@" not in text:
             raise UsageError(f"--semantics {text!r}: name the pin too, e.g. verl:grpo@0.9.1")
-    labels = _resolve_labels(args.semantics, [], repos)
+    labels = resolve_labels(args.semantics, [], repos)
     cards, problems = [], []
     for label in labels:
         try:
