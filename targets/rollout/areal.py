@@ -53,6 +53,7 @@ from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_metho
 from maskfuzz.targets.areal.calls import OPTION_DEFAULTS, PACKAGES, SELF_SET, kl_scale
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
+from maskfuzz.targets.rollout.trace import CallTrace
 
 HOOKED_BOUNDARY = "after the real rollout, before the critic's values and ref_logp enter compute_advantages"
 BOUNDARY_INPUTS = (
@@ -222,28 +223,11 @@ def _actor(options: dict, fault, kl_estimator, kl_ctl: float) -> types.SimpleNam
     return me
 
 
-class _Calls:
-    """Which functions of the checkout ran (`sys.setprofile`): `path::name` (a method by its bare name)."""
-
-    def __init__(self, root: Path):
-        self.root = str(Path(root).resolve())
-        self.seen: set[str] = set()
-
-    def __call__(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(self.root):
-            self.seen.add(f"{Path(frame.f_code.co_filename).relative_to(self.root)}::{frame.f_code.co_name}")
-
-    def called(self, preserved: list[str]) -> list[str]:
-        """`preserved` in order, those that ran (`Class.method` matched by the method's name)."""
-        return [c for c in preserved if c.split("::")[0] + "::" + c.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
-                in self.seen]  # fmt: skip
-
-
 def _step(request: BatchRequest, fns: dict, tokenizer, kl_estimator, called: list, root: Path) -> Batch:
     gen, fault = request.generation, request.fault
     rows = gen.output.shape[0]
     score = [0.0] * rows if fault is None else [float(s) for s in fault.score.tolist()]
-    calls = _Calls(root)
+    calls = CallTrace(root)
     sys.setprofile(calls)
     try:
         trajectories, cut = _episodes(request, fns, tokenizer, score)

@@ -40,6 +40,7 @@ from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.miles.calls import kl_caller
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
+from maskfuzz.targets.rollout.trace import CallTrace
 from maskfuzz.targets.slime.calls import caller_args
 
 HOOKED_BOUNDARY = "after the real rollout, before critic values enter compute_advantages_and_returns"
@@ -139,21 +140,6 @@ def _args(request: BatchRequest, fault) -> types.SimpleNamespace:
     )  # fmt: skip
 
 
-class _Calls:
-    """Which functions of the checkout ran (`sys.setprofile`): (file relative to root, function name)."""
-
-    def __init__(self, root: Path):
-        self.root = str(Path(root).resolve())
-        self.seen: set[tuple[str, str]] = set()
-
-    def __call__(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(self.root):
-            self.seen.add((str(Path(frame.f_code.co_filename).relative_to(self.root)), frame.f_code.co_name))
-
-    def called(self, upto: int) -> list[str]:
-        return [f"{path}::{fn}" for path, fn in PRESERVED[: upto + 1] if (path, fn) in self.seen]
-
-
 def _step(request: BatchRequest, fns: dict, sample_cls, call, engine: dict, root: Path) -> Batch:
     gen, fault = request.generation, request.fault
     k, p_len, rows = gen.num_return_sequences, gen.prompt_length, gen.output.shape[0]
@@ -167,7 +153,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, call, engine: dict, root
     tokenizer = types.SimpleNamespace(encode=lambda text, add_special_tokens=False: prompts[int(text)])
     engine.update(queue=list(answers), prompt_of=prompts, done=[],
                   state=types.SimpleNamespace(tokenizer=tokenizer, processor=None))  # fmt: skip
-    calls = _Calls(root)
+    calls = CallTrace(root)
     me = types.SimpleNamespace(args=args, custom_reward_post_process_func=None,
                                custom_convert_samples_to_train_data_func=None)  # fmt: skip
     me._post_process_rewards = lambda samples: fns["_post_process_rewards"](me, samples)
@@ -200,7 +186,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, call, engine: dict, root
         truncated=torch.tensor([bool(t) for t in data["truncated"]]),
         stages={"input_ids": ids, "response_lengths": torch.tensor(lengths), "loss_masks": trainable.int(),
                 "rewards": torch.tensor(data["rewards"], dtype=torch.float32)},  # fmt: skip
-        called=calls.called(_MASK_STAGE),
+        called=calls.called(PRESERVED[: _MASK_STAGE + 1]),
     )
     if fault is None:
         return batch
@@ -217,7 +203,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, call, engine: dict, root
         sys.setprofile(None)
     batch.advantages = _pad(data["advantages"], lengths, t_len)
     batch.returns = _pad(data["returns"], lengths, t_len)
-    batch.called = calls.called(len(PRESERVED) - 1)
+    batch.called = calls.called(PRESERVED)
     return batch
 
 

@@ -50,6 +50,7 @@ import torch
 from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
+from maskfuzz.targets.rollout.trace import CallTrace
 
 HOOKED_BOUNDARY = "after the real rollout, before critic values enter compute_advantages_and_returns"
 BOUNDARY_INPUTS = (
@@ -222,26 +223,11 @@ def _generator_output(request: BatchRequest, score: list[float]) -> tuple[dict, 
     return output, truncated
 
 
-class _Calls:
-    """Which functions of the checkout ran (`sys.setprofile`): (file relative to root, function name)."""
-
-    def __init__(self, root: Path):
-        self.root = str(Path(root).resolve())
-        self.seen: set[tuple[str, str]] = set()
-
-    def __call__(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(self.root):
-            self.seen.add((str(Path(frame.f_code.co_filename).relative_to(self.root)), frame.f_code.co_name))
-
-    def called(self, preserved: tuple) -> list[str]:
-        return [f"{path}::{fn}" for path, fn in preserved if (path, fn) in self.seen]
-
-
 def _step(request: BatchRequest, fns: dict, ppo, root: Path, layout: Layout) -> Batch:
     gen, fault = request.generation, request.fault
     rows = gen.output.shape[0]
     score = [0.0] * rows if fault is None else [float(s) for s in fault.score.tolist()]
-    calls = _Calls(root)
+    calls = CallTrace(root)
     sys.setprofile(calls)
     try:
         me = _trainer_self(request, fault, ppo, gen.pad_token_id, fns)

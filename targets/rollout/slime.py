@@ -45,6 +45,7 @@ from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.rollout import lm
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
+from maskfuzz.targets.rollout.trace import CallTrace
 from maskfuzz.targets.slime.calls import caller_args, install_mpu_state
 
 HOOKED_BOUNDARY = "after the real rollout, before critic values enter compute_advantages_and_returns"
@@ -184,21 +185,6 @@ def _args(request: BatchRequest, rows: int) -> types.SimpleNamespace:
     )  # fmt: skip
 
 
-class _Calls:
-    """Which functions of the checkout ran (`sys.setprofile`): (file relative to root, function name)."""
-
-    def __init__(self, root: Path):
-        self.root = str(Path(root).resolve())
-        self.seen: set[tuple[str, str]] = set()
-
-    def __call__(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(self.root):
-            self.seen.add((str(Path(frame.f_code.co_filename).relative_to(self.root)), frame.f_code.co_name))
-
-    def called(self, upto: int) -> list[str]:
-        return [f"{path}::{fn}" for path, fn in PRESERVED[: upto + 1] if (path, fn) in self.seen]
-
-
 def _step(request: BatchRequest, fns: dict, sample_cls, caller, engine: dict, tokenizer, root: Path) -> Batch:
     gen, fault = request.generation, request.fault
     k, p_len, rows = gen.num_return_sequences, gen.prompt_length, gen.output.shape[0]
@@ -210,7 +196,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, caller, engine: dict, to
         cut = gen.eos_token_id not in row
         answers.append((row if cut else row[: row.index(gen.eos_token_id) + 1], "length" if cut else "stop"))
     engine.update(queue=list(answers), prompt_of=prompts, done=[])
-    calls = _Calls(root)
+    calls = CallTrace(root)
     me = types.SimpleNamespace(args=args, custom_reward_post_process_func=None,
                                custom_convert_samples_to_train_data_func=None,
                                train_parallel_config={"dp_size": 1, "cp_size": 1, "vpp_size": 1,
@@ -249,7 +235,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, caller, engine: dict, to
             "loss_masks": trainable.int(),
             "rewards": torch.tensor(data["rewards"], dtype=torch.float32),
         },  # fmt: skip
-        called=calls.called(_MASK_STAGE),
+        called=calls.called(PRESERVED[: _MASK_STAGE + 1]),
     )
     if fault is None:
         return batch
@@ -266,7 +252,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, caller, engine: dict, to
         sys.setprofile(None)
     batch.advantages = _pad(data["advantages"], lengths, t_len)
     batch.returns = _pad(data["returns"], lengths, t_len)
-    batch.called = calls.called(len(PRESERVED) - 1)
+    batch.called = calls.called(PRESERVED)
     return batch
 
 
