@@ -23,6 +23,7 @@ from types import ModuleType
 
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.targets.adapters.selection import BATCH_OPS, ORDER_OPS
 
 DISCOVER, CALLS = "discover", "calls_discovered"
 _ROOT = Path(__file__).resolve().parent
@@ -164,11 +165,6 @@ class Registration:
     batch_ops: tuple[str, ...] = ()
 
 
-# ops after which permutation, pad-invariance and determinism are not promises of the code: a random draw
-# (Clip-Cov's randperm), or a rank over the batch whose ties fall to position (KL-Cov's topk)
-ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
-
-
 def order_ops(node: ast.AST, file: str) -> tuple[str, ...]:
     """`torch.<op>` / `x.<op>` calls of `ORDER_OPS` inside `node`, as "torch.randperm at FILE:LINE"."""
     found = []
@@ -176,11 +172,6 @@ def order_ops(node: ast.AST, file: str) -> tuple[str, ...]:
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ORDER_OPS:
             found.append(f"torch.{sub.func.attr} at {file}:{sub.lineno}")
     return tuple(found)
-
-
-# calls after which a row's output depends on every other row of the batch by design: a whitening over the batch
-# (verl's GDPO ends in `masked_whiten(advantages, response_mask)`): group-isolation is then not a promise
-BATCH_OPS = ("masked_whiten",)
 
 
 def batch_ops(node: ast.AST, file: str) -> tuple[str, ...]:

@@ -453,15 +453,6 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
     assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
 
 
-def test_worker_side_selection_ops_match_the_scanner():
-    """The calls modules (copied into reproducers, so they cannot import discovery) keep the scanner's op lists."""
-    from maskfuzz.targets.skyrl import calls_discovered as sky
-    from maskfuzz.targets.verl import calls_discovered as verl
-
-    for mod in (sky, verl):
-        assert mod.ORDER_OPS == discovery.ORDER_OPS and mod.BATCH_OPS == discovery.BATCH_OPS
-
-
 def test_skyrl_config_defaults_are_read_from_the_source(tmp_path):
     """git main's AlgorithmConfig dataclass (nested default factories) and a release's YAML block, without import."""
     from maskfuzz.targets.skyrl.calls_discovered import algorithm_defaults, yaml_block

@@ -25,7 +25,6 @@ import ast
 import inspect
 import re
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,6 +34,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.adapters.selection import selection_problem
 from maskfuzz.targets.skyrl.calls import import_roots
 from maskfuzz.targets.skyrl.calls_kinds import MAX_SEQ_LEN, NORM_BY_STD, outcome_inputs
 
@@ -81,42 +81,6 @@ def adv_problem(function: str, required: tuple[str, ...]) -> str:
         passed = [p for p in extra if p in ADV_PASSED]
         why = "inputs the group-advantage case does not hold" if passed else "not passed by the trainer"
         return f"{function} requires {', '.join(extra)} ({why})"
-    return ""
-
-
-# worker-side twins of `targets.discovery.ORDER_OPS` / `BATCH_OPS` (a reproducer copies this module, never
-# discovery; tests/test_discovery.py keeps them equal): a variant whose body calls one is a skip with the reason
-ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
-BATCH_OPS = ("masked_whiten",)
-
-
-def selection_problem(fn, root: Path, batch: bool) -> str:
-    """Why the invariants-only judge cannot take `fn` as it is ("" when it can): a random draw or a rank over the
-    batch in its body (`ORDER_OPS`), or, for an estimator (`batch`), a whitening over the whole batch."""
-    inner = inspect.unwrap(fn)
-    file = Path(inspect.getsourcefile(inner)).resolve().relative_to(Path(root).resolve())
-    lines, first = inspect.getsourcelines(inner)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    order, whole = [], []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
-        at = f"{file}:{first + node.lineno - 1}"
-        if isinstance(node.func, ast.Attribute) and name in ORDER_OPS:
-            order.append(f"torch.{name} at {at}")
-        elif batch and name in BATCH_OPS:
-            whole.append(f"{name} at {at}")
-    if order:
-        return (
-            f"selects by a random draw or a rank over the batch ({', '.join(order)}): permutation, pad-invariance "
-            "and determinism are not its promises, and the invariants-only judge has no seeded twin"
-        )
-    if whole:
-        return (
-            f"normalises over the whole batch ({', '.join(whole)}): group-isolation is not its promise, and the "
-            "invariants-only judge cannot set it aside"
-        )
     return ""
 
 

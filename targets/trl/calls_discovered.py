@@ -21,12 +21,11 @@ from pathlib import Path
 
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import attribute_reads, block_free_names, find_class, find_method, stored_names
+from maskfuzz.targets.adapters.selection import ORDER_OPS
 from maskfuzz.targets.trl.calls_aggregate import AGG_BOUND, AGG_SELF_SET, load_aggregate, reads_loss_type
 from maskfuzz.targets.trl.calls_common import LOSS_METHODS, TRAINERS
 from maskfuzz.targets.trl.calls_policy import POLICY_SELF_SET, load_policy
 
-# worker-side twin of `targets.discovery.ORDER_OPS` (tests/test_discovery_trl.py keeps them equal)
-ORDER_OPS = ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal", "topk", "kthvalue")
 LEVEL = "importance_sampling_level"
 # what the importance-weight branch may read for `load_policy` to run it: the log-ratio and the mask it builds
 LEVEL_READS = ("log_ratio", "mask", "completion_mask", "per_token_logps", "old_per_token_logps", "torch")
