@@ -57,6 +57,7 @@ CHECK_WORDS = {  # the check kinds `build_check` / `build_kind_check` make, each
     "expected": "the numbers maskfuzz computed, within tolerance",
     "twin": "the outputs on the case and on its twin agree",
     "at-least": "the outputs on the case do not lie below those on its twin",
+    "moved": "each row's output sum follows its moved score",
     "zero": "a finite 0 everywhere, or a documented error",
     "same": "a second run gives the same bits",
 }

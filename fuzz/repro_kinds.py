@@ -55,6 +55,8 @@ def build_kind_check(case: Case, prop: str, declared: Declared) -> Check:
         return Check(case, None, {"kind": "expected", "outputs": outputs}, "0 at every non-trainable position")
     if prop in ("reference", "affine"):
         return _expected(case, prop, k, v, declared)
+    if prop in getattr(k.module, "SCORE_MOVES", {}):
+        return _moved(case, prop, k, v, declared)
     if prop == "twin":
         raise Unsupported(
             "the twin property compares two functions of the framework, which a one-function script does not "
@@ -88,6 +90,32 @@ def _expected(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -
         for n in k.outputs
     }
     return Check(case, None, {"kind": "expected", "outputs": outputs}, words)
+
+
+def _moved(case: Case, prop: str, k: KindSpec, v: dict, declared: Declared) -> Check:
+    """A kind's own score property (`SCORE_MOVES` of its package): TWIN is the case with each row's score moved;
+    the sum of each judged row's trainable outputs must change by the row's `moves` (the judge's twin and
+    bound, the bound taken from the reference's outputs on both inputs: the script has no other numbers)."""
+    score_move, row_sum_bound = k.module.SCORE_MOVES[prop]
+    moved = score_move(case, declared, v)
+    if isinstance(moved, str):
+        raise Unsupported(f"{prop}: {moved}")
+    move, want = moved
+    twin = case.replace(score=case.score + move)
+    first, second = (k.module.reference(reference_case(c, declared), v) for c in (case, twin))
+    if first is None or second is None:
+        raise Unsupported("the kind's statistic is undefined for this case (too few trainable positions)")
+    name = k.outputs[0]
+    bound = 2.0 * row_sum_bound(case, first[name], second[name], v) + 1e-3 * want.abs()
+    data = {
+        "kind": "moved",
+        "output": name,
+        "moves": [float(x) for x in want.tolist()],
+        "tolerance": [float(x) for x in bound.tolist()],  # per row
+        "outputs": {name: {"where": mask_rows(case.trainable & (want != 0)[:, None])}},
+    }
+    words = "each row's score moved by a power of two: the sum of the row's trainable outputs moves with it"
+    return Check(case, twin, data, words, "the same input with each row's score moved by a power of two")
 
 
 def _empty(case: Case, k: KindSpec) -> Check:

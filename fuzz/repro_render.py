@@ -203,6 +203,11 @@ def check_words(check: Check) -> str:
             f"the case's loss must not lie below the loss on {check.twin_is} by more than the tolerance "
             "(maskfuzz's bound, absolute per position, plus its share relative to the twin's loss) + rounding slack."
         )
+    if kind == "moved":
+        return (
+            f"on {check.twin_is}, the sum of each row's trainable {check.data['output']} must move by the row's "
+            "'moves' (rows with 0 not judged); |observed - expected| <= the row's tolerance + rounding slack."
+        )
     if kind == "expected":
         return (
             f"the outputs at the 'where' positions against {check.expected_from}, computed by maskfuzz; "

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from maskfuzz.fuzz import repro_check
 from maskfuzz.fuzz.engine import fuzz_target
 from maskfuzz.fuzz.repro_kinds import build_kind_check
 from maskfuzz.oracles.case import Case
@@ -21,6 +22,7 @@ from maskfuzz.oracles.kinds.strategies import kind_cases
 from maskfuzz.oracles.promises import broken
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.runtime.session import open_target
+from tests.test_repro_kinds import script_verdict
 
 pytestmark = pytest.mark.xdist_group("kinds")
 
@@ -112,6 +114,24 @@ def test_a_score_on_the_last_attended_token_is_caught_as_score_lost():
     # the correct placement on the same shrunk case passes both
     fixed = {v.property: v for v in judge(_as_target({}), shrunk, declared)}
     assert fixed["reference"].status == fixed["score-kept"].status == "pass"
+
+
+def test_the_reproducer_checks_score_kept_by_moving_the_score():
+    """`score-kept` has a standalone check (`fuzz/repro_kinds.py`, the template's `check_moved`): TWIN is the case
+    with each row's score moved, and the sum of each trainable row's rewards must move with it. The script's
+    check gives the judge's verdict: reproduced on the last-attended mutant (row 0's move goes to its masked
+    tail), fixed on the correct placement; a case without a trainable token has no check."""
+    declared = Declared(kind="token-reward", masked_zero=True)
+    check = build_kind_check(CASE, "score-kept", declared)
+    assert check.data["kind"] == "moved" and check.data["output"] == "reward"
+    # row 0's score 2 moves by -4, row 1's -30 by +32; row 2 has no trainable token: not judged
+    assert check.data["moves"] == [-4.0, 32.0, 0.0] and check.twin.score.tolist() == [-2.0, 2.0, -3.0]
+    mutant = _as_target({"score_at": "last-attended"})
+    assert script_verdict(mutant, check, "token-reward") == "reproduced"
+    assert script_verdict(_as_target({}), check, "token-reward") == "fixed"
+    empty = CASE.replace(trainable=torch.zeros_like(CASE.trainable))
+    with pytest.raises(repro_check.Unsupported, match="no row has a trainable token"):
+        build_kind_check(empty, "score-kept", declared)
 
 
 def test_score_kept_holds_whatever_variant_is_declared():

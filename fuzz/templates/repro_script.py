@@ -436,6 +436,32 @@ def check_at_least(run: Callable, case: Case, device: str) -> dict:
     return compare(case, first, second, slack, at_least=True)
 
 
+def check_moved(run: Callable, case: Case, device: str) -> dict:
+    """TWIN moves each row's score: the sum of the row's trainable outputs must move by CHECK's 'moves' (rows
+    with a move of 0 are not judged), within its per-row tolerance plus rounding slack."""
+    first = outputs(run, case, device)
+    second = outputs(run, Case.from_dict(TWIN), device)
+    name = CHECK["output"]
+    where = mask(CHECK["outputs"][name]["where"])
+    live = case.trainable
+    zero = torch.zeros(case.shape, dtype=torch.float64)
+    change = torch.where(live, second[name] - first[name], zero).sum(dim=1)
+    slack = rounding_slack(case.dtype, [x[live] for x in (first[name], second[name])])
+    found = []
+    for b, (move, tol) in enumerate(zip(CHECK["moves"], CHECK["tolerance"])):
+        if move != 0 and abs(float(change[b]) - move) > tol + slack:
+            last = max(t for t in range(case.shape[1]) if where[b, t])  # where the moved score belongs
+            found.append({"output": name, "position": [b, last], "observed": number(change[b]), "expected": move})
+    missed = f"{len(found)} row(s) whose {name} sum did not follow the moved score"
+    return {
+        "status": "reproduced" if found else "fixed",
+        "message": missed if found else f"every row's {name} sum followed its moved score",
+        "observed": {n: x.tolist() for n, x in first.items()},
+        "expected": {"moves": CHECK["moves"], "change": change.tolist()},
+        "differences": found,
+    }
+
+
 def check_zero(run: Callable, case: Case, device: str) -> dict:
     """The outputs must be a finite 0 everywhere (CHECK), or the target raises a documented error."""
     try:
@@ -486,6 +512,7 @@ def judge(run: Callable, device: str) -> dict:
         "twin": check_twin,
         "same": check_same,
         "at-least": check_at_least,
+        "moved": check_moved,
         "zero": check_zero,
     }
     return checks[CHECK["kind"]](run, Case.from_dict(CASE), device)

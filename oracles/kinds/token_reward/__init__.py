@@ -112,28 +112,45 @@ def _clipped(score: torch.Tensor, v: dict) -> torch.Tensor:
     return score if v["score_clip"] is None else score.clamp(*v["score_clip"])
 
 
-def score_kept(case: Case, out: dict, twin, declared, v: dict) -> Verdict:
-    """`score-kept`: moving row b's score by d_b moves the sum of row b's trainable rewards by clip(s + d) - clip(s)
-    (`twin(case)` runs the target on a twin). d_b = -sign(s_b) 2^ceil(log2(|s_b| + 1)) (+1 at 0): exact in every
-    dtype, larger than the rounding of the row's outputs, towards the clip range."""
+def score_move(case: Case, declared, v: dict) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """The twin of `score-kept`: (d [B] the move of each row's score, want [B] the change of the sum of the row's
+    trainable rewards it must make, 0 in rows not judged), or the reason the property does not apply.
+    d_b = -sign(s_b) 2^ceil(log2(|s_b| + 1)) (+1 at 0): exact in every dtype, larger than the rounding of the
+    row's outputs, towards the clip range; want_b = clip(s + d) - clip(s) in rows with a trainable token."""
     rows = case.trainable.any(dim=1)
     if not bool(rows.any()):
-        return na("score-kept", "no row has a trainable token")
+        return "no row has a trainable token"
     if declared.score_map:
-        return na("score-kept", "the options map the score (clip, scale): the move is not the reference's")
+        return "the options map the score (clip, scale): the move is not the reference's"
     s = case.score
     mag = torch.exp2(torch.ceil(torch.log2(s.abs() + 1.0)))
     move = torch.where(s > 0, -mag, mag)
-    want = _clipped(s + move, v) - _clipped(s, v)
-    judged = rows & (want != 0)
-    if not bool(judged.any()):
-        return na("score-kept", "the clip absorbs the move in every row")
-    got = twin(case.replace(score=s + move))["reward"]
+    want = torch.where(rows, _clipped(s + move, v) - _clipped(s, v), torch.zeros_like(s))
+    if not bool((want != 0).any()):
+        return "the clip absorbs the move in every row"
+    return move, want
+
+
+def row_sum_bound(case: Case, first: torch.Tensor, second: torch.Tensor, v: dict) -> torch.Tensor:
+    """[B]: how far the change of a row's trainable reward sum may be off: the kind's bound of both runs' outputs
+    at its trainable positions, summed over the row."""
+    live, zero = case.trainable, torch.zeros(case.shape, dtype=torch.float64)
+    mags = torch.where(live, first.abs() + second.abs(), zero)
+    return torch.where(live, kind_bound(case.dtype, mags, condition(case, v) + mags), zero).sum(dim=1)
+
+
+def score_kept(case: Case, out: dict, twin, declared, v: dict) -> Verdict:
+    """`score-kept`: moving row b's score by d_b moves the sum of row b's trainable rewards by clip(s + d) - clip(s)
+    (`twin(case)` runs the target on a twin; the move is `score_move`'s)."""
+    moved = score_move(case, declared, v)
+    if isinstance(moved, str):
+        return na("score-kept", moved)
+    move, want = moved
+    got = twin(case.replace(score=case.score + move))["reward"]
     live, zero = case.trainable, torch.zeros(case.shape, dtype=torch.float64)
     change = torch.where(live, got - out["reward"], zero).sum(dim=1)
-    mags = torch.where(live, out["reward"].abs() + got.abs(), zero)
-    bound = torch.where(live, kind_bound(case.dtype, mags, condition(case, v) + mags), zero).sum(dim=1)
-    bad = judged & ((change - want).abs() > 2.0 * bound + 1e-3 * want.abs())
+    bound = row_sum_bound(case, out["reward"], got, v)
+    bad = (want != 0) & ((change - want).abs() > 2.0 * bound + 1e-3 * want.abs())
     if not bool(bad.any()):
         return ok("score-kept")
     after = live.flip(1).cumsum(1).flip(1)
@@ -143,3 +160,5 @@ def score_kept(case: Case, out: dict, twin, declared, v: dict) -> Verdict:
 
 
 PROPERTIES = {"score-kept": score_kept}  # the kind's own properties (oracles.kinds.judge runs them)
+# the own properties a reproducer checks as a move of the score: the twin moves it, each row's sum must follow
+SCORE_MOVES = {"score-kept": (score_move, row_sum_bound)}
