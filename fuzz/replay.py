@@ -39,6 +39,7 @@ from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets.registry import get, registry
+from maskfuzz.targets.runtime import session
 
 STATUSES = ("pass", "xfail", "fail", "fixed", "skip", "n/a", "error")
 BAD = ("fail", "fixed", "error")
@@ -63,14 +64,6 @@ def open_handle(
     target: str, entry_point: str | None, pin: str, repos: dict | None = None, device: str = "cpu"
 ) -> Iterator[Any]:
     """The default opener: `targets.session.open_target`, its Skip / SetupError as Unavailable."""
-    try:
-        from maskfuzz.targets.runtime import session
-    except ModuleNotFoundError as exc:
-        if exc.name != "maskfuzz.targets.runtime.session":
-            raise
-        raise Unavailable(
-            "maskfuzz.targets.runtime.session is not available in this checkout (cannot open targets)"
-        ) from None
     with ExitStack() as stack:
         try:
             ref = session.parse_ref(f"{target}:{entry_point}@{pin}" if entry_point else f"{target}@{pin}")

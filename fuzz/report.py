@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from maskfuzz.fuzz import nightly_bisect
 from maskfuzz.fuzz.evidence import CITED, EXECUTED, label
 from maskfuzz.fuzz.nights import (
     FORMAT,
@@ -652,8 +653,6 @@ def write_report(
     repro_dirs = list(repro_dirs) + (prev.repro_dirs if prev else [])  # tonight's first
     bisections = None
     if bisect is not None:
-        from maskfuzz.fuzz import nightly_bisect
-
         jobs, not_bisected = nightly_bisect.plan(cmp, tonight, prev)
         bisections = Bisections(bisect(jobs, out / "bisect") if jobs else [], not_bisected)
     nights = history(prev, cmp, tonight, now)

@@ -22,11 +22,14 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
+from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
 from maskfuzz.oracles.kinds import GAE_KINDS
-from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs
+from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs, sanitized
 from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.mechanisms import MECHANISMS
 from maskfuzz.oracles.tolerance import FLOOR
+from maskfuzz.targets.skyrl import calls as skyrl_calls
+from maskfuzz.targets.torchrl import calls as torchrl_calls
 
 
 @dataclass(frozen=True)
@@ -63,16 +66,12 @@ def _openrlhf(case: Case) -> dict:
 
 
 def _skyrl(case: Case) -> dict:
-    from maskfuzz.targets.skyrl.calls import framework_inputs
-
-    x = framework_inputs(case, "cpu")
+    x = skyrl_calls.framework_inputs(case, "cpu")
     return {"rewards": x["token_level_rewards"], "values": x["values"], "mask": x["response_mask"]}
 
 
 def _torchrl(case: Case) -> dict:
-    from maskfuzz.targets.torchrl.calls import framework_inputs
-
-    x = framework_inputs(case, "cpu")
+    x = torchrl_calls.framework_inputs(case, "cpu")
     return {k: x[k] for k in ("state_value", "next_state_value", "reward", "done", "terminated")}
 
 
@@ -219,9 +218,6 @@ def render(
 
 def poison_input(case: Case, declared: Declared) -> Case:
     """The poisoned input the judge's poison check ran (oracles.kinds.gae.properties._check_poison)."""
-    from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
-    from maskfuzz.oracles.kinds.gae.properties import sanitized
-
     dead = case.poison_mask()
     rewards = declared.domain.masked_rewards
     carries = bool((case.values[dead] != 0).any() or (rewards and (case.token_rewards[dead] != 0).any()))

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:  # standard library + torch only at run time: a reproducer copies `Option` verbatim
-    from maskfuzz.oracles.case import Case
+# fuzz/repro_copier.py copies a definition with only the imports its code reads: `Option` and `Truncation` read none
+from maskfuzz.oracles.case import Case, CaseError
 
 SCORE_OPS = ("add", "mul", "clip")
 
@@ -136,8 +136,6 @@ def without(space: tuple[Option, ...], absent: dict) -> tuple[tuple[Option, ...]
 def resolve(space: tuple[Option, ...], chosen: dict) -> dict:
     """Every option of `space` with its value: `chosen` over the defaults. An option `space` does
     not have, or a value it does not take, is a CaseError that names the space."""
-    from maskfuzz.oracles.case import CaseError
-
     by_name = {o.name: o for o in space}
     for name, value in chosen.items():
         if name not in by_name:

@@ -6,6 +6,8 @@ Counts, over the product packages (oracles/, fuzz/, targets/; tests excluded):
   import cycles          strongly connected groups of modules importing each other (module level and
                          inside functions), with their members
   function-local imports maskfuzz imports inside a function body
+(an import is a statement or `importlib.import_module` / `__import__` of a literal "maskfuzz..." name, a static
+import in disguise; a name computed from a declared table, `f"maskfuzz.targets.{folder}.discover"`, is not one)
   private imports        `from maskfuzz.x import _name` across modules
   long files             modules over 800 lines
   kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`),
@@ -91,7 +93,21 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def _literal_import(node: ast.AST) -> str | None:
+    """The module `importlib.import_module("maskfuzz.x")` / `__import__("maskfuzz.x")` names as a literal, else None."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func, arg = node.func, node.args[0]
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if called in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value if arg.value.startswith("maskfuzz.") else None
+    return None
+
+
 def _target(node: ast.AST, here: str, is_pkg: bool) -> list[str]:
+    literal = _literal_import(node)
+    if literal:
+        return [literal]
     if isinstance(node, ast.Import):
         return [a.name for a in node.names if a.name.startswith("maskfuzz.")]
     if isinstance(node, ast.ImportFrom):
@@ -120,7 +136,7 @@ def figures() -> dict:
         tree = ast.parse(text)
         is_pkg = path.name == "__init__.py"
         funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        in_func = {id(x) for f in funcs for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom))}
+        in_func = {id(x) for f in funcs for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom, ast.Call))}
         for node in ast.walk(tree):
             targets = [t for t in _target(node, name, is_pkg) if t in mods]
             for t in targets:

@@ -39,14 +39,7 @@ FIGURES = LAYOUT.figures()
 # What the tree still breaks, per file (see the module docstring). Regenerate by hand: each number
 # may only go down.
 ALLOWED: dict[str, dict[str, int]] = {
-    'function_local_imports': {
-        'fuzz/replay.py': 1,
-        'fuzz/report.py': 1,
-        'fuzz/upstream_test.py': 4,
-        'oracles/options.py': 1,
-        'targets/runtime/forkserver.py': 1,
-        'targets/runtime/worker.py': 2,
-    },
+    'function_local_imports': {},
     'kind_string_dispatch': {},
     'private_imports': {},
     'against_direction': {},
@@ -96,6 +89,9 @@ def test_the_rules_catch_what_they_name(tmp_path):
     (tmp_path / "targets" / "t.py").write_text("")
     (tmp_path / "fuzz" / "c.py").write_text("def f(kind):\n    from maskfuzz.targets import t\n"
                                             "    return kind == 'gae'\n" + "\n" * 801)  # fmt: skip
+    # a literal name given to importlib is a static import: counted (a name from a table is not)
+    (tmp_path / "fuzz" / "d.py").write_text("import importlib\ndef g(m):\n    importlib.import_module(m)\n"
+                                            "    return importlib.import_module('maskfuzz.oracles.a')\n")  # fmt: skip
     (tmp_path / "oracles" / "kinds" / "gae").mkdir(parents=True)
     (tmp_path / "oracles" / "kinds" / "kl").mkdir()
     (tmp_path / "oracles" / "kinds" / "gae" / "p.py").write_text("def f(kind):\n    return kind == 'returns'\n")
@@ -109,7 +105,7 @@ def test_the_rules_catch_what_they_name(tmp_path):
     assert [set(c) for c in f["cycles"]] == [{"maskfuzz.oracles.a", "maskfuzz.oracles.b"}]
     assert f["by_file"]["private_imports"] == {"oracles/a.py": 1}
     assert f["by_file"]["against_direction"] == {"oracles/b.py": 1}
-    assert f["by_file"]["function_local_imports"] == {"fuzz/c.py": 1}
+    assert f["by_file"]["function_local_imports"] == {"fuzz/c.py": 1, "fuzz/d.py": 1}
     # a kind's own package may name its own kinds (GAE's: gae, returns), never another's
     assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "oracles/kinds/kl/q.py": 1}
     assert set(f["long_file_lines"]) == {"fuzz/c.py"}

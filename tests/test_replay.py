@@ -23,6 +23,7 @@ from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.kinds.gae.reference import reference
 from maskfuzz.targets.runtime import acquire as acquire_mod
+from maskfuzz.targets.runtime import session
 
 pytest_plugins = ["pytester"]
 
@@ -256,9 +257,6 @@ def test_ledger_matching_and_errors(tmp_path: Path):
 
 # -- the default opener translates the session's exceptions -----------------------------------------
 def test_open_handle_turns_session_errors_into_skips(monkeypatch):
-    session = pytest.importorskip(
-        "maskfuzz.targets.runtime.session", reason="targets/runtime/session.py is not in this checkout"
-    )
 
     def raising(exc):
         @contextlib.contextmanager

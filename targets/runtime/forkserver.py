@@ -28,16 +28,17 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from maskfuzz.targets.runtime import worker
+
 # `python -m M` puts the working directory first on sys.path, so a `targets/` folder or an
 # `oracles.py` where maskfuzz runs would shadow ours: drop it, then run the module as __main__
 SERVER_MODULE = "maskfuzz.targets.runtime.forkserver"  # this module, as the server process runs it
 NO_CWD_MAIN = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+# imported before the first fork, besides what this module imports (the worker, its adapters.base and torch)
 PRELOAD = (
     "torch",
     "torch._dynamo",
     "maskfuzz.oracles.kinds.dispatch",
-    "maskfuzz.targets.runtime.worker",
-    "maskfuzz.targets.adapters.base",
 )
 
 
@@ -74,8 +75,6 @@ def serve(control: socket.socket) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                from maskfuzz.targets.runtime import worker
-
                 worker.forked(Connection(fds[0]), request["stderr"], request["env"], request["cwd"])
             finally:
                 os._exit(70)

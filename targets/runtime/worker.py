@@ -24,6 +24,9 @@ import traceback
 from pathlib import Path
 from typing import BinaryIO
 
+from maskfuzz.targets.adapters.base import NotPresent
+from maskfuzz.targets.runtime import standins
+
 
 def send(stream: BinaryIO, message) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -54,9 +57,6 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def _load(args: dict):
-    from maskfuzz.targets.adapters.base import NotPresent
-    from maskfuzz.targets.runtime import standins
-
     root = args.get("root")
     if root:
         sys.path.insert(0, str(root))
