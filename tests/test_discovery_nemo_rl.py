@@ -257,3 +257,35 @@ def test_the_variants_of_the_real_pin_are_discovered_and_one_is_fuzzed_invariant
     assert out["checked"]["split-invariance"] > 0 and out["checked"]["pad-invariance"] > 0
     assert not out["defects"], out["defects"]
     assert any("discovered: ClippedPGLossConfig field disable_ppo_ratio=true at" in n for n in out["notes"])
+
+
+def test_the_typeddict_config_of_older_pins_reads_the_same(tmp_path):
+    """Before the pydantic config (v0.5.0: nemo_rl/algorithms/loss_functions.py) the fields are a TypedDict without
+    defaults, read by `cfg["x"]` or `cfg.get("x", False)`: a `NotRequired[bool]` is still a bool setting, its
+    default taken from the `.get`; a pin without the class has no loss variants."""
+    path = tmp_path / "nemo_rl/algorithms/loss_functions.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        textwrap.dedent(
+            """
+            class ClippedPGLossConfig(TypedDict):
+                ratio_clip_c: float | None
+                use_importance_sampling_correction: bool
+                disable_ppo_ratio: NotRequired[bool]
+
+
+            class ClippedPGLossFn:
+                def __init__(self, cfg):
+                    self.ratio_clip_c = cfg["ratio_clip_c"]
+                    self.use_importance_sampling_correction = cfg["use_importance_sampling_correction"]
+                    self.disable_ppo_ratio = cfg.get("disable_ppo_ratio", False)
+            """
+        )
+    )
+    found = {v.entry: v for v in discovery.discover("nemo-rl", tmp_path)}
+    assert list(found) == ["loss:ratio_clip_c", "loss:use_importance_sampling_correction=true",
+                           "loss:disable_ppo_ratio=true"]  # fmt: skip
+    assert found["loss:disable_ppo_ratio=true"].callable and found["loss:disable_ppo_ratio=true"].line == 5
+    assert found["loss:ratio_clip_c"].covered_by == "policy-loss"
+    path.write_text("class ClippedPGLossConfig(TypedDict):\n    ratio_clip_c: float\n")  # no loss class
+    assert discovery.discover("nemo-rl", tmp_path) == []

@@ -24,6 +24,7 @@ NeMo-RL has no registry. Two config sections switch the masked math:
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from maskfuzz.targets.discovery import Variant, parse_file
@@ -171,9 +172,11 @@ def _class_lines(tree: ast.Module | None) -> dict[str, int]:
 # --- ClippedPGLossConfig fields ------------------------------------------------------------------------------------
 
 
-def _attrs_of(init: ast.FunctionDef | None) -> dict[str, set[str]]:
-    """config field -> the `self.<attr>` names `__init__` assigns from it (`self.x = cfg.field` or `cfg["field"]`)."""
+def _attrs_of(init: ast.FunctionDef | None) -> tuple[dict[str, set[str]], dict[str, object]]:
+    """config field -> the `self.<attr>` names `__init__` assigns from it (`self.x = cfg.field`, `cfg["field"]` or
+    `cfg.get("field", default)`: the TypedDict configs of older pins), and the literal defaults of those `.get`s."""
     out: dict[str, set[str]] = {}
+    defaults: dict[str, object] = {}
     for node in ast.walk(init) if init is not None else ():
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
@@ -182,13 +185,17 @@ def _attrs_of(init: ast.FunctionDef | None) -> dict[str, set[str]]:
             continue
         for sub in ast.walk(node.value):
             key = None
-            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "cfg":
-                key = sub.attr
+            if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "cfg.get" and sub.args:
+                key = next(iter(_strs(sub.args[0])), None)
+                if key and len(sub.args) > 1 and isinstance(sub.args[1], ast.Constant):
+                    defaults[key] = sub.args[1].value
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "cfg":
+                key = None if sub.attr == "get" else sub.attr
             elif isinstance(sub, ast.Subscript) and ast.unparse(sub.value) == "cfg":
                 key = next(iter(_strs(sub.slice)), None)
             if key:
                 out.setdefault(key, set()).add(target.attr)
-    return out
+    return out, defaults
 
 
 def _reads_self(node: ast.AST, attrs: set[str]) -> bool:
@@ -232,7 +239,7 @@ def _fields(cls: ast.ClassDef) -> list[tuple[str, str, object, int]]:
 
 def _settings(field: str, annotation: str, default, choices: list[str]) -> list[str]:
     """The variant names of one field: a bool's non-default setting, a string's values, else the field itself."""
-    if annotation.endswith("bool") or isinstance(default, bool):
+    if re.search(r"\bbool\b", annotation) or isinstance(default, bool):
         return [f"{field}={'false' if default is True else 'true'}"]
     if choices:
         return [f"{field}={c}" for c in choices]
@@ -246,10 +253,11 @@ def _losses(root: Path) -> list[Variant]:
     if config is None or loss is None:
         return []
     init, call = _method(loss, "__init__"), _method(loss, "__call__")
-    attrs = _attrs_of(init)
+    attrs, get_defaults = _attrs_of(init)
     kl_chain = _compared(_function(parse_file(root / UTILS), "calculate_kl"), lambda n: ast.unparse(n) == "kl_type")
     out = []
     for field, annotation, default, line in _fields(config):
+        default = get_defaults.get(field, ...) if default is ... else default
         mine = attrs.get(field, set())
         choices = [c for c, _ in _compared(loss, lambda n, a=mine: _attr_in(n, a))]
         if field == "reference_policy_kl_type":
