@@ -290,7 +290,7 @@ def _kl_block(tree: SourceTree, path: Path, cls: ast.ClassDef):
     )
 
 
-def load_kl(root: Path, entry: str) -> Loaded:
+def load_kl(root: Path, entry: str, settings: dict | None = None) -> Loaded:
     """The per-token KL-to-reference term of `ClippedPGLossFn.__call__`, its statements compiled from the pin
     (7ea: nemo_rl/algorithms/loss/loss_functions.py:469-503; 857b: :358-389) with NeMo-RL's `calculate_kl`
     (nemo_rl/algorithms/utils.py) resolved from the same source, before the reduction (:505-515).
@@ -301,7 +301,8 @@ def load_kl(root: Path, entry: str) -> Loaded:
     use_on_policy_kl_approximation, off by default, :153) the policy's too. `self` carries the five attributes the
     block reads, as `__init__` sets them from ClippedPGLossConfig (:240-256): reference_policy_kl_penalty 1.0 (the
     coefficient only scales the term; 1 keeps it exact), reference_policy_kl_type and the two clamps from the case's
-    options, use_on_policy_kl_approximation False. At 7ea the term carries importance weights
+    options, use_on_policy_kl_approximation False (`settings`: attributes set over these, a discovered variant's
+    config field, calls_discovered.py). At 7ea the term carries importance weights
     exp(x - x.detach()) (forward value 1, nan_to_num'd); at 857b ones_like."""
     tree = SourceTree(Path(root), ("nemo_rl",))
     path = tree.module_file(_LOSS_MODULE)
@@ -323,6 +324,7 @@ def load_kl(root: Path, entry: str) -> Loaded:
         this.reference_policy_kl_type = case.options.get(KL_TYPE, "k3")
         this.kl_input_clamp_value = case.options.get(KL_IN_CLAMP, 20.0)
         this.kl_output_clamp_value = case.options.get(KL_OUT_CLAMP, 10.0)
+        vars(this).update(settings or {})
         out = block.run(curr_logprobs_unfiltered=logp, reference_policy_logprobs=ref, generation_logprobs=logp)
         return (out["kl"],)
 
@@ -356,7 +358,7 @@ def _config_defaults(tree: SourceTree, path: Path, name: str) -> dict:
     return out
 
 
-def load_policy(root: Path, entry: str) -> Loaded:
+def load_policy(root: Path, entry: str, config: dict | None = None) -> Loaded:
     """`ClippedPGLossFn.__call__(next_token_logprobs, data, global_valid_seqs, global_valid_toks)` over one optimizer
     step, the gradient taken with respect to `next_token_logprobs` (NeMo-RL's loss takes log-probs,
     `input_type = LossInputType.LOGPROB`, 7ea: nemo_rl/algorithms/loss/loss_functions.py:226; 857b :200; f6e9
@@ -364,7 +366,9 @@ def load_policy(root: Path, entry: str) -> Loaded:
     `load_value` compiles MseValueLossFn); `self` is a namespace that the compiled `__init__` fills from
     ClippedPGLossConfig's defaults read from the pin's source (`_config_defaults`), with three changes:
     `reference_policy_kl_penalty = 0` (the KL-to-reference term is the `kl` entry; a kind input it does not
-    have), and `token_level_loss` / `ratio_clip_c` from the case's options (defaults True / None).
+    have), and `token_level_loss` / `ratio_clip_c` from the case's options (defaults True / None); `config` (a
+    discovered variant's fields, calls_discovered.py) is set over all of these, and a config its `__init__`
+    rejects (an assert or a ValueError on a plain config) is a skip with the upstream message.
 
     The data dict as the GRPO / PPO loops build it (7ea grpo.py:2135-2145): every [B, S] tensor is the flat
     sequence, and `__call__` reads `[:, 1:]` of each (:383-390) against `next_token_logprobs` [B, S - 1]: the
@@ -387,6 +391,11 @@ def load_policy(root: Path, entry: str) -> Loaded:
     defaults = _config_defaults(tree, path, _POLICY_CONFIG)
     overlong = _overlong(tree, "nemo_rl.algorithms.grpo")
     state: dict = {}  # the configured loss and the step's sample_mask, set per case by `run`
+    if config:
+        try:
+            init(SimpleNamespace(), Config(dict(defaults, reference_policy_kl_penalty=0.0, **config)))
+        except (AssertionError, ValueError) as exc:
+            raise NotPresent(f"{tree.rel(path)}: {_LOSS_CLASS}.__init__ rejects {config}: {exc}") from None
 
     def micro(rows, logp, mask, step):
         dev, dt = logp.device, logp.dtype
@@ -410,6 +419,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
         cfg = dict(defaults, reference_policy_kl_penalty=0.0)
         cfg["token_level_loss"] = case.options.get(TOKEN_LEVEL, defaults["token_level_loss"])
         cfg["ratio_clip_c"] = case.options.get(RATIO_CLIP_C, defaults["ratio_clip_c"])
+        cfg.update(config or {})
         this = SimpleNamespace()
         init(this, Config(cfg))
         state["self"] = this

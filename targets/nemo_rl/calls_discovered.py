@@ -1,0 +1,42 @@
+"""The worker side of NeMo-RL's discovered variants (`discover.py`): a `ClippedPGLossConfig` field set in NeMo-RL's
+own loss, compiled from the pin as the hand-written entries compile it (nothing of nemo_rl is imported).
+
+`loss:<field>=true`: `calls_kinds.load_policy` (ClippedPGLossFn.__init__ and __call__ compiled from the pin, its
+config ClippedPGLossConfig's defaults read from the source, reference_policy_kl_penalty 0, over one optimizer step)
+with the field set, and what __init__ asserts with it (`discover.REQUIRES`: GSPO's sequence-level ratios with
+token_level_loss False). `kl:<field>=true`: `calls_kinds.load_kl` (the KL-to-reference block of __call__) with the
+attribute set. generation_logprobs = prev_logprobs in both (the policy-loss and kl cases hold no inference-engine
+log-probs). An estimator name or a field that a hand-written entry runs, or that is listed, is a skip that says why;
+a name that is not a setting at this pin is a skip too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.nemo_rl.calls_kinds import load_kl, load_policy
+from maskfuzz.targets.nemo_rl.discover import discover, setting
+
+
+def load(root: Path, entry: str) -> Loaded:
+    prefix = entry.partition(":")[0]
+    found = {v.entry: v for v in discover(Path(root))}
+    if entry not in found:
+        known = ", ".join(v.name for v in found.values() if v.prefix == prefix) or "none"
+        raise NotPresent(f"no {entry} is a NeMo-RL estimator name or ClippedPGLossConfig setting at this pin ({known})")
+    v = found[entry]
+    if v.covered_by:
+        raise NotPresent(f"{v.citation}: {v.name!r} is run by the hand-written entry {v.covered_by!r}")
+    if not v.callable:
+        raise NotPresent(f"{v.citation}: not callable outside the trainer: {v.reason}")
+    config = setting(v.name)
+    loaded = (
+        load_kl(Path(root), "kl", settings=config) if prefix == "kl" else load_policy(Path(root), "policy-loss", config)
+    )
+    note = (
+        f"discovered: {v.registry} {v.name} at {v.citation}; set as {config}; invariants only (no float64 "
+        "reference); generation_logprobs = prev_logprobs"
+    )
+    return dataclasses.replace(loaded, notes=[note, *loaded.notes])
