@@ -196,3 +196,14 @@ def test_real_agg_loss_at_the_init_and_head_pins(roll_repos):
         assert h.info["notes"][0].startswith("signature form 'global-normalisers' (since 3077befc")
         loss, _ = h.run(POISONED)
     assert loss[0, 0].item() == pytest.approx(606.0 / 3.0)  # every entry over the step's 3 tokens (the leak)
+
+
+@pytest.mark.needs_mirror
+def test_policy_loss_before_cec5234a_is_no_call_rather_than_a_crash(roll_repos):
+    from maskfuzz.targets.runtime.session import SetupError
+
+    # the entropy is computed from the model's logits whatever entropy_loss_coef (actor_worker.py:62-67 at 35bea6a2)
+    with pytest.raises(Exception, match="reads self.strategy") as info:
+        with open_target(f"roll:policy-loss@{INIT}", repos=roll_repos):
+            pass
+    assert not isinstance(info.value, SetupError), "a skip (NotPresent), not a set-up error"

@@ -54,7 +54,7 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, attribute_reads, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import run_step
 from maskfuzz.targets.adapters.signature_forms import Form, choose
 from maskfuzz.targets.roll.calls import KL_COEF, data_proto, final_response_mask, pipeline_config
@@ -603,6 +603,14 @@ def _policy_block(tree, path, cls):
             "self.pipeline_config.entropy_loss_coef > 0:` run of statements at this pin"
         )
     stmts = body[first : last + 1]
+    # before cec5234a the entropy is computed unconditionally, from the model's logits (35bea6a2
+    # roll/pipeline/rlvr/actor_worker.py:62-67): this entry has no model, so it is no call there, never a crash
+    needs = set().union(*(attribute_reads(n, "self") for n in stmts[:-1]))
+    if "strategy" in needs:
+        raise NotPresent(
+            f"{tree.rel(path)}:{stmts[0].lineno}: ActorWorker.loss_func reads self.strategy (the model's entropy, "
+            "computed whatever entropy_loss_coef) outside the entropy term at this pin; policy-loss runs no model"
+        )
     names = {ast.unparse(t) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Assign) for t in n.targets}
     if not {"ratio", "surr1", "surr2", "loss", "weighted_pg_loss", "total_loss"} <= names:
         raise BlockNotFound(f"roll: {tree.rel(path)}:{stmts[0].lineno} the block assigns {sorted(names)}")
