@@ -23,7 +23,8 @@ ROLL's own placement, the case's token rewards through ROLL's KL term `-beta * (
 * `whiten` (normalization): `masked_whiten(values, mask)` as `compute_advantage` calls it for
   `whiten_advantages` / `whiten_rewards` (float32 mask).
 * `agg-*` (loss-aggregation): `agg_loss(loss_mat, loss_mask, loss_agg_mode, batch_num_tokens,
-  global_valid_samples)` over one optimizer step with the strategy's global normalisers (`load_loss`).
+  global_valid_samples)` over one optimizer step with the strategy's global normalisers (`load_loss`); at the pins
+  before 3077befc, whose agg_loss takes none, the older form, each micro-batch normalised by itself (`AGG_FORMS`).
 * `value-loss` (value-loss): `CriticWorker.loss_func` (roll/pipeline/base_worker.py), the critic's inline clipped
   value loss, compiled from the pin's source text (`targets.adapters.extract.SourceTree`; base_worker.py imports
   ray and the whole worker stack) with its `forward_func_values`, over one optimizer step (`load_value`).
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -54,8 +54,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.options import Option, Truncation
 from maskfuzz.oracles.whitening import Whitening
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
-from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
+from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, attribute_reads, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.adapters.signature_forms import Form, choose
 from maskfuzz.targets.roll.calls import KL_COEF, data_proto, final_response_mask, pipeline_config
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
@@ -369,12 +370,58 @@ def load_agentic_reinforce(root: Path, with_kl: bool = False) -> Loaded:
     )
 
 
-def load_loss(root: Path, entry: str) -> Loaded:
-    """`roll/utils/functionals.py::agg_loss` over one optimizer step, as ROLL's strategies drive it (lines at
-    8eb27cc2dc34; the same at c09bc8bc9f43 and 090ac94658ad).
+# The forms of agg_loss's signature through ROLL's history (`git log -L '/def agg_loss/,+2:roll/utils/functionals.py'`),
+# newest first. The three older signatures are one call: `weights` and `loss_scale` default to None, and the actor
+# passes `loss_scale` only with use_dynamic_batching_in_train and seq-mean-token-sum (cec5234a
+# roll/pipeline/rlvr/actor_worker.py:31-37; the field's default False, roll/configs/worker_config.py:112-116).
+AGG_FORMS = (
+    Form(
+        "global-normalisers",
+        ("loss_mat", "loss_mask", "loss_agg_mode", "batch_num_tokens", "global_valid_samples"),
+        "3077befc roll/utils/functionals.py:217-218",
+    ),
+    Form(
+        "micro-batch",
+        ("loss_mat", "loss_mask", "loss_agg_mode"),
+        "35bea6a2 roll/utils/functionals.py:206; + weights bc391211 :206-207; + loss_scale cec5234a :211-212",
+    ),
+)
 
-    Normalisers: `train_step` computes them once on the whole step batch before the micro-batch loop
-    (megatron_strategy.py:1268-1269, fsdp2_strategy.py:1584-1587):
+
+def _agg_loss(root: Path) -> tuple:
+    """(agg_loss, where, note): imported from the checkout; where `roll.utils.functionals` itself fails to import on
+    this interpreter (3077befc through 4a49bab6: `roll/configs/worker_config.py:194-195` gives a dataclass field the
+    instance `SequencePackingConfig()` as default, which Python >= 3.11 refuses, "mutable default ... use
+    default_factory"; fixed by afc4d301), `agg_loss` and the helpers it reads compiled from the pin's source text
+    (`targets.adapters.extract.SourceTree`), the note saying so. NotPresent (no module, no function) stays a skip."""
+    try:
+        fn, where = function_from(root, [(_FN, "agg_loss")])
+        return fn, where, None
+    except NotPresent:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's import, not agg_loss, failed: read the source instead
+        tree = SourceTree(Path(root), ("roll",))
+        path = tree.module_file(_FN)
+        body = [] if path is None else tree.file(path).tree.body
+        node = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "agg_loss"), None)
+        if node is None:
+            raise
+        rel = tree.rel(path)
+        why = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+        note = (
+            f"{_FN} does not import on this interpreter ({type(exc).__name__}: {why}): agg_loss "
+            f"({rel}:{node.lineno}-{node.end_lineno}) and the helpers it reads compiled from the pin's source text"
+        )
+        return tree.function(path, node), f"{rel}::agg_loss", note
+
+
+def load_loss(root: Path, entry: str) -> Loaded:
+    """`roll/utils/functionals.py::agg_loss` over one optimizer step, as ROLL's strategies drive it at the pin, in
+    the signature form the pin has (`AGG_FORMS`; the notes name it).
+
+    Form "global-normalisers" (from 3077befc "publish roll v0.2.0"; lines at 8eb27cc2dc34, the same at c09bc8bc9f43
+    and 090ac94658ad). Normalisers: `train_step` computes them once on the whole step batch before the micro-batch
+    loop (megatron_strategy.py:1268-1269, fsdp2_strategy.py:1584-1587):
     `batch_num_tokens` = the loss mask's sum all-reduced over the data-parallel group, 0 replaced by 1
     (strategy.py:355-389, :383-384); `global_valid_samples` = the rows with a trained token
     (`torch.any(loss_mask > 0, -1).sum()`), all-reduced, 0 replaced by 1 (strategy.py:391-431, :426-427). The
@@ -387,16 +434,36 @@ def load_loss(root: Path, entry: str) -> Loaded:
     num_microbatches (asserted equal to gradient_accumulation_steps, :1289-1291) and DDP averages over dp;
     FSDP2 the same: `loss_scale = mini_steps * dp_size` (fsdp2_strategy.py:1581, :1588), `loss *= loss_scale;
     loss = loss / gradient_accumulation_steps` (:1648-1650) with mini_steps = the rank's micro-batches = one
-    accumulation window. Net: each micro-batch loss times dp_size, then averaged."""
-    _modules(root)
+    accumulation window. Net: each micro-batch loss times dp_size, then averaged. The normalisers and the
+    loss_scale arrived together in 3077befc (its parent 97447137 has neither).
+
+    Form "micro-batch" (35bea6a2 "init repo" through 97447137, the parent of 3077befc): `agg_loss(loss_mat,
+    loss_mask, loss_agg_mode)` (bc391211 adds `weights`, cec5234a `loss_scale`, both left at their None default as
+    the actor passes them by default, see AGG_FORMS) normalises each micro-batch by itself: token-mean is
+    `masked_mean(loss_mat, loss_mask)` (35bea6a2 roll/utils/functionals.py:224-225), the seq-means the micro-batch's
+    rows. Scaling: the strategies have no loss_scale. DeepSpeed's `train_step` runs `mini_steps = batch //
+    per_device_train_batch_size` micro-batches and calls `self.model.backward(loss)` on each (35bea6a2
+    roll/distributed/strategy/deepspeed_strategy.py:290-323; 97447137 :427-475, after `loss *= cp_size`, cp 1),
+    which DeepSpeed divides by gradient_accumulation_steps; `train_step` gets `per_device_train_batch_size *
+    gradient_accumulation_steps` rows (35bea6a2 roll/pipeline/base_worker.py:83-98), so mini_steps =
+    gradient_accumulation_steps. Megatron asserts `num_microbatches == gradient_accumulation_steps` (35bea6a2
+    megatron_strategy.py:341-349; 97447137 :1074-1087) and Megatron-core divides each micro-batch loss by it.
+    Net: each micro-batch loss / gradient_accumulation_steps (the step's busiest rank's micro-batches, the
+    configured value), summed over the rank's micro-batches, ranks averaged: the mean of the micro-batch means.
+    That is the step as the framework ran it at those pins, so split-invariance judges it as it is. (The actor's
+    policy loss called agg_loss only from bc391211 "use agg_loss"; at 35bea6a2 agg_loss aggregated the entropy
+    term, roll/pipeline/rlvr/actor_worker.py:63-66, and the policy loss was an inline masked_mean, :41-43.)"""
+    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
     mode = LOSS_ENTRIES[entry]
-    fn, where = function_from(root, [(_FN, "agg_loss")])
-    params = inspect.signature(fn).parameters
-    if not {"batch_num_tokens", "global_valid_samples"} <= set(params):
-        raise NotPresent(f"{where} takes no batch_num_tokens / global_valid_samples at this pin")
+    fn, where, compiled = _agg_loss(root)
+    form = choose(fn, AGG_FORMS, where)
+    step_normalisers = form.name == "global-normalisers"
 
     def micro(rows, loss, mask, step):
         dev = loss.device
+        if not step_normalisers:
+            # DeepSpeed's backward / Megatron-core divide by gradient_accumulation_steps; no loss_scale
+            return fn(loss_mat=loss, loss_mask=mask.to(torch.int64), loss_agg_mode=mode) / step.per_rank
         tokens = torch.tensor(max(step.tokens, 1), dtype=torch.int64, device=dev)  # strategy.py:383-384
         samples = torch.tensor(max(step.nonempty_rows, 1), dtype=torch.int64, device=dev)  # :426-427
         out = fn(
@@ -412,12 +479,21 @@ def load_loss(root: Path, entry: str) -> Loaded:
     def run(case: Case, device: str):
         return run_step(case, device, micro)
 
-    notes = [
-        f"loss_agg_mode={mode!r}; loss_mask int64; weights None",
-        "batch_num_tokens = the step's trained tokens, global_valid_samples = the step's rows with a trained token "
-        "(each 0 -> 1), as strategy._get_batch_num_tokens / _get_global_valid_samples compute them",
-        "micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps, ranks averaged",
-    ]
+    notes = [form.note(fn), f"loss_agg_mode={mode!r}; loss_mask int64; weights None"]
+    if compiled:
+        notes.append(compiled)
+    if step_normalisers:
+        notes += [
+            "batch_num_tokens = the step's trained tokens, global_valid_samples = the step's rows with a trained "
+            "token (each 0 -> 1), as strategy._get_batch_num_tokens / _get_global_valid_samples compute them",
+            "micro-batch loss * (mini_steps * dp_size) / gradient_accumulation_steps, ranks averaged",
+        ]
+    else:
+        notes += [
+            "no global normaliser at this pin: each micro-batch normalised by itself, as the strategies ran it",
+            "micro-batch loss / gradient_accumulation_steps (DeepSpeed backward, Megatron-core), no loss_scale; "
+            "ranks averaged",
+        ]
     return Loaded(run, where, notes)
 
 
@@ -527,6 +603,14 @@ def _policy_block(tree, path, cls):
             "self.pipeline_config.entropy_loss_coef > 0:` run of statements at this pin"
         )
     stmts = body[first : last + 1]
+    # before cec5234a the entropy is computed unconditionally, from the model's logits (35bea6a2
+    # roll/pipeline/rlvr/actor_worker.py:62-67): this entry has no model, so it is no call there, never a crash
+    needs = set().union(*(attribute_reads(n, "self") for n in stmts[:-1]))
+    if "strategy" in needs:
+        raise NotPresent(
+            f"{tree.rel(path)}:{stmts[0].lineno}: ActorWorker.loss_func reads self.strategy (the model's entropy, "
+            "computed whatever entropy_loss_coef) outside the entropy term at this pin; policy-loss runs no model"
+        )
     names = {ast.unparse(t) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Assign) for t in n.targets}
     if not {"ratio", "surr1", "surr2", "loss", "weighted_pg_loss", "total_loss"} <= names:
         raise BlockNotFound(f"roll: {tree.rel(path)}:{stmts[0].lineno} the block assigns {sorted(names)}")
