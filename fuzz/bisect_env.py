@@ -372,8 +372,11 @@ def _skip_reason(exc: BaseException) -> str:
     kind = type(exc).__name__
     label = {"Skip": "not present", "SetupError": "cannot set up", "RefError": "cannot set up"}.get(kind, kind)
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    # the first line says what and what to do; the last one is the error the worker hit
-    text = lines[0] + (f" [... {lines[-1]}]" if len(lines) > 1 else "") if lines else ""
+    # the first line says what and what to do; the last one that is not a note is the error the worker hit (a
+    # note in parentheses, e.g. the files a mirror lacks, follows it: kept, but it must not hide the error)
+    notes = [line for line in lines[1:] if line.startswith("(")]
+    rest = [line for line in lines[1:] if not line.startswith("(")]
+    text = lines[0] + (f" [... {rest[-1]}]" if rest else "") + "".join(f" {n}" for n in notes) if lines else ""
     return f"{label}: {text}"[:600]
 
 

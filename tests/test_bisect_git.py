@@ -36,6 +36,7 @@ from maskfuzz.fuzz.bisect import (
 )
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.gae.reference import compressed_loop
+from maskfuzz.targets.runtime.session import SetupError
 
 # B=1, T=6 with a masked gap whose values are poison: the mask-blind version differs.
 CASE = Case.build(
@@ -284,3 +285,18 @@ def test_command_line_usage_errors(tmp_path, cache, capsys):
     err = capsys.readouterr().err
     assert "needs --source" in err and "does not descend" in err
     assert "'nope'" in err and "give --callable" in err and "missing.json" in err
+
+
+def test_a_skip_reason_names_the_worker_error_before_a_note_on_absent_files():
+    """A commit that cannot be set up is a skip whose reason shows the error the worker hit; the note that the
+    mirror lacks some files follows it and does not take its place (it used to be read as the error)."""
+    exc = SetupError(
+        "cannot load roll:agg-token-mean at 3077befc: check the checkout\n"
+        "Traceback ...\n"
+        "ValueError: mutable default <class 'list'> for field x is not allowed: use default_factory\n"
+        "(the source repository lacks 5 file(s) of this commit: a.png, b.png)"
+    )
+    reason = bisect_env._skip_reason(exc)
+    assert reason.startswith("cannot set up: cannot load roll:agg-token-mean at 3077befc")
+    assert "[... ValueError: mutable default" in reason
+    assert reason.endswith("(the source repository lacks 5 file(s) of this commit: a.png, b.png)")
