@@ -51,6 +51,9 @@ class Declared:
     # False: no float64 reference describes this variant (a discovered one, `targets.discovery`): judged against the
     # universal invariants of its kind only; `reference`, `affine` and every reference-based probe are n/a
     reference: bool = True
+    # (property, why) pairs the variant's own design makes no promise of, each why ending in the upstream line that
+    # says so (a whitening over the whole batch promises no group-isolation): judged n/a "not promised: <why>"
+    not_promised: tuple = field(default=(), hash=False)
 
     def configured(self, case: Case) -> "Declared":
         """This promise under the options `case` runs with (`oracles.options.apply`); a promise

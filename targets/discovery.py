@@ -26,6 +26,9 @@ from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.targets.adapters.selection import BATCH_OPS, ORDER_OPS
 
 DISCOVER, CALLS = "discover", "calls_discovered"
+# the spec fields a framework's call recipe may set for a discovered entry (never `reference`: invariants only)
+RECIPE_FIELDS = ("variant", "contract", "masked_zero", "masked_zero_why", "documented_errors", "domain", "pipeline",
+                 "not_promised")  # fmt: skip
 _ROOT = Path(__file__).resolve().parent
 
 
@@ -97,13 +100,23 @@ def calls_module(target_id: str, entry: str | None) -> str | None:
 
 
 def overrides(target_id: str, entry: str | None) -> dict | None:
-    """The spec fields of a discovered `entry` (None when it is not one): its kind, no variant and no
-    reference (invariants only), no option, promise, pipeline domain or documented error of its own."""
+    """The spec fields of a discovered `entry` (None when it is not one): its kind, no reference (invariants only),
+    no option or promise; no variant, pipeline domain or documented error of its own unless the framework's call
+    recipe for it sets them (`RECIPE_FIELDS`), with the invariants its design does not promise (`not_promised`)."""
     kind = _kind_of_entry(target_id, entry) if entry else None
     if kind is None:
         return None
     if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
         raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
+    # a framework's call recipe for the variant (`recipe(entry) -> dict` in its discover module): what its calls
+    # need declared (dtypes, the adapter's documented refusals, masked outputs) and what its design does not promise
+    recipe = getattr(module_of(target_id), "recipe", None)
+    own = recipe(entry) if recipe is not None else None
+    unknown = set(own or {}) - set(RECIPE_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"{target_id}:{entry}: a call recipe cannot set {sorted(unknown)} ({', '.join(RECIPE_FIELDS)})"
+        )
     return dict(
         kind=kind,
         variant={},
@@ -120,7 +133,8 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
         promises=(),
         score_map=(),
         twin_of=None,
-    )
+        not_promised=(),
+    ) | (own or {})
 
 
 def discover(target_id: str, root: Path) -> list[Variant]:

@@ -81,6 +81,8 @@ class TargetSpec:
     # False for an entry no float64 reference describes (a variant discovered at the pin, `targets.discovery`):
     # judged against the universal invariants of its kind only
     reference: bool = True
+    # (property, why) the variant's design makes no promise of (`Declared.not_promised`; set per discovered entry)
+    not_promised: tuple = ()
 
     @property
     def moving_pins(self) -> tuple[Pin, ...]:
@@ -121,6 +123,7 @@ class TargetSpec:
             score_map=tuple(spec.score_map),
             promises=tuple(p for p in spec.promises if p.at(pin)),
             reference=spec.reference,
+            not_promised=tuple(spec.not_promised),
         )
 
     def adapter_for(self, entry: str | None) -> str:

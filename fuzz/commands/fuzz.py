@@ -33,7 +33,7 @@ from maskfuzz.fuzz.job_result import JobResult, RunResult
 from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
-from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE
+from maskfuzz.oracles.kinds.judge import NEEDS_REFERENCE, NOT_PROMISED
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.runtime.repos import parse_repos
 
@@ -736,8 +736,13 @@ def summary_table(results: list[JobResult]) -> str:
                 cell = "-" if not checked else f"{failed}/{checked}" + ("*" if p in found else "")
                 if r.judged == "invariants only" and p in NEEDS_REFERENCE:
                     cell = "inv-only"  # no reference for the variant: not judged, never a pass
+                if any(n.startswith(f"{NOT_PROMISED}{p}:") for n in r.notes):
+                    cell = "not-prom"  # the variant's design does not promise it (the note says why)
                 cells.append(cell.rjust(9))
             lines.append(row + " ".join(cells))
+    unpromised = [(r.target, n) for r in results for n in r.notes if n.startswith(NOT_PROMISED)]
+    if unpromised:
+        lines += ["", "Not judged, by the variant's own design (not-prom):"] + [f"  {t}: {n}" for t, n in unpromised]
     if reasons:
         lines += ["", "Why those entries did not run:"] + [f"  reason {n}: {text}" for text, n in reasons.items()]
     n_find = sum(len(r.findings) for r in results)

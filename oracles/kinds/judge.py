@@ -39,6 +39,8 @@ def judge(
         if "empty-step" in want:
             verdicts["empty-step"] = _empty_step(run, k, case, declared)
         return ordered("a step without a trainable token: judged by empty-step")
+    for prop, why in declared.not_promised:  # the variant's design says otherwise: never judged, never a pass
+        verdicts[prop] = na(prop, f"{NOT_PROMISED}{why}")
     if not declared.reference:  # a discovered variant: the universal invariants of its kind, nothing else
         for prop in NEEDS_REFERENCE:
             verdicts[prop] = na(prop, INVARIANTS_ONLY)
@@ -102,6 +104,7 @@ def judge(
 # what a variant without a float64 reference cannot be judged by (`Declared.reference` False): said, never a pass
 NEEDS_REFERENCE = ("reference", "affine")
 INVARIANTS_ONLY = "invariants only: no float64 reference describes this variant"
+NOT_PROMISED = "not promised: "  # the n/a reason of a property in `Declared.not_promised`
 
 
 def _reference(case: Case, declared: Declared, k: KindSpec, v: dict, ref: Outputs, out: Outputs) -> Verdict:

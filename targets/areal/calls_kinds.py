@@ -100,6 +100,12 @@ def _classes(root: Path) -> tuple[type, type, bool]:
     return norm, ns["KLEstimator"], takes_sizes
 
 
+def normalization_class(root: Path) -> tuple[type, bool]:
+    """AReaL's `Normalization` compiled from the pin, and whether its `__call__` takes `group_sizes` (git main)."""
+    norm, _, takes_sizes = _classes(root)
+    return norm, takes_sizes
+
+
 def _no_all_reduce(tensor, group=None, **kw):
     """The all-reduce of a step whose micro-batches of every rank are already in the one list: a no-op."""
     return None

@@ -10,14 +10,18 @@ a variant: `reward-norm:reward_norm.<field>=<choice>`, `adv-norm:adv_norm.<field
 the options write YAML null) and `kl:<choice>`, at the line the choice is written. A choice a hand-written entry
 runs with a float64 reference is `COVERED`: `grpo` runs reward_norm at group / group (std_level "none" is its option
 `actor.reward_norm.std_level`), `adv-norm` runs adv_norm at NormConfig's defaults batch / batch, `kl-<k>` each KL
-estimator. The others are listed, not callable, with the reason ("no call recipe for this estimator yet" and the
-branch of Normalization that reads the choice), never left out."""
+estimator. The others have a call recipe (`recipes.py`: the choice set, the other level at the value of the use's
+hand-written entry) and are fuzzed invariants only, group-isolation not promised where a level is "batch"; a choice
+without one would be listed, not callable, with the reason ("no call recipe for this estimator yet" and the branch
+of Normalization that reads the choice), never left out."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+from maskfuzz.targets.areal.recipes import LEVELS
+from maskfuzz.targets.areal.recipes import recipe as recipe_of
 from maskfuzz.targets.discovery import Variant, field_choices, parse_file
 
 # entry prefix -> kind (of the choices without a hand-written entry)
@@ -59,8 +63,16 @@ def _level_branches(cls: ast.ClassDef | None) -> dict[tuple[str, str], int]:
     return out
 
 
+def recipe(entry: str) -> dict | None:
+    """The spec fields of a discovered entry's call recipe (`targets.discovery.overrides`); None without one."""
+    prefix, _, name = entry.partition(":")
+    return recipe_of(name) if prefix in NORM_USES else None
+
+
 def _variant(prefix: str, name: str, line: int, registry: str, function: str, covered: str | None, at: str):
-    reason = "" if covered else f"no call recipe for this estimator yet: {at}"
+    runs = covered is not None or (prefix in NORM_USES and name in LEVELS)
+    reason = f"call recipe, invariants only: {at}" if runs and not covered else ""
+    reason = reason if runs else f"no call recipe for this estimator yet: {at}"
     return Variant(
         framework="areal",
         kind=PREFIXES[prefix],
@@ -70,7 +82,7 @@ def _variant(prefix: str, name: str, line: int, registry: str, function: str, co
         file=CONFIG,
         line=line,
         function=function,
-        callable=covered is not None,
+        callable=runs,
         reason=reason,
         covered_by=covered,
     )

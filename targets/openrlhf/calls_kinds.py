@@ -132,6 +132,10 @@ def _args(estimator: str, n: int, gamma: float, options: dict | None = None) -> 
     )
 
 
+# estimators of the single-rollout regime (0.11.2 cli/train_ppo_ray.py:520 "the n_samples_per_prompt=1 estimator")
+SINGLE_ROLLOUT = ("flash_reinforce",)
+
+
 def load_estimator(root: Path, estimator: str, kl_estimator: str | None = None) -> Loaded:
     """`group_norm` / `dr_grpo` / `rloo` (group-advantage) or `reinforce` (returns) through the
     real `compute_advantages_and_returns`. With `kl_estimator` (the KL in the reward), `experience.kl` is the pin's
@@ -154,6 +158,8 @@ def load_estimator(root: Path, estimator: str, kl_estimator: str | None = None) 
         dt = case.torch_dtype
         if estimator == "reinforce":
             index, n, gamma = list(range(case.shape[0])), 1, case.gamma
+        elif estimator in SINGLE_ROLLOUT:  # no prompt group: one row per prompt, gamma forced to 1 (:300-302)
+            index, n, gamma = list(range(case.shape[0])), 1, 1.0
         else:
             index, n = prompt_order(case.group)
             gamma = 1.0

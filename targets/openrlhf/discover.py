@@ -10,7 +10,9 @@ are listed, not callable, with the reason, never left out: "no call recipe for t
 dispatcher's file:line, and what in the dispatcher makes an invariants-only judge misread it, read from the code:
 a whitening over the whole rollout batch (the `estimator in [...]` block that ends in `rsqrt`), or a
 baseline that is the mean over the whole batch (`rewards.mean()` with no dim): the group-advantage kind's
-group-isolation is then not a promise of the estimator.
+group-isolation is then not a promise of the estimator. A choice with a call recipe (`recipes.py`:
+reinforce_baseline, flash_reinforce) is callable, invariants only, group-isolation not promised; the worker runs it
+only where that whole-batch statistic is still in the dispatcher (`batch_designs`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import ast
 from pathlib import Path
 
 from maskfuzz.targets.discovery import Variant, argparse_choices, parse_file
+from maskfuzz.targets.openrlhf.recipes import NOT_PROMISED
+from maskfuzz.targets.openrlhf.recipes import recipe as recipe_of
 
 PREFIXES = {"adv": "group-advantage"}  # entry prefix -> kind (of the choices without a hand-written entry)
 CLI = "openrlhf/cli/train_ppo_ray.py"
@@ -83,6 +87,17 @@ def _dispatch(tree: ast.Module | None) -> tuple[int, dict[str, str]]:
     return first, why
 
 
+def batch_designs(root: Path) -> dict[str, str]:
+    """Per estimator, the whole-batch statistic of its branch in the dispatcher under `root` (with file:line)."""
+    return _dispatch(parse_file(Path(root) / DISPATCH))[1]
+
+
+def recipe(entry: str) -> dict | None:
+    """The spec fields of a discovered entry's call recipe (`targets.discovery.overrides`); None without one."""
+    prefix, _, name = entry.partition(":")
+    return recipe_of(name) if prefix == "adv" else None
+
+
 def discover(root: Path) -> list[Variant]:
     """Every choice of the estimator flag under `root`, in the order written; [] at a pin without the flag."""
     root = Path(root)
@@ -94,9 +109,14 @@ def discover(root: Path) -> list[Variant]:
     for name, line in choices:
         entry, kind = COVERED.get(name, (None, PREFIXES["adv"]))
         reason = ""
-        if entry is None:
+        runs = entry is not None or (name in NOT_PROMISED and name in why)
+        if entry is None and runs:  # its recipe's not-promise rests on the whole-batch statistic found here
+            reason = f"call recipe, invariants only: {at}; not promised: group-isolation: {why[name]}"
+        elif entry is None:
             reason = f"no call recipe for this estimator yet: {at}"
-            if name in why:
+            if name in NOT_PROMISED:
+                reason = f"its call recipe rests on a whole-batch statistic the dispatcher lacks here: {at}"
+            elif name in why:
                 reason += f"; {why[name]}: group-isolation is not its promise, and the invariants-only judge cannot "
                 reason += "set it aside"
         out.append(
@@ -109,7 +129,7 @@ def discover(root: Path) -> list[Variant]:
                 file=CLI,
                 line=line,
                 function="compute_advantages_and_returns",
-                callable=entry is not None,
+                callable=runs,
                 reason=reason,
                 covered_by=entry,
             )
