@@ -98,12 +98,15 @@ def calls_module(target_id: str, entry: str | None) -> str | None:
 
 def overrides(target_id: str, entry: str | None) -> dict | None:
     """The spec fields of a discovered `entry` (None when it is not one): its kind, no variant and no
-    reference (invariants only), no option, promise, pipeline domain or documented error of its own."""
+    reference (invariants only), no option, promise, pipeline domain or documented error of its own. A discover
+    module may give `ENTRY_FIELDS: dict[prefix, dict]`, the fields its code fixes for every variant of a prefix (the
+    dtypes a trainer asserts, outputs broadcast past the mask): merged over these, `reference` stays False."""
     kind = _kind_of_entry(target_id, entry) if entry else None
     if kind is None:
         return None
     if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
         raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
+    fixed = getattr(module_of(target_id), "ENTRY_FIELDS", {}).get(entry.partition(":")[0], {})
     return dict(
         kind=kind,
         variant={},
@@ -120,7 +123,7 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
         promises=(),
         score_map=(),
         twin_of=None,
-    )
+    ) | {**fixed, "reference": False}
 
 
 def discover(target_id: str, root: Path) -> list[Variant]:
