@@ -16,6 +16,7 @@ from pathlib import Path
 
 from maskfuzz.targets.adapters import trainer_options as to
 from maskfuzz.targets.discovery import Variant
+from maskfuzz.targets.miles.declare import KIND_OVERRIDES as K
 
 PREFIXES = dict(to.PREFIXES)  # entry prefix -> kind (of the variants without a hand-written entry)
 COVERED = {
@@ -40,9 +41,8 @@ LAYOUT = to.Layout("miles", "miles", "miles/utils/arguments.py", COVERED, KINDS,
 
 
 def _fields() -> dict[str, dict]:
-    """The fields miles' code fixes for a prefix's variants (the hand-written entry of the same code's)."""
-    from maskfuzz.targets.miles.declare import KIND_OVERRIDES as K  # noqa: PLC0415 - the declaration imports the calls
-
+    """The fields miles's code fixes for a prefix's variants: the hand-written entry's that runs the same code (its
+    dtypes, its masked outputs, its pipeline domain and variant), never its reference or promises."""
     keep = ("domain", "masked_zero", "masked_zero_why", "pipeline", "pipeline_by_pin")
     own = {p: {k: K[e][k] for k in keep} for p, e in (("adv", "grpo"), ("policy", "policy-loss"), ("kl", "kl"))}
     own["adv"]["variant"] = dict(K["grpo"]["variant"])
@@ -51,10 +51,7 @@ def _fields() -> dict[str, dict]:
     return own
 
 
-def __getattr__(name: str):
-    if name == "ENTRY_FIELDS":
-        return _fields()
-    raise AttributeError(name)
+ENTRY_FIELDS = _fields()  # prefix -> spec fields (`discovery.overrides`)
 
 
 def discover(root: Path) -> list[Variant]:
