@@ -50,7 +50,8 @@ class Layout:
     arguments: str  # the arguments file, relative to the checkout
     covered: dict[str, dict[str, str]]  # prefix -> variant name -> the hand-written entry that runs it
     kinds: dict[str, str]  # hand-written entry -> its kind
-    needs: dict[str, str] = field(default_factory=dict)  # switch dest -> what it needs that the kind does not hold
+    # switch dest (or "adv-switch:<dest>") -> what it needs that the kind does not hold
+    needs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ def _switches(layout: Layout, found: Found, where, prefix: str, default_reason: 
     out = []
     for dest, line in sorted(av.reads(where[1], set(bools)).items(), key=lambda kv: kv[1]):
         arg = bools[dest]
-        reason = layout.needs.get(dest, default_reason)
+        # a switch's reason is keyed by its dest; one of the advantage dispatcher's by "adv-switch:<dest>"
+        reason = layout.needs.get(dest if prefix == "switch" else f"{prefix}:{dest}", default_reason)
         if reason:
             reason = f"{reason} (read at {_at(where, line)})"
         out.append(_variant(layout, prefix, dest, arg, arg.line, where[1].name, reason))

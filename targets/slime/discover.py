@@ -41,6 +41,9 @@ NEEDS = {
     "with the rollout's equal to the old ones it is the hand-written policy-loss entry",
     "get_mismatch_metrics": "requires --custom-tis-function-path (slime/utils/arguments.py's check), a user's function",
     "use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
+    "adv-switch:use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
+    "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
+    "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
 }
 LAYOUT = to.Layout("slime", "slime", "slime/utils/arguments.py", COVERED, KINDS, NEEDS)
 
