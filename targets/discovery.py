@@ -28,7 +28,7 @@ from maskfuzz.targets.adapters.selection import BATCH_OPS, ORDER_OPS
 DISCOVER, CALLS = "discover", "calls_discovered"
 # the spec fields a framework's call recipe may set for a discovered entry (never `reference`: invariants only)
 RECIPE_FIELDS = ("variant", "contract", "masked_zero", "masked_zero_why", "documented_errors", "domain", "pipeline",
-                 "not_promised")  # fmt: skip
+                 "pipeline_by_pin", "not_promised")  # fmt: skip
 _ROOT = Path(__file__).resolve().parent
 
 

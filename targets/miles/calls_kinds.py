@@ -143,7 +143,7 @@ def grpo_runner(post: Callable, is_method: bool, grpo_returns: Callable, sample_
         scores = [float(x) for x in case.score.to(case.torch_dtype).to(torch.float64)]
         samples = [sample_cls(scores[int(b)]) for b in order]
         args = RewardArgs(
-            advantage_estimator="grpo",
+            advantage_estimator=case.options.get("advantage_estimator", "grpo"),  # a discovered variant sets it
             rewards_normalization=True,
             grpo_std_normalization=bool(case.options.get("grpo_std_normalization", True)),
             n_samples_per_prompt=n,
@@ -601,6 +601,32 @@ def policy_batch(case: Case, rows: torch.Tensor, x: torch.Tensor, batch: dict) -
     return logits, {**batch, "log_probs": olds, "advantages": advs, "unconcat_tokens": tokens}
 
 
+def apply_settings(args: LossArgs, settings: dict, defaults: dict) -> None:
+    """A discovered variant's namespace (`calls_discovered`): `defaults` (the argparse defaults of what the policy
+    loss reads, read by AST) where `args` sets nothing, then `settings` (the variant's option) over everything."""
+    for name, value in defaults.items():
+        if name not in vars(args):
+            setattr(args, name, value)
+    for name, value in settings.items():
+        setattr(args, name, value)
+
+
+def with_rollout_log_probs(case: Case, rows: torch.Tensor, pbatch: dict) -> dict:
+    """`pbatch` with "rollout_log_probs" per sample, which the importance-sampling corrections read: the kind draws
+    no rollout policy, so the rollout's log-probs are `old - (logp - old) / 2` at every token (an elementwise function
+    of the drawn log-probs, detached: the ratio old / rollout = exp((logp - old) / 2) moves with the update, and every
+    invariant of the kind still holds for it)."""
+    att = case.attention[rows.cpu()]
+    out = []
+    for i, old in enumerate(pbatch["log_probs"]):
+        real = att[i].nonzero().flatten()
+        lo = int(real[0]) if real.numel() else 0
+        b, n = int(rows[i]), old.shape[0]
+        logp = case.extra["logp"][b, lo : lo + n].to(device=old.device, dtype=old.dtype)
+        out.append((old - (logp - old) / 2).detach())
+    return {**pbatch, "rollout_log_probs": out}
+
+
 def bind_policy_stand_ins(loss_mod) -> list[str]:
     """The log-prob stand-in (`token_log_probs`) in the module that calls `calculate_log_probs_and_entropy`, and the
     eager `compute_policy_loss` under its `@torch.compile(dynamic=True)` (inductor is not under test, as for the kl
@@ -640,7 +666,7 @@ def policy_runner(micros: dict) -> Callable:
     return run
 
 
-def load_policy(root: Path, entry: str) -> Loaded:
+def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: dict | None = None) -> Loaded:
     """miles' actor loss over one optimizer step: `loss_function(args, batch, num_microbatches, logits,
     apply_megatron_loss_scaling=True)` (as `load_loss`) with `args.loss_type = "policy_loss"`, which dispatches to
     `policy_loss_function` (W miles/backends/training_utils/loss.py:565, dispatch :1016-1017): log-probs from the
@@ -651,7 +677,8 @@ def load_policy(root: Path, entry: str) -> Loaded:
     the loss entries'. At the git pins (6ccdc7da6, 3d2e0e411, HEAD 31f1ca961) policy_loss_function is in
     loss_hub/losses.py:62 (get_loss_function), the log-softmax is called in loss_hub/logit_processors.py:178 and
     compute_policy_loss gets eps_clip_c too (losses.py:180-182, HEAD :207-209, #1729); `bind_policy_stand_ins`
-    binds each stand-in in the module that calls it."""
+    binds each stand-in in the module that calls it. `settings` / `defaults`: a discovered variant's namespace
+    (`apply_settings`), with the batch's rollout log-probs (`with_rollout_log_probs`)."""
     fn, where = function_from(root, [("miles.backends.training_utils.loss", "loss_function")])
     if "apply_megatron_loss_scaling" not in inspect.signature(fn).parameters:
         raise NotPresent(f"{where} has no apply_megatron_loss_scaling at this pin")
@@ -667,7 +694,11 @@ def load_policy(root: Path, entry: str) -> Loaded:
     def call(x, batch, rows, num_microbatches, step):
         parallel.set_parallel_state(with_dp(state, step.ranks))
         logits, pbatch = policy_batch(step.case, rows, x, batch)
-        return fn(policy_args(step.case, step.rows), pbatch, num_microbatches, logits, apply_megatron_loss_scaling=True)
+        args = policy_args(step.case, step.rows)
+        if settings is not None:
+            apply_settings(args, settings, defaults or {})
+            pbatch = with_rollout_log_probs(step.case, rows, pbatch)
+        return fn(args, pbatch, num_microbatches, logits, apply_megatron_loss_scaling=True)
 
     notes += [
         f"--loss-type policy_loss: loss_function dispatches to {pwhere}",

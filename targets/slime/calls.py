@@ -43,6 +43,7 @@ def install_mpu_state() -> types.ModuleType:
     mpu.__maskfuzz_state__ = True
     mpu.get_context_parallel_world_size = lambda: 1
     mpu.get_context_parallel_rank = lambda: 0
+    mpu.get_context_parallel_group = lambda *args, **kwargs: None  # all_gather_with_cp asks before the size (CP 1)
     mpu.is_pipeline_last_stage = lambda *args, **kwargs: True
     # --normalize-advantages all-reduces over the DP(-CP) group: the default group, one gloo rank
     # (`one_rank_group`), as slime's tests/test_advantage_whiten_cp.py stubs it over its gloo world

@@ -383,7 +383,7 @@ def load_value(root: Path, entry: str) -> Loaded:
 POLICY_ENTRIES = mk.POLICY_ENTRIES
 
 
-def load_policy(root: Path, entry: str) -> Loaded:
+def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: dict | None = None) -> Loaded:
     """slime's actor loss over one optimizer step: each micro-batch goes through `loss_function` (loss.py:1283;
     166441911 :767) with `load_loss`'s normalisers (step_global_batch_size and rollout_mask_sums with rollout_id
     None, or global_batch_size at 166441911) and `args.loss_type = "policy_loss"` (the default), which dispatches to
@@ -391,7 +391,11 @@ def load_policy(root: Path, entry: str) -> Loaded:
     (get_log_probs_and_entropy, its vocab-parallel log-softmax `calculate_log_probs_and_entropy` stood in by
     `mk.token_log_probs`), ppo_kl = old - logp (:1033), compute_policy_loss(ppo_kl, advantages, eps_clip,
     eps_clip_high, eps_clip_c=...) (:1038-1044; 166441911 :535 without eps_clip_c), no masking before the reducer,
-    then sum_of_sample_mean (or the token sum with --calculate-per-token-loss); Megatron's scaling after it."""
+    then sum_of_sample_mean (or the token sum with --calculate-per-token-loss); Megatron's scaling after it.
+
+    `settings` (a discovered variant, `calls_discovered`): namespace attributes set over the entry's, with
+    `defaults` (the argparse defaults of what the function reads) where the entry sets nothing, and the batch's
+    rollout log-probs (`mk.with_rollout_log_probs`)."""
     mpu = install_mpu_state()
     dp = {"size": 1}
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: dp["size"]
@@ -415,6 +419,9 @@ def load_policy(root: Path, entry: str) -> Loaded:
         dp["size"] = step.ranks
         args = mk.policy_args(step.case, step.rows)
         logits, pbatch = mk.policy_batch(step.case, rows, x, batch)
+        if settings is not None:
+            mk.apply_settings(args, settings, defaults or {})
+            pbatch = mk.with_rollout_log_probs(step.case, rows, pbatch)
         if not step_gbs:
             return fn(args, pbatch, num_microbatches, logits)
         sums, rollouts = denominators(step.case)

@@ -1,0 +1,53 @@
+"""miles' variants, read from its argparse options at the pin by AST (no import): `targets.adapters.trainer_options`.
+
+miles (slime's fork) has no registry: `miles/utils/arguments.py` declares the choices of `--advantage-estimator`
+(0.0.2 :924-935: grpo, gspo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo, on_policy_distillation; HEAD
+31f1ca961 :1422-1433 without on_policy_distillation, OPD being the switch `--use-opd`), `--kl-loss-type` and
+`--loss-type`, and the switches the policy loss reads (`--use-tis`, `--use-opsm`, ...). The advantage dispatcher is
+`compute_advantages_and_returns` (0.0.2 miles/backends/training_utils/loss.py:291; HEAD `compute_advantages`,
+loss_hub/advantages.py:16), the policy loss `policy_loss_function` (0.0.2 loss.py; HEAD loss_hub/losses.py:62).
+`COVERED` maps each variant a hand-written entry already runs (with a float64 reference) to that entry; the others
+are invariants-only entries (`calls_discovered.py`) or listed with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maskfuzz.targets.adapters import trainer_options as to
+from maskfuzz.targets.discovery import Variant
+from maskfuzz.targets.miles.declare import KIND_OVERRIDES as K
+
+PREFIXES = dict(to.PREFIXES)  # entry prefix -> kind (of the variants without a hand-written entry)
+COVERED = {
+    "adv": {"ppo": "default", "grpo": "grpo", "reinforce_plus_plus": "reinforce++"},
+    "policy": {"grpo": "policy-loss"},
+    "kl": {"k1": "kl", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
+    "loss": {"policy_loss": "policy-loss", "custom_loss": "agg-seq-mean-token-mean"},
+    "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option
+    "adv-switch": {"normalize_advantages": "default"},  # the option of default, reinforce++
+}
+KINDS = {"default": "gae", "grpo": "group-advantage", "reinforce++": "returns", "policy-loss": "policy-loss",
+         "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl", "agg-seq-mean-token-mean": "loss-aggregation"}  # fmt: skip
+NEEDS = {
+    "use_kl_loss": "adds a KL loss to the reference policy: the policy-loss kind draws no reference log-probs",
+    "use_unbiased_kl": "weights the KL loss of --use-kl-loss, which needs reference log-probs the kind does not draw",
+    "use_rollout_logprobs": "takes the old log-probs from the rollout engine: the kind draws no rollout policy, and "
+    "with the rollout's equal to the old ones it is the hand-written policy-loss entry",
+    "get_mismatch_metrics": "requires --custom-tis-function-path (miles/utils/arguments.py's check), a user's function",
+    "use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
+    "adv-switch:use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
+    "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
+    "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
+}
+LAYOUT = to.Layout("miles", "miles", "miles/utils/arguments.py", COVERED, KINDS, NEEDS)
+ENTRY_FIELDS = to.entry_fields(K)  # prefix -> spec fields
+
+
+def recipe(entry: str) -> dict:
+    """The spec fields of a discovered entry (`discovery.overrides`): those of its prefix's hand-written sibling."""
+    return dict(ENTRY_FIELDS.get(entry.partition(":")[0], {}))
+
+
+def discover(root: Path) -> list[Variant]:
+    return to.discover(Path(root), LAYOUT)
