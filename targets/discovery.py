@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.targets.adapters.selection import BATCH_OPS, ORDER_OPS
 
 DISCOVER, CALLS = "discover", "calls_discovered"
@@ -102,7 +102,7 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
     kind = _kind_of_entry(target_id, entry) if entry else None
     if kind is None:
         return None
-    if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
+    if not spec(kind).family.invariants_only:  # its judge needs a reference
         raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
     return dict(
         kind=kind,

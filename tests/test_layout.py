@@ -96,6 +96,8 @@ def test_the_rules_catch_what_they_name(tmp_path):
     (tmp_path / "targets" / "t.py").write_text("")
     (tmp_path / "fuzz" / "c.py").write_text("def f(kind):\n    from maskfuzz.targets import t\n"
                                             "    return kind == 'gae'\n" + "\n" * 801)  # fmt: skip
+    # a membership test against a module-level tuple of kind names is a comparison with those names
+    (tmp_path / "fuzz" / "d.py").write_text("PAIR = ('gae', 'returns')\ndef f(d):\n    return d.kind not in PAIR\n")
     (tmp_path / "oracles" / "kinds" / "gae").mkdir(parents=True)
     (tmp_path / "oracles" / "kinds" / "kl").mkdir()
     (tmp_path / "oracles" / "kinds" / "gae" / "p.py").write_text("def f(kind):\n    return kind == 'returns'\n")
@@ -111,5 +113,5 @@ def test_the_rules_catch_what_they_name(tmp_path):
     assert f["by_file"]["against_direction"] == {"oracles/b.py": 1}
     assert f["by_file"]["function_local_imports"] == {"fuzz/c.py": 1}
     # a kind's own package may name its own kinds (GAE's: gae, returns), never another's
-    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "oracles/kinds/kl/q.py": 1}
+    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "fuzz/d.py": 1, "oracles/kinds/kl/q.py": 1}
     assert set(f["long_file_lines"]) == {"fuzz/c.py"}

@@ -72,6 +72,11 @@ def sanitized(case: Case, fill: float = 0.0, rewards: bool = True) -> Case:
     return case.replace(values=values, token_rewards=token_rewards, extra=extra)
 
 
+def clean_case(case: Case, declared: Declared) -> Case:
+    """`case` without poison: values and token rewards 0 at non-trainable positions (`KindSpec.clean`)."""
+    return sanitized(case, rewards=True)
+
+
 def finite_twin(case: Case) -> Case:
     """`case` with its NaN / inf poison set to 0 and its finite poison kept."""
     fix = lambda x: torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
