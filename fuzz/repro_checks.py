@@ -16,6 +16,8 @@ from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
 from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.gae.properties import INVARIANT as GAE_INVARIANT
 from maskfuzz.oracles.kinds.gae.properties import (
+    INVARIANTS_ONLY,
+    NEEDS_REFERENCE,
     baseline,
     expected_outputs,
     sanitized,
@@ -57,6 +59,8 @@ def _gae_check(case: Case, prop: str, declared: Declared) -> Check:
     why = declared.domain.rejects(case)
     if why:
         raise Unsupported(f"the target cannot express this case: {why}")
+    if not declared.reference and prop in NEEDS_REFERENCE:
+        raise Unsupported(f"{prop}: {INVARIANTS_ONLY}")
     if prop == "no-crash":
         return Check(case, None, {"kind": "finite"}, "finite outputs at trainable positions, or a documented error")
     if prop in ("poison", "poison-nonfinite"):

@@ -18,10 +18,11 @@ V = 0 and lam = 1: it runs on the GAE judge (`oracles.kinds.gae.properties`), wi
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
 
+from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import (
     gae,
     group_advantage,
@@ -54,7 +55,6 @@ class Family:
     clean: str  # (case, declared) -> the case without poison under the masks (semantics cards)
     card_variant: str  # (declared) -> dict: the declared variant, as the semantics card's dimensions name it
     card_reference: str  # (case, declared, variant) -> (outputs, bounds) | None: a card candidate's reference
-    invariants_only: bool = True  # judges a variant that no reference describes (`Declared.reference` False)
     score_tail: bool = False  # the card reads the variant on responses without an observation tail, and what a
     # score behind a tail does as a fact of its own
 
@@ -76,7 +76,6 @@ GAE_JUDGE = Family(
     clean="maskfuzz.oracles.kinds.gae.properties:clean_case",
     card_variant="maskfuzz.oracles.kinds.gae.card:variant",
     card_reference="maskfuzz.oracles.kinds.gae.card:reference",
-    invariants_only=False,  # the GAE judge has no invariants-only mode yet
     score_tail=True,
 )
 
@@ -95,6 +94,7 @@ class KindSpec:
     score_at_last_token: bool = False  # the row's score lands on its last trainable token (lost on a masked tail)
     zero_filled_normaliser: bool = False  # a normaliser that may count padding and masked tokens as zeros
     family: Family = STATISTIC_JUDGE  # the judge it runs on, its diagnosis, strategy and card
+    domain: Domain = field(default_factory=Domain)  # the kind's widest api domain (a discovered variant's)
 
     @property
     def judge(self) -> Callable:
@@ -148,7 +148,7 @@ _GAE = dict(poisoned=("values", "token_rewards"), family=GAE_JUDGE)
 KINDS: dict[str, KindSpec] = {
     # first: GAE's properties lead ALL_PROPERTIES, and its kinds every listing of the kinds
     "gae": KindSpec("gae", gae, PROPERTIES, **_GAE),
-    "returns": KindSpec("returns", gae, PROPERTIES, **_GAE),  # GAE with V = 0, lam = 1
+    "returns": KindSpec("returns", gae, PROPERTIES, **_GAE, domain=Domain(critic=False)),  # GAE, V = 0, lam = 1
     "group-advantage": KindSpec(
         "group-advantage",
         group_advantage,
