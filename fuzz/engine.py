@@ -27,8 +27,6 @@ from maskfuzz.fuzz.corpus_codec import case_to_json
 from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.job_result import FindingRow
 from maskfuzz.fuzz.option_strategies import configured
-from maskfuzz.oracles.kinds.gae.strategies import cases
-from maskfuzz.oracles.kinds.strategies import kind_cases
 from maskfuzz.oracles.strategies import Sizes
 
 try:
@@ -37,7 +35,7 @@ except NameError:  # pragma: no cover - Python 3.10 uses Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _GROUP
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.kinds import ALL_KINDS, GAE_KINDS
+from maskfuzz.oracles.kinds import ALL_KINDS, spec
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.dispatch import judge
 from maskfuzz.oracles.verdict import PROPERTIES, Run, Verdict
@@ -222,12 +220,7 @@ def fuzz_target(
 
 def draws(declared: Declared, sizes: Sizes, nonfinite: bool):
     """The strategy of the cases of `declared`'s kind inside its api domain (options not yet drawn)."""
-    if declared.kind in GAE_KINDS:
-        v = declared.variant
-        return cases(
-            declared.domain, sizes, nonfinite, baseline=bool(v.get("baseline")), kl_reward=bool(v.get("kl_reward"))
-        )
-    return kind_cases(declared.kind, declared.domain, sizes, nonfinite)
+    return spec(declared.kind).cases(declared, sizes, nonfinite)
 
 
 def _simplest_configuration(

@@ -12,10 +12,12 @@ from maskfuzz.fuzz.repro_kinds import build_kind_check
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import DEFAULT_KIND, Declared
 from maskfuzz.oracles.domain import POISON_PROBE
-from maskfuzz.oracles.kinds import GAE_KINDS
 from maskfuzz.oracles.kinds import INVARIANT as KIND_INVARIANT
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.gae.properties import INVARIANT as GAE_INVARIANT
 from maskfuzz.oracles.kinds.gae.properties import (
+    INVARIANTS_ONLY,
+    NEEDS_REFERENCE,
     baseline,
     expected_outputs,
     sanitized,
@@ -34,12 +36,13 @@ KIND_WORDS = {
     "reference": "outputs at trainable positions equal the float64 reference of the kind's declared variant",
     "masked-zero": "outputs that the target promises to zero are 0 at non-trainable positions",
 }
+WORDS = {"gae": {}, "statistic": KIND_WORDS}  # by the judge's family (`KindSpec.family.name`): over INVARIANT
 TWIN_PROPERTIES = ("poison", "poison-nonfinite", "row-independence", "gap-invariance", "deterministic")
 
 
 def invariant(prop: str, kind: str = DEFAULT_KIND) -> str:
     """The property in words, for a target of `kind`."""
-    return (KIND_WORDS.get(prop) if kind not in GAE_KINDS else None) or INVARIANT[prop]
+    return WORDS[spec(kind).family.name].get(prop) or INVARIANT[prop]
 
 
 def build_check(case: Case, prop: str, declared: Declared) -> Check:
@@ -47,12 +50,17 @@ def build_check(case: Case, prop: str, declared: Declared) -> Check:
     when the property does not apply to this case (the judge would say n/a)."""
     if prop not in INVARIANT:
         raise Unsupported(f"unknown property {prop!r}")
-    if declared.kind not in GAE_KINDS:
-        return build_kind_check(case, prop, declared)
+    return CHECKS[spec(declared.kind).family.name](case, prop, declared)
+
+
+def _gae_check(case: Case, prop: str, declared: Declared) -> Check:
+    """`build_check` of a GAE or `returns` target (the kinds beyond GAE: `fuzz.repro_kinds.build_kind_check`)."""
     declared = declared.configured(case)
     why = declared.domain.rejects(case)
     if why:
         raise Unsupported(f"the target cannot express this case: {why}")
+    if not declared.reference and prop in NEEDS_REFERENCE:
+        raise Unsupported(f"{prop}: {INVARIANTS_ONLY}")
     if prop == "no-crash":
         return Check(case, None, {"kind": "finite"}, "finite outputs at trainable positions, or a documented error")
     if prop in ("poison", "poison-nonfinite"):
@@ -204,3 +212,6 @@ def _whiten_like(x: torch.Tensor, case: Case, declared: Declared) -> torch.Tenso
 
 def whitened(declared: Declared) -> str:
     return ", whitened over the batch as the target whitens" if declared.whitening is not None else ""
+
+
+CHECKS = {"gae": _gae_check, "statistic": build_kind_check}  # by the judge's family (`KindSpec.family.name`)

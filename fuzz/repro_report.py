@@ -16,8 +16,7 @@ from maskfuzz.fuzz.repro_render import check_words, checkout_commands, dist_vers
 from maskfuzz.fuzz.repro_run import ScriptRun
 from maskfuzz.fuzz.signature import position_kind
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds import GAE_KINDS, spec
-from maskfuzz.oracles.kinds import outputs as kind_outputs
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.gae.properties import SEVERITY
 
 TITLES = {
@@ -45,6 +44,7 @@ KIND_TITLES = {
     "reference": "outputs differ from the float64 `{kind}` reference of the declared variant",
     "masked-zero": "non-zero {outputs} at masked positions",
 }
+FAMILY_TITLES = {"gae": TITLES, "statistic": TITLES | KIND_TITLES}  # by the judge's family (`KindSpec.family`)
 MAX_ROWS = 32
 
 
@@ -66,10 +66,9 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     function = data.get("function") or "the function under test"
     short = function.rsplit("::", 1)[-1]
     kind = t.declared.kind
-    zero_outputs = " / ".join(kind_outputs(kind) if kind in GAE_KINDS else _zero_outputs(kind))
-    title = (TITLES if kind in GAE_KINDS else TITLES | KIND_TITLES)[e.property].format(
-        contract=t.declared.contract, kind=kind, outputs=zero_outputs
-    )
+    family = spec(kind).family.name
+    zero_outputs = " / ".join(spec(kind).zero_outputs)  # GAE's titles name none
+    title = FAMILY_TITLES[family][e.property].format(contract=t.declared.contract, kind=kind, outputs=zero_outputs)
     version = env.resolved or t.pin
     out = [f"# {t.label}: `{short}`: {title}", ""]
     out += [_summary(plan, data, function, version), ""]
@@ -94,13 +93,7 @@ def render_report(plan: Plan, run: ScriptRun, env: Environment, bisect: dict | N
     out += [f"Checked: {check_words(plan.check)}", ""]
     if e.also:
         out += [f"The same case also violates: {', '.join(f'`{p}`' for p in e.also)}.", ""]
-    if kind in GAE_KINDS:
-        out += [f"Contract declared for {t.target}: `{t.declared.contract}`" + whitened(t.declared) + ".", ""]
-    else:  # the variant as the case's options configure it
-        configured = t.declared.configured(plan.check.case).variant or {}
-        variant = ", ".join(f"{k}={v!r}" for k, v in sorted(configured.items())) or "its defaults"
-        how = " with the options above" if plan.check.case.options else ""
-        out += [f"Kind `{kind}`, variant declared for {t.label}{how}: {variant}.", ""]
+    out += [DECLARED_LINE[family](plan), ""]
     if triage.get("mechanism"):
         out += [
             f"Root cause (maskfuzz's diagnosis): `{triage['mechanism']}`: {triage.get('evidence', '')}. "
@@ -170,8 +163,22 @@ def _summary(plan: Plan, data: dict, function: str, version: str) -> str:
     return f"{first} {second}"
 
 
-def _zero_outputs(kind: str) -> tuple[str, ...]:
-    return spec(kind).zero_outputs
+def _contract_line(plan: Plan) -> str:
+    """What a GAE or `returns` target declares: its contract (and its whitening)."""
+    t = plan.target
+    return f"Contract declared for {t.target}: `{t.declared.contract}`" + whitened(t.declared) + "."
+
+
+def _variant_line(plan: Plan) -> str:
+    """What a target of a statistic kind declares: its variant, as the case's options configure it."""
+    t = plan.target
+    configured = t.declared.configured(plan.check.case).variant or {}
+    variant = ", ".join(f"{k}={v!r}" for k, v in sorted(configured.items())) or "its defaults"
+    how = " with the options above" if plan.check.case.options else ""
+    return f"Kind `{t.declared.kind}`, variant declared for {t.label}{how}: {variant}."
+
+
+DECLARED_LINE = {"gae": _contract_line, "statistic": _variant_line}  # by the judge's family
 
 
 def _case_block(case: Case) -> str:

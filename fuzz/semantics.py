@@ -14,9 +14,7 @@ from hypothesis import seed as hyp_seed
 from maskfuzz.fuzz.engine import draws
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.kinds import GAE_KINDS, spec
-from maskfuzz.oracles.kinds.gae.properties import sanitized
-from maskfuzz.oracles.kinds.judge import clean_twin
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.semantics import Card, infer
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.oracles.verdict import Run
@@ -30,8 +28,6 @@ def _probes(declared: Declared) -> list[Case]:
     scores) often cannot: a group with a row without a trainable token, a group of three, two scores 1e-3
     apart (eps placement), a group of one, groups of different spread (std level). Those outside the entry's
     api domain are left out."""
-    if declared.kind in GAE_KINDS:
-        return []
     layouts = getattr(spec(declared.kind).module, "CARD_PROBES", ())  # the kind's own, beside its reference
     if not layouts:
         return []
@@ -69,9 +65,7 @@ def clean_cases(declared: Declared, n: int = CASES, seed: int = 0, sizes: Sizes 
 
 def _clean(case: Case, declared: Declared) -> Case:
     case = case.replace(options={}, truncated=None, bootstrap=None)
-    if declared.kind in GAE_KINDS:
-        return sanitized(case, rewards=True)
-    return clean_twin(case, spec(declared.kind))
+    return spec(declared.kind).clean(case, declared)
 
 
 def card(run: Run, declared: Declared, target: str = "", n: int = CASES, seed: int = 0) -> Card:

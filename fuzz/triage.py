@@ -28,7 +28,7 @@ from maskfuzz.fuzz.evidence import reach_evidence
 from maskfuzz.fuzz.job_result import DefectRow, FactRow
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.kinds import GAE_KINDS, KINDS, spec
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.dispatch import diagnose, judge
 from maskfuzz.oracles.kinds.gae.properties import with_extra_row, with_inserted_gap
 from maskfuzz.oracles.kinds.judge import clean_twin, with_padding
@@ -209,7 +209,7 @@ def _twin_outside(case: Case, prop: str, pipe, declared: Declared) -> str | None
         twin = made[0] if made else None
     elif prop == "row-independence":
         twin = with_extra_row(case, declared.domain)[0]
-    elif prop == "pad-invariance" and declared.kind not in GAE_KINDS:
+    elif prop == "pad-invariance" and prop in spec(declared.kind).properties:  # a kind that pads (not GAE)
         twin = with_padding(case, spec(declared.kind), declared)
     else:
         return None
@@ -313,13 +313,13 @@ def _only_degenerate(run: Run, case: Case, declared: Declared, prop: str) -> boo
     """Whether the failure needs a degenerate configuration: an all-empty step, or groups of one that
     the failure does not outlive once each trained row gets a partner in its group (a shrunk case is
     often a group of one by accident; the defect is graded by what it needs, not by its smallest case)."""
-    grouped = declared.kind not in GAE_KINDS and KINDS[declared.kind].grouped
+    grouped = spec(declared.kind).grouped
     if not degenerate(case, prop, grouped):
         return False
     if prop == "empty-step" or not bool(case.trainable.any()):
         return True
     live = case.trainable.any(dim=1).nonzero().flatten()
-    mates = clean_twin(case.rows(live), KINDS[declared.kind])  # partners without the poison: it would cancel
+    mates = clean_twin(case.rows(live), spec(declared.kind))  # partners without the poison: it would cancel
     partners = mates.replace(score=mates.score + 1.0)
     try:
         return not _violates(run, case.with_rows(partners), declared, prop)

@@ -23,7 +23,7 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
-from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.oracles.kinds import GAE_JUDGE, spec
 from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs, sanitized
 from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.mechanisms import MECHANISMS
@@ -151,7 +151,7 @@ def render(
     zeros at the masked positions."""
     if target not in RECIPES:
         raise ValueError(f"no upstream-test recipe for {target}; known: {', '.join(RECIPES)}")
-    if declared.kind not in GAE_KINDS:
+    if spec(declared.kind).family is not GAE_JUDGE:
         raise ValueError(
             f"the upstream-test recipes call the framework's GAE function; a {declared.kind} finding is covered by "
             "the standalone reproducer"

@@ -10,8 +10,10 @@ Counts, over the product packages (oracles/, fuzz/, targets/; tests excluded):
 import in disguise; a name computed from a declared table, `f"maskfuzz.targets.{folder}.discover"`, is not one)
   private imports        `from maskfuzz.x import _name` across modules
   long files             modules over 800 lines
-  kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`),
-                         outside that kind's own package (`oracles/kinds/gae/` may name `gae` and `returns`)
+  kind dispatch          comparisons of a `kind` value with a kind's name (`kind == "gae"`, `kind in (...)`,
+                         or a membership test against a module-level name bound to a tuple of kind names:
+                         `kind in GAE_KINDS`), outside that kind's own package (`oracles/kinds/gae/` may name
+                         `gae` and `returns`)
   against the direction  imports from a higher layer (fuzz > targets > oracles), and, inside oracles, from
                          the shared vocabulary (oracles/*.py) up into a kind (oracles/kinds/)
 
@@ -33,8 +35,7 @@ LAYER = {"oracles": 0, "targets": 1, "fuzz": 2}  # a module imports only from it
 
 
 def registered_kinds(registry: Path = ROOT / "oracles" / "kinds" / "__init__.py") -> tuple[str, ...]:
-    """The kind names the registry defines, read by AST (GAE_KINDS and the keys of KINDS), so a new kind needs no
-    edit here."""
+    """The kind names the registry defines, read by AST (the keys of KINDS), so a new kind needs no edit here."""
     names: list[str] = []
     for node in ast.parse(registry.read_text()).body:
         if isinstance(node, ast.AnnAssign):
@@ -45,9 +46,7 @@ def registered_kinds(registry: Path = ROOT / "oracles" / "kinds" / "__init__.py"
             continue
         if not isinstance(target, ast.Name) or node.value is None:
             continue
-        if target.id == "GAE_KINDS" and isinstance(node.value, ast.Tuple):
-            names += [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
-        elif target.id == "KINDS" and isinstance(node.value, ast.Dict):
+        if target.id == "KINDS" and isinstance(node.value, ast.Dict):
             names += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
     return tuple(names)
 
@@ -124,8 +123,37 @@ def _target(node: ast.AST, here: str, is_pkg: bool) -> list[str]:
     return []
 
 
+def kind_tuples(trees) -> dict[str, tuple[str, ...]]:
+    """The names bound at module level (in any of `trees`) to a tuple, list or set of kind names only
+    (`GAE_KINDS = ("gae", "returns")`): a membership test against one is a comparison with those names."""
+    out: dict[str, tuple[str, ...]] = {}
+    for tree in trees:
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if not isinstance(value, (ast.Tuple, ast.List, ast.Set)) or not value.elts:
+                continue
+            if not all(isinstance(e, ast.Constant) and e.value in KIND_NAMES for e in value.elts):
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    out[target.id] = tuple(dict.fromkeys([*out.get(target.id, ()), *(e.value for e in value.elts)]))
+    return out
+
+
+def _named_kinds(x: ast.AST, bound: dict[str, tuple[str, ...]]) -> list[str]:
+    """The kind names a compared operand names: a constant, a literal tuple of them, or a name bound to one."""
+    if isinstance(x, ast.Constant):
+        return [x.value] if x.value in KIND_NAMES else []
+    name = x.id if isinstance(x, ast.Name) else x.attr if isinstance(x, ast.Attribute) else None
+    if name in bound:
+        return list(bound[name])
+    return [e.value for e in getattr(x, "elts", []) if isinstance(e, ast.Constant) and e.value in KIND_NAMES]
+
+
 def figures() -> dict:
     mods = modules()
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in mods.items()}
+    bound = kind_tuples(trees.values())
     edges: dict[str, set[str]] = {m: set() for m in mods}
     local, private, dispatch, long_files, direction = [], [], [], [], []
     for name, path in mods.items():
@@ -133,7 +161,7 @@ def figures() -> dict:
         n_lines = text.count("\n") + 1
         if n_lines > 800:
             long_files.append((str(path.relative_to(ROOT)), n_lines))
-        tree = ast.parse(text)
+        tree = trees[name]
         is_pkg = path.name == "__init__.py"
         funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         in_func = {id(x) for f in funcs for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom, ast.Call))}
@@ -157,12 +185,7 @@ def figures() -> dict:
                     (isinstance(x, ast.Name) and x.id == "kind") or (isinstance(x, ast.Attribute) and x.attr == "kind")
                     for x in names
                 )
-                named = [
-                    e.value
-                    for x in names
-                    for e in ([x] if isinstance(x, ast.Constant) else getattr(x, "elts", []))
-                    if isinstance(e, ast.Constant) and e.value in KIND_NAMES
-                ]
+                named = [n for x in names for n in _named_kinds(x, bound)]
                 own = own_kinds(str(path.relative_to(ROOT)))
                 if mentions_kind and named and not all(n in own for n in named):
                     dispatch.append((str(path.relative_to(ROOT)), node.lineno))

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from maskfuzz.oracles.domain import Domain
-from maskfuzz.oracles.kinds import GAE_KINDS
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.targets.adapters.selection import BATCH_OPS, ORDER_OPS
 
 DISCOVER, CALLS = "discover", "calls_discovered"
@@ -106,8 +105,6 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
     kind = _kind_of_entry(target_id, entry) if entry else None
     if kind is None:
         return None
-    if kind in GAE_KINDS:  # the GAE judge has no invariants-only mode yet
-        raise ValueError(f"{target_id}:{entry}: a discovered variant of kind {kind} cannot be judged yet")
     # a framework's call recipe for the variant (`recipe(entry) -> dict` in its discover module): what its calls
     # need declared (dtypes, the adapter's documented refusals, masked outputs) and what its design does not promise
     recipe = getattr(module_of(target_id), "recipe", None)
@@ -125,7 +122,7 @@ def overrides(target_id: str, entry: str | None) -> dict | None:
         masked_zero_why="",
         whitening=None,
         documented_errors=(),
-        domain=Domain(),
+        domain=spec(kind).domain,  # the kind's widest (`returns`: no critic)
         pipeline=None,  # not researched: every finding is reach: api
         pipeline_by_pin={},
         truncation=None,

@@ -91,6 +91,8 @@ def test_the_rules_catch_what_they_name(tmp_path):
     # a literal name given to importlib is a static import: counted (a name from a table is not)
     (tmp_path / "fuzz" / "d.py").write_text("import importlib\ndef g(m):\n    importlib.import_module(m)\n"
                                             "    return importlib.import_module('maskfuzz.oracles.a')\n")  # fmt: skip
+    # a membership test against a module-level tuple of kind names is a comparison with those names
+    (tmp_path / "fuzz" / "e.py").write_text("PAIR = ('gae', 'returns')\ndef f(d):\n    return d.kind not in PAIR\n")
     (tmp_path / "oracles" / "kinds" / "gae").mkdir(parents=True)
     (tmp_path / "oracles" / "kinds" / "kl").mkdir()
     (tmp_path / "oracles" / "kinds" / "gae" / "p.py").write_text("def f(kind):\n    return kind == 'returns'\n")
@@ -106,5 +108,5 @@ def test_the_rules_catch_what_they_name(tmp_path):
     assert f["by_file"]["against_direction"] == {"oracles/b.py": 1}
     assert f["by_file"]["function_local_imports"] == {"fuzz/c.py": 1, "fuzz/d.py": 1}
     # a kind's own package may name its own kinds (GAE's: gae, returns), never another's
-    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "oracles/kinds/kl/q.py": 1}
+    assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "fuzz/e.py": 1, "oracles/kinds/kl/q.py": 1}
     assert set(f["long_file_lines"]) == {"fuzz/c.py"}

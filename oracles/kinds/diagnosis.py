@@ -18,7 +18,7 @@ import torch
 
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.dimensions import DIMENSIONS
-from maskfuzz.oracles.kinds import GAE_KINDS, spec
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of, judge
 from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.options import reference_case
@@ -37,8 +37,6 @@ _BY_PROPERTY = {
     "empty-step": "crash-degenerate",
     "score-kept": "score-lost",  # a kind's own score-kept (token-reward): the score missed its row's trainable tokens
 }
-# the neighbouring variants `_probe` tries: the dimensions of the semantics cards (one source of truth)
-NEIGHBOURS = {kind: dims for kind, dims in DIMENSIONS.items() if kind not in GAE_KINDS}
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
@@ -174,7 +172,7 @@ def _probe(run, case, declared: Declared, prop: str):
         bound = kind_bound(case.dtype, ref["loss"], condition_of(k, every, base, "loss"))
         if not mismatches(out["loss"], ref["loss"], bound, case.trainable).any():
             return Diagnosis("masked-statistics", "the loss equals the mode's over every position, masked ones as 0")
-    space = NEIGHBOURS.get(declared.kind, {})
+    space = DIMENSIONS.get(declared.kind, {})  # the neighbouring variants: the semantics cards' dimensions
     for n_changes in (1, 2):
         for keys in itertools.combinations(space, n_changes):
             for values in itertools.product(*(space[key] for key in keys)):

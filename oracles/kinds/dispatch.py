@@ -1,19 +1,15 @@
 """The judge and the diagnosis of every kind: each kind's own, by the declared kind.
 
 `judge(run, case, declared)` returns one verdict per property of the declared kind; `diagnose` names the
-mechanism behind a property finding. GAE and `returns` have theirs in `oracles.kinds.gae`; the statistic
-kinds share `oracles.kinds.judge` and `oracles.kinds.diagnosis`.
+mechanism behind a property finding. The kind's `KindSpec.family` names them: GAE and `returns` have theirs in
+`oracles.kinds.gae`; the statistic kinds share `oracles.kinds.judge` and `oracles.kinds.diagnosis`.
 """
 
 from __future__ import annotations
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.kinds import GAE_KINDS
-from maskfuzz.oracles.kinds.diagnosis import diagnose_kind
-from maskfuzz.oracles.kinds.gae.diagnosis import diagnose as diagnose_gae
-from maskfuzz.oracles.kinds.gae.properties import judge as judge_gae
-from maskfuzz.oracles.kinds.judge import judge as judge_kind
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.mechanisms import Diagnosis
 from maskfuzz.oracles.verdict import Run, Verdict
 
@@ -25,14 +21,10 @@ def judge(
     declared kind, in its priority order. `only` restricts the checks (the base run and no-crash always
     run). The case's options configure `declared` first."""
     declared = declared.configured(case)
-    if declared.kind in GAE_KINDS:
-        return judge_gae(run, case, declared, device=device, only=only)
-    return judge_kind(run, case, declared, device=device, only=only)
+    return spec(declared.kind).judge(run, case, declared, device=device, only=only)
 
 
 def diagnose(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     """The mechanism behind `case` violating `prop` on `run` (`oracles.mechanisms`)."""
     declared = declared.configured(case)
-    if declared.kind in GAE_KINDS:
-        return diagnose_gae(run, case, declared, prop)
-    return diagnose_kind(run, case, declared, prop)
+    return spec(declared.kind).diagnose(run, case, declared, prop)

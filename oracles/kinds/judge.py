@@ -220,6 +220,11 @@ def clean_twin(case: Case, k: KindSpec, fill: float = 0.0, domain=None) -> Case:
     return case.replace(**changes, extra=extra)
 
 
+def clean_case(case: Case, declared: Declared) -> Case:
+    """`case` with every poisoned input of `declared`'s kind 0 at masked positions (`KindSpec.clean`)."""
+    return clean_twin(case, spec(declared.kind))
+
+
 def _logprob(name: str, domain) -> bool:
     """Whether input `name` must stay a log-probability under the mask in `domain`."""
     return name in ("logp", "old_logp") and not domain.masked_logprobs

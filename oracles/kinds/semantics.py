@@ -17,7 +17,6 @@ none of ours matches.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,11 +26,8 @@ import torch
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.dimensions import DIMENSIONS
-from maskfuzz.oracles.kinds import GAE_KINDS, spec
-from maskfuzz.oracles.kinds.gae.kl_reward import reference_case as gae_reference_case
-from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs
+from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.gae.reference import last_trainable
-from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.kinds.judge import condition_of
 from maskfuzz.oracles.options import reference_case
 from maskfuzz.oracles.tolerance import kind_bound, mismatches
@@ -142,7 +138,8 @@ def infer(run: Callable[[Case], Any], cases: list[Case], declared: Declared, tar
     Cases the target or the reference cannot take are left out (the card counts the rest)."""
     kind = declared.kind
     card = Card(target=target, kind=kind)
-    if kind in GAE_KINDS:  # the variant on responses without an observation tail; the tail is a fact of its own
+    score_tail = spec(kind).family.score_tail
+    if score_tail:  # the variant on responses without an observation tail; the tail is a fact of its own
         tails, cases = cases, [without_tails(c) for c in cases]
     seen = _run_all(run, cases, kind)
     card.cases = len(seen)
@@ -150,7 +147,7 @@ def infer(run: Callable[[Case], Any], cases: list[Case], declared: Declared, tar
         card.note = "no clean case ran to a finite output: nothing to infer"
         return card
     space = DIMENSIONS.get(kind, {})
-    base = _declared_variant(declared)
+    base = spec(kind).card_variant(declared)
     memo: dict = {}
 
     def agrees(variant: dict) -> bool | None:
@@ -193,7 +190,7 @@ def infer(run: Callable[[Case], Any], cases: list[Case], declared: Declared, tar
             fits = [base.get(name) if base.get(name) in fits else fits[0]]
         card.dimensions.append(Dimension(name, base.get(name), tuple(fits), told))
     card.dimensions.append(_masked_outputs(seen, kind, "zero" if declared.masked_zero else "non-zero"))
-    if kind in GAE_KINDS:
+    if score_tail:
         tail = _score_on_tail(run, _run_all(run, tails, kind), declared)
         if tail is not None:
             card.dimensions.append(tail)
@@ -221,30 +218,25 @@ def without_tails(case: Case) -> Case:
     return case if bool((keep == case.attention).all()) else case.replace(attention=keep)
 
 
-def _declared_variant(declared: Declared) -> dict:
-    if declared.kind in GAE_KINDS:
-        return {"contract": declared.contract}
+def kind_variant(declared: Declared) -> dict:
+    """The declared variant of a statistic kind, with its defaults (`KindSpec.card_variant`)."""
     return dict(spec(declared.kind).module.options(declared.variant))
 
 
 def _outputs(run, case: Case, kind: str) -> Outputs:
     got = run(case)
-    names = ("advantages", "returns") if kind in GAE_KINDS else spec(kind).outputs
+    names = spec(kind).outputs
     return {n: x.detach().to("cpu", torch.float64) for n, x in zip(names, got)}
 
 
 def _reference(case: Case, declared: Declared, variant: dict) -> tuple[Outputs, Outputs] | None:
     """(reference outputs, bounds) of `variant` for `case`, or None where it is undefined."""
-    if declared.kind in GAE_KINDS:
-        d = dataclasses.replace(declared, contract=variant["contract"])
-        try:
-            exp = expected_outputs(case, d)
-        except ValueError:
-            return None
-        if exp is None:
-            return None
-        bnd = bounds(gae_reference_case(case, d), d.contract, exp[0], exp[1], d.whitening, baseline=baseline(case, d))
-        return {"advantages": exp[0], "returns": exp[1]}, {"advantages": bnd.advantages, "returns": bnd.returns}
+    return spec(declared.kind).card_reference(case, declared, variant)
+
+
+def kind_reference(case: Case, declared: Declared, variant: dict) -> tuple[Outputs, Outputs] | None:
+    """(float64 reference outputs, the judge's bounds) of a statistic kind's `variant` for `case`, each [B, T],
+    or None where its statistic is undefined (`KindSpec.card_reference`)."""
     k = spec(declared.kind)
     try:
         v = k.module.options(variant)
@@ -307,7 +299,7 @@ def _distinct(seen, declared: Declared, best: dict, name: str, fits: list) -> bo
 
 
 def _masked_outputs(seen, kind: str, declared: str) -> Dimension:
-    names = ("advantages",) if kind in GAE_KINDS else spec(kind).zero_outputs
+    names = spec(kind).zero_outputs
     dead = [(case, out) for case, out in seen if bool((~case.trainable).any())]
     if not dead:
         return Dimension(MASKED, declared, (), told=False)

@@ -20,6 +20,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.strategies import Sizes, allowed_layouts, poison, row
@@ -150,6 +151,12 @@ def kind_cases(draw, kind: str, domain: Domain | None = None, sizes: Sizes = Siz
         split=split,
         ranks=ranks,
     )
+
+
+def declared_cases(declared: Declared, sizes: Sizes, nonfinite: bool):
+    """The strategy of the cases of `declared`'s kind inside its api domain, options not yet drawn
+    (`KindSpec.cases` of the statistic kinds)."""
+    return kind_cases(declared.kind, declared.domain, sizes, nonfinite)
 
 
 @st.composite

@@ -69,12 +69,13 @@ def adv_kind(required: tuple[str, ...]) -> str:
 
 def adv_problem(function: str, required: tuple[str, ...]) -> str:
     """Why an estimator cannot be judged as a group advantage ("" when it can): one that requires a critic's values
-    or a discount is a GAE or returns estimator (`adv_kind`), which the GAE judge cannot take without a reference."""
+    or a discount is a GAE or returns estimator (`adv_kind`), which no discovered entry calls yet (`adv:` entries are
+    group advantages)."""
     critic = [p for p in required if p in ("values", "gamma", "lambd")]
     if critic:
         return (
-            f"{function} requires {', '.join(critic)}: a {adv_kind(required)} estimator, and the GAE judge has no "
-            "invariants-only mode yet"
+            f"{function} requires {', '.join(critic)}: a {adv_kind(required)} estimator, which no discovered entry "
+            "calls yet (adv: entries are group advantages)"
         )
     extra = [p for p in required if p not in ADV_GROUP]
     if extra:

@@ -15,8 +15,9 @@ Entries: `policy-loss:<name>` of the `policy-loss` kind, and `adv:<name>` of the
 outcome estimator over groups of rows); both judged against their kind's universal invariants, no float64
 reference. A variant a hand-written entry already calls with a reference is `covered_by` it. Listed, not callable,
 with the reason: a loss outside the worker's call signature, a variant that selects tokens by a random draw or a
-rank (`ORDER_OPS`), an estimator that reads a critic's values or a discount (a GAE or returns estimator: the GAE
-judge has no invariants-only mode yet), or one that normalises over the whole batch (`BATCH_OPS`).
+rank (`ORDER_OPS`), an estimator that reads a critic's values or a discount (a GAE or returns estimator, which no
+discovered entry calls yet: `adv:` entries are group advantages), or one that normalises over the whole batch
+(`BATCH_OPS`).
 """
 
 from __future__ import annotations

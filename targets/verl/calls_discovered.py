@@ -49,12 +49,13 @@ ADV_PASSED = ("token_level_rewards", "response_mask", "config", "index")
 
 def adv_problem(function: str, required: tuple[str, ...]) -> str:
     """Why an estimator cannot be judged as a group advantage ("" when it can): one that requires a critic's values
-    is a GAE estimator, one without groups (no `index`: REINFORCE++, REMAX) a returns estimator, which the GAE
-    judge cannot take without a reference; any other input beyond what the trainer's branch passes is missing."""
+    is a GAE estimator, one without groups (no `index`: REINFORCE++, REMAX) a returns estimator, which no discovered
+    entry calls yet (`adv:` entries are group advantages); any other input beyond what the trainer's branch passes is
+    missing."""
     if "values" in required or "index" not in required:
         return (
-            f"{function} requires {', '.join(required)}: a GAE or returns estimator, and the GAE judge has no "
-            "invariants-only mode yet"
+            f"{function} requires {', '.join(required)}: a GAE or returns estimator, which no discovered entry "
+            "calls yet (adv: entries are group advantages)"
         )
     extra = [p for p in required if p not in ADV_PASSED]
     if extra:

@@ -5,3 +5,6 @@ recursion's error bound), `kl_reward` (a KL penalty folded into the rewards, and
 sees), `properties` (the judge), `diagnosis` (the probes that name a mechanism) and `strategies` (the
 Hypothesis strategy of canonical masked batches).
 """
+
+OUTPUTS = ("advantages", "returns")  # what a target of `gae` or `returns` gives, each [B, T]
+ZERO_OUTPUTS = ("advantages",)  # what a masked-zero promise covers (returns at masked positions are free)

@@ -82,10 +82,12 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
     # clean masked positions; probes at lam < 1, where a leaked value does not telescope away
     probe_lam = 0.5 if subject.lam == 1.0 and declared.domain.critic else subject.lam
     clean = sanitized(subject, rewards=True).replace(lam=probe_lam)
-    exp = expected_outputs(clean, declared)
-    if exp is None:
+    exp = expected_outputs(clean, declared) if declared.reference else None
+    if exp is None and declared.reference:
         return Diagnosis("unexplained", "the reference is undefined on the clean case")
     c_adv, c_ret = call(run, clean)
+    if exp is None:  # invariants only (a discovered variant): the probes compare the target with itself
+        exp = (c_adv, c_ret)
     bnd = bounds(clean, declared.contract, exp[0], exp[1], declared.whitening, baseline=baseline(clean, declared))
     live = clean.trainable
     slack = self_slack(clean.dtype, c_adv[live], c_ret[live])
@@ -173,6 +175,8 @@ def _probe(run: Run, case: Case, declared: Declared, prop: str) -> Diagnosis:
                 "turn-reward-lost",
                 "on the clean case the output equals the reference of the rewards at each turn's last token only",
             )
+    if not declared.reference:  # the probes below compare with references
+        return Diagnosis("unexplained", "no single-mechanism probe isolates it (invariants only: no reference)")
     moved = _score_misplaced(run, clean, declared, c_adv, c_ret, bnd, slack)
     if moved is not None:
         return Diagnosis("score-lost", moved)

@@ -12,6 +12,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.domain import Domain
 from maskfuzz.oracles.strategies import Sizes, allowed_layouts, fill, poison, row
 
@@ -133,4 +134,13 @@ def cases(
         lam=lam,
         dtype=dtype,
         extra=extra,
+    )
+
+
+def declared_cases(declared: Declared, sizes: Sizes, nonfinite: bool):
+    """The strategy of the cases of a `gae` or `returns` target inside its api domain, options not yet drawn
+    (`KindSpec.cases`): with the per-row baseline and the KL log-probs where its variant reads them."""
+    v = declared.variant
+    return cases(
+        declared.domain, sizes, nonfinite, baseline=bool(v.get("baseline")), kl_reward=bool(v.get("kl_reward"))
     )
