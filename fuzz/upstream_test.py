@@ -22,9 +22,8 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.domain import POISON_PROBE, poison_cap
 from maskfuzz.oracles.kinds import GAE_JUDGE, spec
-from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs, sanitized
+from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs, poison_twins
 from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.mechanisms import MECHANISMS
 from maskfuzz.oracles.tolerance import FLOOR
@@ -217,14 +216,8 @@ def render(
 
 
 def poison_input(case: Case, declared: Declared) -> Case:
-    """The poisoned input the judge's poison check ran (oracles.kinds.gae.properties._check_poison)."""
-    dead = case.poison_mask()
-    rewards = declared.domain.masked_rewards
-    carries = bool((case.values[dead] != 0).any() or (rewards and (case.token_rewards[dead] != 0).any()))
-    probe = case if carries else sanitized(case, min(POISON_PROBE, poison_cap(case.dtype)), rewards)
-    if probe.lam == 1.0 and declared.domain.critic:
-        probe = probe.replace(lam=0.5)
-    return probe
+    """The poisoned input the judge's poison check ran (`oracles.kinds.gae.properties.poison_twins`)."""
+    return poison_twins(case, declared)[0]
 
 
 def filename(target: str, mechanism: str, entry_id: str = "") -> str:

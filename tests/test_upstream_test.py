@@ -136,3 +136,15 @@ def test_kl_in_reward_and_per_turn_returns_get_no_recipe(declared):
             where="verl/trainer/ppo/core_algos.py::compute_reinforce_plus_plus_outcome_advantage",
             mechanism="unexplained", prop="reference",
         )  # fmt: skip
+
+
+def test_the_poisoned_input_is_the_judges_probe_where_the_domain_lets_poison_be():
+    """The upstream test poisons what the judge's poison check poisoned (one function, `poison_twins`): without a
+    critic only the rewards under the mask carry the probe, the values stay as drawn."""
+    case = Case.build(trainable=[[1, 1, 0, 0]], attention=[[1, 1, 1, 0]], gamma=0.9, lam=0.8)
+    with_critic = upstream_test.poison_input(case, Declared("dense"))
+    no_critic = upstream_test.poison_input(case, Declared("dense", domain=Domain(critic=False)))
+    dead = ~case.trainable
+    assert bool((with_critic.values[dead] != 0).any())
+    assert bool((no_critic.values[dead] == 0).all()) and bool((no_critic.token_rewards[dead] != 0).any())
+    assert bool((no_critic.token_rewards[case.trainable] == case.token_rewards[case.trainable]).all())

@@ -378,6 +378,32 @@ def _check_masked_zero(base: _Base, declared: Declared) -> Verdict:
     return ok("masked-zero")
 
 
+def poison_twins(case: Case, declared: Declared, nonfinite: bool = False) -> tuple[Case, Case]:
+    """(probe, clean): the poisoned input the poison check runs and its clean twin. Non-finite: the case itself
+    against its twin with the NaN / inf set to 0 (the finite poison kept, so a finite leak cancels). Finite: the
+    case where it carries poison, else the probe value at the masked positions the domain lets a value (with a
+    critic) or a reward be, against the twin with 0 there; at lam = 1 with a critic both at lam = 0.5 (a value leak
+    telescopes away at lam = 1)."""
+    if nonfinite:
+        return case, finite_twin(case)
+    dead = case.poison_mask()
+    poison_rewards = declared.domain.masked_rewards
+    has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
+    clean = sanitized(case, rewards=poison_rewards)
+    fill = min(POISON_PROBE, poison_cap(case.dtype))
+    probe = case if has_poison else sanitized(case, fill, poison_rewards)
+    if probe is not case:
+        v_at, r_at = declared.domain.poison_regions(dead, case.attention)
+        v_at = v_at & declared.domain.critic
+        probe = probe.replace(
+            values=torch.where(v_at, probe.values, case.values),
+            token_rewards=torch.where(r_at, probe.token_rewards, case.token_rewards),
+        )
+    if case.lam == 1.0 and declared.domain.critic:
+        probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
+    return probe, clean
+
+
 def _check_poison(
     run: Run, case: Case, declared: Declared, adv, ret, nonfinite: bool, known: Bounds | None = None
 ) -> Verdict:
@@ -387,23 +413,7 @@ def _check_poison(
     dead = case.poison_mask()
     if not dead.any():
         return na(prop, "no non-trainable position to poison")
-    if nonfinite:  # the twin keeps the finite poison, so a finite leak cancels out of the comparison
-        probe, clean = case, finite_twin(case)
-    else:
-        poison_rewards = declared.domain.masked_rewards
-        has_poison = bool((case.values[dead] != 0).any() or (poison_rewards and (case.token_rewards[dead] != 0).any()))
-        clean = sanitized(case, rewards=poison_rewards)
-        fill = min(POISON_PROBE, poison_cap(case.dtype))
-        probe = case if has_poison else sanitized(case, fill, poison_rewards)
-        if probe is not case:  # the probe goes only where the domain lets a value / reward be (no critic: rewards)
-            v_at, r_at = declared.domain.poison_regions(dead, case.attention)
-            v_at = v_at & declared.domain.critic
-            probe = probe.replace(
-                values=torch.where(v_at, probe.values, case.values),
-                token_rewards=torch.where(r_at, probe.token_rewards, case.token_rewards),
-            )
-        if case.lam == 1.0 and declared.domain.critic:  # a value leak telescopes away at lam = 1: probe at 0.5
-            probe, clean = probe.replace(lam=0.5), clean.replace(lam=0.5)
+    probe, clean = poison_twins(case, declared, nonfinite)
     if probe is case and case.lam < 1.0:
         p_adv, p_ret = adv, ret
     else:
