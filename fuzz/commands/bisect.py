@@ -186,10 +186,10 @@ def run(args) -> int:
     if args.runs < 1:
         raise _usage(f"--runs must be at least 1, got {args.runs}")
     if args.semantics:
-        from maskfuzz.oracles.dimensions import DIMENSIONS
+        from maskfuzz.oracles.kinds import KINDS
         from maskfuzz.oracles.kinds.semantics import MASKED, SCORE_TAIL
 
-        known = sorted({d for dims in DIMENSIONS.values() for d in dims} | {MASKED, SCORE_TAIL})
+        known = sorted({d for k in KINDS.values() for d in k.dimensions} | {MASKED, SCORE_TAIL})
         if args.case or args.callable or args.property:
             raise _usage("--semantics bisects a card's dimension: give no CASE, --callable or --property")
         if not args.target:

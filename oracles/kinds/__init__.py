@@ -136,6 +136,12 @@ class KindSpec:
         return importlib.import_module(f"{self.module.__name__}.strategies")
 
     @property
+    def dimensions(self) -> dict[str, list]:
+        """The variant's choices a semantics card infers and a diagnosis tries as neighbouring variants, each with
+        its candidate values (`DIMENSIONS` of the kind's package; for gae and returns the contract)."""
+        return getattr(self.module, "DIMENSIONS", {})
+
+    @property
     def zero_outputs(self) -> tuple[str, ...]:
         """The outputs a masked-zero promise covers (a broadcast scalar is not one of them)."""
         return getattr(self.module, "ZERO_OUTPUTS", self.module.OUTPUTS)

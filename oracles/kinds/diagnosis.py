@@ -17,7 +17,6 @@ import itertools
 import torch
 
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.judge import affine_twin, call, carries_poison, clean_twin, condition_of, judge
 from maskfuzz.oracles.mechanisms import Diagnosis
@@ -35,8 +34,7 @@ _BY_PROPERTY = {
     "twin": "implementations-disagree",
     "split-invariance": "split-normaliser",
     "empty-step": "crash-degenerate",
-    "score-kept": "score-lost",  # a kind's own score-kept (token-reward): the score missed its row's trainable tokens
-}
+}  # a kind's own properties name theirs in its package (`MECHANISMS`)
 
 
 def diagnose_kind(run, case, declared: Declared, prop: str):
@@ -57,8 +55,9 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
         masked = _masked_overflow_probe(run, case, declared, prop)
         if masked is not None:
             return masked
-    if prop in _BY_PROPERTY:
-        return Diagnosis(_BY_PROPERTY[prop], f"the {prop} property names it")
+    named = _BY_PROPERTY | getattr(spec(declared.kind).module, "MECHANISMS", {})
+    if prop in named:
+        return Diagnosis(named[prop], f"the {prop} property names it")
     if getattr(case, "split", None) is not None and prop != "split-invariance":
         whole = case.replace(split=None, ranks=1)  # the step as one micro-batch on one rank
         try:
@@ -172,7 +171,7 @@ def _probe(run, case, declared: Declared, prop: str):
         bound = kind_bound(case.dtype, ref["loss"], condition_of(k, every, base, "loss"))
         if not mismatches(out["loss"], ref["loss"], bound, case.trainable).any():
             return Diagnosis("masked-statistics", "the loss equals the mode's over every position, masked ones as 0")
-    space = DIMENSIONS.get(declared.kind, {})  # the neighbouring variants: the semantics cards' dimensions
+    space = k.dimensions  # the neighbouring variants: the semantics cards' dimensions
     for n_changes in (1, 2):
         for keys in itertools.combinations(space, n_changes):
             for values in itertools.product(*(space[key] for key in keys)):

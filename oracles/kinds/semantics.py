@@ -2,11 +2,11 @@
 
 A difference from one of our references is not a defect by itself (`oracles.promises`): it is a
 fact about the code. A card states those facts for one entry at one pin, dimension by dimension
-(`DIMENSIONS`: for a group advantage the std, eps placement, singleton rule, whether rows without a
-trainable token count; for GAE the contract, what happens to a score on a masked tail; for a loss
-its normaliser, scope and empty rows), each as the set of candidate values that agree with the
-target on every clean case that tells them apart. A change of a card between two pins or nights
-is a *behaviour change* (bisected like a finding, never called a defect).
+(`KindSpec.dimensions`, the `DIMENSIONS` of each kind's package: for a group advantage the std, eps
+placement, singleton rule, whether rows without a trainable token count; for GAE the contract, what
+happens to a score on a masked tail; for a loss its normaliser, scope and empty rows), each as the set of
+candidate values that agree with the target on every clean case that tells them apart. A change of a
+card between two pins or nights is a *behaviour change* (bisected like a finding, never called a defect).
 
 Inference (`infer`) takes the target's outputs on clean cases (no poison, no NaN, options at their
 defaults) and compares them with the float64 reference of each candidate, one dimension changed at a
@@ -25,7 +25,6 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.declared import Declared
-from maskfuzz.oracles.dimensions import DIMENSIONS
 from maskfuzz.oracles.kinds import spec
 from maskfuzz.oracles.kinds.gae.reference import last_trainable
 from maskfuzz.oracles.kinds.judge import condition_of
@@ -146,7 +145,7 @@ def infer(run: Callable[[Case], Any], cases: list[Case], declared: Declared, tar
     if not seen:
         card.note = "no clean case ran to a finite output: nothing to infer"
         return card
-    space = DIMENSIONS.get(kind, {})
+    space = spec(kind).dimensions
     base = spec(kind).card_variant(declared)
     memo: dict = {}
 

@@ -8,3 +8,6 @@ Hypothesis strategy of canonical masked batches).
 
 OUTPUTS = ("advantages", "returns")  # what a target of `gae` or `returns` gives, each [B, T]
 ZERO_OUTPUTS = ("advantages",)  # what a masked-zero promise covers (returns at masked positions are free)
+# the choices a correct implementation may make, with their candidates (a semantics card infers them, a diagnosis
+# tries them as neighbouring variants): for gae and returns the contract
+DIMENSIONS = {"contract": ["compressed", "dense", "segment"]}

@@ -19,7 +19,7 @@ Outputs = dict[str, torch.Tensor]
 
 
 def variant(declared: Declared) -> dict:
-    """The declared variant of a GAE target: its contract (`DIMENSIONS["gae"]`)."""
+    """The declared variant of a GAE target: its contract (the `DIMENSIONS` of `oracles.kinds.gae`)."""
     return {"contract": declared.contract}
 
 

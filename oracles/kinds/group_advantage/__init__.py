@@ -47,6 +47,16 @@ import torch
 from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("advantages",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours, with their candidates (the
+# first name masking choices)
+DIMENSIONS = {
+    "empty_rows": ["excluded", "counted"],
+    "std": ["unbiased", "biased", None],
+    "eps_place": ["std", "var", "floor"],
+    "singleton": ["raw", "zero"],
+    "std_level": ["group", "batch"],
+    "estimator": ["grpo", "rloo", "opo", "gpg", "passk"],
+}
 ESTIMATORS = ("grpo", "rloo", "opo", "gpg", "passk")
 DEFAULTS = {
     "estimator": "grpo",

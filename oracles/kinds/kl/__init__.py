@@ -37,6 +37,8 @@ import torch
 from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("kl",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours, with their candidates
+DIMENSIONS = {"estimator": ["k1", "abs", "k2", "k3"]}
 ESTIMATORS = {"k1": "k1", "kl": "k1", "abs": "abs", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
 RATIOS = (None, "token", "sequence")
 DEFAULTS = {"estimator": "k1", "clamp_d": None, "clamp": None, "ratio": None, "ratio_level": None}

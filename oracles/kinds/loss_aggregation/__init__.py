@@ -37,6 +37,13 @@ from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("loss", "grad")
 ZERO_OUTPUTS = ("grad",)  # what must be 0 at masked positions (the loss is broadcast everywhere)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours, with their candidates (the
+# loss kinds on this aggregation share them)
+DIMENSIONS = {
+    "empty_rows": ["excluded", "counted"],
+    "mode": ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "prompt-mean"],
+    "scope": ["step", "micro-batch"],
+}
 MODES = (
     "token-mean",
     "token-sum",

@@ -26,6 +26,8 @@ import torch
 from maskfuzz.oracles.case import Case
 
 OUTPUTS = ("out",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours, with their candidates
+DIMENSIONS = {"unbiased": [True, False], "eps_place": ["var", "std", "floor"], "shift_mean": [True, False]}
 DEFAULTS = {"level": "batch", "unbiased": True, "eps": 1e-8, "eps_place": "var", "shift_mean": True, "output": "whiten"}
 
 

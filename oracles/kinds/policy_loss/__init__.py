@@ -30,6 +30,8 @@ from maskfuzz.oracles.tolerance import SAFETY, UNIT_ROUNDOFF
 
 OUTPUTS = ("loss", "grad")
 ZERO_OUTPUTS = ("grad",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours: the aggregation's and the clip's
+DIMENSIONS = {**agg.DIMENSIONS, "dual_clip": [None, 3.0], "clip_high": [None, 0.28], "advantages": ["token", "row"]}
 INPUTS = ("logp", "old_logp", "adv")
 DEFAULTS = {"clip_low": 0.2, "clip_high": None, "dual_clip": None, "advantages": "token", **agg.DEFAULTS}
 

@@ -38,6 +38,8 @@ from maskfuzz.oracles.tolerance import kind_bound
 from maskfuzz.oracles.verdict import Verdict, diff, na, ok
 
 OUTPUTS = ("reward",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours, with their candidates
+DIMENSIONS = {"score_at": ["last-trainable", "last-attended"]}
 PLACES = ("last-trainable", "last-attended")
 DEFAULTS = {"kl_coef": 0.01, "score_clip": None, "score_at": "last-trainable"}
 
@@ -160,5 +162,6 @@ def score_kept(case: Case, out: dict, twin, declared, v: dict) -> Verdict:
 
 
 PROPERTIES = {"score-kept": score_kept}  # the kind's own properties (oracles.kinds.judge runs them)
+MECHANISMS = {"score-kept": "score-lost"}  # what each names (the score missed its row's trainable tokens)
 # the own properties a reproducer checks as a move of the score: the twin moves it, each row's sum must follow
 SCORE_MOVES = {"score-kept": (score_move, row_sum_bound)}

@@ -23,6 +23,8 @@ from maskfuzz.oracles.tolerance import SAFETY, UNIT_ROUNDOFF
 
 OUTPUTS = ("loss", "grad")
 ZERO_OUTPUTS = ("grad",)
+# the variant's choices a semantics card infers and a diagnosis tries as neighbours: the aggregation's, and the half
+DIMENSIONS = {**agg.DIMENSIONS, "half": [True, False]}
 DEFAULTS = {"clip": 0.5, "half": True, **agg.DEFAULTS}
 
 
