@@ -222,7 +222,7 @@ def clean_twin(case: Case, k: KindSpec, fill: float = 0.0, domain=None) -> Case:
 
 def _logprob(name: str, domain) -> bool:
     """Whether input `name` must stay a log-probability under the mask in `domain`."""
-    return name in ("logp", "old_logp") and not domain.masked_logprobs
+    return name in ("logp", "old_logp", "rollout_logp") and not domain.masked_logprobs
 
 
 def carries_poison(case: Case, k: KindSpec) -> bool:
