@@ -17,8 +17,12 @@ NeMo-RL has no registry. Two config sections switch the masked math:
   other field its name (a number: run at its default). A field a hand-written entry runs is `COVERED_LOSS`; a bool
   that no entry runs is an invariants-only entry (`calls_discovered.py` runs `ClippedPGLossFn` compiled from the pin
   with the field set; `KL_KEYS`, read only by the KL-to-reference term, through the `kl` entry's block), unless the
-  code it guards reads `data[...]` beyond what the policy-loss case fills (`DATA_KEYS`) or it needs a setting
-  without a default (`NEEDS`): those are listed with the reason. A bool added upstream is fuzzed the night it lands.
+  code it guards reads `data[...]` beyond what the policy-loss case fills (`DATA_KEYS`) or it is a bound of another
+  setting (`NEEDS`): those are listed with the reason. A string value with a recipe (`RECIPES`: the three truncated
+  importance-sampling types at the bounds of the pin's example configs) is an invariants-only entry too, any other
+  value listed. The importance-sampling entries (`ROLLOUT_FIELDS`) read the inference engine's log-probs apart from
+  prev_logprobs: `domain_fields` asks the policy-loss strategy for them (`Domain.rollout_logprobs`, the case's
+  `rollout_logp`). A bool added upstream is fuzzed the night it lands.
 """
 
 from __future__ import annotations
