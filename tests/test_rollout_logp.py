@@ -24,6 +24,7 @@ from maskfuzz.oracles.kinds.strategies import kind_cases
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets import discovery
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.nemo_rl.calls_kinds import ROLLOUT as NEMO_ROLLOUT
 from maskfuzz.targets.registry import get
 from maskfuzz.targets.runtime.repos import parse_repos
 
@@ -135,6 +136,7 @@ def test_the_nemo_rl_importance_sampling_entries_ask_for_rollout_logprobs():
         assert spec_.declared(entry).domain.rollout_logprobs, entry
     assert not spec_.declared("loss:use_cispo=true").domain.rollout_logprobs
     assert not spec_.declared("policy-loss").domain.rollout_logprobs  # the hand-written entry draws as before
+    assert NEMO_ROLLOUT == ROLLOUT  # the worker's literal (a standalone repro imports no maskfuzz) is the kind's name
 
 
 def test_nemo_rl_generation_logprobs_are_the_cases_rollout_logp():

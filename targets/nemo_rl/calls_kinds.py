@@ -39,7 +39,6 @@ from types import SimpleNamespace
 import torch
 
 from maskfuzz.oracles.case import Case
-from maskfuzz.oracles.kinds.policy_loss import ROLLOUT
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import run_step
@@ -53,6 +52,9 @@ KL_TYPE = "loss_fn.reference_policy_kl_type"
 KL_IN_CLAMP = "loss_fn.kl_input_clamp_value"
 KL_OUT_CLAMP = "loss_fn.kl_output_clamp_value"
 RATIO_CLIP_C = "loss_fn.ratio_clip_c"
+# the policy-loss case's rollout-engine log-probs (`oracles.kinds.policy_loss.ROLLOUT`; a literal: `maskfuzz repro`
+# copies this module into a standalone script, which has no maskfuzz to import it from)
+ROLLOUT = "rollout_logp"
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GRPOAdvantageEstimator"
