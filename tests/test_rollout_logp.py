@@ -65,6 +65,10 @@ def test_rollout_logp_is_a_poisoned_input_and_no_narrowing_of_the_domain():
     assert ROLLOUT in INPUTS and ROLLOUT in spec("policy-loss").poisoned
     assert ASKS.restrictions() == {} and ASKS.cited() == []  # an input the function takes, not a narrowing
     assert any(bool((c.extra[ROLLOUT][~c.trainable] != 0).any()) for c in _draws(ASKS))  # poison under the mask
+    # where masked log-probs are log-probabilities (`masked_logprobs` False), the engine's are too
+    for c in _draws(Domain(masked_logprobs=False, rollout_logprobs=True, why={"masked_logprobs": "log-softmax"})):
+        rl = c.extra[ROLLOUT]
+        assert bool((rl[torch.isfinite(rl)] <= 0).all()), c
 
 
 # -- an importance-sampling-corrected loss: w = exp(old_logp - rollout_logp), token-mean of w * (-A r) ---------------

@@ -73,7 +73,8 @@ def finish(extra: dict, dead: torch.Tensor, dtype: str, domain: Domain) -> dict:
     extra["logp"], extra["old_logp"] = torch.where(far, old, lp), old
     if ROLLOUT in extra:  # the engine's log-prob too, as far from the old one as it was drawn (within the span)
         rl = extra[ROLLOUT]
-        fix = dead & torch.isfinite(rl) & torch.isfinite(drawn_old)
-        step = (rl - drawn_old).clamp(-LOGRATIO_SPAN, LOGRATIO_SPAN)
-        extra[ROLLOUT] = quantize(torch.where(fix, (old + step).clamp(max=0.0), rl), dtype)
+        near = torch.isfinite(drawn_old) & torch.isfinite(old)  # else (a non-finite old one) only its sign
+        step = torch.where(near, rl - drawn_old, torch.zeros_like(rl)).clamp(-LOGRATIO_SPAN, LOGRATIO_SPAN)
+        fixed = torch.where(near, (old + step).clamp(max=0.0), -rl.abs())
+        extra[ROLLOUT] = quantize(torch.where(dead & torch.isfinite(rl), fixed, rl), dtype)
     return extra
