@@ -8,7 +8,7 @@ token_level_loss False). `kl:<field>=true`: `calls_kinds.load_kl` (the KL-to-ref
 attribute set. generation_logprobs is the case's `rollout_logp` (the rollout engine's log-probs, near prev_logprobs)
 for the importance-sampling correction and its truncations (`discover.recipe`: `use_importance_sampling_
 correction=true`, `truncated_importance_sampling_type=<tis|icepop|seq-mask-tis>` at the bounds of the pin's example
-configs, `discover.RECIPES`), prev_logprobs elsewhere (those cases hold no inference-engine log-probs).
+configs, `discover.VALUE_SETTINGS`), prev_logprobs elsewhere (those cases hold no inference-engine log-probs).
 An estimator name or a field that a hand-written entry runs, or that is listed, is a skip that says why; a name that
 is not a setting at this pin is a skip too.
 """

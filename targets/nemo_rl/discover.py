@@ -18,11 +18,11 @@ NeMo-RL has no registry. Two config sections switch the masked math:
   that no entry runs is an invariants-only entry (`calls_discovered.py` runs `ClippedPGLossFn` compiled from the pin
   with the field set; `KL_KEYS`, read only by the KL-to-reference term, through the `kl` entry's block), unless the
   code it guards reads `data[...]` beyond what the policy-loss case fills (`DATA_KEYS`) or it is a bound of another
-  setting (`NEEDS`): those are listed with the reason. A string value with a recipe (`RECIPES`: the three truncated
-  importance-sampling types at the bounds of the pin's example configs) is an invariants-only entry too, any other
-  value listed. The importance-sampling entries (`ROLLOUT_FIELDS`) read the inference engine's log-probs apart from
-  prev_logprobs: `domain_fields` asks the policy-loss strategy for them (`Domain.rollout_logprobs`, the case's
-  `rollout_logp`). A bool added upstream is fuzzed the night it lands.
+  setting (`NEEDS`): those are listed with the reason. A string value with settings (`VALUE_SETTINGS`: the three
+  truncated importance-sampling types at the bounds of the pin's example configs) is an invariants-only entry too,
+  any other value listed. The importance-sampling entries (`ROLLOUT_FIELDS`) read the inference engine's log-probs
+  apart from prev_logprobs: their `recipe` asks the policy-loss strategy for them (`Domain.rollout_logprobs`, the
+  case's `rollout_logp`). A bool added upstream is fuzzed the night it lands.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ ROLLOUT_FIELDS = ("use_importance_sampling_correction", "truncated_importance_sa
 # asserts truncated IS only with use_importance_sampling_correction, a positive ratio, and a ratio_min for the two
 # filters, loss_functions.py:292-319)
 _TIS_AT = "truncated_importance_sampling"
-RECIPES = {
+VALUE_SETTINGS = {
     # examples/configs/grpo_math_1B_dynamo.yaml:17-19 (ratio 2.0; ratio_min unset: 0)
     f"{_TIS_AT}_type=tis": {"use_importance_sampling_correction": True, f"{_TIS_AT}_ratio": 2.0},
     # examples/configs/prorlv2.v2.yaml:89-93 (also docs/guides/prorlv2.md:159-161)
@@ -298,7 +298,7 @@ def _losses(root: Path) -> list[Variant]:
                     reason = f"reads {reads}: inputs beyond what the policy-loss case holds"
                 elif field in NEEDS:
                     reason = NEEDS[field]
-                elif name in RECIPES:
+                elif name in VALUE_SETTINGS:
                     pass
                 elif "=" not in name or name.split("=", 1)[1] not in ("true", "false"):
                     shown = "None" if default is None else "no literal" if default is ... else repr(default)
@@ -335,10 +335,10 @@ def _function(tree: ast.Module | None, name: str) -> ast.AST:
 
 def setting(name: str) -> dict:
     """The config a variant name sets: `use_cispo=true` -> {"use_cispo": True} plus what __init__ requires with it
-    (`REQUIRES`); a string setting its value with the bounds of its recipe (`RECIPES`)."""
+    (`REQUIRES`); a string setting its value with the bounds it runs at (`VALUE_SETTINGS`)."""
     field, _, value = name.partition("=")
-    if name in RECIPES:
-        return {field: value, **RECIPES[name]}
+    if name in VALUE_SETTINGS:
+        return {field: value, **VALUE_SETTINGS[name]}
     return {field: value == "true", **REQUIRES.get(field, {})}
 
 
