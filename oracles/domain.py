@@ -29,7 +29,9 @@ WIDTH = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 # How far one policy update moves a token's log-prob at most, in a pipeline: verl clamps the log-ratio
 # to this span before the exp (verl/trainer/ppo/core_algos.py:1334 at 0.9.1)
 LOGRATIO_SPAN = 20.0
-LOGPROBS = ("logp", "old_logp", "ref_logp")  # the extras that are log-probabilities
+LOGPROBS = ("logp", "old_logp", "ref_logp", "rollout_logp")  # the extras that are log-probabilities
+# Fields that say which inputs the function takes, not how far a pipeline narrows them: never a restriction
+INPUT_FIELDS = ("rollout_logprobs",)
 # Narrowings that state what an input *is* (log-probabilities), not what a pipeline chooses to build:
 # they need no upstream citation in a pipeline domain
 SELF_EVIDENT = ("masked_logprobs",)
@@ -117,6 +119,9 @@ class Domain:
     # e.g. a critic that zeroes padding but keeps values under tool tokens is masked_values=True, padding_values=False
     padding_values: bool | None = None
     padding_rewards: bool | None = None
+    # the function also takes the rollout engine's log-probs (`rollout_logp`, a rollout / importance-sampling
+    # correction): drawn near `old_logp` at trainable positions, poison under the mask; False: not drawn at all
+    rollout_logprobs: bool = False
     why: dict = field(default_factory=dict, compare=False, hash=False)
     # feature -> the upstream file:line that produces such an input (a pipeline domain; see `unproduced`)
     produces: dict = field(default_factory=dict, compare=False, hash=False)
@@ -257,7 +262,7 @@ class Domain:
         out = {}
         full = Domain()
         for f in fields(self):
-            if f.name in ("why", "produces"):
+            if f.name in ("why", "produces", *INPUT_FIELDS):
                 continue
             if getattr(self, f.name) != getattr(full, f.name):
                 out[f.name] = self.why.get(f.name, "(no reason recorded)")

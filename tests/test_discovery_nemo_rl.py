@@ -193,7 +193,9 @@ def test_a_loss_field_and_an_estimator_added_upstream_are_discovered_the_next_ni
     assert not by["adv:gdpo"]["callable"] and "GDPOAdvantageEstimator" in by["adv:gdpo"]["reason"]
     nll = by["loss:positive_example_nll_weight"]
     assert not nll["callable"] and nll["reason"].startswith("reads data['rewards'] (nemo_rl/algorithms/loss/")
-    assert "truncated_importance_sampling_ratio" in by["loss:truncated_importance_sampling_type=tis"]["reason"]
+    # a string setting with a recipe (the pin's example bounds) is an entry; one without is listed
+    tis = by["loss:truncated_importance_sampling_type=tis"]
+    assert tis["callable"] and tis["judged"] == "invariants only" and not tis["reason"]
     assert first["labels"] == [f"nemo-rl:{e}@HEAD" for e, v in by.items() if not v["covered_by"]]
 
     night1 = first["resolved"]
@@ -246,9 +248,11 @@ def test_the_variants_of_the_real_pin_are_discovered_and_one_is_fuzzed_invariant
     invariants_only = sorted(e for e, v in found.items() if v.callable and not v.covered_by)
     assert invariants_only == [
         "kl:use_on_policy_kl_approximation=true", "loss:disable_ppo_ratio=true", "loss:force_on_policy_ratio=true",
-        "loss:sequence_level_importance_ratios=true", "loss:use_cispo=true",
-        "loss:use_importance_sampling_correction=true",
+        "loss:sequence_level_importance_ratios=true", "loss:truncated_importance_sampling_type=icepop",
+        "loss:truncated_importance_sampling_type=seq-mask-tis", "loss:truncated_importance_sampling_type=tis",
+        "loss:use_cispo=true", "loss:use_importance_sampling_correction=true",
     ]  # fmt: skip
+    assert not found["loss:truncated_importance_sampling_ratio"].callable  # a bound the type entries run
     assert found["loss:use_cispo=true"].citation == "nemo_rl/algorithms/loss/loss_functions.py:160"
     assert found["adv:grpo"].covered_by == "grpo-loo" and found["loss:ratio_clip_c"].covered_by == "policy-loss"
     out = _run(_job(f"nemo-rl:loss:disable_ppo_ratio=true@{_HEAD}", repos, examples=10))

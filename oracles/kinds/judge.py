@@ -227,7 +227,7 @@ def clean_case(case: Case, declared: Declared) -> Case:
 
 def _logprob(name: str, domain) -> bool:
     """Whether input `name` must stay a log-probability under the mask in `domain`."""
-    return name in ("logp", "old_logp") and not domain.masked_logprobs
+    return name in ("logp", "old_logp", "rollout_logp") and not domain.masked_logprobs
 
 
 def carries_poison(case: Case, k: KindSpec) -> bool:

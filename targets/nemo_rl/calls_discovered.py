@@ -5,9 +5,12 @@ own loss, compiled from the pin as the hand-written entries compile it (nothing 
 config ClippedPGLossConfig's defaults read from the source, reference_policy_kl_penalty 0, over one optimizer step)
 with the field set, and what __init__ asserts with it (`discover.REQUIRES`: GSPO's sequence-level ratios with
 token_level_loss False). `kl:<field>=true`: `calls_kinds.load_kl` (the KL-to-reference block of __call__) with the
-attribute set. generation_logprobs = prev_logprobs in both (the policy-loss and kl cases hold no inference-engine
-log-probs). An estimator name or a field that a hand-written entry runs, or that is listed, is a skip that says why;
-a name that is not a setting at this pin is a skip too.
+attribute set. generation_logprobs is the case's `rollout_logp` (the rollout engine's log-probs, near prev_logprobs)
+for the importance-sampling correction and its truncations (`discover.recipe`: `use_importance_sampling_
+correction=true`, `truncated_importance_sampling_type=<tis|icepop|seq-mask-tis>` at the bounds of the pin's example
+configs, `discover.VALUE_SETTINGS`), prev_logprobs elsewhere (those cases hold no inference-engine log-probs).
+An estimator name or a field that a hand-written entry runs, or that is listed, is a skip that says why; a name that
+is not a setting at this pin is a skip too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
 from maskfuzz.targets.nemo_rl.calls_kinds import load_kl, load_policy
-from maskfuzz.targets.nemo_rl.discover import discover, setting
+from maskfuzz.targets.nemo_rl.discover import discover, recipe, setting
 
 
 def load(root: Path, entry: str) -> Loaded:
@@ -35,8 +38,9 @@ def load(root: Path, entry: str) -> Loaded:
     loaded = (
         load_kl(Path(root), "kl", settings=config) if prefix == "kl" else load_policy(Path(root), "policy-loss", config)
     )
+    gen = "the case's rollout_logp" if recipe(entry) else "prev_logprobs"
     note = (
         f"discovered: {v.registry} {v.name} at {v.citation}; set as {config}; invariants only (no float64 "
-        "reference); generation_logprobs = prev_logprobs"
+        f"reference); generation_logprobs = {gen}"
     )
     return dataclasses.replace(loaded, notes=[note, *loaded.notes])

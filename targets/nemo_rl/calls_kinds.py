@@ -52,6 +52,9 @@ KL_TYPE = "loss_fn.reference_policy_kl_type"
 KL_IN_CLAMP = "loss_fn.kl_input_clamp_value"
 KL_OUT_CLAMP = "loss_fn.kl_output_clamp_value"
 RATIO_CLIP_C = "loss_fn.ratio_clip_c"
+# the policy-loss case's rollout-engine log-probs (`oracles.kinds.policy_loss.ROLLOUT`; a literal: `maskfuzz repro`
+# copies this module into a standalone script, which has no maskfuzz to import it from)
+ROLLOUT = "rollout_logp"
 
 _MODULE = "nemo_rl.algorithms.advantage_estimator"
 _CLASS = "GRPOAdvantageEstimator"
@@ -374,8 +377,9 @@ def load_policy(root: Path, entry: str, config: dict | None = None) -> Loaded:
     sequence, and `__call__` reads `[:, 1:]` of each (:383-390) against `next_token_logprobs` [B, S - 1]: the
     case's columns are sequence tokens 1..T behind one masked prompt token (as for value-loss). token_mask int64
     (`torch.ones_like(token_ids)`, grpo.py:1934-1937), sample_mask float32 (loss_multiplier, after the overlong-
-    filtering block compiled from grpo.py), advantages / prev_logprobs the case's, generation_logprobs =
-    prev_logprobs (read by metrics and the importance-sampling correction, off by default). Normalisers and
+    filtering block compiled from grpo.py), advantages / prev_logprobs the case's, generation_logprobs the case's
+    `rollout_logp` where it holds one (the entries of the importance-sampling correction, `discover.recipe`),
+    else prev_logprobs (read by metrics and the importance-sampling correction, off by default). Normalisers and
     scaling as `load_loss`: global_valid_seqs = sum(sample_mask), global_valid_toks = sum(token_mask[:, 1:] *
     sample_mask) over the step (nemo_rl/models/automodel/data.py:408-420), `loss * dp_size` per micro-batch
     (automodel/train.py:545-548)."""
@@ -404,12 +408,15 @@ def load_policy(root: Path, entry: str, config: dict | None = None) -> Loaded:
         pad = torch.zeros(logp.shape[0], 1, dtype=dt, device=dev)  # sequence token 0: a prompt token, never trained
         sample_mask, to_reduce = _sample_mask(step, state["sample_mask"], rows, dev)
         prev = torch.cat([pad, old], dim=1)
+        gen = prev  # the inference engine's log-probs: the case's where it holds them (a discovered IS entry)
+        if ROLLOUT in step.case.extra:
+            gen = torch.cat([pad, step.case.extra[ROLLOUT][rows].to(device=dev, dtype=dt)], dim=1)
         data = {
             "token_mask": torch.cat([pad.to(torch.int64), mask.to(torch.int64)], dim=1),
             "sample_mask": sample_mask,
             "advantages": torch.cat([pad, adv], dim=1),
             "prev_logprobs": prev,
-            "generation_logprobs": prev,
+            "generation_logprobs": gen,
             "reference_policy_logprobs": prev,
         }
         loss, _ = call(state["self"], logp, data, to_reduce[0], to_reduce[1])
@@ -434,8 +441,8 @@ def load_policy(root: Path, entry: str, config: dict | None = None) -> Loaded:
     notes = [
         f"{rel}:{c.lineno}-{c.end_lineno} (__call__) and __init__ compiled from the pin; {_POLICY_CONFIG} defaults "
         f"from the source ({clip}), token_level_loss from the options",
-        "reference_policy_kl_penalty 0 (the KL term is the kl entry); generation_logprobs = prev_logprobs; "
-        "importance-sampling correction off (default)",
+        "reference_policy_kl_penalty 0 (the KL term is the kl entry); generation_logprobs = the case's rollout_logp "
+        "where it holds one, else prev_logprobs; importance-sampling correction off (default) unless set",
         "columns behind one masked prompt token ([:, 1:]); sample_mask after grpo.py's overlong filtering; "
         "global_valid_toks / global_valid_seqs over the step; micro-batch loss * dp_size",
     ]

@@ -17,8 +17,12 @@ NeMo-RL has no registry. Two config sections switch the masked math:
   other field its name (a number: run at its default). A field a hand-written entry runs is `COVERED_LOSS`; a bool
   that no entry runs is an invariants-only entry (`calls_discovered.py` runs `ClippedPGLossFn` compiled from the pin
   with the field set; `KL_KEYS`, read only by the KL-to-reference term, through the `kl` entry's block), unless the
-  code it guards reads `data[...]` beyond what the policy-loss case fills (`DATA_KEYS`) or it needs a setting
-  without a default (`NEEDS`): those are listed with the reason. A bool added upstream is fuzzed the night it lands.
+  code it guards reads `data[...]` beyond what the policy-loss case fills (`DATA_KEYS`) or it is a bound of another
+  setting (`NEEDS`): those are listed with the reason. A string value with settings (`VALUE_SETTINGS`: the three
+  truncated importance-sampling types at the bounds of the pin's example configs) is an invariants-only entry too,
+  any other value listed. The importance-sampling entries (`ROLLOUT_FIELDS`) read the inference engine's log-probs
+  apart from prev_logprobs: their `recipe` asks the policy-loss strategy for them (`Domain.rollout_logprobs`, the
+  case's `rollout_logp`). A bool added upstream is fuzzed the night it lands.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import ast
 import re
 from pathlib import Path
 
+from maskfuzz.oracles.domain import Domain
 from maskfuzz.targets.discovery import Variant, parse_file
 
 PREFIXES = {"adv": "group-advantage", "loss": "policy-loss", "kl": "kl"}  # entry prefix -> kind
@@ -68,17 +73,36 @@ KL_KEYS = ("use_on_policy_kl_approximation",)  # read only inside `if self.refer
 # what `calls_kinds.load_policy` puts in the loss's data dict
 DATA_KEYS = ("token_mask", "sample_mask", "advantages", "prev_logprobs", "generation_logprobs",
              "reference_policy_logprobs")  # fmt: skip
-# field -> why it needs what the policy-loss case does not hold
-_TIS = (
-    "needs truncated_importance_sampling_ratio (default None: __init__ asserts it positive) and the inference "
-    "engine's log-probs apart from prev_logprobs, which the policy-loss case does not hold (with "
-    "generation_logprobs = prev_logprobs every importance weight is 1 and nothing is truncated)"
-)
-NEEDS = {
-    "truncated_importance_sampling_type": _TIS,
-    "truncated_importance_sampling_ratio": _TIS,
-    "truncated_importance_sampling_ratio_min": _TIS,
+# the fields whose entries read the inference engine's log-probs (generation_logprobs) apart from prev_logprobs:
+# their cases hold the policy-loss kind's `rollout_logp` (`Domain.rollout_logprobs`, `recipe`)
+ROLLOUT_FIELDS = ("use_importance_sampling_correction", "truncated_importance_sampling_type")
+# variant name -> its settings beyond the field, at the bounds the pin's own configs run it with (7ea279abf; __init__
+# asserts truncated IS only with use_importance_sampling_correction, a positive ratio, and a ratio_min for the two
+# filters, loss_functions.py:292-319)
+_TIS_AT = "truncated_importance_sampling"
+VALUE_SETTINGS = {
+    # examples/configs/grpo_math_1B_dynamo.yaml:17-19 (ratio 2.0; ratio_min unset: 0)
+    f"{_TIS_AT}_type=tis": {"use_importance_sampling_correction": True, f"{_TIS_AT}_ratio": 2.0},
+    # examples/configs/prorlv2.v2.yaml:89-93 (also docs/guides/prorlv2.md:159-161)
+    f"{_TIS_AT}_type=icepop": {
+        "use_importance_sampling_correction": True,
+        f"{_TIS_AT}_ratio": 5.0,
+        f"{_TIS_AT}_ratio_min": 0.5,
+    },
+    # examples/configs/prorlv2_1_moe.v2.yaml:45-47 (the geometric-mean bounds)
+    f"{_TIS_AT}_type=seq-mask-tis": {
+        "use_importance_sampling_correction": True,
+        f"{_TIS_AT}_ratio": 1.002,
+        f"{_TIS_AT}_ratio_min": 0.999,
+    },
 }
+# field -> why it is not an entry of its own
+_BOUND = (
+    "a bound of truncated importance sampling, run by the truncated_importance_sampling_type=<tis|icepop|seq-mask-tis> "
+    "entries at the pin's example values (examples/configs/grpo_math_1B_dynamo.yaml, prorlv2.v2.yaml, "
+    "prorlv2_1_moe.v2.yaml): no call recipe for other values yet"
+)
+NEEDS = {f"{_TIS_AT}_ratio": _BOUND, f"{_TIS_AT}_ratio_min": _BOUND}
 # field -> the other fields its __init__ asserts with it (GSPO: "mutually exclusive with token-level loss")
 REQUIRES = {"sequence_level_importance_ratios": {"token_level_loss": False}}
 
@@ -274,6 +298,8 @@ def _losses(root: Path) -> list[Variant]:
                     reason = f"reads {reads}: inputs beyond what the policy-loss case holds"
                 elif field in NEEDS:
                     reason = NEEDS[field]
+                elif name in VALUE_SETTINGS:
+                    pass
                 elif "=" not in name or name.split("=", 1)[1] not in ("true", "false"):
                     shown = "None" if default is None else "no literal" if default is ... else repr(default)
                     reason = f"a {annotation} setting (default {shown}): no call recipe for its values yet"
@@ -309,9 +335,19 @@ def _function(tree: ast.Module | None, name: str) -> ast.AST:
 
 def setting(name: str) -> dict:
     """The config a variant name sets: `use_cispo=true` -> {"use_cispo": True} plus what __init__ requires with it
-    (`REQUIRES`)."""
+    (`REQUIRES`); a string setting its value with the bounds it runs at (`VALUE_SETTINGS`)."""
     field, _, value = name.partition("=")
+    if name in VALUE_SETTINGS:
+        return {field: value, **VALUE_SETTINGS[name]}
     return {field: value == "true", **REQUIRES.get(field, {})}
+
+
+def recipe(entry: str) -> dict:
+    """The spec fields `entry`'s call needs declared (`targets.discovery.overrides`, `RECIPE_FIELDS`): for the
+    importance-sampling correction and its truncations (`ROLLOUT_FIELDS`) an api domain whose cases hold the rollout
+    engine's log-probs (`Domain.rollout_logprobs`); nothing for the others."""
+    field = entry.partition(":")[2].partition("=")[0]
+    return {"domain": Domain(rollout_logprobs=True)} if field in ROLLOUT_FIELDS else {}
 
 
 def discover(root: Path) -> list[Variant]:

@@ -4,9 +4,13 @@ Input (a `Case`): `extra["logp"]` the current policy's log-probs (what the gradi
 with respect to), `extra["old_logp"]` the rollout policy's, and the advantages: `extra["adv"]`
 per token (`advantages="token"`, PPO with a critic) or the row's `score` broadcast over its
 tokens (`advantages="row"`, the GRPO family's per-sequence advantage); all [B, T], anything at
-masked positions. `trainable` is the loss mask, `group` / `split` / `ranks` as for
-`loss-aggregation`. Per token, with r = exp(logp - old_logp), A the advantage, e_l / e_h the
-clip range and c the dual-clip constant:
+masked positions. Optional, only where the target's domain says its function takes it (`Domain.rollout_logprobs`):
+`extra["rollout_logp"]` [B, T], the rollout (inference) engine's log-probs of the sampled tokens, near `old_logp`
+at trainable positions (the trainer and the engine disagree by a small mismatch), anything under the mask; a
+rollout / importance-sampling correction reads it. The float64 reference below makes no such correction and never
+reads it (an entry with one is judged against the universal invariants only). `trainable` is the loss mask,
+`group` / `split` / `ranks` as for `loss-aggregation`. Per token, with r = exp(logp - old_logp), A the advantage,
+e_l / e_h the clip range and c the dual-clip constant:
 
     l = max(-A r, -A clamp(r, 1 - e_l, 1 + e_h))
     l = min(l, -A c)            where A < 0 and dual-clip is on (c > 1)
@@ -32,7 +36,9 @@ OUTPUTS = ("loss", "grad")
 ZERO_OUTPUTS = ("grad",)
 # the variant's choices a semantics card infers and a diagnosis tries as neighbours: the aggregation's and the clip's
 DIMENSIONS = {**agg.DIMENSIONS, "dual_clip": [None, 3.0], "clip_high": [None, 0.28], "advantages": ["token", "row"]}
-INPUTS = ("logp", "old_logp", "adv")
+# the per-token inputs, poisoned under the mask (`KindSpec.poisoned`); `rollout_logp` only where it is drawn
+INPUTS = ("logp", "old_logp", "adv", "rollout_logp")
+ROLLOUT = "rollout_logp"
 DEFAULTS = {"clip_low": 0.2, "clip_high": None, "dual_clip": None, "advantages": "token", **agg.DEFAULTS}
 
 
