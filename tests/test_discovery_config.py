@@ -191,11 +191,10 @@ def test_a_roll_estimator_value_added_upstream_is_listed_the_next_night(tmp_path
     by = {v["name"]: v for v in second["variants"]}
     assert by["gae"]["covered_by"] == "default" and by["grpo"]["covered_by"] == "grpo"
     assert by["new_estimator"]["at"] == "roll/configs/base_config.py:9"
-    # a value compute_advantage tests (reinforce) cites its branch; one it does not, the function
-    assert (
-        by["reinforce"]["reason"]
-        == "no call recipe for this estimator yet: roll/utils/functionals.py:9 (compute_advantage)"
-    )
+    # reinforce has a call recipe through compute_advantage's branch: `ret:reinforce`, the returns kind, callable;
+    # a value the function does not test is listed with the function cited
+    assert by["reinforce"]["entry"] == "ret:reinforce" and by["reinforce"]["kind"] == "returns"
+    assert by["reinforce"]["callable"] and by["reinforce"]["reason"] == ""
     assert by["new_estimator"]["reason"] == (
         "no call recipe for this estimator yet: roll/utils/functionals.py:6 (compute_advantage has no branch for it: "
         "NotImplementedError)"

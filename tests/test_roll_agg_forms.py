@@ -207,3 +207,15 @@ def test_policy_loss_before_cec5234a_is_no_call_rather_than_a_crash(roll_repos):
         with open_target(f"roll:policy-loss@{INIT}", repos=roll_repos):
             pass
     assert not isinstance(info.value, SetupError), "a skip (NotPresent), not a set-up error"
+
+
+@pytest.mark.needs_mirror
+def test_the_discovered_reinforce_estimator_is_the_returns_of_the_token_rewards(roll_repos):
+    """`ret:reinforce` (discover.py's call recipe) runs compute_advantage's own branch: compute_reinforce_return, the
+    discounted returns of the token rewards with the score on the last token, advantages = returns, no critic."""
+    case = Case.build(trainable=[[1, 1, 1]], token_rewards=[[1.0, 0.0, 2.0]], score=[4.0], gamma=0.5, lam=1.0)
+    with open_target(f"roll:ret:reinforce@{HEAD}", repos=roll_repos) as h:
+        assert h.info["where"].endswith("compute_advantage (adv_estimator='reinforce')"), h.info["where"]
+        adv, ret = h.run(case)
+    # 6 at the last token (2 + the score 4), 0 + 0.5 * 6 = 3, 1 + 0.5 * 3 = 2.5
+    assert adv.flatten().tolist() == pytest.approx([2.5, 3.0, 6.0]) and ret.flatten().tolist() == adv.flatten().tolist()

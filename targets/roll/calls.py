@@ -37,6 +37,21 @@ _CANDIDATES = {
 }
 
 
+def quiet_logs() -> None:
+    """ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean."""
+    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
+
+
+def modules(root: Path) -> tuple:
+    """ROLL's functionals, DataProto protocol and KL controller modules from the checkout (its logs kept out of
+    the working directory)."""
+    quiet_logs()
+    functionals = import_from(root, "roll.utils.functionals")
+    protocol = import_from(root, "roll.distributed.scheduler.protocol")
+    kl = import_from(root, "roll.utils.kl_controller")
+    return functionals, protocol, kl
+
+
 def load(root: Path, entry: str | None) -> Loaded:
     """Import ROLL's advantage function (and its score placement) from the checkout at `root`."""
     entry = entry or "default"
@@ -44,11 +59,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         raise ValueError(f"roll has entries {sorted(_CANDIDATES)}, not {entry!r}")
     with_kl = entry.endswith("-kl")  # the KL term fed by the case's logp / ref_logp at beta = KL_COEF
     entry = entry.removesuffix("-kl")
-    # ROLL's logger writes a file into ./output/logs unless told otherwise: keep the working directory clean.
-    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
-    functionals = import_from(root, "roll.utils.functionals")
-    protocol = import_from(root, "roll.distributed.scheduler.protocol")
-    kl = import_from(root, "roll.utils.kl_controller")
+    functionals, protocol, kl = modules(root)
     fn, where = function_from(root, _CANDIDATES[entry])
     needed = ["compute_token_reward"] + (["reward_postprocess", "get_sample_level_mask"] if entry == "default" else [])
     helpers = {name: getattr(functionals, name, None) for name in needed}

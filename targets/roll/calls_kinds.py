@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,7 +55,7 @@ from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, im
 from maskfuzz.targets.adapters.extract import BlockNotFound, SourceTree, attribute_reads, find_class, find_method
 from maskfuzz.targets.adapters.loss_step import run_step
 from maskfuzz.targets.adapters.signature_forms import Form, choose
-from maskfuzz.targets.roll.calls import KL_COEF, data_proto, final_response_mask, pipeline_config
+from maskfuzz.targets.roll.calls import KL_COEF, data_proto, final_response_mask, modules, pipeline_config, quiet_logs
 
 KL_ENTRIES = {"kl": "kl", "kl-abs": "abs", "kl-mse": "mse", "kl-k3": "k3"}
 # entry -> ROLL's loss_agg_mode (roll/configs/base_config.py:571-572 at 8eb27cc2dc34 lists the four)
@@ -192,14 +190,6 @@ def contiguous_groups(group: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.tensor(order, dtype=torch.int64), next(iter(sizes.values()))
 
 
-def _modules(root: Path):
-    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
-    functionals = import_from(root, _FN)
-    protocol = import_from(root, "roll.distributed.scheduler.protocol")
-    kl = import_from(root, "roll.utils.kl_controller")
-    return functionals, protocol, kl
-
-
 def _need(mod, *names: str):
     missing = [n for n in names if getattr(mod, n, None) is None]
     if missing:
@@ -219,7 +209,7 @@ def _config(estimator: str, n: int = 1, grouping: str = "batch", method: str = "
 
 
 def load_grpo(root: Path) -> Loaded:
-    functionals, protocol, kl = _modules(root)
+    functionals, protocol, kl = modules(root)
     post, token_reward, advantage, sample_mask = _need(
         functionals, "reward_postprocess", "compute_token_reward", "compute_advantage", "get_sample_level_mask"
     )
@@ -264,7 +254,7 @@ def load_grpo(root: Path) -> Loaded:
 
 
 def load_agentic_grpo(root: Path) -> Loaded:
-    functionals, protocol, kl = _modules(root)
+    functionals, protocol, kl = modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
     agentic = import_from(root, _AGENTIC)
     levels, advantage = _need(agentic, "compute_response_level_rewards", "agentic_compute_advantage")
@@ -307,7 +297,7 @@ def load_agentic_grpo(root: Path) -> Loaded:
 
 
 def load_kl(root: Path, penalty: str) -> Loaded:
-    _modules(root)
+    modules(root)
     fn, where = function_from(root, [(_FN, "compute_approx_kl")])
 
     def run(case: Case, device: str):
@@ -321,7 +311,7 @@ def load_kl(root: Path, penalty: str) -> Loaded:
 
 
 def load_whiten(root: Path) -> Loaded:
-    _modules(root)
+    modules(root)
     fn, where = function_from(root, [(_FN, "masked_whiten")])
 
     def run(case: Case, device: str):
@@ -332,7 +322,7 @@ def load_whiten(root: Path) -> Loaded:
 
 
 def load_agentic_reinforce(root: Path, with_kl: bool = False) -> Loaded:
-    functionals, protocol, kl = _modules(root)
+    functionals, protocol, kl = modules(root)
     (token_reward,) = _need(functionals, "compute_token_reward")
     agentic = import_from(root, _AGENTIC)
     levels, advantage = _need(agentic, "compute_response_level_rewards", "agentic_compute_advantage")
@@ -453,7 +443,7 @@ def load_loss(root: Path, entry: str) -> Loaded:
     That is the step as the framework ran it at those pins, so split-invariance judges it as it is. (The actor's
     policy loss called agg_loss only from bc391211 "use agg_loss"; at 35bea6a2 agg_loss aggregated the entropy
     term, roll/pipeline/rlvr/actor_worker.py:63-66, and the policy loss was an inline masked_mean, :41-43.)"""
-    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
+    quiet_logs()
     mode = LOSS_ENTRIES[entry]
     fn, where, compiled = _agg_loss(root)
     form = choose(fn, AGG_FORMS, where)

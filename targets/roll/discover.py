@@ -7,11 +7,13 @@ roll/configs/base_config.py:548; c09bc8bc9f43 and 090ac94658ad :509) and `comput
 NotImplementedError), as does the agentic pipeline's `agentic_compute_advantage` (roll/pipeline/agentic/utils.py:534-
 546) and its step-level reward shaping (:74, :182, :210). Every value of the Literal is a variant `adv:<value>`; the
 values a hand-written entry already runs through `compute_advantage` / `agentic_compute_advantage` with a float64
-reference are `COVERED`. The others are listed, not callable, with the reason ("no call recipe for this estimator
-yet" and `compute_advantage`'s branch, with every other place of the pin that switches on the value), never left
-out. Not made invariants-only entries: "reinforce" is returns (`compute_reinforce_return`), a kind whose judge has
-no invariants-only mode yet (`discovery.overrides`), and "gigpo" / "step_reinforce" are shaped per step by the
-agentic pipeline before `compute_advantage` sees them (utils.py:182-230), which no entry builds.
+reference are `COVERED`. "reinforce" has a call recipe (`RECIPES`; `calls_discovered.py`): it is the returns of the
+token rewards (`compute_reinforce_return`, no critic), so it is `ret:reinforce` of kind `returns`, run through
+compute_advantage's own branch with the config's default reward normalisation and judged against the invariants of
+returns. The others are listed, not callable, with the reason ("no call recipe for this estimator yet" and
+`compute_advantage`'s branch, with every other place of the pin that switches on the value), never left out:
+"gigpo" / "step_reinforce" are shaped per step by the agentic pipeline before `compute_advantage` sees them
+(utils.py:182-230), which no entry builds.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 
 from maskfuzz.targets.discovery import Variant, literal_field, parse_file
 
-PREFIXES = {"adv": "group-advantage"}  # entry prefix -> kind (of the values without a hand-written entry)
+PREFIXES = {"adv": "group-advantage", "ret": "returns"}  # entry prefix -> kind (values without a hand-written entry)
+# the values with a call recipe (`calls_discovered.py`), invariants only: value -> (its prefix, what its branch runs)
+RECIPES = {"reinforce": ("ret", "compute_reinforce_return")}
 CONFIG, CLASS, FIELD = "roll/configs/base_config.py", "PPOConfig", "adv_estimator"
 DISPATCH = "roll/utils/functionals.py"
 ALSO = ("roll/pipeline/agentic/utils.py",)  # other places that switch on the estimator, cited in the reason
@@ -74,8 +78,11 @@ def discover(root: Path) -> list[Variant]:
     out = []
     for name, line in values:
         entry, kind = COVERED.get(name, (None, PREFIXES["adv"]))
+        recipe = RECIPES.get(name) if entry is None else None
+        prefix, function = recipe or ("adv", "compute_advantage")
+        kind = PREFIXES[prefix] if entry is None else kind
         reason = ""
-        if entry is None:
+        if entry is None and not (recipe and name in branches):  # a recipe runs compute_advantage's own branch
             if name in branches:
                 at = f"{DISPATCH}:{branches[name][0]} (compute_advantage)"
             elif fn_line:
@@ -90,13 +97,13 @@ def discover(root: Path) -> list[Variant]:
             Variant(
                 framework="roll",
                 kind=kind,
-                prefix="adv",
+                prefix=prefix,
                 name=name,
                 registry=REGISTRY,
                 file=CONFIG,
                 line=line,
-                function="compute_advantage",
-                callable=entry is not None,
+                function=function,
+                callable=entry is not None or not reason,
                 reason=reason,
                 covered_by=entry,
             )
