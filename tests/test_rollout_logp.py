@@ -24,9 +24,12 @@ from maskfuzz.oracles.kinds.strategies import kind_cases
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets import discovery
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.miles import calls_kinds as miles_calls
+from maskfuzz.targets.miles import discover as miles_discover
 from maskfuzz.targets.nemo_rl.calls_kinds import ROLLOUT as NEMO_ROLLOUT
 from maskfuzz.targets.registry import get
 from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.slime import discover as slime_discover
 
 _FEW = settings(
     max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
@@ -167,3 +170,24 @@ def test_nemo_rl_generation_logprobs_are_the_cases_rollout_logp():
     seq = "loss:truncated_importance_sampling_type=seq-mask-tis"
     assert found[seq].callable and loss(seq, far) == 0.0  # the row's geometric-mean weight is outside [0.999, 1.002]
     assert not found["loss:truncated_importance_sampling_ratio"].callable
+
+
+def test_slime_and_miles_switch_entries_draw_the_rollout_log_probs_and_hand_them_over():
+    """A switch of slime / miles (TIS, OPSM) asks for the rollout engine's log-probs (its recipe's domain), and the
+    per-sample `rollout_log_probs` miles' and slime's loss read are the drawn ones, cut like the old log-probs; without
+    them, the derived `old - (logp - old) / 2`."""
+    for mod in (miles_discover, slime_discover):
+        assert mod.recipe("switch:use_tis")["domain"].rollout_logprobs
+        assert not mod.recipe("policy:gspo")["domain"].rollout_logprobs
+    case = Case.build(
+        attention=[[0, 1, 1, 1]],
+        trainable=[[0, 1, 1, 0]],
+        extra={"logp": [[-1.0, -2.0, -3.0, -4.0]], "old_logp": [[-1.0, -2.5, -3.5, -4.0]],
+               "rollout_logp": [[-9.0, -2.25, -3.25, -4.5]], "adv": [[0.0, 1.0, 1.0, 0.0]]},
+    )  # fmt: skip
+    pbatch = {"log_probs": [torch.tensor([-2.5, -3.5, -4.0])]}
+    got = miles_calls.with_rollout_log_probs(case, torch.tensor([0]), pbatch)["rollout_log_probs"][0]
+    assert got.tolist() == [-2.25, -3.25, -4.5]  # the row's real tokens from its first one
+    derived = case.replace(extra={k: v for k, v in case.extra.items() if k != "rollout_logp"})
+    got = miles_calls.with_rollout_log_probs(derived, torch.tensor([0]), pbatch)["rollout_log_probs"][0]
+    assert got.tolist() == [-2.5 - (-2.0 + 2.5) / 2, -3.5 - (-3.0 + 3.5) / 2, -4.0]

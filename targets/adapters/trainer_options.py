@@ -211,5 +211,7 @@ def entry_fields(hand_written: dict[str, dict]) -> dict[str, dict]:
            (("adv", "grpo"), ("policy", "policy-loss"), ("kl", "kl"))}  # fmt: skip
     own["adv"]["variant"] = dict(hand_written["grpo"]["variant"])
     own["policy"]["variant"] = dict(hand_written["policy-loss"]["variant"])
-    own["switch"] = own["policy"]
+    # a switch may turn on an importance-sampling correction (TIS, OPSM): its entries draw the rollout engine's
+    # log-probs as well (`Domain.rollout_logprobs`), which a switch that reads none leaves unused
+    own["switch"] = {**own["policy"], "domain": replace(own["policy"]["domain"], rollout_logprobs=True)}
     return own

@@ -72,5 +72,5 @@ def load(root: Path, entry: str, layout: to.Layout, group: Callable, policy: Cal
     set_ = ", ".join(f"{k}={val!r}" for k, val in settings.items())
     filled = ", ".join(sorted(defaults))
     notes = [note, f"set: {set_}; argparse defaults for the rest it reads ({filled})",
-             "rollout_log_probs = old - (logp - old) / 2 (the kind draws no rollout policy)"]  # fmt: skip
+             "rollout_log_probs: the case's rollout-engine log-probs (drawn near the old ones)"]  # fmt: skip
     return dataclasses.replace(loaded, notes=[*notes, *loaded.notes])

@@ -612,16 +612,21 @@ def apply_settings(args: LossArgs, settings: dict, defaults: dict) -> None:
 
 
 def with_rollout_log_probs(case: Case, rows: torch.Tensor, pbatch: dict) -> dict:
-    """`pbatch` with "rollout_log_probs" per sample, which the importance-sampling corrections read: the kind draws
-    no rollout policy, so the rollout's log-probs are `old - (logp - old) / 2` at every token (an elementwise function
-    of the drawn log-probs, detached: the ratio old / rollout = exp((logp - old) / 2) moves with the update, and every
-    invariant of the kind still holds for it)."""
+    """`pbatch` with "rollout_log_probs" per sample, which the importance-sampling corrections read: the case's
+    rollout-engine log-probs where the entry's domain draws them (`extra["rollout_logp"]`, near the old ones, poison
+    under the mask), else `old - (logp - old) / 2` at every token (an elementwise function of the drawn log-probs,
+    detached: the ratio old / rollout = exp((logp - old) / 2) moves with the update, and every invariant of the kind
+    still holds for it)."""
     att = case.attention[rows.cpu()]
+    drawn = case.extra.get("rollout_logp")
     out = []
     for i, old in enumerate(pbatch["log_probs"]):
         real = att[i].nonzero().flatten()
         lo = int(real[0]) if real.numel() else 0
         b, n = int(rows[i]), old.shape[0]
+        if drawn is not None:
+            out.append(drawn[b, lo : lo + n].to(device=old.device, dtype=old.dtype).detach())
+            continue
         logp = case.extra["logp"][b, lo : lo + n].to(device=old.device, dtype=old.dtype)
         out.append((old - (logp - old) / 2).detach())
     return {**pbatch, "rollout_log_probs": out}

@@ -32,8 +32,8 @@ KINDS = {"default": "gae", "grpo": "group-advantage", "reinforce++": "returns", 
 NEEDS = {
     "use_kl_loss": "adds a KL loss to the reference policy: the policy-loss kind draws no reference log-probs",
     "use_unbiased_kl": "weights the KL loss of --use-kl-loss, which needs reference log-probs the kind does not draw",
-    "use_rollout_logprobs": "takes the old log-probs from the rollout engine: the kind draws no rollout policy, and "
-    "with the rollout's equal to the old ones it is the hand-written policy-loss entry",
+    "use_rollout_logprobs": "takes the old log-probs from the rollout engine in place of the trainer's: no call "
+    "recipe sets them from the drawn rollout log-probs yet",
     "get_mismatch_metrics": "requires --custom-tis-function-path (miles/utils/arguments.py's check), a user's function",
     "use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
     "adv-switch:use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
