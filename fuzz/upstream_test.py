@@ -6,17 +6,19 @@ placement written out, with the upstream place it follows), calls the function a
 outputs at trainable positions with the float64 reference maskfuzz computed for the case, within
 the suite's tolerance. It fails at the pin that has the defect and passes where it is fixed.
 
-A recipe per target says how the canonical case becomes the call; targets without a recipe get
-no upstream test (the reproducer script still covers them) and `write` says so.
+A recipe per target says how the canonical case becomes the call: `RECIPE` of the framework's
+`targets/<framework>/upstream_recipe.py` (`targets.adapters.upstream_recipe.Recipe`), found from the
+folder; targets without a recipe get no upstream test (the reproducer script still covers them) and
+`write` says so.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -27,80 +29,18 @@ from maskfuzz.oracles.kinds.gae.properties import baseline, expected_outputs, po
 from maskfuzz.oracles.kinds.gae.tolerance import bounds
 from maskfuzz.oracles.mechanisms import MECHANISMS
 from maskfuzz.oracles.tolerance import FLOOR
-from maskfuzz.targets.skyrl import calls as skyrl_calls
-from maskfuzz.targets.torchrl import calls as torchrl_calls
+from maskfuzz.targets import registry
+from maskfuzz.targets.adapters.upstream_recipe import RECIPE_MODULE, Recipe
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """How a target's function is called: `tensors(case)` gives the named input tensors (in the
-    order of the call), `call` the call expression over those names, gamma and lam."""
-
-    tensors: Callable[[Case], dict[str, torch.Tensor]]
-    call: str  # e.g. "{fn}(rewards, values, mask, {gamma}, {lam})"
-    placement: str  # one comment line: where the score goes, after which upstream code
-    squeeze: bool = False  # outputs are [B, T, 1]
-
-
-def _last(mask: torch.Tensor) -> torch.Tensor:
-    pos = torch.arange(mask.shape[1]).expand(mask.shape)
-    last = torch.where(mask, pos, torch.full_like(pos, -1)).max(dim=1).values
-    return (pos == last[:, None]) & mask
-
-
-def _rewards_with_score(case: Case, at: torch.Tensor) -> torch.Tensor:
-    return case.token_rewards + torch.where(at, case.score[:, None], torch.zeros_like(case.token_rewards))
-
-
-def _verl(case: Case) -> dict:
-    return {
-        "rewards": _rewards_with_score(case, _last(case.attention)),
-        "values": case.values,
-        "mask": case.trainable.long(),
-    }
-
-
-def _openrlhf(case: Case) -> dict:
-    return {"values": case.values, "rewards": _rewards_with_score(case, _last(case.trainable)), "mask": case.trainable}
-
-
-def _skyrl(case: Case) -> dict:
-    x = skyrl_calls.framework_inputs(case, "cpu")
-    return {"rewards": x["token_level_rewards"], "values": x["values"], "mask": x["response_mask"]}
-
-
-def _torchrl(case: Case) -> dict:
-    x = torchrl_calls.framework_inputs(case, "cpu")
-    return {k: x[k] for k in ("state_value", "next_state_value", "reward", "done", "terminated")}
-
-
-RECIPES: dict[str, Recipe] = {
-    "verl": Recipe(
-        _verl,
-        "{fn}(rewards, values, mask, {gamma}, {lam})",
-        "score at the last attended response token, where verl's NaiveRewardManager writes it",
-    ),
-    "openrlhf": Recipe(
-        _openrlhf,
-        "{fn}(None, values, rewards, mask, {gamma}, {lam})",
-        "score at the last action-mask token, where OpenRLHF's compute_reward puts it",
-    ),
-    "skyrl": Recipe(
-        _skyrl,
-        "{fn}(token_level_rewards=rewards, values=values, response_mask=mask, gamma={gamma}, lambd={lam})",
-        "score on the last real response token, as SkyRL's trainer places scalar rewards",
-    ),
-    "torchrl": Recipe(
-        _torchrl,
-        "{fn}({gamma}, {lam}, state_value, next_state_value, reward, done, terminated)",
-        "one trajectory per row, done = terminated at its last trainable token (score added there)",
-        squeeze=True,
-    ),
-}
+def recipe_of(target: str) -> Recipe | None:
+    """The target's recipe, `RECIPE` of `targets/<framework>/upstream_recipe.py`, or None when its folder has none."""
+    module = registry.folder_module(target, RECIPE_MODULE)
+    return None if module is None else importlib.import_module(module).RECIPE
 
 
 def supported(target: str) -> bool:
-    return target in RECIPES
+    return registry.folder_module(target, RECIPE_MODULE) is not None
 
 
 def _num(x: float) -> str:
@@ -148,8 +88,10 @@ def render(
     judge's probe under the mask when the case carries none), at lam = 0.5 where the case has
     lam = 1 (a leaked value telescopes away at lam = 1). A masked-zero finding also asserts the
     zeros at the masked positions."""
-    if target not in RECIPES:
-        raise ValueError(f"no upstream-test recipe for {target}; known: {', '.join(RECIPES)}")
+    recipe = recipe_of(target)
+    if recipe is None:
+        known = ", ".join(registry.folders_with(RECIPE_MODULE))
+        raise ValueError(f"no upstream-test recipe for {target}; known: {known}")
     if spec(declared.kind).family is not GAE_JUDGE:
         raise ValueError(
             f"the upstream-test recipes call the framework's GAE function; a {declared.kind} finding is covered by "
@@ -160,7 +102,6 @@ def render(
             "the upstream-test recipes call the framework's GAE function on rewards and values; a finding of the KL "
             "in the reward or of per-turn returns is covered by the standalone reproducer"
         )
-    recipe = RECIPES[target]
     if case.options or bool(case.truncated_rows().any()):
         raise ValueError(
             "the finding needs a non-default option or a truncated row, which the upstream-test recipes do not set up; "

@@ -16,6 +16,13 @@ import in disguise; a name computed from a declared table, `f"maskfuzz.targets.{
                          `gae` and `returns`)
   against the direction  imports from a higher layer (fuzz > targets > oracles), and, inside oracles, from
                          the shared vocabulary (oracles/*.py) up into a kind (oracles/kinds/)
+  framework names        a framework named outside its folder `targets/<fw>/`: an import of
+                         `maskfuzz.targets.<fw>` (static or a literal importlib name), or a string constant
+                         that is not a docstring or bare string statement (comments and citations do not
+                         count) whose value is a framework's id or folder name ("verl", "nemo-rl", "nemo_rl"),
+                         starts with "<fw>:" / "<fw>@" / "<fw>." (an entry, a pin, the framework's module
+                         path) or is the module path of its folder ("maskfuzz.targets.<fw>..."); the
+                         frameworks are the folders targets/*/ that hold a declare.py (the registry's rule)
 
 `tests/test_layout.py` holds the tree to these figures (per file, so a new violation fails).
 """
@@ -62,6 +69,55 @@ def own_kinds(rel: str) -> tuple[str, ...]:
     if len(parts) >= 4 and parts[:2] == ("oracles", "kinds"):
         return OWN_KINDS.get(parts[2], (parts[2].replace("_", "-"),))
     return ()
+
+
+def framework_folders(root: Path | None = None) -> dict[str, str]:
+    """Folder name -> framework id (`-` for `_`) of the folders `targets/<name>/` that hold a declare.py: the
+    frameworks, found as the registry finds them (tests/test_layout.py checks them against the registry)."""
+    targets = (root or ROOT) / "targets"
+    if not targets.is_dir():
+        return {}
+    return {p.name: p.name.replace("_", "-") for p in sorted(targets.iterdir()) if (p / "declare.py").is_file()}
+
+
+def framework_named(value: str, folders: dict[str, str]) -> str | None:
+    """The framework folder `value` names (see the module docstring: an id, `<fw>:`, `<fw>@`, `<fw>.`, the
+    folder's module path), or None."""
+    for folder, fid in folders.items():
+        module = f"maskfuzz.targets.{folder}"
+        if value == module or value.startswith(module + "."):
+            return folder
+        for name in {folder, fid}:
+            if value == name or value.startswith((f"{name}:", f"{name}@", f"{name}.")):
+                return folder
+    return None
+
+
+def _framework_folder(rel: str, folders: dict[str, str]) -> str | None:
+    """The framework folder the module at `rel` lies in (`targets/<fw>/...`), or None."""
+    parts = Path(rel).parts
+    return parts[1] if len(parts) >= 3 and parts[0] == "targets" and parts[1] in folders else None
+
+
+def framework_names(tree: ast.AST, here: str, is_pkg: bool, folders: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, what) for each framework the module names outside the framework's folder: its imports of a
+    framework's folder and the string constants naming a framework, docstrings and bare strings left out."""
+    bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    hits: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        literal = _literal_import(node)
+        if literal:
+            bare.add(id(node.args[0]))  # counted once, as an import
+        mods = _target(node, here, is_pkg)
+        named = sorted({f for m in mods for f in [framework_named(m, folders)] if f and m.startswith("maskfuzz.")})
+        if named:
+            hits.append((node.lineno, f"imports maskfuzz.targets.{named[0]}"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare:
+            folder = framework_named(node.value, folders)
+            if folder:
+                hits.append((node.lineno, f"names {folder}: {node.value[:40]!r}"))
+    return sorted(hits)
 
 
 # The entry points, where imports inside functions are the rule: the command line (each command
@@ -155,7 +211,8 @@ def figures() -> dict:
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in mods.items()}
     bound = kind_tuples(trees.values())
     edges: dict[str, set[str]] = {m: set() for m in mods}
-    local, private, dispatch, long_files, direction = [], [], [], [], []
+    local, private, dispatch, long_files, direction, frameworks = [], [], [], [], [], []
+    folders = framework_folders()
     for name, path in mods.items():
         text = path.read_text(encoding="utf-8")
         n_lines = text.count("\n") + 1
@@ -163,6 +220,9 @@ def figures() -> dict:
             long_files.append((str(path.relative_to(ROOT)), n_lines))
         tree = trees[name]
         is_pkg = path.name == "__init__.py"
+        rel = str(path.relative_to(ROOT))
+        if _framework_folder(rel, folders) is None:
+            frameworks += [(rel, line, what) for line, what in framework_names(tree, name, is_pkg, folders)]
         funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         in_func = {id(x) for f in funcs for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom, ast.Call))}
         for node in ast.walk(tree):
@@ -203,12 +263,15 @@ def figures() -> dict:
         "dispatch": [f"{f}:{line}" for f, line in dispatch],
         "against_direction": len(direction),
         "direction": [f"{f}:{line} {why}" for f, line, why in direction],
+        "framework_names_outside_their_folder": len(frameworks),
+        "framework_names": [f"{f}:{line} {what}" for f, line, what in frameworks],
         # per file, for tests/test_layout.py (line numbers move with every edit; files do not)
         "by_file": {
             "function_local_imports": _count(f for f, _ in local if not f.startswith(CLI_LAYER)),
             "kind_string_dispatch": _count(f for f, _ in dispatch),
             "private_imports": _count(f for f, _, _ in private),
             "against_direction": _count(f for f, _, _ in direction),
+            "framework_names": _count(f for f, _, _ in frameworks),
         },
         "long_file_lines": dict(long_files),
     }
@@ -267,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{f['modules']} modules: {f['import_cycles']} import cycle(s), {f['function_local_imports']} function-local "
         f"maskfuzz imports, {f['private_imports']} private cross-module imports, {f['files_over_800_lines']} files "
         f"over 800 lines, {f['kind_string_dispatch']} string comparisons of a kind, {f['against_direction']} "
-        "import(s) against the direction"
+        f"import(s) against the direction, {f['framework_names_outside_their_folder']} framework name(s) outside "
+        "their folder"
     )
     for c in f["cycles"]:
         print(f"  cycle ({len(c)}): {', '.join(c)}")
@@ -275,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  long: {line}")
     for line in f["direction"]:
         print(f"  direction: {line}")
+    for line in f["framework_names"]:
+        print(f"  framework: {line}")
     return 0
 
 

@@ -197,6 +197,20 @@ def framework_folders(root: Path = Path(__file__).resolve().parent) -> dict[str,
     }
 
 
+def folder_module(target_id: str, name: str, root: Path = Path(__file__).resolve().parent) -> str | None:
+    """`maskfuzz.targets.<folder>.<name>` when the framework's folder holds `<name>.py` (an optional part:
+    `rollout`, `upstream_recipe`), else None; the module path is built from the id, so no table names it."""
+    folder = target_id.replace("-", "_")
+    if not (root / folder / f"{DECLARATION}.py").is_file() or not (root / folder / f"{name}.py").is_file():
+        return None
+    return f"maskfuzz.targets.{folder}.{name}"
+
+
+def folders_with(name: str, root: Path = Path(__file__).resolve().parent) -> tuple[str, ...]:
+    """The ids of the frameworks whose folder holds `<name>.py`, sorted."""
+    return tuple(t for t in framework_folders(root) if folder_module(t, name, root))
+
+
 # target id -> the module that defines its SPEC (one place per target)
 ADAPTER_MODULES: dict[str, str] = framework_folders()
 

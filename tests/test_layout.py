@@ -9,7 +9,10 @@
 - a private name imported from another module;
 - a comparison of a kind with a kind's name outside that kind's own package, `oracles/kinds/<kind>/` (the kind
   registry, `KindSpec`, is the dispatch);
-- a file over 800 lines.
+- a file over 800 lines;
+- a framework's name outside its folder `targets/<fw>/` (an import of `maskfuzz.targets.<fw>` or a string
+  constant naming the framework: its id, `<fw>:...`, `<fw>@...`, its module path): the registry, the rollout
+  session and the upstream-test writer find a framework's parts from its folder.
 
 The tree meets every rule: the allowances below are empty. They stay as the one place an exception
 would be written, per file, and they may only shrink: a new violation fails, and so does a listed one
@@ -38,10 +41,11 @@ FIGURES = LAYOUT.figures()
 
 # Exceptions to the rules, per file (see the module docstring): none. Each number may only go down.
 ALLOWED: dict[str, dict[str, int]] = {
-    'function_local_imports': {},
-    'kind_string_dispatch': {},
-    'private_imports': {},
-    'against_direction': {},
+    "function_local_imports": {},
+    "kind_string_dispatch": {},
+    "private_imports": {},
+    "against_direction": {},
+    "framework_names": {},
 }
 LONG_FILES: set[str] = set()  # none left: every file is at most 800 lines
 CYCLES: list[set[str]] = []  # none left
@@ -53,8 +57,14 @@ def test_the_kind_names_the_figures_look_for_are_the_registered_kinds():
     assert set(LAYOUT.KIND_NAMES) == set(ALL_KINDS)
 
 
+def test_the_frameworks_the_figures_look_for_are_the_registered_targets():
+    from maskfuzz.targets.registry import ADAPTER_MODULES
+
+    assert set(LAYOUT.framework_folders().values()) == set(ADAPTER_MODULES)
+
+
 @pytest.mark.parametrize("rule", ["function_local_imports", "private_imports", "against_direction",
-                                  "kind_string_dispatch"])  # fmt: skip
+                                  "kind_string_dispatch", "framework_names"])  # fmt: skip
 def test_no_new_violation_and_the_allowances_are_current(rule):
     found, allowed = FIGURES["by_file"][rule], ALLOWED.get(rule, {})
     new = {f: n for f, n in found.items() if n > allowed.get(f, 0)}
@@ -78,8 +88,8 @@ def test_no_new_import_cycle():
 
 
 def test_the_rules_catch_what_they_name(tmp_path):
-    """The detector itself: a cycle, an upward import, a private import, a local import and a kind
-    dispatch planted in a throwaway tree are each found."""
+    """The detector itself: a cycle, an upward import, a private import, a local import, a kind
+    dispatch and a framework named outside its folder planted in a throwaway tree are each found."""
     for pkg in ("oracles", "targets", "fuzz"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
@@ -97,6 +107,15 @@ def test_the_rules_catch_what_they_name(tmp_path):
     (tmp_path / "oracles" / "kinds" / "kl").mkdir()
     (tmp_path / "oracles" / "kinds" / "gae" / "p.py").write_text("def f(kind):\n    return kind == 'returns'\n")
     (tmp_path / "oracles" / "kinds" / "kl" / "q.py").write_text("def f(kind):\n    return kind in ('kl', 'gae')\n")
+    # a framework (a folder with a declare.py) named outside its folder: an import, a literal importlib name and
+    # a pin string count; docstrings and bare strings do not, nor does the framework's own folder
+    (tmp_path / "targets" / "fake_fw").mkdir()
+    for name in ("__init__", "declare", "calls"):
+        (tmp_path / "targets" / "fake_fw" / f"{name}.py").write_text("ID = 'fake-fw'\n")
+    (tmp_path / "fuzz" / "g.py").write_text('"""fake-fw"""\nimport importlib\n'
+                                            "from maskfuzz.targets.fake_fw import calls\n"
+                                            "M = importlib.import_module('maskfuzz.targets.fake_fw.calls')\n"
+                                            "'fake_fw'\nPIN = 'fake-fw@1.0'\nOTHER = 'fake-fwx'\n")  # fmt: skip
     old = LAYOUT.ROOT
     LAYOUT.ROOT = tmp_path
     try:
@@ -110,3 +129,4 @@ def test_the_rules_catch_what_they_name(tmp_path):
     # a kind's own package may name its own kinds (GAE's: gae, returns), never another's
     assert f["by_file"]["kind_string_dispatch"] == {"fuzz/c.py": 1, "fuzz/e.py": 1, "oracles/kinds/kl/q.py": 1}
     assert set(f["long_file_lines"]) == {"fuzz/c.py"}
+    assert f["by_file"]["framework_names"] == {"fuzz/g.py": 3}

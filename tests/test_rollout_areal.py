@@ -1,4 +1,4 @@
-"""Reach you can run: AReaL's lost outcome score on a real rollout (targets/rollout/areal.py, released wheel 1.0.4).
+"""Reach you can run: AReaL's lost outcome score on a real rollout (targets/areal/rollout.py, released wheel 1.0.4).
 
 A tiny random causal LM generates real responses; AReaL's own code at the pin (the RLVR workflow's episode with
 its chat template, `batched_call` -> `concat_padded_tensors`, `PPOActor._compute_advantages`) runs on them in a

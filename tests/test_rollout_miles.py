@@ -1,4 +1,4 @@
-"""Reach you can run: miles' single-turn batch code on a real rollout (targets/rollout/miles.py, wheel miles-rl 0.0.2).
+"""Reach you can run: miles' single-turn batch code on a real rollout (targets/miles/rollout.py, wheel miles-rl 0.0.2).
 
 A tiny random causal LM generates real responses; miles' own code at the pin (the default `generate` of
 sglang_rollout.py, `RolloutManager._convert_samples_to_train_data`, `_split_train_data_by_dp`,
@@ -23,8 +23,8 @@ from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.oracles.domain import POISON_PROBE
 from maskfuzz.targets import registry
+from maskfuzz.targets.miles import rollout as miles_batch
 from maskfuzz.targets.rollout import lm
-from maskfuzz.targets.rollout import miles as miles_batch
 from maskfuzz.targets.rollout.requests import BatchRequest, Fault
 from maskfuzz.targets.rollout.session import open_rollout
 

@@ -1,4 +1,4 @@
-"""Reach you can run: OpenRLHF's experience maker on a real rollout (targets/rollout/openrlhf.py, 0.3.6.post1).
+"""Reach you can run: OpenRLHF's experience maker on a real rollout (targets/openrlhf/rollout.py, 0.3.6.post1).
 
 A tiny random causal LM generates real responses; OpenRLHF's own code (`Actor.process_sequences`,
 `compute_reward`, `NaiveExperienceMaker.get_advantages_and_returns`) runs on them in a worker process, the

@@ -28,8 +28,9 @@ from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.verdict import Verdict
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout import lm
-from maskfuzz.targets.rollout.session import open_rollout
+from maskfuzz.targets.rollout.session import batch_code, open_rollout
 from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import SetupError, parse_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_PIN, FIX_PIN = "c09bc8bc9f43", "090ac94658ad"
@@ -107,6 +108,17 @@ def test_validate_says_when_there_is_no_real_rollout_path(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot run" in err and "no real-rollout path for roll:agentic" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_batch_code_is_found_in_the_framework_folder():
+    """`targets/<framework>/rollout.py` is a target's real-rollout path (no list of names in targets/rollout/); a
+    folder without one, or an entry named in the ref, has none, and the refusal lists the targets that have one."""
+    assert batch_code(parse_ref("roll@c09bc8bc9f43")) == "maskfuzz.targets.roll.rollout"
+    assert batch_code(parse_ref("nemo-rl@v0.4.0")) is None and batch_code(parse_ref("roll:agentic@main")) is None
+    assert registry.folders_with("rollout") == ("areal", "miles", "openrlhf", "roll", "skyrl", "slime", "trl", "verl")
+    with pytest.raises(SetupError, match=r"no real-rollout path for nemo-rl yet \(covered: areal, miles, .*verl\)"):
+        with open_rollout("nemo-rl@v0.4.0"):
+            pass
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reach you can run: SkyRL's masked-value bootstrap on a real rollout (targets/rollout/skyrl.py, released wheel 0.3.1).
+"""Reach you can run: SkyRL's masked-value bootstrap on a real rollout (targets/skyrl/rollout.py, released wheel 0.3.1).
 
 A tiny random causal LM generates real responses; SkyRL's own trainer step at the pin (the generator output checked
 by `validate_generator_output`, `postprocess_generator_output`, `convert_to_training_input` ->
@@ -32,10 +32,10 @@ from maskfuzz.fuzz import corpus
 from maskfuzz.fuzz import validate as val
 from maskfuzz.targets import registry
 from maskfuzz.targets.rollout import lm
-from maskfuzz.targets.rollout import skyrl as skyrl_batch
 from maskfuzz.targets.rollout.requests import BatchRequest, Fault
 from maskfuzz.targets.rollout.session import open_rollout
 from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.skyrl import rollout as skyrl_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN, MAIN_PIN = "0.3.1", "a9564572eb8e"

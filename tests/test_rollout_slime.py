@@ -1,4 +1,4 @@
-"""Reach you can run: slime's Search-R1 agent loop on a real rollout (targets/rollout/slime.py, git pin 624b824a8).
+"""Reach you can run: slime's Search-R1 agent loop on a real rollout (targets/slime/rollout.py, git pin 624b824a8).
 
 A tiny random causal LM generates real responses; slime's own code at the pin (the multi-turn generate function of
 examples/search-r1/generate_with_search.py, which appends the tool observation with loss mask 0, the rollout

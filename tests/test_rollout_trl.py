@@ -1,4 +1,4 @@
-"""Reach you can run: TRL's lost outcome score on a real rollout (targets/rollout/trl.py, released wheel 1.12.0).
+"""Reach you can run: TRL's lost outcome score on a real rollout (targets/trl/rollout.py, released wheel 1.12.0).
 
 A tiny random causal LM generates real responses; TRL's own rollout processing of `PPOTrainer.train()` at the pin
 (the no_grad block after `batch_generation`: `selective_log_softmax`, `truncate_response`, `first_true_indices`,

@@ -1,4 +1,4 @@
-"""Reach you can run: verl's masked-value bootstrap on a real rollout (`maskfuzz validate`, targets/rollout/verl.py).
+"""Reach you can run: verl's masked-value bootstrap on a real rollout (`maskfuzz validate`, targets/verl/rollout.py).
 
 A tiny random causal LM generates real responses; verl's own batch code at the pin (the vLLM rollout's response
 building with `pad_*` / `get_response_mask`, `compute_response_mask`, the reward manager placing a rule score,

@@ -148,3 +148,20 @@ def test_the_poisoned_input_is_the_judges_probe_where_the_domain_lets_poison_be(
     assert bool((with_critic.values[dead] != 0).any())
     assert bool((no_critic.values[dead] == 0).all()) and bool((no_critic.token_rewards[dead] != 0).any())
     assert bool((no_critic.token_rewards[case.trainable] == case.token_rewards[case.trainable]).all())
+
+
+def test_the_recipes_are_found_in_the_framework_folders():
+    """A target has an upstream test iff its folder holds `upstream_recipe.py` (no list of names in fuzz/); a
+    target without one is refused with the ones that have one."""
+    from maskfuzz.targets.registry import ADAPTER_MODULES
+
+    with_recipe = {t for t in ADAPTER_MODULES if upstream_test.supported(t)}
+    assert with_recipe == {"verl", "openrlhf", "skyrl", "torchrl"}
+    assert all(upstream_test.recipe_of(t).call.startswith("{fn}(") for t in with_recipe)
+    assert upstream_test.recipe_of("trl") is None and not upstream_test.supported("no-such-target")
+    case = Case.build(trainable=[[1, 1]], values=[[0.5, 0.25]], score=[1.0])
+    with pytest.raises(ValueError, match="no upstream-test recipe for trl; known: openrlhf, skyrl, torchrl, verl"):
+        upstream_test.render(
+            case, Declared("compressed"), target="trl", pin="1.0", resolved="trl==1.0",
+            where="trl/x.py::gae", mechanism="m", prop="reference",
+        )  # fmt: skip

@@ -197,7 +197,7 @@ def pipeline_config() -> SimpleNamespace:
 def rlvr_config(max_len_mask: bool = False) -> SimpleNamespace:
     """`pipeline_config` with the fields the RLVR pipeline's `get_sample_level_mask` reads: `max_len_mask` as
     given, the difficulty and error-length masks off (their defaults). Used by the real-rollout path
-    (`targets.rollout.roll`), which calls ROLL's sample mask on the batch ROLL built from a generation."""
+    (`targets.roll.rollout`), which calls ROLL's sample mask on the batch ROLL built from a generation."""
     config = pipeline_config()
     config.max_len_mask = max_len_mask
     config.difficulty_mask = False

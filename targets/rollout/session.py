@@ -22,7 +22,7 @@ from typing import Iterator, Mapping
 
 from maskfuzz.targets import registry as registry_mod
 from maskfuzz.targets.registry import TargetSpec
-from maskfuzz.targets.rollout import BATCH_CODE
+from maskfuzz.targets.rollout import ROLLOUT
 from maskfuzz.targets.runtime.acquire import AcquireError, Checkout, acquire
 from maskfuzz.targets.runtime.client import LoadSpec, Worker, WorkerLoadError, WorkerSkip
 from maskfuzz.targets.runtime.repos import parse_repos
@@ -40,7 +40,7 @@ class Rollout:
     checkout: Checkout
     lm: Worker
     batch: Worker
-    module: str = ""  # the batch-code module (`BATCH_CODE`)
+    module: str = ""  # the batch-code module (`batch_code`)
     info: dict = field(default_factory=dict)  # "lm" and "batch": each worker's load info (where, notes, stand-ins)
 
     def declaration(self):
@@ -50,10 +50,9 @@ class Rollout:
 
 
 def batch_code(ref: TargetRef) -> str | None:
-    """The batch-code module of `ref` (`target:entry` first, then the target's default entry), or None."""
-    if ref.entry is None:
-        return BATCH_CODE.get(ref.target)
-    return BATCH_CODE.get(f"{ref.target}:{ref.entry}")
+    """The batch-code module of `ref`'s target, `targets/<framework>/rollout.py`, for its default entry (an
+    entry named in the ref has none), or None when the folder has none."""
+    return registry_mod.folder_module(ref.target, ROLLOUT) if ref.entry is None else None
 
 
 @contextlib.contextmanager
@@ -73,7 +72,7 @@ def open_rollout(
     if module is None:
         named = f"{ref.target}:{ref.entry}" if ref.entry else ref.target
         raise SetupError(
-            f"{ref}: no real-rollout path for {named} yet (covered: {', '.join(sorted(BATCH_CODE))}); "
+            f"{ref}: no real-rollout path for {named} yet (covered: {', '.join(registry_mod.folders_with(ROLLOUT))}); "
             "`maskfuzz repro` reproduces the case at the function itself"
         )
     try:

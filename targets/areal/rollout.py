@@ -82,14 +82,14 @@ def load(root: Path, entry: str | None) -> Loaded:
         for name in methods:
             node = find_method(cls, name) if cls is not None else None
             if node is None:
-                raise NotPresent(f"no {rel}::{cls_name}.{name} at this pin: update targets/rollout/areal.py")
+                raise NotPresent(f"no {rel}::{cls_name}.{name} at this pin: update targets/areal/rollout.py")
             fns[name] = tree.function(path, node)
     wf = tree.resolve(root / WORKFLOW[0], ["default_get_input_ids_fn"])
     # hf_utils.apply_chat_template is two @overload stubs and the implementation: the implementation, the last def
     hf = root / HF_UTILS
     impl = [n for n in tree.file(hf).tree.body if isinstance(n, ast.FunctionDef) and n.name == "apply_chat_template"]
     if not impl:
-        raise NotPresent(f"no {HF_UTILS}::apply_chat_template at this pin: update targets/rollout/areal.py")
+        raise NotPresent(f"no {HF_UTILS}::apply_chat_template at this pin: update targets/areal/rollout.py")
     wf["apply_chat_template"] = tree.function(hf, impl[-1])
     version = tree.resolve(root / "areal/utils/pkg_version.py", ["is_version_greater_or_equal"])  # a module import
     version.update(

@@ -114,7 +114,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         raise ValueError(f"the real-rollout path of slime covers its PPO step (entry default), not {entry!r}")
     root = Path(root)
     if not (root / EXAMPLE).is_file():
-        raise RuntimeError(f"no {EXAMPLE} at this pin: update targets/rollout/slime.py")
+        raise RuntimeError(f"no {EXAMPLE} at this pin: update targets/slime/rollout.py")
     mpu = install_mpu_state()
     types_mod = import_from(root, "slime.utils.types")
     loss_mod = import_from(root, LOSS)
@@ -136,7 +136,7 @@ def load(root: Path, entry: str | None) -> Loaded:
                    GenerateState=lambda args: types.SimpleNamespace(tokenizer=tokenizer))  # fmt: skip
     configs = tree.resolve(root / EXAMPLE, ["SEARCH_R1_CONFIGS"]).get("SEARCH_R1_CONFIGS")
     if configs is None:
-        raise RuntimeError(f"{EXAMPLE} has no SEARCH_R1_CONFIGS: update targets/rollout/slime.py")
+        raise RuntimeError(f"{EXAMPLE} has no SEARCH_R1_CONFIGS: update targets/slime/rollout.py")
     example["SEARCH_R1_CONFIGS"] = {**copy.deepcopy(configs), "max_turns": 1}  # module docstring, step 1
     manager = tree.namespace(root / _MANAGER)
     manager.update(Sample=types_mod.Sample, ray=_ObjectStore, Box=box)
@@ -151,7 +151,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         node = next((n for n in scope.body if getattr(n, "name", None) == name), None) if cls_name is None else \
             find_method(scope, name)  # fmt: skip
         if node is None:
-            raise RuntimeError(f"{path} has no {cls_name or 'module'} function {name}: update targets/rollout/slime.py")
+            raise RuntimeError(f"{path} has no {cls_name or 'module'} function {name}: update targets/slime/rollout.py")
         fns[name] = tree.function(root / path, node)
     caller = loss_mod.compute_advantages_and_returns
 

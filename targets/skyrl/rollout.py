@@ -118,7 +118,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     root = Path(root)
     layout = next((lay for lay in (RELEASE, MAIN) if (root / lay.trainer).is_file()), None)
     if layout is None:
-        raise RuntimeError(f"no {RELEASE.trainer} or {MAIN.trainer} at {root}: update targets/rollout/skyrl.py")
+        raise RuntimeError(f"no {RELEASE.trainer} or {MAIN.trainer} at {root}: update targets/skyrl/rollout.py")
     if (root / "skyrl-gym").is_dir():  # git main's ppo_utils imports skyrl_gym, a subproject of the monorepo
         sys.path.insert(0, str(root / "skyrl-gym"))
     ppo = import_from(root, layout.ppo_utils)
@@ -138,14 +138,14 @@ def load(root: Path, entry: str | None) -> Loaded:
     )
     cls = find_class(tree.file(trainer_path).tree, "RayPPOTrainer")
     if cls is None:
-        raise RuntimeError(f"{trainer_path} has no class RayPPOTrainer: update targets/rollout/skyrl.py")
+        raise RuntimeError(f"{trainer_path} has no class RayPPOTrainer: update targets/skyrl/rollout.py")
     fns = {}
     for name in _METHODS:
         node = find_method(cls, name)
         if node is not None:
             fns[name] = tree.function(trainer_path, node)
         elif name != "pad_batch":  # git main pads in convert_to_training_input (pad_training_input_batch)
-            raise RuntimeError(f"RayPPOTrainer has no method {name} at this pin: update targets/rollout/skyrl.py")
+            raise RuntimeError(f"RayPPOTrainer has no method {name} at this pin: update targets/skyrl/rollout.py")
     utils_path = root / layout.trainer_utils
     fns["validate_generator_output"] = tree.resolve(utils_path, ["validate_generator_output"]).get(
         "validate_generator_output")  # fmt: skip

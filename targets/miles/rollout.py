@@ -108,7 +108,7 @@ def load(root: Path, entry: str | None) -> Loaded:
         node = next((n for n in scope.body if getattr(n, "name", None) == name), None) if cls_name is None else \
             find_method(scope, name)  # fmt: skip
         if node is None:
-            raise RuntimeError(f"{path} has no {cls_name or 'module'} function {name}: update targets/rollout/miles.py")
+            raise RuntimeError(f"{path} has no {cls_name or 'module'} function {name}: update targets/miles/rollout.py")
         fns[name] = tree.function(root / path, node)
 
     def run(request: BatchRequest, device: str) -> tuple[Batch]:
