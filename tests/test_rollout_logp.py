@@ -77,7 +77,9 @@ def test_rollout_logp_is_a_poisoned_input_and_no_narrowing_of_the_domain():
 # -- an importance-sampling-corrected loss: w = exp(old_logp - rollout_logp), token-mean of w * (-A r) ---------------
 def _is_loss(masked_weights: bool):
     """`masked_weights` False is the mutant: the weights are self-normalised by their mean over every position of
-    the micro-batch, masked ones included (the poison under the mask reaches every trainable token)."""
+    the micro-batch, masked ones included (the poison under the mask reaches every trainable token). The correct
+    form weighs each trainable token by its own ratio: a per-micro-batch normaliser would break split-invariance by
+    design, which the correct form must not."""
 
     def micro(rows, logp, mask, step):
         dt, live = logp.dtype, mask > 0
@@ -86,7 +88,6 @@ def _is_loss(masked_weights: bool):
         logp, old, adv = (torch.where(live, x, zero) for x in (logp, old, adv))
         if masked_weights:
             w = torch.where(live, torch.exp(old - torch.where(live, rollout, zero)), zero)
-            w = w / (w.sum() / live.sum().clamp(min=1)).clamp(min=1e-12)
         else:
             w = torch.exp(old - rollout)
             w = w / w.mean()
