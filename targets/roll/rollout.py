@@ -27,14 +27,12 @@ the last attended token. Stand-ins: the ROLL fuzzing worker's (`targets.roll.dec
 from __future__ import annotations
 
 import inspect
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from maskfuzz.targets.adapters.base import Loaded, import_from
-from maskfuzz.targets.roll.calls import rlvr_config
+from maskfuzz.targets.roll.calls import quiet_logs, rlvr_config
 from maskfuzz.targets.rollout.lm import Generation
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 
@@ -64,7 +62,7 @@ def load(root: Path, entry: str | None) -> Loaded:
     """Import ROLL's batch code from the checkout at `root`; `run(BatchRequest, device)` answers `(Batch,)`."""
     if entry not in (None, "default"):
         raise ValueError(f"the real-rollout path of roll covers its RLVR pipeline (entry default), not {entry!r}")
-    os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "maskfuzz-roll-logs"))
+    quiet_logs()
     modules = {name: import_from(root, name) for name, _ in PRESERVED}
     fns = {attr: _attr(modules[name], attr) for name, attr in PRESERVED}
     called = [f"{_where(root, fns[attr])}::{attr}" for _, attr in PRESERVED]
