@@ -35,6 +35,13 @@ GROUPS = (
     ("skyrl", "0.3.1", "policy-loss", ("policy-loss:dual_clip", "policy-loss:gspo", "policy-loss:sapo")),
     ("skyrl", "main", "policy-loss", ("policy-loss:dppo", "policy-loss:rollout_is", "policy-loss:importance_sampling")),
     ("skyrl", "main", "grpo", ("adv:maxrl",)),
+    # the config choices with call recipes and the frameworks discovered since (issue 26, third slice)
+    ("nemo-rl", "main", "policy-loss", ("loss:disable_ppo_ratio=true", "loss:truncated_importance_sampling_type=tis")),
+    ("slime", "main", "policy-loss", ("policy:gspo", "switch:use_tis")),
+    ("miles", "0.0.2", "policy-loss", ("policy:gspo", "switch:use_tis")),
+    ("areal", "1.0.4", "adv-norm", ("adv-norm:adv_norm.mean_level=group",)),
+    ("openrlhf", "0.11.2", "group_norm", ("adv:reinforce_baseline",)),
+    ("roll", "main", "agentic-reinforce", ("ret:reinforce",)),
 )
 
 
