@@ -371,12 +371,17 @@ class Domain:
 def _logprobs_ok(case: Case) -> torch.Tensor:
     """bool [B, T]: positions where the case's finite log-probs could be those of a policy and its
     next update (<= 0, |logp - old_logp| <= LOGRATIO_SPAN; `ref_logp` in place of `old_logp` for a KL
-    in the reward); trainable positions, cases without both inputs and non-finite values
-    (`nonfinite_poison`'s business) always pass."""
+    in the reward; the rollout engine's `rollout_logp`, where drawn, <= 0 and as near `old_logp`);
+    trainable positions, cases without both inputs and non-finite values (`nonfinite_poison`'s
+    business) always pass."""
     other = next((n for n in ("old_logp", "ref_logp") if n in case.extra), None)  # the policy's update / reference
     if "logp" not in case.extra or other is None:
         return torch.ones(case.shape, dtype=torch.bool)
     lp, old = case.extra["logp"], case.extra[other]
     finite = torch.isfinite(lp) & torch.isfinite(old)
     fine = (lp <= 0) & (old <= 0) & ((lp - old).abs() <= LOGRATIO_SPAN)
+    rollout = case.extra.get("rollout_logp")  # the rollout engine's, where drawn: near the old policy's too
+    if rollout is not None:
+        finite = finite & torch.isfinite(rollout)
+        fine = fine & (rollout <= 0) & ((rollout - old).abs() <= LOGRATIO_SPAN)
     return case.trainable | ~finite | fine

@@ -192,3 +192,15 @@ def test_slime_and_miles_switch_entries_draw_the_rollout_log_probs_and_hand_them
     derived = case.replace(extra={k: v for k, v in case.extra.items() if k != "rollout_logp"})
     got = miles_calls.with_rollout_log_probs(derived, torch.tensor([0]), pbatch)["rollout_log_probs"][0]
     assert got.tolist() == [-2.5 - (-2.0 + 2.5) / 2, -3.5 - (-3.0 + 3.5) / 2, -4.0]
+
+
+def test_a_domain_of_log_probabilities_rejects_a_rollout_logp_that_is_none():
+    """Where masked log-probs must be log-probabilities, the rollout engine's are judged by the same rule: a positive
+    one under the mask puts the case outside the domain (and the strategy's finish keeps drawn ones inside)."""
+    domain = Domain(masked_logprobs=False, rollout_logprobs=True, why={"masked_logprobs": "log-softmax"})
+    rows = [[1, 1, 0]]
+    extra = {"logp": [[-1.0, -1.0, -1.0]], "old_logp": [[-1.0, -1.0, -1.0]], "adv": [[1.0, 1.0, 0.0]]}
+    fine = Case.build(trainable=rows, attention=rows, extra={**extra, ROLLOUT: [[-1.0, -1.0, -1.5]]})
+    bad = Case.build(trainable=rows, attention=rows, extra={**extra, ROLLOUT: [[-1.0, -1.0, 30.0]]})
+    assert domain.rejects(fine) is None
+    assert "not a log-probability" in (domain.rejects(bad) or "")
