@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import textwrap
-from datetime import datetime, timezone
-from pathlib import Path
 
 import git
 import pytest
 import torch
+from discovery_nights import commit, job
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.fuzz.report import write_report
@@ -91,18 +90,6 @@ class ActorConfig:
     loss_scale_factor: float | None = None
     global_batch_info: dict = field(default_factory=dict)
 """
-_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
-
-
-def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
-    root = Path(repo.working_tree_dir)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    repo.index.add(list(files))
-    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
-    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
 
 
 @pytest.fixture
@@ -113,7 +100,7 @@ def fake_verl(tmp_path, monkeypatch):
     inits = {f"{p}/__init__.py": "" for p in ("verl", "verl/trainer", "verl/trainer/ppo", "verl/workers",
                                              "verl/workers/config")}  # fmt: skip
     core = "verl/trainer/ppo/core_algos.py"
-    _commit(repo, {**inits, core: _CORE, "verl/workers/config/actor.py": _ACTOR}, "night 1", 1)
+    commit(repo, {**inits, core: _CORE, "verl/workers/config/actor.py": _ACTOR}, "night 1", 1)
     return {"verl": tmp_path / "verl"}, repo
 
 
@@ -124,19 +111,12 @@ def _poisoned_case():
     return Case.build(trainable=[[1, 0]], extra=extra, dtype="float64")
 
 
-def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
-    return fuzz_cmd.Job(
-        label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
-        "cpu", 30.0, None, True,
-    )  # fmt: skip
-
-
 def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_night(fake_verl, tmp_path):
     repos, repo = fake_verl
     nights = []
     for day in (1, 2):  # the moving pin HEAD, read each night after the code is acquired
         if day == 2:
-            _commit(repo, {"verl/trainer/ppo/core_algos.py": _CORE + _LEAKY}, "register the leaky policy loss", 2)
+            commit(repo, {"verl/trainer/ppo/core_algos.py": _CORE + _LEAKY}, "register the leaky policy loss", 2)
         found = fuzz_cmd._discover(["verl@HEAD"], [], repos)
         payload = {"profile": "nightly", "targets": [], "discovered": found}  # what `maskfuzz fuzz --json` writes
         (tmp_path / f"night{day}.json").write_text(json.dumps(payload))
@@ -169,14 +149,14 @@ def test_a_policy_loss_registered_upstream_is_discovered_and_fuzzed_the_next_nig
     assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
     assert "invariants only" in verdicts["reference"].message
 
-    plain = fuzz_cmd.run_job(_job(f"verl:policy-loss:plain_pg@{night2}", repos))
+    plain = fuzz_cmd.run_job(job(f"verl:policy-loss:plain_pg@{night2}", repos, examples=15))
     assert plain.status == "ok" and plain.judged == "invariants only", plain.reason
     assert plain.kind == "policy-loss" and plain.checked["reference"] == 0
     assert plain.checked["poison"] > 0 and plain.checked["permutation"] > 0 and not plain.findings
 
-    skipped = fuzz_cmd.run_job(_job(f"verl:policy-loss:needs_values@{night2}", repos))
+    skipped = fuzz_cmd.run_job(job(f"verl:policy-loss:needs_values@{night2}", repos, examples=15))
     assert skipped.status == "skipped" and "not the common signature" in skipped.reason
-    gone = fuzz_cmd.run_job(_job(f"verl:policy-loss:leaky@{night1}", repos))  # not registered on night 1
+    gone = fuzz_cmd.run_job(job(f"verl:policy-loss:leaky@{night1}", repos, examples=15))  # not registered on night 1
     assert gone.status == "skipped" and "no policy loss 'leaky' is registered" in gone.reason
 
 
@@ -404,7 +384,7 @@ def fake_skyrl(tmp_path, monkeypatch):
     files = {f"{p}/__init__.py": "" for p in ("skyrl_train", "skyrl_train/utils", "skyrl_train/config")}
     files["skyrl_train/utils/ppo_utils.py"] = _SKY_UTILS
     files["skyrl_train/config/ppo_base_config.yaml"] = _SKY_CONFIG
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     return {"skyrl": tmp_path / "skyrl"}, repo
 
 
@@ -424,7 +404,7 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
                                                            "adv:mean_baseline")]  # fmt: skip
 
     night1 = first["resolved"]
-    _commit(repo, {"skyrl_train/utils/ppo_utils.py": _SKY_UTILS + _SKY_NIGHT2}, "register leaky and whitened", 2)
+    commit(repo, {"skyrl_train/utils/ppo_utils.py": _SKY_UTILS + _SKY_NIGHT2}, "register leaky and whitened", 2)
     second = fuzz_cmd._discover(["skyrl@HEAD"], [], repos)["skyrl@HEAD"]
     night2 = second["resolved"]
     assert night2 != night1 and set(second["labels"]) - set(first["labels"]) == {
@@ -433,19 +413,19 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
     assert not whitened["callable"] and "masked_whiten at skyrl_train/utils/ppo_utils.py:" in whitened["reason"]
 
     # judged as the fuzzer judges them, through SkyRL's own registry and the pin's config defaults
-    dual = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:dual_clip@{night2}", repos, examples=20))
+    dual = fuzz_cmd.run_job(job(f"skyrl:policy-loss:dual_clip@{night2}", repos, examples=20))
     assert dual.status == "ok" and dual.judged == "invariants only", dual.reason
     assert dual.checked["reference"] == 0 and dual.checked["poison"] > 0 and not dual.findings, dual.checked
     assert any("ppo_base_config.yaml" in n for n in dual.notes), dual.notes
-    mean = fuzz_cmd.run_job(_job(f"skyrl:adv:mean_baseline@{night2}", repos, examples=8))
+    mean = fuzz_cmd.run_job(job(f"skyrl:adv:mean_baseline@{night2}", repos, examples=8))
     assert mean.status == "ok" and mean.kind == "group-advantage", mean.reason
     assert mean.checked["group-isolation"] > 0 and mean.checked["permutation"] > 0
     # response_mask is SkyRL's response indicator (calls_kinds.outcome_inputs): rewards on loss-masked response
     # tokens enter the sum, a fact without a pipeline domain (api), never a defect
     assert not mean.defects and all(f.property != "group-isolation" for f in mean.findings), mean.findings
-    skipped = fuzz_cmd.run_job(_job(f"skyrl:adv:whitened@{night2}", repos))
+    skipped = fuzz_cmd.run_job(job(f"skyrl:adv:whitened@{night2}", repos, examples=15))
     assert skipped.status == "skipped" and "normalises over the whole batch" in skipped.reason
-    gone = fuzz_cmd.run_job(_job(f"skyrl:policy-loss:leaky@{night1}", repos))
+    gone = fuzz_cmd.run_job(job(f"skyrl:policy-loss:leaky@{night1}", repos, examples=15))
     assert gone.status == "skipped" and "no policy loss 'leaky' is registered" in gone.reason
     with open_target(f"skyrl:policy-loss:leaky@{night2}", repos=repos, timeout=30) as handle:
         assert handle.declared.reference is False and "leaky_loss" in handle.info["where"]

@@ -5,37 +5,14 @@ a choice added upstream is a listed variant the next night (with its reason), wi
 from __future__ import annotations
 
 import json
-import textwrap
-from datetime import datetime, timezone
-from pathlib import Path
 
 import git
 import pytest
+from discovery_nights import commit, job
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.fuzz.report import write_report
 from maskfuzz.targets import discovery, listing
-
-_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
-
-
-def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
-    root = Path(repo.working_tree_dir)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    repo.index.add(list(files))
-    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
-    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
-
-
-def _job(label: str, repos: dict) -> fuzz_cmd.Job:
-    return fuzz_cmd.Job(
-        label, False, "compressed", {k: str(v) for k, v in repos.items()}, 5, None, 0, True, False, True,
-        "cpu", 30.0, None, True,
-    )  # fmt: skip
-
 
 # -- a fake OpenRLHF: the CLI flag with its choices, and the dispatcher that switches on it ------------------------
 _CLI = """
@@ -80,7 +57,7 @@ def fake_openrlhf(tmp_path, monkeypatch):
                                              "openrlhf/trainer/ppo_utils")}  # fmt: skip
     files["openrlhf/cli/train_ppo_ray.py"] = _CLI.replace("{choices}", repr(_NIGHT1))
     files["openrlhf/trainer/ppo_utils/experience_maker.py"] = _EM
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     return {"openrlhf": tmp_path / "openrlhf"}, repo
 
 
@@ -90,7 +67,7 @@ def test_an_openrlhf_estimator_choice_added_upstream_is_listed_the_next_night(fa
     for day in (1, 2):
         if day == 2:  # upstream adds a choice (and nothing else): maskfuzz has no recipe for it
             cli = _CLI.replace("{choices}", repr([*_NIGHT1, "new_estimator"]))
-            _commit(repo, {"openrlhf/cli/train_ppo_ray.py": cli}, "add an estimator", 2)
+            commit(repo, {"openrlhf/cli/train_ppo_ray.py": cli}, "add an estimator", 2)
         found = fuzz_cmd._discover(["openrlhf@HEAD"], [], repos)
         payload = {"profile": "nightly", "targets": [], "discovered": found}  # what `maskfuzz fuzz --json` writes
         (tmp_path / f"night{day}.json").write_text(json.dumps(payload))
@@ -130,9 +107,9 @@ def test_an_openrlhf_estimator_choice_added_upstream_is_listed_the_next_night(fa
     assert "adv:new_estimator (no call recipe for this estimator yet: openrlhf/trainer/ppo_utils/" in text
 
     # fuzzed, it is a skip that says why; the night before, not a choice at all
-    skipped = fuzz_cmd.run_job(_job(f"openrlhf:adv:new_estimator@{second['resolved']}", repos))
+    skipped = fuzz_cmd.run_job(job(f"openrlhf:adv:new_estimator@{second['resolved']}", repos))
     assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
-    gone = fuzz_cmd.run_job(_job(f"openrlhf:adv:new_estimator@{first['resolved']}", repos))
+    gone = fuzz_cmd.run_job(job(f"openrlhf:adv:new_estimator@{first['resolved']}", repos))
     assert gone.status == "skipped" and "'new_estimator' is a choice" in gone.reason, gone.reason
 
 
@@ -182,10 +159,10 @@ def test_a_roll_estimator_value_added_upstream_is_listed_the_next_night(tmp_path
     files = {f"{p}/__init__.py": "" for p in ("roll", "roll/configs", "roll/utils")}
     files["roll/configs/base_config.py"] = _ROLL_CONFIG.replace("{values}", '"gae", "reinforce", "grpo"')
     files["roll/utils/functionals.py"] = _ROLL_FN
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     first = fuzz_cmd._discover(["roll@HEAD"], [], repos)["roll@HEAD"]
     cfg = _ROLL_CONFIG.replace("{values}", '"gae", "reinforce", "grpo", "new_estimator"')
-    _commit(repo, {"roll/configs/base_config.py": cfg}, "add an estimator", 2)
+    commit(repo, {"roll/configs/base_config.py": cfg}, "add an estimator", 2)
     second = fuzz_cmd._discover(["roll@HEAD"], [], repos)["roll@HEAD"]
     assert [v["name"] for v in first["variants"]] == ["gae", "reinforce", "grpo"]
     by = {v["name"]: v for v in second["variants"]}
@@ -200,7 +177,7 @@ def test_a_roll_estimator_value_added_upstream_is_listed_the_next_night(tmp_path
         "NotImplementedError)"
     )
     assert set(second["labels"]) - set(first["labels"]) == {"roll:adv:new_estimator@HEAD"}
-    skipped = fuzz_cmd.run_job(_job(f"roll:adv:new_estimator@{second['resolved']}", repos))
+    skipped = fuzz_cmd.run_job(job(f"roll:adv:new_estimator@{second['resolved']}", repos))
     assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
 
 
@@ -248,7 +225,7 @@ def test_an_areal_kl_choice_added_upstream_is_listed_the_next_night(tmp_path, mo
     files = {f"{p}/__init__.py": "" for p in ("areal", "areal/api", "areal/utils")}
     files["areal/api/cli_args.py"] = _AREAL_CONFIG.replace("{kl}", '["k1", "k2", "k3"]')
     files["areal/utils/data.py"] = _AREAL_DATA
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     first = fuzz_cmd._discover(["areal@HEAD"], [], repos)["areal@HEAD"]
     by = {v["entry"]: v for v in first["variants"]}
     assert len(by) == 2 * 2 * 3 + 3  # two fields of three choices, per use (reward_norm, adv_norm); three KLs
@@ -258,15 +235,15 @@ def test_an_areal_kl_choice_added_upstream_is_listed_the_next_night(tmp_path, mo
     assert by["reward-norm:reward_norm.mean_level=batch"]["reason"].endswith("areal/utils/data.py:9")
     assert by["adv-norm:adv_norm.std_level=none"]["reason"].endswith("areal/utils/data.py:2 (class Normalization)")
     cfg = _AREAL_CONFIG.replace("{kl}", '["k1", "k2", "k3", "k4"]')
-    _commit(repo, {"areal/api/cli_args.py": cfg}, "add a KL estimator", 2)
+    commit(repo, {"areal/api/cli_args.py": cfg}, "add a KL estimator", 2)
     second = fuzz_cmd._discover(["areal@HEAD"], [], repos)["areal@HEAD"]
     new = next(v for v in second["variants"] if v["entry"] == "kl:k4")
     assert new["at"] == "areal/api/cli_args.py:13" and not new["callable"]
     assert new["reason"] == "no call recipe for this estimator yet: areal/utils/data.py:18 (class KLEstimator)"
     assert set(second["labels"]) - set(first["labels"]) == {"areal:kl:k4@HEAD"}
-    skipped = fuzz_cmd.run_job(_job(f"areal:kl:k4@{second['resolved']}", repos))
+    skipped = fuzz_cmd.run_job(job(f"areal:kl:k4@{second['resolved']}", repos))
     assert skipped.status == "skipped" and "no call recipe for this estimator yet" in skipped.reason, skipped.reason
-    level = fuzz_cmd.run_job(_job(f"areal:adv-norm:adv_norm.std_level=none@{second['resolved']}", repos))
+    level = fuzz_cmd.run_job(job(f"areal:adv-norm:adv_norm.std_level=none@{second['resolved']}", repos))
     assert level.status == "skipped" and level.kind == "normalization", level.reason
     # the level has a call recipe, but its not-promised group-isolation rests on Normalization's own words that a
     # batch level is over the entire batch: where the pin lacks them, the recipe is not run

@@ -8,11 +8,10 @@ real mirror is exercised when MASKFUZZ_REPOS names nemo-rl."""
 from __future__ import annotations
 
 import textwrap
-from datetime import datetime, timezone
-from pathlib import Path
 
 import git
 import pytest
+from discovery_nights import commit, job, run
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.targets import discovery
@@ -20,33 +19,9 @@ from maskfuzz.targets.registry import get
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import parse_ref
 
-_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
 _LOSS = "nemo_rl/algorithms/loss/loss_functions.py"
 _GRPO = "nemo_rl/algorithms/grpo.py"
 _HEAD = "7ea279abfbeb"  # main at the mirror snapshot (declare.py)
-
-
-def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
-    root = Path(repo.working_tree_dir)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    repo.index.add(list(files))
-    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
-    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
-
-
-def _job(label: str, repos: dict, examples: int = 5) -> fuzz_cmd.Job:
-    return fuzz_cmd.Job(
-        label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
-        "cpu", 60.0, None, True,
-    )  # fmt: skip
-
-
-def _run(job: fuzz_cmd.Job) -> dict:
-    out = fuzz_cmd.run_job(job)
-    return out if isinstance(out, dict) else out.to_json()
 
 
 # -- a fake checkout in NeMo-RL's layout: the loops' factories, the estimator classes, the loss config and loss -----
@@ -161,7 +136,7 @@ def fake_nemo(tmp_path, monkeypatch):
         "nemo_rl/algorithms/utils.py": _UTILS,
         _LOSS: _loss(1),
     }
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     return {"nemo-rl": tmp_path / "nemo"}, repo
 
 
@@ -199,7 +174,7 @@ def test_a_loss_field_and_an_estimator_added_upstream_are_discovered_the_next_ni
     assert first["labels"] == [f"nemo-rl:{e}@HEAD" for e, v in by.items() if not v["covered_by"]]
 
     night1 = first["resolved"]
-    _commit(repo, {_LOSS: _loss(2), _GRPO: _grpo(2)}, "a loss trick, a teacher term, an estimator", 2)
+    commit(repo, {_LOSS: _loss(2), _GRPO: _grpo(2)}, "a loss trick, a teacher term, an estimator", 2)
     second = fuzz_cmd._discover(["nemo-rl@HEAD"], [], repos)["nemo-rl@HEAD"]
     assert second["resolved"] != night1
     new = {v["entry"]: v for v in second["variants"]}
@@ -213,9 +188,9 @@ def test_a_loss_field_and_an_estimator_added_upstream_are_discovered_the_next_ni
     assert "NewAdvantageEstimator" in est["reason"]
 
     # fuzzed, a listed variant is a skip that says why; a setting absent on night 1 is a skip there
-    skipped = _run(_job(f"nemo-rl:loss:use_teacher=true@{second['resolved']}", repos))
+    skipped = run(job(f"nemo-rl:loss:use_teacher=true@{second['resolved']}", repos, timeout=60.0))
     assert skipped["status"] == "skipped" and "teacher_logprobs" in skipped["reason"], skipped["reason"]
-    gone = _run(_job(f"nemo-rl:loss:use_new_trick=true@{night1}", repos))
+    gone = run(job(f"nemo-rl:loss:use_new_trick=true@{night1}", repos, timeout=60.0))
     assert gone["status"] == "skipped" and "no loss:use_new_trick=true is a NeMo-RL" in gone["reason"], gone["reason"]
 
 
@@ -255,7 +230,7 @@ def test_the_variants_of_the_real_pin_are_discovered_and_one_is_fuzzed_invariant
     assert not found["loss:truncated_importance_sampling_ratio"].callable  # a bound the type entries run
     assert found["loss:use_cispo=true"].citation == "nemo_rl/algorithms/loss/loss_functions.py:160"
     assert found["adv:grpo"].covered_by == "grpo-loo" and found["loss:ratio_clip_c"].covered_by == "policy-loss"
-    out = _run(_job(f"nemo-rl:loss:disable_ppo_ratio=true@{_HEAD}", repos, examples=10))
+    out = run(job(f"nemo-rl:loss:disable_ppo_ratio=true@{_HEAD}", repos, examples=10, timeout=60.0))
     assert out["status"] == "ok" and out["judged"] == "invariants only", out.get("reason")
     assert out["kind"] == "policy-loss" and out["checked"]["reference"] == 0
     assert out["checked"]["split-invariance"] > 0 and out["checked"]["pad-invariance"] > 0

@@ -6,12 +6,11 @@ entry; a choice or switch that lands upstream is found, and fuzzed, the next nig
 from __future__ import annotations
 
 import shutil
-import textwrap
-from datetime import datetime, timezone
 from pathlib import Path
 
 import git
 import pytest
+from discovery_nights import commit, job, run
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.oracles.case import Case
@@ -20,32 +19,6 @@ from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import get
 from maskfuzz.targets.runtime.repos import parse_repos
 from maskfuzz.targets.runtime.session import open_target
-
-_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
-
-
-def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
-    root = Path(repo.working_tree_dir)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    repo.git.add(A=True)
-    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
-    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
-
-
-def _job(label: str, repos: dict, examples: int = 5) -> fuzz_cmd.Job:
-    return fuzz_cmd.Job(
-        label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
-        "cpu", 60.0, None, True,
-    )  # fmt: skip
-
-
-def _run(job: fuzz_cmd.Job) -> dict:
-    out = fuzz_cmd.run_job(job)
-    return out if isinstance(out, dict) else out.to_json()
-
 
 # -- a fake slime (test input, not a target): the argparse layout and the two functions that switch on it ---------
 _ARGS = """
@@ -114,7 +87,7 @@ def _slime_files(estimators: list[str], grpo_branch: list[str], new_switch: bool
 def fake_slime(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     repo = git.Repo.init(tmp_path / "slime")
-    _commit(repo, _slime_files(_NIGHT1, ["grpo", "gspo"], False), "night 1", 1)
+    commit(repo, _slime_files(_NIGHT1, ["grpo", "gspo"], False), "night 1", 1)
     return {"slime": tmp_path / "slime"}, repo
 
 
@@ -141,7 +114,7 @@ def test_slime_options_are_read_at_the_pin_and_a_new_choice_is_an_entry_the_next
     assert "adv:new_est" not in by and "switch:use_new_fix" not in by
 
     # night 2: upstream adds an estimator in grpo's branch, one with its own branch, and a switch of the policy loss
-    _commit(repo, _slime_files([*_NIGHT1, "new_est", "odd_est"], ["grpo", "gspo", "new_est"], True), "night 2", 2)
+    commit(repo, _slime_files([*_NIGHT1, "new_est", "odd_est"], ["grpo", "gspo", "new_est"], True), "night 2", 2)
     second = fuzz_cmd._discover(["slime@HEAD"], [], repos)["slime@HEAD"]
     assert second["resolved"] == repo.head.commit.hexsha != first["resolved"]
     now = {v["entry"]: v for v in second["variants"]}
@@ -157,9 +130,9 @@ def test_slime_options_are_read_at_the_pin_and_a_new_choice_is_an_entry_the_next
     assert "slime:adv:grpo@HEAD" not in labels  # covered: fuzzed by its hand-written entry
 
     # a listed one is a skip that says why; a choice absent the night before is a skip there
-    listed = _run(_job(f"slime:loss:sft_loss@{second['resolved']}", repos))
+    listed = run(job(f"slime:loss:sft_loss@{second['resolved']}", repos, timeout=60.0))
     assert listed["status"] == "skipped" and "no call recipe for this loss type yet" in listed["reason"]
-    gone = _run(_job(f"slime:adv:new_est@{first['resolved']}", repos))
+    gone = run(job(f"slime:adv:new_est@{first['resolved']}", repos, timeout=60.0))
     assert gone["status"] == "skipped" and "no variant 'adv:new_est'" in gone["reason"], gone["reason"]
 
 
@@ -209,7 +182,7 @@ def test_a_switch_added_to_the_miles_release_is_fuzzed_the_next_night(tmp_path, 
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     repo = git.Repo.init(tmp_path / "miles")
     shutil.copytree(_wheel_root() / "miles", tmp_path / "miles" / "miles")
-    night1 = _commit(repo, {}, "night 1: the 0.0.2 release", 1)
+    night1 = commit(repo, {}, "night 1: the 0.0.2 release", 1)
     args_rel, loss_rel = "miles/utils/arguments.py", "miles/backends/training_utils/loss.py"
     args_text = (tmp_path / "miles" / args_rel).read_text()
     anchor = '                "--use-opsm",\n'
@@ -221,14 +194,14 @@ def test_a_switch_added_to_the_miles_release_is_fuzzed_the_next_night(tmp_path, 
     anchor = "    if args.use_opsm:\n"
     assert anchor in loss_text
     loss_text = loss_text.replace(anchor, "    if args.use_new_fix:\n        pass\n" + anchor, 1)
-    night2 = _commit(repo, {args_rel: args_text, loss_rel: loss_text}, "night 2: a new switch", 2)
+    night2 = commit(repo, {args_rel: args_text, loss_rel: loss_text}, "night 2: a new switch", 2)
     repos = {"miles": tmp_path / "miles"}
     entries = [v["entry"] for v in fuzz_cmd._discover([f"miles@{night2}"], [], repos)[f"miles@{night2}"]["variants"]]
     assert "switch:use_new_fix" in entries
-    ran = _run(_job(f"miles:switch:use_new_fix@{night2}", repos, examples=3))
+    ran = run(job(f"miles:switch:use_new_fix@{night2}", repos, examples=3, timeout=60.0))
     assert ran["status"] == "ok" and ran["examples"] >= 3, ran  # it ran through miles' own loss code
     assert any("set: use_new_fix=True" in n for n in ran["notes"]), ran["notes"]
-    gone = _run(_job(f"miles:switch:use_new_fix@{night1}", repos))
+    gone = run(job(f"miles:switch:use_new_fix@{night1}", repos, timeout=60.0))
     assert gone["status"] == "skipped" and "no variant 'switch:use_new_fix'" in gone["reason"]
 
 

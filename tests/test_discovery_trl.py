@@ -5,11 +5,10 @@ chain; a value that lands upstream is found and fuzzed the next night without a 
 from __future__ import annotations
 
 import textwrap
-from datetime import datetime, timezone
-from pathlib import Path
 
 import git
 import pytest
+from discovery_nights import commit, job, run
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
 from maskfuzz.oracles.case import Case
@@ -86,18 +85,6 @@ _LEVEL2 = """
             log_importance_weights = log_ratio * advantages
 """
 _GR = "trl/trainer/grpo_trainer.py"
-_WHO = git.Actor("maskfuzz test", "test@maskfuzz.invalid")
-
-
-def _commit(repo: git.Repo, files: dict[str, str], message: str, day: int) -> str:
-    root = Path(repo.working_tree_dir)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    repo.index.add(list(files))
-    date = f"{int(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp())} +0000"
-    return repo.index.commit(message, author=_WHO, committer=_WHO, author_date=date, commit_date=date).hexsha
 
 
 def _trainer(night: int) -> str:
@@ -117,21 +104,8 @@ def fake_trl(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKFUZZ_CACHE", str(tmp_path / "cache"))
     repo = git.Repo.init(tmp_path / "trl")
     files = {"trl/__init__.py": "", "trl/trainer/__init__.py": "", _GR: _trainer(1)}
-    _commit(repo, files, "night 1", 1)
+    commit(repo, files, "night 1", 1)
     return {"trl": tmp_path / "trl"}, repo
-
-
-def _job(label: str, repos: dict, examples: int = 15) -> fuzz_cmd.Job:
-    return fuzz_cmd.Job(
-        label, False, "compressed", {k: str(v) for k, v in repos.items()}, examples, None, 0, True, False, True,
-        "cpu", 30.0, None, True,
-    )  # fmt: skip
-
-
-def _run(job: fuzz_cmd.Job) -> dict:
-    """run_job's result as its JSON dict (newer trees return a typed JobResult: `to_json`)."""
-    out = fuzz_cmd.run_job(job)
-    return out if isinstance(out, dict) else out.to_json()
 
 
 def _poisoned_case() -> Case:
@@ -154,7 +128,7 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     assert first["labels"] == ["trl:policy-is:sequence@HEAD"]
 
     night1 = first["resolved"]
-    _commit(repo, {_GR: _trainer(2)}, "add four loss types", 2)
+    commit(repo, {_GR: _trainer(2)}, "add four loss types", 2)
     second = fuzz_cmd._discover(["trl@HEAD"], [], repos)["trl@HEAD"]
     night2 = second["resolved"]
     assert night2 != night1 == repo.commit("HEAD~1").hexsha
@@ -171,7 +145,7 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     assert not level["callable"] and "reads advantages" in level["reason"]
 
     # fuzzed as the night's run fuzzes it, through the chain at the pin, beside branches the kind cannot run
-    seq = _run(_job(f"trl:agg:seq_sum@{night2}", repos, examples=10))
+    seq = run(job(f"trl:agg:seq_sum@{night2}", repos, examples=10))
     assert seq["status"] == "ok" and seq["judged"] == "invariants only", seq.get("reason")
     assert seq["kind"] == "loss-aggregation" and seq["checked"]["reference"] == 0
     assert seq["checked"]["poison"] > 0 and seq["checked"]["permutation"] > 0 and seq["checked"]["split-invariance"] > 0
@@ -183,11 +157,11 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
         verdicts = {v.property: v for v in judge(handle.run, _poisoned_case(), handle.declared)}
     assert verdicts["poison"].failed and verdicts["reference"].status == "n/a"
     # listed ones are skips with the reason; a value absent on night 1 is a skip there
-    adv = _run(_job(f"trl:agg:adv_weighted@{night2}", repos))
+    adv = run(job(f"trl:agg:adv_weighted@{night2}", repos, examples=15))
     assert adv["status"] == "skipped" and "inputs beyond what the loss-aggregation kind holds" in adv["reason"]
-    drop = _run(_job(f"trl:agg:dropout@{night2}", repos))
+    drop = run(job(f"trl:agg:dropout@{night2}", repos, examples=15))
     assert drop["status"] == "skipped" and "random draw or a rank" in drop["reason"]
-    gone = _run(_job(f"trl:agg:seq_sum@{night1}", repos))
+    gone = run(job(f"trl:agg:seq_sum@{night1}", repos, examples=15))
     assert gone["status"] == "skipped" and "no loss_type 'seq_sum'" in gone["reason"]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from maskfuzz.targets.adapters import argparse_variants as av
 from maskfuzz.targets.discovery import Variant
@@ -41,6 +42,37 @@ ESTIMATOR, KL_TYPE, LOSS_TYPE = "--advantage-estimator", "--kl-loss-type", "--lo
 GROUP_MARK = "get_grpo_returns"  # the call that marks the advantage dispatcher
 POLICY_FN, LOSS_FN = "policy_loss_function", "loss_function"
 BASE_CHOICE = "grpo"  # the estimator the hand-written group-advantage and policy entries run
+
+
+# the kinds of the hand-written entries slime and its fork declare alike (a covered variant takes its entry's kind)
+ENTRY_KINDS = {
+    "default": "gae",
+    "grpo": "group-advantage",
+    "reinforce++": "returns",
+    "policy-loss": "policy-loss",
+    "kl": "kl",
+    "kl-k3": "kl",
+    "kl-low-var": "kl",
+    "agg-seq-mean-token-mean": "loss-aggregation",
+}
+
+
+def needs(arguments: str) -> dict[str, str]:
+    """Switch dest (or "adv-switch:<dest>") -> what it needs that the kind (log-probs, old log-probs, advantages,
+    the mask) does not hold; `arguments` is the arguments file whose check one reason cites."""
+    teacher = "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher"
+    return {
+        "use_kl_loss": "adds a KL loss to the reference policy: the policy-loss kind draws no reference log-probs",
+        "use_unbiased_kl": "weights the KL loss of --use-kl-loss, which needs reference log-probs the kind does not "
+        "draw",
+        "use_rollout_logprobs": "takes the old log-probs from the rollout engine in place of the trainer's: no call "
+        "recipe sets them from the drawn rollout log-probs yet",
+        "get_mismatch_metrics": f"requires --custom-tis-function-path ({arguments}'s check), a user's function",
+        "use_opd": teacher,
+        "adv-switch:use_opd": teacher,
+        "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
+        "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
+    }
 
 
 @dataclass(frozen=True)
@@ -215,3 +247,13 @@ def entry_fields(hand_written: dict[str, dict]) -> dict[str, dict]:
     # log-probs as well (`Domain.rollout_logprobs`), which a switch that reads none leaves unused
     own["switch"] = {**own["policy"], "domain": replace(own["policy"]["domain"], rollout_logprobs=True)}
     return own
+
+
+def sibling_recipe(fields: dict[str, dict]) -> Callable[[str], dict]:
+    """A discover module's `recipe(entry)` (`discovery.overrides`): the spec fields of the entry's prefix in
+    `fields` (`entry_fields`), those of its hand-written sibling."""
+
+    def recipe(entry: str) -> dict:
+        return dict(fields.get(entry.partition(":")[0], {}))
+
+    return recipe

@@ -27,26 +27,9 @@ COVERED = {
     "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option
     "adv-switch": {"normalize_advantages": "default"},  # the option of default, reinforce++
 }
-KINDS = {"default": "gae", "grpo": "group-advantage", "reinforce++": "returns", "policy-loss": "policy-loss",
-         "kl": "kl", "kl-k3": "kl", "kl-low-var": "kl", "agg-seq-mean-token-mean": "loss-aggregation"}  # fmt: skip
-NEEDS = {
-    "use_kl_loss": "adds a KL loss to the reference policy: the policy-loss kind draws no reference log-probs",
-    "use_unbiased_kl": "weights the KL loss of --use-kl-loss, which needs reference log-probs the kind does not draw",
-    "use_rollout_logprobs": "takes the old log-probs from the rollout engine in place of the trainer's: no call "
-    "recipe sets them from the drawn rollout log-probs yet",
-    "get_mismatch_metrics": "requires --custom-tis-function-path (miles/utils/arguments.py's check), a user's function",
-    "use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
-    "adv-switch:use_opd": "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher",
-    "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
-    "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
-}
-LAYOUT = to.Layout("miles", "miles", "miles/utils/arguments.py", COVERED, KINDS, NEEDS)
-ENTRY_FIELDS = to.entry_fields(K)  # prefix -> spec fields
-
-
-def recipe(entry: str) -> dict:
-    """The spec fields of a discovered entry (`discovery.overrides`): those of its prefix's hand-written sibling."""
-    return dict(ENTRY_FIELDS.get(entry.partition(":")[0], {}))
+ARGUMENTS = "miles/utils/arguments.py"
+LAYOUT = to.Layout("miles", "miles", ARGUMENTS, COVERED, to.ENTRY_KINDS, to.needs(ARGUMENTS))
+recipe = to.sibling_recipe(to.entry_fields(K))  # a variant's spec fields: its hand-written sibling's
 
 
 def discover(root: Path) -> list[Variant]:
