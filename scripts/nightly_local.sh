@@ -15,7 +15,8 @@
 # Options:
 #   -o, --out DIR         where runs go (default: nightly-out); each run is DIR/<UTC time>
 #   -j, --jobs N          fuzz N targets in parallel processes (default 1)
-#   --budget SECONDS      seconds per target (default: the nightly profile's 1200)
+#   --budget SECONDS      seconds of fuzzing for the whole run, split evenly across its entries
+#                         (default: the nightly profile's 1200)
 #   --max-examples N      examples per target (default: the nightly profile's 100000)
 #   --seed N              (default: today's date, YYYYMMDD, as in CI)
 #   --profile NAME        (default: nightly)

@@ -330,6 +330,32 @@ def test_a_run_without_targets_is_the_first_run_set_with_its_budget_split_and_sa
     assert main(["fuzz", "verl@0.9.1", "--all"]) == 2
 
 
+def test_the_nightly_profiles_budget_is_the_runs_so_a_pin_with_many_entries_fits_its_job(tmp_path, monkeypatch):
+    """The nightly workflow fuzzes one pin per job with a 60-minute limit; the profile's 1200 s were once each
+    entry's, so verl 0.9.1's dozens of entries asked for hours. Now the 1200 s are split like --budget."""
+    import maskfuzz.fuzz.commands.fuzz as cmd
+    from maskfuzz.fuzz.profiles import PROFILES, run_share
+
+    seen = []
+
+    def run_all(jobs, workers, started):  # in place of the process pool: the jobs as planned
+        seen.extend(jobs)
+        return [JobResult(j.label.partition("@")[0], "0.9.1", examples=1) for j in jobs], []
+
+    monkeypatch.setattr(cmd, "_run_all", run_all)
+    out = ["--json", str(tmp_path / "r.json"), "--corpus", str(tmp_path / "c")]
+    assert main(["fuzz", "verl@0.9.1", "--profile", "nightly", "--jobs", "2", *out]) == 0
+    total = PROFILES["nightly"].budget
+    assert len(seen) > 20 and all(j.budget == pytest.approx(total * 2 / len(seen)) for j in seen)
+    assert sum(j.budget for j in seen) / 2 == pytest.approx(total)  # the job's fuzzing wall time: its budget
+    seen.clear()
+    assert main(["fuzz", "verl:grpo@0.9.1", "--profile", "nightly", "--jobs", "2", *out]) == 0
+    assert [j.budget for j in seen] == [total]  # one entry gets the whole run, not jobs x the run
+    assert run_share(10.0, 4, 3) == pytest.approx(10.0) and run_share(10.0, 2, 100) == 1.0
+    with pytest.raises(ValueError, match="jobs >= 1"):
+        run_share(10.0, 0, 3)
+
+
 def test_the_last_block_says_per_framework_what_affects_it_and_each_skip_reason_once():
     import dataclasses
 

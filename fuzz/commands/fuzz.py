@@ -30,6 +30,7 @@ from maskfuzz.fuzz.cli import UsageError, require_device
 from maskfuzz.fuzz.commands.argtypes import positive_float, positive_int
 from maskfuzz.fuzz.commands.preflight import missing_pins
 from maskfuzz.fuzz.job_result import JobResult, RunResult
+from maskfuzz.fuzz.profiles import run_share
 from maskfuzz.oracles.declared import DEFAULT_KIND
 from maskfuzz.oracles.kinds import properties as kind_properties
 from maskfuzz.oracles.kinds.gae.reference import CONTRACTS
@@ -166,9 +167,10 @@ def main(args) -> int:
     # variants the frameworks register at each pin asked for whole (not the first run: its budget is fixed)
     discovered = {} if first_run else _discover(args.targets, args.callables, repos)
     labels += [label for found in discovered.values() for label in found.get("labels", []) if label not in labels]
-    # --budget is the run's: each entry gets its share of the workers' time (at least a second)
-    share = (lambda total: max(1.0, total * min(args.jobs, len(labels)) / max(1, len(labels))))  # noqa: E731
-    budget = share(args.budget) if args.budget is not None else profile.budget
+    # a budget (--budget, else the profile's) is the run's: each entry gets its share of the workers' time (at least a
+    # second), so a night's wall time is its budget whatever the number of entries the pins register
+    run_budget = args.budget if args.budget is not None else profile.budget
+    budget = run_share(run_budget, args.jobs, len(labels)) if run_budget is not None else None
     results_dir = None
     if args.json is None and args.corpus is None:  # results always land where the user can act on them
         results_dir = Path.cwd() / "maskfuzz-results" / time.strftime("%Y%m%d-%H%M%S")
@@ -198,7 +200,7 @@ def main(args) -> int:
     _say(
         f"maskfuzz fuzz: {len(jobs)} target(s), profile {profile.name}, up to {max_examples} examples each"
         + (f", {budget:.0f} s of fuzzing each" if budget else "")
-        + (f" ({args.budget:g} s over {args.jobs} job(s))" if args.budget is not None else "")
+        + (f" ({run_budget:g} s over {args.jobs} job(s))" if run_budget is not None else "")
         + f", seed {args.seed}, {args.jobs} job(s)"
         + (f" (the first-run set, batches up to {FIRST_RUN_SIZES.max_b} x {FIRST_RUN_SIZES.max_t}; --all for every "
            "entry)" if first_run else "")
