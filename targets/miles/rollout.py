@@ -39,6 +39,7 @@ import torch
 from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.miles.calls import kl_caller
+from maskfuzz.targets.rollout.plumbing import ObjectStore, pad_responses
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 from maskfuzz.targets.rollout.trace import CallTrace
 from maskfuzz.targets.slime.calls import caller_args
@@ -66,18 +67,6 @@ PRESERVED = (
 _MASK_STAGE = PRESERVED.index(("miles/utils/data.py", "process_rollout_data"))
 
 
-class _ObjectStore:
-    """`ray.put` / `ray.get` of one process: the object itself (the store moves it, never changes it)."""
-
-    @staticmethod
-    def put(obj):
-        return obj
-
-    @staticmethod
-    def get(obj):
-        return obj
-
-
 def load(root: Path, entry: str | None) -> Loaded:
     """miles' single-turn batch code from the wheel at `root`; `run(BatchRequest, device)` answers `(Batch,)`."""
     if entry not in (None, "default"):
@@ -96,8 +85,8 @@ def load(root: Path, entry: str | None) -> Loaded:
 
     rollout_ns.update(Sample=types_mod.Sample, post=post, GenerateState=lambda args: engine["state"])
     manager_ns = tree.namespace(root / _MANAGER)
-    manager_ns.update(Sample=types_mod.Sample, ray=_ObjectStore, Box=box)
-    tree.namespace(root / "miles/utils/data.py").update(ray=_ObjectStore)
+    manager_ns.update(Sample=types_mod.Sample, ray=ObjectStore, Box=box)
+    tree.namespace(root / "miles/utils/data.py").update(ray=ObjectStore)
     fns = {}
     for path, cls_name, name in ((_ROLLOUT, None, "generate"), (_MANAGER, "RolloutManager", "_post_process_rewards"),
                                  (_MANAGER, "RolloutManager", "_convert_samples_to_train_data"),
@@ -201,15 +190,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, call, engine: dict, root
         call(caller_args(fault.gamma, fault.lam, **opts, qkv_format="thd"), data)
     finally:
         sys.setprofile(None)
-    batch.advantages = _pad(data["advantages"], lengths, t_len)
-    batch.returns = _pad(data["returns"], lengths, t_len)
+    batch.advantages = pad_responses(data["advantages"], lengths, t_len)
+    batch.returns = pad_responses(data["returns"], lengths, t_len)
     batch.called = calls.called(PRESERVED)
     return batch
-
-
-def _pad(per_sample: list, lengths: list[int], t_len: int) -> torch.Tensor:
-    """Per-sample [response_length] tensors as the canonical [B, T], 0 after each response."""
-    out = torch.zeros(len(lengths), t_len, dtype=torch.float32)
-    for b, (x, n) in enumerate(zip(per_sample, lengths)):
-        out[b, :n] = x.float()
-    return out

@@ -44,6 +44,7 @@ import torch
 from maskfuzz.targets.adapters.base import Loaded, import_from
 from maskfuzz.targets.adapters.extract import SourceTree, find_class, find_method
 from maskfuzz.targets.rollout import lm
+from maskfuzz.targets.rollout.plumbing import ObjectStore, pad_responses
 from maskfuzz.targets.rollout.requests import Batch, BatchRequest
 from maskfuzz.targets.rollout.trace import CallTrace
 from maskfuzz.targets.slime.calls import caller_args, install_mpu_state
@@ -75,18 +76,6 @@ PRESERVED = (
     ("slime/utils/ppo_utils.py", "get_advantages_and_returns_batch"),
 )
 _MASK_STAGE = PRESERVED.index((_DATA, "process_rollout_data"))
-
-
-class _ObjectStore:
-    """`ray.put` / `ray.get` of one process: the object itself (the store moves it, never changes it)."""
-
-    @staticmethod
-    def put(obj, **kwargs):
-        return obj
-
-    @staticmethod
-    def get(obj):
-        return obj
 
 
 class _Tokenizer:
@@ -139,8 +128,8 @@ def load(root: Path, entry: str | None) -> Loaded:
         raise RuntimeError(f"{EXAMPLE} has no SEARCH_R1_CONFIGS: update targets/slime/rollout.py")
     example["SEARCH_R1_CONFIGS"] = {**copy.deepcopy(configs), "max_turns": 1}  # module docstring, step 1
     manager = tree.namespace(root / _MANAGER)
-    manager.update(Sample=types_mod.Sample, ray=_ObjectStore, Box=box)
-    tree.namespace(root / _DATA).update(ray=_ObjectStore)
+    manager.update(Sample=types_mod.Sample, ray=ObjectStore, Box=box)
+    tree.namespace(root / _DATA).update(ray=ObjectStore)
     fns = {}
     for path, cls_name, name in ((EXAMPLE, None, "generate"), (_MANAGER, "RolloutManager", "_post_process_rewards"),
                                  (_MANAGER, "RolloutManager", "_convert_samples_to_train_data"),
@@ -250,15 +239,7 @@ def _step(request: BatchRequest, fns: dict, sample_cls, caller, engine: dict, to
         caller(caller_args(fault.gamma, fault.lam, **opts), data)
     finally:
         sys.setprofile(None)
-    batch.advantages = _pad(data["advantages"], lengths, t_len)
-    batch.returns = _pad(data["returns"], lengths, t_len)
+    batch.advantages = pad_responses(data["advantages"], lengths, t_len)
+    batch.returns = pad_responses(data["returns"], lengths, t_len)
     batch.called = calls.called(PRESERVED)
     return batch
-
-
-def _pad(per_sample: list, lengths: list[int], t_len: int) -> torch.Tensor:
-    """Per-sample [response_length] tensors as the canonical [B, T], 0 after each response."""
-    out = torch.zeros(len(lengths), t_len, dtype=torch.float32)
-    for b, (x, n) in enumerate(zip(per_sample, lengths)):
-        out[b, :n] = x.float()
-    return out
