@@ -316,7 +316,14 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
-POLICY = ("policy-loss",)
+POLICY = ("policy-loss", "policy-gspo")
+# entry -> (its function in ppo_utils, the policy_loss_type and loss_reduction it runs at unless the case's options say
+# otherwise): "regular" at the config's defaults; "gspo" (0.3.1 ppo_utils.py:665-722) at the sequence_mean its
+# docstring asks for (:687-694)
+POLICY_RUNS = {
+    "policy-loss": ("ppo_policy_loss", "regular", "token_mean"),
+    "policy-gspo": ("gspo_policy_loss", "gspo", "sequence_mean"),
+}
 POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"
 LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
 
@@ -376,7 +383,8 @@ def load_policy(root: Path, entry: str) -> Loaded:
     (TIS / masks None), and None is its identity (apply_off_policy_correction returns the loss unchanged). The KL
     loss (use_kl_loss, on by default at git main with coefficient 1e-3) and the entropy bonus are separate terms of
     the worker's scalar (0.3.1 worker.py:667-690): not included (the `kl-*` entries cover the estimator)."""
-    fn, where = _function(root, "ppo_policy_loss")
+    name, loss_type, reduction = POLICY_RUNS[entry]
+    fn, where = _function(root, name)
     reduce_loss, _ = _function(root, "reduce_loss")
     prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
     scale = None
@@ -387,7 +395,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
 
     def micro(rows, logp, mask, step):
         case = step.case
-        key = (case.options.get(POLICY_LOSS_TYPE, "regular"), case.options.get(LOSS_REDUCTION, "token_mean"))
+        key = (case.options.get(POLICY_LOSS_TYPE, loss_type), case.options.get(LOSS_REDUCTION, reduction))
         config = configs.setdefault(key, _algorithm(*key))
         old = case.extra["old_logp"][rows].to(device=logp.device, dtype=logp.dtype)
         if scale is None:
@@ -413,7 +421,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
         return run_step(_filtered(case, overlong), device, micro, leaf_name="logp")
 
     notes = [
-        "ppo_policy_loss with cfg.trainer.algorithm at its defaults (regular, eps_clip 0.2 / 0.2, token_mean, "
+        f"{name} with cfg.trainer.algorithm at its defaults ({loss_type}, eps_clip 0.2 / 0.2, {reduction}, "
         f"max_seq_len={MAX_SEQ_LEN}); rollout_logprobs None (off-policy correction off by default); loss_mask float",
         "releases: per micro-batch reduce_loss / accumulation steps; git main: the step's advantages pre-scaled by "
         "apply_loss_reduction_to_advantages_minibatch, the summed loss times dp_size",

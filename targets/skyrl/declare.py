@@ -554,6 +554,13 @@ _F32_RATIO = (
     "skyrl/backends/skyrl_train/utils/torch_utils.py:187-192, ppo_utils.py:567): a float64 case would be judged at "
     "float64 tolerance on a float32 ratio"
 )
+_GSPO_REDUCTION = dataclasses.replace(
+    _LOSS_REDUCTION,
+    default="sequence_mean",
+    cite="0.3.1: skyrl_train/utils/ppo_utils.py:720 reduce_loss(loss, loss_mask, loss_reduction, config.max_seq_len); GSPO "
+    "asks for sequence_mean (:687-694, a warning otherwise)",
+    effect={"token_mean": {"variant": {"mode": "token-mean"}}, **_LOSS_REDUCTION.effect},
+)
 # ppo_policy_loss (0.3.1 skyrl_train/utils/ppo_utils.py:555-594; git main skyrl/backends/skyrl_train/utils/
 # ppo_utils.py:557-587) at cfg.trainer.algorithm's defaults: policy_loss_type "regular" (0.3.1 ppo_base_config.yaml:116;
 # git main skyrl/train/config/config.py:853), eps_clip_low / eps_clip_high 0.2 (0.3.1 yaml:124-125; git main
@@ -577,6 +584,20 @@ _KIND_OVERRIDES["policy-loss"] = dict(
     # the default loss_reduction token_mean: SkyRL's words for the step's token mean (as agg-token-mean); the other
     # modes are split-invariant on the equal-row micro-batches the loader cuts
     promises=mode_promises("token_mean", ("split-invariance",)),
+)
+# gspo_policy_loss (0.3.1 skyrl_train/utils/ppo_utils.py:665-719, GSPO-token): log s = masked_mean(logp - old) per row
+# (:701), straight-through per token and clamped at 10 (:707-709), the plain exp in the case's dtype (no float32
+# cast), -min(s A, clamp(s, 1 - eps_clip_low, 1 + eps_clip_high) A) (:713-715), eps 0.2 / 0.2 (ppo_base_config.yaml:
+# 124-125), reduce_loss at sequence_mean (every row counts in the batch mean, as agg-sequence-mean)
+_KIND_OVERRIDES["policy-gspo"] = dict(
+    _KIND_OVERRIDES["policy-loss"],
+    variant={
+        "clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "ratio": "sequence",
+        "seq_log_ratio_max": 10.0, "mode": "seq-mean-token-mean", "empty_rows": "counted",
+    },  # fmt: skip
+    options=(_GSPO_REDUCTION, _OVERLONG),
+    domain=LOSS_DOMAIN,
+    promises=mode_promises("sequence_mean", ("split-invariance",)),
 )
 _KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 

@@ -88,7 +88,16 @@ LOSS = {
 LOSS_SCALE_FACTOR = 32  # what a user sets (actor.yaml:90 at 0.9.1 asks for a constant); the default null is T
 VALUE = {"value-loss": "compute_value_loss"}
 # entry -> verl's policy_loss.loss_mode (the name ppo_loss hands get_policy_loss_fn, losses.py:101-103 at 0.9.1)
-POLICY = {"policy-loss": "vanilla"}
+POLICY = {"policy-loss": "vanilla", "policy-gspo": "gspo"}
+# loss_mode -> its function in core_algos (registered under that name, :1285 and :1545-1546 at 0.9.1)
+POLICY_FUNCTIONS = {"vanilla": "compute_policy_loss_vanilla", "gspo": "compute_policy_loss_gspo"}
+# entry -> the clip ratios and aggregation it runs at unless the case's options say otherwise: the actor config's
+# defaults, and GSPO's example (examples/gspo_trainer/run_qwen3_8b_fsdp.sh:23-24, :102 at v0.9.0: clip 3e-4 / 4e-4,
+# seq-mean-token-mean)
+POLICY_DEFAULTS = {
+    "policy-loss": {"low": 0.2, "high": 0.2, "mode": "token-mean"},
+    "policy-gspo": {"low": 3e-4, "high": 4e-4, "mode": "seq-mean-token-mean"},
+}
 # the actor config's defaults (verl/workers/config/actor.py:158-164 at 0.9.1, actor.yaml:36-86; 0.5.0
 # actor/actor.yaml:30-63; 0.4.1 ppo_trainer.yaml:175-208): clip 0.2 both sides, dual clip 3.0, token-mean
 CLIP_RATIO = 0.2
@@ -371,11 +380,15 @@ def load_policy(root: Path, entry: str) -> Loaded:
     and the batch's int64 response_mask
     (0.5.0 dp_actor.py:400-431, 0.4.1 :455-483) and scales the micro-batch loss by its share of the mini-batch
     (0.5.0 :467, 0.4.1 :509; :469 / :511 by the accumulation steps, the same for equal micro-batches).
-    The clip ratios, the dual clip and the aggregation come from the case's options (the actor config's keys)."""
+    The clip ratios, the dual clip and the aggregation come from the case's options (the actor config's keys).
+    `policy-gspo`: loss_mode "gspo", `compute_policy_loss_gspo` (:1545-1614 at 0.9.1, the same signature and call; no
+    dual clip), at GSPO's example clip ratios and aggregation (`POLICY_DEFAULTS`)."""
 
     loss_mode = POLICY[entry]
     core = import_from(root, _CORE)
-    vanilla = "compute_policy_loss_vanilla"
+    vanilla = POLICY_FUNCTIONS[loss_mode]
+    if loss_mode != "vanilla" and not hasattr(core, vanilla):
+        raise NotPresent(f"{_CORE} has no {vanilla} (policy loss {loss_mode!r}) at this pin")
     if hasattr(core, vanilla):
         fn, where = function_from(root, [(_CORE, vanilla)])
         registry = getattr(core, "get_policy_loss_fn", None)
@@ -406,11 +419,11 @@ def load_policy(root: Path, entry: str) -> Loaded:
         dt = logp.dtype
         old = step.case.extra["old_logp"][rows].to(device=logp.device, dtype=dt)
         adv = step.case.extra["adv"][rows].to(device=logp.device, dtype=dt)
-        o = step.case.options
-        low = o.get("actor.clip_ratio_low", CLIP_RATIO)
-        high = o.get("actor.clip_ratio_high", CLIP_RATIO)
+        o, at = step.case.options, POLICY_DEFAULTS[entry]
+        low = o.get("actor.clip_ratio_low", at["low"])
+        high = o.get("actor.clip_ratio_high", at["high"])
         dual = o.get("actor.clip_ratio_c", CLIP_RATIO_C)
-        mode = o.get("actor.loss_agg_mode", ACTOR_LOSS_AGG_MODE)
+        mode = o.get("actor.loss_agg_mode", at["mode"])
         if not modern:
             pg_loss, *_ = fn(
                 old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.long),
@@ -439,11 +452,18 @@ def load_policy(root: Path, entry: str) -> Loaded:
         if global_info
         else "per micro-batch, scaled by its row share as the dp_actor does"
     )
+    at = POLICY_DEFAULTS[entry]
     notes = [
-        f"loss_mode {loss_mode!r}: clip_ratio_low / clip_ratio_high (default {CLIP_RATIO}), clip_ratio_c (default "
-        f"{CLIP_RATIO_C}) and loss_agg_mode (default {ACTOR_LOSS_AGG_MODE}) from the case's options; {how}",
+        f"loss_mode {loss_mode!r}: clip_ratio_low / clip_ratio_high (default {at['low']} / {at['high']}), clip_ratio_c "
+        f"(default {CLIP_RATIO_C}; GSPO reads none) and loss_agg_mode (default {at['mode']}) from the case's options; "
+        f"{how}",
         "rollout_is_weights None (no rollout correction); entropy_coeff 0 and use_kl_loss False (the defaults) add "
-        "no term; log-ratio clamped to [-20, 20] inside verl",
+        "no term; "
+        + (
+            "log-ratio clamped to [-20, 20] inside verl"
+            if loss_mode == "vanilla"
+            else "the log sequence ratio clamped at 10 (core_algos.py:1590)"
+        ),
     ]
     return Loaded(run, where, notes, absent_options=_absent_modes(root, "actor.loss_agg_mode"))
 

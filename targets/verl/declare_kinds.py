@@ -266,6 +266,23 @@ ACTOR_LOSS_AGG_MODE = Option(
     "its default loss_scale_factor=None divides by the padded width (core_algos.py:1190-1192)",
     effect={m: {"variant": {"mode": m}} for m in _CRITIC_MODES[1:]},
 )
+# GSPO (loss_mode "gspo", compute_policy_loss_gspo core_algos.py:1545-1614 at 0.9.1) at its example's clip ratios and
+# aggregation (examples/gspo_trainer/run_qwen3_8b_fsdp.sh:23-24, :102 at v0.9.0); the actor defaults are the neighbours
+_GSPO_EXAMPLE = "examples/gspo_trainer/run_qwen3_8b_fsdp.sh:23-24, :102 (v0.9.0)"
+GSPO_CLIP_LOW = dataclasses.replace(
+    CLIP_RATIO_LOW, values=(3e-4, 0.2), default=3e-4, cite=f"core_algos.py:1575 (0.9.1; {_GSPO_EXAMPLE})",
+    effect={0.2: {"variant": {"clip_low": 0.2}}},
+)  # fmt: skip
+GSPO_CLIP_HIGH = dataclasses.replace(
+    CLIP_RATIO_HIGH, values=(4e-4, 0.2), default=4e-4, cite=f"core_algos.py:1576 (0.9.1; {_GSPO_EXAMPLE})",
+    effect={0.2: {"variant": {"clip_high": 0.2}}},
+)  # fmt: skip
+GSPO_LOSS_AGG_MODE = dataclasses.replace(
+    ACTOR_LOSS_AGG_MODE, default="seq-mean-token-mean", cite=f"core_algos.py:1605-1607 (0.9.1; {_GSPO_EXAMPLE})",
+    effect={m: {"variant": {"mode": m}} for m in _CRITIC_MODES if m != "seq-mean-token-mean"},
+)  # fmt: skip
+
+
 # compute_reinforce_plus_plus_outcome_advantage: running_return = 0 before its reverse loop (core_algos.py:718)
 REINFORCE_PP_TRUNCATION = Truncation(
     cite="verl/trainer/ppo/core_algos.py:718 (0.9.1): running_return = 0 before the reverse loop, carried through "
@@ -514,6 +531,27 @@ KIND_OVERRIDES: dict[str, dict] = {
         # actor.loss_agg_mode=token-sum at 0.4.1 / 0.5.0: agg_loss has no such mode there and says so
         # (core_algos.py:555 at 0.4.1, :717 at 0.5.0); 0.9.1 has it (:1176-1180)
         "documented_errors": (r"ValueError: Invalid loss_agg_mode: token-sum",),
+    },
+    # compute_policy_loss_gspo: s = exp(min(masked row mean of logp - old, 10)) straight-through per token
+    # (core_algos.py:1583-1590 at 0.9.1), max(-A s, -A clamp(s, 1 - low, 1 + high)) (:1595-1597), no dual clip,
+    # agg_loss with the step's normalisers (:1605-1607); a row without a trainable token has mean 0 (clamp(min=1),
+    # :1583) and adds nothing. empty_rows counted: as policy-loss
+    "policy-gspo": {
+        **_loss(
+            {
+                "clip_low": 3e-4,
+                "clip_high": 4e-4,
+                "dual_clip": None,
+                "advantages": "token",
+                "ratio": "sequence",
+                "seq_log_ratio_max": 10.0,
+                "mode": "seq-mean-token-mean",
+                **_COUNTED,
+            }
+        ),
+        "kind": "policy-loss",
+        "options": (GSPO_CLIP_LOW, GSPO_CLIP_HIGH, GSPO_LOSS_AGG_MODE),
+        "promises": (AGG_LOSS_PROMISE,),
     },
 }
 

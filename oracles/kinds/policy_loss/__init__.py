@@ -20,7 +20,7 @@ With `ratio="sequence"` or `"sequence-mean"` (GSPO, arXiv 2507.18071) r is the r
 s_b = exp(min(mean over the row's trainable tokens of (logp - old_logp), seq_log_ratio_max)) at every trainable
 token of row b (`seq_log_ratio_max` None: no cap; verl and SkyRL cap the log at 10). The two differ in the gradient
 only: "sequence" is GSPO-token's straight-through form log s_bt = logp_t - sg(logp_t) + sg(log s_b) (verl
-core_algos.py:1579-1585 at 0.9.1, SkyRL ppo_utils.py:705-707 at 0.3.1), so token t's slope is its own
+core_algos.py:1583-1590 at 0.9.1, SkyRL ppo_utils.py:701-709 at 0.3.1), so token t's slope is its own
 w_t dl_t/dlog s; "sequence-mean" takes the gradient through the mean (slime's compute_gspo_kl, TRL's sequence
 level), so every trainable token k of the row gets (1/n_b) sum_t w_t dl_t/dlog s. Where A and w are constant in
 the row the two agree; per-token advantages tell them apart. A capped log ratio has slope 0.
