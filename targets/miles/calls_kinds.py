@@ -540,7 +540,11 @@ def load_value(root: Path, entry: str) -> Loaded:
 # ---------------------------------------------------------------------------------------------
 # policy-loss: the actor's `--loss-type policy_loss` through the same loss_function, one optimizer step.
 # ---------------------------------------------------------------------------------------------
-POLICY_ENTRIES = ("policy-loss",)
+POLICY_ENTRIES = ("policy-loss", "policy-gspo")
+# entry -> the arguments it sets over policy_args' (the rest at their defaults): GSPO is --advantage-estimator gspo,
+# which makes policy_loss_function take the sequence KL (compute_gspo_kl; miles 0.0.2 loss.py:647-653, slime
+# 624b824a8 loss.py:1021)
+POLICY_SETTINGS = {"policy-gspo": {"advantage_estimator": "gspo"}}
 EPS_CLIP = 0.2  # --eps-clip default (W miles/utils/arguments.py:882; slime arguments.py:899, 166441911 :733)
 
 
@@ -700,6 +704,8 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         parallel.set_parallel_state(with_dp(state, step.ranks))
         logits, pbatch = policy_batch(step.case, rows, x, batch)
         args = policy_args(step.case, step.rows)
+        for name, value in POLICY_SETTINGS.get(entry, {}).items():  # the entry's own (policy-gspo)
+            setattr(args, name, value)
         if settings is not None:
             apply_settings(args, settings, defaults or {})
             pbatch = with_rollout_log_probs(step.case, rows, pbatch)
@@ -710,5 +716,6 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         "global_batch_size = the step's samples (all ranks); num_microbatches = the rank's; ParallelState "
         "intra_dp / intra_dp_cp of the case's ranks, CP 1; Megatron's scaling after it (megatron_step)",
     ]
+    notes += [f"set: {k}={v!r}" for k, v in POLICY_SETTINGS.get(entry, {}).items()]
     micros = {p: megatron_step(call, p) for p in (False, True)}
     return Loaded(policy_runner(micros), f"{pwhere} via {where}", notes)

@@ -21,7 +21,7 @@ from maskfuzz.targets.miles.declare import KIND_OVERRIDES as K
 PREFIXES = dict(to.PREFIXES)  # entry prefix -> kind (of the variants without a hand-written entry)
 COVERED = {
     "adv": {"ppo": "default", "grpo": "grpo", "reinforce_plus_plus": "reinforce++"},
-    "policy": {"grpo": "policy-loss"},
+    "policy": {"grpo": "policy-loss", "gspo": "policy-gspo"},
     "kl": {"k1": "kl", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
     "loss": {"policy_loss": "policy-loss", "custom_loss": "agg-seq-mean-token-mean"},
     "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option

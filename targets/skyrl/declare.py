@@ -554,13 +554,6 @@ _F32_RATIO = (
     "skyrl/backends/skyrl_train/utils/torch_utils.py:187-192, ppo_utils.py:567): a float64 case would be judged at "
     "float64 tolerance on a float32 ratio"
 )
-_GSPO_REDUCTION = dataclasses.replace(
-    _LOSS_REDUCTION,
-    default="sequence_mean",
-    cite="0.3.1: skyrl_train/utils/ppo_utils.py:720 reduce_loss(loss, loss_mask, loss_reduction, config.max_seq_len); GSPO "
-    "asks for sequence_mean (:687-694, a warning otherwise)",
-    effect={"token_mean": {"variant": {"mode": "token-mean"}}, **_LOSS_REDUCTION.effect},
-)
 # ppo_policy_loss (0.3.1 skyrl_train/utils/ppo_utils.py:555-594; git main skyrl/backends/skyrl_train/utils/
 # ppo_utils.py:557-587) at cfg.trainer.algorithm's defaults: policy_loss_type "regular" (0.3.1 ppo_base_config.yaml:116;
 # git main skyrl/train/config/config.py:853), eps_clip_low / eps_clip_high 0.2 (0.3.1 yaml:124-125; git main
@@ -595,7 +588,10 @@ _KIND_OVERRIDES["policy-gspo"] = dict(
         "clip_low": 0.2, "clip_high": 0.2, "dual_clip": None, "advantages": "token", "ratio": "sequence",
         "seq_log_ratio_max": 10.0, "mode": "seq-mean-token-mean", "empty_rows": "counted",
     },  # fmt: skip
-    options=(_GSPO_REDUCTION, _OVERLONG),
+    # loss_reduction not an option here: GSPO asks for sequence_mean (ppo_utils.py:687-694 at 0.3.1), and the other
+    # reductions' words are not those of mode_promises("sequence_mean") (token_mean's split dependence is the
+    # policy-loss entry's finding, ppo_utils.py:888)
+    options=(_OVERLONG,),
     domain=LOSS_DOMAIN,
     promises=mode_promises("sequence_mean", ("split-invariance",)),
 )

@@ -419,6 +419,8 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         dp["size"] = step.ranks
         args = mk.policy_args(step.case, step.rows)
         logits, pbatch = mk.policy_batch(step.case, rows, x, batch)
+        for name, value in mk.POLICY_SETTINGS.get(entry, {}).items():  # the entry's own (policy-gspo)
+            setattr(args, name, value)
         if settings is not None:
             mk.apply_settings(args, settings, defaults or {})
             pbatch = mk.with_rollout_log_probs(step.case, rows, pbatch)
@@ -428,5 +430,6 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         pbatch["rollout_mask_sums"] = sums[rows.cpu()].to(x.device)
         return fn(args, pbatch, num_microbatches, rollouts, logits)
 
+    notes += [f"set: {k}={v!r}" for k, v in mk.POLICY_SETTINGS.get(entry, {}).items()]
     micros = {p: mk.megatron_step(call, p) for p in (False, True)}
     return Loaded(mk.policy_runner(micros), f"{pwhere} via {where}", notes)

@@ -291,7 +291,7 @@ KIND_OVERRIDES: dict = {
 # 624b824a8, :767 at 166441911) with its own reducer get_sum_of_sample_mean (cp_utils.py:47 / :53), Megatron path
 LOSS_ENTRIES = ("agg-seq-mean-token-mean", "agg-token-mean", "agg-rollout-mean")  # = calls_kinds.SLIME_LOSS_ENTRIES
 VALUE_ENTRIES = ("value-loss",)  # = calls_kinds.VALUE_ENTRIES (value_loss_function through loss_function)
-POLICY_ENTRIES = ("policy-loss",)  # = calls_kinds.POLICY_ENTRIES (policy_loss_function through loss_function)
+POLICY_ENTRIES = ("policy-loss", "policy-gspo")  # = calls_kinds.POLICY_ENTRIES (policy_loss_function, loss_function)
 
 
 def _loss_pipeline(base: Domain, pin: str, fp32: str) -> Domain:
@@ -616,6 +616,7 @@ KL_OVERRIDES = {
     ),
 }
 
+
 # ---------------------------------------------------------------------------------------------
 # The framework's own words (`oracles.promises.Promise`), quoted, one per line range and pin group. A finding that no
 # universal invariant covers is a defect only where one of these covers it (shared/design/kinds.md, "Promises").
@@ -736,6 +737,17 @@ KIND_OVERRIDES["value-loss"]["promises"] = FILTER_PROMISES + (TEMPERATURE_PROMIS
 # eps-clip-c before the filter: both cover variant-mismatch (a dual clip off, a removed sample counted), and a case
 # with --eps-clip-c set is what the dual clip's finding is; a removed sample counted in such a case is misnamed
 KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISES + DOCS_LOSS_PROMISES
+# --advantage-estimator gspo (calls_kinds.POLICY_SETTINGS): ppo_kl = the masked row mean of old - logp, expanded to
+# the row's tokens with the gradient through the mean
+# (slime/utils/ppo_utils.py:95-121 compute_gspo_kl (v0.3.1; loss.py:964-972)),
+# then the same compute_policy_loss and reducer as policy-loss: the sequence ratio, "sequence-mean"; the rest as
+# the policy-loss entry
+# (the filter's promise first: a counted empty row, the finding GSPO's draws meet first, is a removed sample counted)
+KIND_OVERRIDES["policy-gspo"] = dict(
+    KIND_OVERRIDES["policy-loss"],
+    variant={**KIND_OVERRIDES["policy-loss"]["variant"], "ratio": "sequence-mean"},
+    promises=FILTER_PROMISES + EPS_CLIP_C_PROMISES + DOCS_LOSS_PROMISES,
+)
 
 SPEC = TargetSpec(
     id="slime",

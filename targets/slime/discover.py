@@ -25,7 +25,7 @@ COVERED = {
         "reinforce_plus_plus": "reinforce++",
         "reinforce_plus_plus_baseline": "grpo",
     },  # grpo's option advantage_estimator  # fmt: skip
-    "policy": {"grpo": "policy-loss"},
+    "policy": {"grpo": "policy-loss", "gspo": "policy-gspo"},
     "kl": {"k1": "kl", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
     "loss": {"policy_loss": "policy-loss", "custom_loss": "agg-seq-mean-token-mean"},
     "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option

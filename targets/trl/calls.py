@@ -44,6 +44,7 @@ ENTRIES = (
     "kl-grpo",
     "kl-ppo",
     "policy-grpo",
+    "policy-gspo",
 )
 PAD_ID = 0  # pad token id given to TRL's own sequence-length line; response tokens are 1
 TRAIN_FILES: tuple[tuple[str, str], ...] = (  # (file, class) in the order they are looked at

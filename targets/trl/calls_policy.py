@@ -45,7 +45,10 @@ from maskfuzz.targets.trl.calls_common import (
 # ---- policy-loss: GRPOTrainer._compute_loss from `advantages = inputs["advantages"]` through the loss_type chain
 # entry -> TRL's loss_type at the pin's defaults (GRPOConfig.loss_type default "dapo": 1.16.0 grpo_config.py:801-802,
 # 1.12.0 :794-795, git f2cd577 :791-792; "bnpo" at 0.19.1 :458-459, which has no "dapo": the entry skips there)
-POLICY = {"policy-grpo": "dapo"}
+POLICY = {"policy-grpo": "dapo", "policy-gspo": "grpo"}
+# entry -> its importance_sampling_level: GSPO is "sequence" with loss_type "grpo", the setup TRL's warning names for
+# the paper (1.16.0 grpo_trainer.py:928-933); the case's option `loss_type` picks "dapo" (GRPOConfig's default)
+LEVELS = {"policy-gspo": "sequence"}
 EPSILON = 0.2  # GRPOConfig.epsilon default (1.16.0 grpo_config.py:693-695); epsilon_high None -> epsilon (trainer :946)
 POLICY_SELF_SET = (
     "off_policy_mask_threshold",
@@ -128,6 +131,7 @@ def load_policy(root: Path, entry: str, level: str | None = None) -> Loaded:
     (587-588). The entry's options (epsilon_high, delta) replace those defaults. `level`: importance_sampling_level
     set to a value discovered in the pin's chain instead (calls_discovered.py, `policy-is:<level>`)."""
     loss_type = POLICY[entry]
+    level = level or LEVELS.get(entry)
     rel, cls_name = TRAINERS["grpo"]
     tree = SourceTree(Path(root), PACKAGES)
     path = Path(root, rel)
@@ -139,11 +143,19 @@ def load_policy(root: Path, entry: str, level: str | None = None) -> Loaded:
     strings = {
         n.value for s in agg_stmts for n in ast.walk(s) if isinstance(n, ast.Constant) and isinstance(n.value, str)
     }
+    for wanted in {loss_type, "dapo"} if entry in LEVELS else {loss_type}:
+        if wanted not in strings:
+            raise NotPresent(
+                f"{rel}:{agg_stmts[-1].lineno}: {cls_name}.{method} has no loss_type {wanted!r} at this pin"
+            )
     if loss_type not in strings:
         raise NotPresent(
             f"{rel}:{agg_stmts[-1].lineno}: {cls_name}.{method} has no loss_type {loss_type!r} at this pin"
         )
     block, stmts, method = policy_block(tree, path, rel, cls)
+    said = {n.value for st in stmts for n in ast.walk(st) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    if entry in LEVELS and level not in said:
+        raise NotPresent(f"{rel}:{block.first_line}: {cls_name}.{method} has no importance_sampling_level {level!r}")
     chain = stmts[-1]
     block_scales = "current_gradient_accumulation_steps" in attribute_reads(chain, "self")
     trainer_scales = trainer_scales_for_ga(cls)
@@ -166,7 +178,7 @@ def load_policy(root: Path, entry: str, level: str | None = None) -> Loaded:
             off_policy_mask_threshold=None,
             importance_sampling_level=level or "token",
             beta=0.0,
-            loss_type=loss_type,
+            loss_type=case.options.get("loss_type", loss_type),
             epsilon_low=EPSILON,
             epsilon_high=case.options.get("epsilon_high", EPSILON),
             use_vllm=False,

@@ -714,3 +714,44 @@ KIND_OVERRIDES["policy-grpo"] = dict(
         "num_items_in_batch; 0.19.1 has no 'dapo' (its default is 'bnpo'): a skip there"
     ),
 )
+
+# GSPO: importance_sampling_level "sequence" (1.16.0 grpo_trainer.py:3086-3088: log_importance_weights = the masked
+# row mean of logp - old, (B, 1), the gradient through the mean) with loss_type "grpo", the paper's setup TRL's
+# warning names (:928-933); the grpo branch per micro-batch, every row counted (:3153-3157, as agg-grpo). The option
+# loss_type "dapo" (GRPOConfig's default) is the discovered policy-is:sequence's configuration.
+_GSPO_LEVEL = _upstream(
+    _GC,
+    {"210-211": ("1.16.0",)},
+    '`"sequence"` averages the log-probability ratios across valid tokens to produce a single ratio per sequence.',
+    ("reference",),
+    "the sequence ratio: exp of the mean of logp - old over the completion's trainable tokens",
+)
+GSPO_LOSS_TYPE = Option(
+    "loss_type",
+    ("grpo", "dapo"),
+    "grpo",
+    f"{_GR}:928-933, :3153-3174 (1.16.0; GRPOConfig.loss_type default 'dapo', grpo_config.py:801-802)",
+    "the aggregation after the sequence ratio: grpo (the per-sequence objective) or dapo (the global token mean)",
+    effect={"dapo": {"variant": {"mode": "token-mean", "scope": "step", "empty_rows": "excluded"}}},
+)
+POLICY_ENTRIES = (*POLICY_ENTRIES, "policy-gspo")
+KIND_OVERRIDES["policy-gspo"] = dict(
+    KIND_OVERRIDES["policy-grpo"],
+    variant={
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": None,
+        "advantages": "row",
+        "ratio": "sequence-mean",
+        "mode": "seq-mean-token-mean",
+        "empty_rows": "counted",
+        "scope": "micro-batch",
+    },  # fmt: skip
+    masked_zero_why=f"{_GR}:3154 (1.16.0): the grpo branch sums per_token_loss * mask per row",
+    promises=(*POLICY_PROMISES[:3], *_GSPO_LEVEL, *AGG_GRPO_PROMISES),
+    options=(GSPO_LOSS_TYPE, EPSILON_HIGH, DELTA, MASK_TRUNCATED),
+    notes=(
+        "GRPOTrainer._compute_loss with importance_sampling_level='sequence' and loss_type='grpo' (GSPO), epsilon "
+        "0.2, beta 0: one ratio per completion, the per-row advantage, the per-micro-batch mean of row token means",
+    ),
+)

@@ -31,8 +31,9 @@ from maskfuzz.targets.trl.calls_discovered import LEVEL, branch_problem, chain_v
 PREFIXES = {"agg": "loss-aggregation", "policy-is": "policy-loss"}  # entry prefix -> kind
 REGISTRY = "GRPOTrainer loss_type chain"
 LEVEL_REGISTRY = "GRPOTrainer importance_sampling_level chain"
-# importance_sampling_level -> the hand-written entry that runs it (policy-grpo: "token", GRPOConfig's default)
-COVERED_LEVEL = {"token": "policy-grpo"}
+# importance_sampling_level -> the hand-written entry that runs it (policy-grpo: "token", GRPOConfig's default;
+# policy-gspo: "sequence", with loss_type grpo or, as its option, dapo)
+COVERED_LEVEL = {"token": "policy-grpo", "sequence": "policy-gspo"}  # policy-gspo's option loss_type dapo
 # loss_type -> the hand-written entry that already runs it with a reference (calls_aggregate.AGGREGATE, inverted)
 COVERED = {loss_type: entry for entry, loss_type in AGGREGATE.items()}
 
