@@ -14,6 +14,8 @@ from maskfuzz.oracles.declared import Declared
 from maskfuzz.oracles.kinds import policy_loss
 from maskfuzz.oracles.strategies import Sizes
 from maskfuzz.targets.adapters.loss_step import run_step
+from maskfuzz.targets.runtime.repos import parse_repos
+from maskfuzz.targets.runtime.session import open_target
 
 NAN = float("nan")
 # row 0: two trained tokens, log-ratios 0 and 0.2 (mean 0.1: s = e^0.1 = 1.105, inside [0.8, 1.2]; the token ratios
@@ -99,3 +101,55 @@ def test_gspo_mutants_are_caught(fn, variant, want):
         assert not found, [(f.property, f.verdict.message) for f in result.findings]
     assert want <= found, found
     assert result.checked["reference"] > 0
+
+
+# ---- the hand-written policy-gspo entries on the real upstream code (release wheels) ----------------------------
+# row 0: log-ratios 0.1 and -0.1 (mean 0: s = 1, inside every clip range; the token ratios e^+-0.1 are outside verl's
+# 3e-4 / 4e-4), advantages 1 and -2; row 1: log-ratios 0.05, 0.05, -0.04 (s = e^0.02), advantages 0.5, 1, -1; float32
+# (slime's and miles' dtype); the per-token advantages tell the straight-through form from the gradient through the mean
+STEP = Case.build(
+    trainable=[[1, 1, 0], [1, 1, 1]],
+    extra={
+        "old_logp": [[-1.0, -1.0, -1.0], [-0.5, -1.5, -2.0]],
+        "logp": [[-0.9, -1.1, -1.0], [-0.45, -1.45, -2.04]],
+        "adv": [[1.0, -2.0, 0.0], [0.5, 1.0, -1.0]],
+    },
+    score=[1.0, -1.0],
+    group=[0, 0],
+    dtype="float32",
+)
+WHEELS = {  # entry -> (its function's place, the ratio form the entry declares)
+    "verl:policy-gspo@0.9.1": ("core_algos.py::compute_policy_loss_gspo", "sequence"),
+    "skyrl:policy-gspo@0.3.1": ("ppo_utils.py::gspo_policy_loss", "sequence"),
+    "trl:policy-gspo@1.16.0": ("grpo_trainer.py::GRPOTrainer", "sequence-mean"),
+    "miles:policy-gspo@0.0.2": ("loss.py::policy_loss_function", "sequence-mean"),
+}
+
+
+def _check_gspo(target: str, where: str, ratio: str, repos=None) -> None:
+    with open_target(target, repos=repos) as h:
+        assert where in h.info["where"], h.info["where"]
+        assert h.declared.variant["ratio"] == ratio
+        loss, grad = h.run(STEP)
+    ref = policy_loss.reference(STEP, h.declared.variant)
+    assert float(loss[0, 0]) == pytest.approx(float(ref["loss"][0, 0]), rel=1e-5, abs=1e-6)
+    assert grad.double().flatten().tolist() == pytest.approx(ref["grad"].flatten().tolist(), rel=1e-5, abs=1e-6)
+    token = policy_loss.reference(STEP, {**h.declared.variant, "ratio": "token", "seq_log_ratio_max": None})
+    assert not torch.allclose(grad.double(), token["grad"], atol=1e-4)  # the token ratio's gradient is not GSPO's
+    if h.declared.variant["advantages"] == "token":  # per-token advantages: the two sequence forms differ here
+        other = "sequence-mean" if ratio == "sequence" else "sequence"
+        alt = policy_loss.reference(STEP, {**h.declared.variant, "ratio": other})
+        assert not torch.allclose(grad.double(), alt["grad"], atol=1e-4)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("target", list(WHEELS))
+def test_policy_gspo_entries_run_the_wheels_sequence_ratio(target):
+    _check_gspo(target, *WHEELS[target])
+
+
+def test_slime_policy_gspo_runs_the_git_pin_sequence_ratio():
+    repos = parse_repos(None)
+    if "slime" not in repos:
+        pytest.skip("slime has no release: set MASKFUZZ_REPOS=slime=/path/to/slime-clone-or-mirror")
+    _check_gspo("slime:policy-gspo@624b824a8", "loss.py::policy_loss_function", "sequence-mean", repos=repos)
