@@ -209,7 +209,7 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     variants = discovery.discover("verl", checkout.root)
     found = {v.name: v for v in variants if v.prefix == "policy-loss"}
     assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
-    assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by is None
+    assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by == "policy-gspo"
     assert all(v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
     # Clip-Cov draws with randperm, KL-Cov ranks with topk: listed with the reason, not judged as if order-free
     stochastic = {n for n, v in found.items() if not v.callable}

@@ -100,8 +100,8 @@ def test_slime_options_are_read_at_the_pin_and_a_new_choice_is_an_entry_the_next
     assert by["adv:ppo"]["kind"] == "gae" and by["adv:gspo"]["at"] == "slime/utils/arguments.py:9"
     assert by["adv:gspo"]["covered_by"] is None and by["adv:gspo"]["callable"]  # grpo's branch, the option set
     assert by["kl:k2"]["covered_by"] is None and by["kl:k3"]["covered_by"] == "kl-k3"
-    # the policy loss tests gspo (its own code): an entry; ppo it never tests: the policy entry's code
-    assert by["policy:gspo"]["covered_by"] is None and by["policy:ppo"]["covered_by"] == "policy-loss"
+    # the policy loss tests gspo (its own code): the policy-gspo entry's; ppo it never tests: the policy entry's code
+    assert by["policy:gspo"]["covered_by"] == "policy-gspo" and by["policy:ppo"]["covered_by"] == "policy-loss"
     # switches the policy loss reads, read from `reset_arg` too; a switch the kind cannot hold is listed with why
     assert by["switch:calculate_per_token_loss"]["covered_by"] == "policy-loss"
     assert by["switch:use_tis"]["callable"] and by["switch:use_tis"]["judged"] == "invariants only"
@@ -165,7 +165,7 @@ def test_miles_release_variants_are_discovered_from_the_wheel_and_k2_runs_invari
     opd = found["adv:on_policy_distillation"]
     assert not opd.callable and "miles/backends/training_utils/loss.py:383" in opd.reason
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:gspo", "kl:k2", "policy:gspo", "switch:use_opsm", "switch:use_tis"], new
+    assert new == ["adv:gspo", "kl:k2", "switch:use_opsm", "switch:use_tis"], new  # policy:gspo: policy-gspo's
     # one invariants-only example through miles' own compute_approx_kl(kl_loss_type="k2")
     case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -0.5, -3.0]], "ref_logp": [[-1.2, -0.1, 0.0]]},
                       dtype="float32")  # fmt: skip
@@ -224,7 +224,7 @@ def test_slime_variants_at_the_mirror_head():
     ]
     assert found["adv:cispo"].citation == "slime/utils/arguments.py:946"
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:cispo", "adv:gspo", "kl:k2", "policy:cispo", "policy:gspo", "switch:use_opsm",
+    assert new == ["adv:cispo", "adv:gspo", "kl:k2", "policy:cispo", "switch:use_opsm",
                    "switch:use_tis"], new  # fmt: skip
     extra = {
         "logp": [[-1.0, -0.4, -2.0], [-0.3, -1.2, -0.6]],
@@ -232,7 +232,7 @@ def test_slime_variants_at_the_mirror_head():
         "adv": [[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]],
     }
     case = Case.build(trainable=[[1, 1, 0], [1, 1, 1]], extra=extra, dtype="float32")
-    with open_target("slime:policy:gspo@624b824a8", repos=repos, timeout=120) as handle:
+    with open_target("slime:policy:cispo@624b824a8", repos=repos, timeout=120) as handle:
         verdicts = {v.property: v for v in judge(handle.run, case, handle.declared)}
     assert verdicts["reference"].status == "n/a"
     assert all(verdicts[p].status == "pass" for p in ("no-crash", "poison", "pad-invariance", "permutation")), verdicts

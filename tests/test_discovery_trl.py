@@ -119,13 +119,13 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     # the aggregation chain (the one assigning `loss`), not the per-token `if self.loss_type == "grpo"` before it
     assert [(v["entry"], v["covered_by"]) for v in first["variants"]] == [
         ("agg:grpo", "agg-grpo"), ("agg:bnpo", "agg-bnpo"), ("agg:dapo", "agg-dapo"),
-        ("policy-is:token", "policy-grpo"), ("policy-is:sequence", None),
+        ("policy-is:token", "policy-grpo"), ("policy-is:sequence", "policy-gspo"),
     ]  # fmt: skip
     grpo_at = _line(_trainer(1), 'self.loss_type == "grpo"', 1)
     assert first["variants"][0]["at"] == f"{_GR}:{grpo_at}" and first["variants"][0]["kind"] == "loss-aggregation"
     assert first["variants"][-1]["kind"] == "policy-loss" and first["variants"][-1]["callable"]
-    # every loss type has a hand-written entry with a reference; the sequence-level weights have none
-    assert first["labels"] == ["trl:policy-is:sequence@HEAD"]
+    # every loss type and both importance-sampling levels have a hand-written entry with a reference
+    assert first["labels"] == []
 
     night1 = first["resolved"]
     commit(repo, {_GR: _trainer(2)}, "add four loss types", 2)
@@ -133,7 +133,7 @@ def test_a_loss_type_added_upstream_is_discovered_and_fuzzed_the_next_night(fake
     night2 = second["resolved"]
     assert night2 != night1 == repo.commit("HEAD~1").hexsha
     new = ("agg:seq_sum", "agg:leaky", "agg:adv_weighted", "agg:dropout")
-    new += ("policy-is:sequence", "policy-is:by_advantage")
+    new += ("policy-is:by_advantage",)
     assert second["labels"] == [f"trl:{n}@HEAD" for n in new]
     by = {v["name"]: v for v in second["variants"]}
     at = _GR + ":" + str(_line(_trainer(2), 'in ["seq_sum", "leaky"]'))
@@ -183,10 +183,11 @@ def test_trl_release_loss_types_are_discovered_from_the_wheel():
     assert list(found) == ["grpo", "sapo", "bnpo", "dr_grpo", "cispo", "dapo", "vespo", "luspo"]
     found = {v.entry: v for v in discovery.discover("trl", checkout.root)}
     assert [e for e, v in found.items() if v.covered_by is None] == [
-        "agg:sapo", "agg:cispo", "agg:vespo", "agg:luspo", "policy-is:sequence",
+        "agg:sapo", "agg:cispo", "agg:vespo", "agg:luspo",
     ]  # fmt: skip
     assert all(v.callable for v in found.values()) and found["agg:luspo"].citation == f"{_GR}:3175"
     assert found["policy-is:token"].covered_by == "policy-grpo" and found["policy-is:sequence"].kind == "policy-loss"
+    assert found["policy-is:sequence"].covered_by == "policy-gspo"
 
 
 _LONE = Case.build(trainable=[[1]], extra={"loss": [[0.3]]}, dtype="float64")

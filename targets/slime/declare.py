@@ -737,17 +737,12 @@ KIND_OVERRIDES["value-loss"]["promises"] = FILTER_PROMISES + (TEMPERATURE_PROMIS
 # eps-clip-c before the filter: both cover variant-mismatch (a dual clip off, a removed sample counted), and a case
 # with --eps-clip-c set is what the dual clip's finding is; a removed sample counted in such a case is misnamed
 KIND_OVERRIDES["policy-loss"]["promises"] = EPS_CLIP_C_PROMISES + FILTER_PROMISES + DOCS_LOSS_PROMISES
-# --advantage-estimator gspo (calls_kinds.POLICY_SETTINGS): ppo_kl = the masked row mean of old - logp, expanded to
-# the row's tokens with the gradient through the mean
-# (slime/utils/ppo_utils.py:95-121 compute_gspo_kl (v0.3.1; loss.py:964-972)),
-# then the same compute_policy_loss and reducer as policy-loss: the sequence ratio, "sequence-mean"; the rest as
-# the policy-loss entry
-# (the filter's promise first: a counted empty row, the finding GSPO's draws meet first, is a removed sample counted)
-KIND_OVERRIDES["policy-gspo"] = dict(
-    KIND_OVERRIDES["policy-loss"],
-    variant={**KIND_OVERRIDES["policy-loss"]["variant"], "ratio": "sequence-mean"},
-    promises=FILTER_PROMISES + EPS_CLIP_C_PROMISES + DOCS_LOSS_PROMISES,
-)
+# --advantage-estimator gspo (calls_kinds.POLICY_SETTINGS): ppo_kl = the masked row mean of old - logp, the gradient
+# through the mean (slime/utils/ppo_utils.py:95-121, loss.py:964-972 at v0.3.1): "sequence-mean".
+# The filter's promise first: a counted empty row, what GSPO's draws meet first, is a removed sample counted
+_GSPO_PROMISES = FILTER_PROMISES + EPS_CLIP_C_PROMISES + DOCS_LOSS_PROMISES
+_GSPO_VARIANT = {**KIND_OVERRIDES["policy-loss"]["variant"], "ratio": "sequence-mean"}
+KIND_OVERRIDES["policy-gspo"] = dict(KIND_OVERRIDES["policy-loss"], variant=_GSPO_VARIANT, promises=_GSPO_PROMISES)
 
 SPEC = TargetSpec(
     id="slime",
