@@ -438,10 +438,10 @@ def load_policy(root: Path, entry: str) -> Loaded:
                 dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows,
                 loss_scale_factor=config.loss_scale_factor,
             )  # fmt: skip
-        pg_loss, _ = fn(
+        pg_loss = fn(
             old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.bool),
             loss_agg_mode=config.loss_agg_mode, config=config, rollout_is_weights=None,
-        )  # fmt: skip
+        )[0]  # fmt: skip  # (pg_loss, metrics) at 0.9.1; (pg_loss, clipfrac, kl, clipfrac_lower) at 0.6.0
         return pg_loss if global_info else pg_loss * (len(rows) / step.rank_rows)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -465,7 +465,28 @@ def load_policy(root: Path, entry: str) -> Loaded:
             else "the log sequence ratio clamped at 10 (core_algos.py:1590)"
         ),
     ]
-    return Loaded(run, where, notes, absent_options=_absent_modes(root, "actor.loss_agg_mode"))
+    absent = _absent_modes(root, "actor.loss_agg_mode")
+    fixed = _fixed_agg_mode(fn) if loss_mode != "vanilla" else None
+    if fixed:  # the function passes agg_loss its own mode: the actor's option does not reach it
+        mode, at = fixed
+        absent = {"actor.loss_agg_mode": (tuple(m for m in AGG_MODES if m != mode), f"{at}: agg_loss gets {mode!r}")}
+    return Loaded(run, where, notes, absent_options=absent)
+
+
+def _fixed_agg_mode(fn) -> tuple[str, str] | None:
+    """(mode, file:line) where `fn` calls agg_loss with a literal loss_agg_mode (verl 0.7.0's GSPO passes
+    "seq-mean-token-mean", core_algos.py:1060-1061, whatever its own loss_agg_mode), else None."""
+    import ast
+
+    src, first = inspect.getsourcelines(fn)
+    tree = ast.parse(inspect.cleandoc("".join(src)) if src[0].startswith(" ") else "".join(src))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "agg_loss":
+            for kw in node.keywords:
+                if kw.arg == "loss_agg_mode" and isinstance(kw.value, ast.Constant):
+                    rel = "verl/" + inspect.getsourcefile(fn).split("/verl/", 1)[-1]
+                    return kw.value.value, f"{rel}:{first + node.lineno - 1}"
+    return None
 
 
 def trainer_function(root: Path, name: str):
