@@ -300,6 +300,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-rollout-mean": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "policy-gspo": "policy-loss",
         "gae-kl": "gae",
         "reinforce++-kl": "returns",
     }
