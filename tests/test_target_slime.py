@@ -291,6 +291,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert kinds == {
         "grpo": "group-advantage",
         "kl": "kl",
+        "kl-k2": "kl",
         "kl-k3": "kl",
         "kl-low-var": "kl",
         "whiten": "normalization",
@@ -330,6 +331,7 @@ def test_kl_low_var_clamps_and_k3_does_not(kinds_open):
     case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -21.0, 5.0]], "ref_logp": [[-1.5, -1.0, 0.0]]})
     for entry, expect in (
         ("kl", [0.5, -20.0]),
+        ("kl-k2", [0.125, 200.0]),  # (log r)^2 / 2, unclamped
         ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
         ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0]),
     ):

@@ -12,7 +12,7 @@ HEAD 624b824a8), so the runners are miles' (`targets.miles.calls_kinds`); the GA
   of `kl_coef == 0` (loss.py:743-746, 763-767), or `get_reinforce_plus_plus_baseline_advantages`, and
   whitens with `--normalize-advantages` (:819): the options `advantage_estimator`,
   `grpo_std_normalization`, `normalize_advantages` are set on the namespaces both read.
-* `kl`, `kl-k3`, `kl-low-var`: `compute_approx_kl` (slime/utils/ppo_utils.py:11-51), the eager
+* `kl`, `kl-k2`, `kl-k3`, `kl-low-var`: `compute_approx_kl` (slime/utils/ppo_utils.py:11-51), the eager
   function under `@torch.compile(dynamic=True)`.
 * `whiten`: `distributed_masked_whiten` (slime/utils/distributed_utils.py:111-171) over a one-rank
   gloo group, as `--normalize-advantages` calls it (loss.py:871).
