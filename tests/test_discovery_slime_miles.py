@@ -227,9 +227,8 @@ def test_slime_variants_at_the_mirror_head():
     ]
     assert found["adv:cispo"].citation == "slime/utils/arguments.py:946"
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:cispo", "adv:gspo", "policy:cispo", "policy:gspo", "switch:use_opsm",
-                   "switch:use_tis"], new  # fmt: skip
-    assert found["kl:k2"].covered_by == "kl-k2"
+    assert new == ["adv:gspo", "policy:cispo", "policy:gspo", "switch:use_opsm", "switch:use_tis"], new
+    assert found["kl:k2"].covered_by == "kl-k2" and found["adv:cispo"].covered_by == "grpo"  # grpo's option
     extra = {
         "logp": [[-1.0, -0.4, -2.0], [-0.3, -1.2, -0.6]],
         "old_logp": [[-1.1, -0.5, -2.0], [-0.2, -1.0, -0.9]],

@@ -77,7 +77,7 @@ def load(root: Path, entry: str) -> Loaded:
             "--normalize-advantages"
         )
         run = grpo_runner(post, caller, lambda r: mk.make_sample(types_mod, r))
-        return Loaded(run, f"{post_where} + {ret_where}", notes)
+        return Loaded(run, f"{post_where} + {ret_where}", notes, absent_options=_absent_estimators(root))
     if entry == "whiten":
         fn, where = function_from(root, [("slime.utils.distributed_utils", "distributed_masked_whiten")])
         notes.append(mk.init_one_rank_gloo())
@@ -131,6 +131,19 @@ def load_reinforce_kl(root: Path) -> Loaded:
         return run_kl_caller(caller, case, device, critic=False, advantage_estimator="reinforce_plus_plus")
 
     return Loaded(run, f"{where} via {caller_where}", notes + kl_smoke(run))
+
+
+# estimators the grpo entry's option may set only where both the rollout and the trainer list them with grpo
+# (624b824a8: slime/ray/rollout.py:614, :627 and slime/backends/megatron_utils/loss.py:763 `["grpo", "gspo", "cispo"]`)
+_SHARED_ESTIMATORS = ("cispo",)
+_ESTIMATOR_FILES = ("slime/ray/rollout.py", "slime/backends/megatron_utils/loss.py")
+
+
+def _absent_estimators(root: Path) -> dict[str, tuple[tuple, str]]:
+    """advantage_estimator values on grpo's path that the pin's rollout or trainer does not name (never drawn)."""
+    texts = [(Path(root) / f).read_text() if (Path(root) / f).is_file() else "" for f in _ESTIMATOR_FILES]
+    gone = tuple(e for e in _SHARED_ESTIMATORS if not all(f'"{e}"' in t for t in texts))
+    return {"advantage_estimator": (gone, f"not named in {' and '.join(_ESTIMATOR_FILES)} at this pin")} if gone else {}
 
 
 def grpo_runner(post, caller, sample_cls):

@@ -523,11 +523,12 @@ GRPO_STD_NORMALIZATION = Option(
 )
 ADVANTAGE_ESTIMATOR = Option(
     "advantage_estimator",
-    ("grpo", "reinforce_plus_plus_baseline"),
+    ("grpo", "reinforce_plus_plus_baseline", "cispo"),
     "grpo",
     "slime/ray/rollout.py:613-627 (group mean, std only for grpo/gspo/cispo) and "
     "slime/backends/megatron_utils/loss.py:795-803 (get_reinforce_plus_plus_baseline_advantages); "
-    "--advantage-estimator slime/utils/arguments.py:940-957 (gspo and cispo share grpo's path here: not listed)",
+    "--advantage-estimator slime/utils/arguments.py:940-957; cispo takes grpo's path (rollout.py:614, :627, "
+    "loss.py:763 at 624b824a8; absent at 166441911: not drawn there); gspo too, not listed",
     "REINFORCE++-baseline: the group baseline (mean) subtracted, no std, broadcast to every token "
     "(get_reinforce_plus_plus_baseline_advantages' docstring, slime/utils/ppo_utils.py:454-466); arguments.py:"
     "1848-1852 require --normalize-advantages with it",

@@ -24,6 +24,7 @@ COVERED = {
         "grpo": "grpo",
         "reinforce_plus_plus": "reinforce++",
         "reinforce_plus_plus_baseline": "grpo",
+        "cispo": "grpo",
     },  # grpo's option advantage_estimator  # fmt: skip
     "policy": {"grpo": "policy-loss"},
     "kl": {"k1": "kl", "k2": "kl-k2", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
