@@ -51,6 +51,7 @@ ENTRY_KINDS = {
     "reinforce++": "returns",
     "policy-loss": "policy-loss",
     "kl": "kl",
+    "kl-k2": "kl",
     "kl-k3": "kl",
     "kl-low-var": "kl",
     "agg-seq-mean-token-mean": "loss-aggregation",

@@ -316,7 +316,9 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
-POLICY = ("policy-loss",)
+# entry -> the policy_loss_type it runs by default (both names are ppo_policy_loss, 0.3.1 ppo_utils.py:555-556)
+POLICY_LOSS_TYPES = {"policy-loss": "regular", "policy-dual-clip": "dual_clip"}
+POLICY = tuple(POLICY_LOSS_TYPES)
 POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"
 LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
 
@@ -355,7 +357,9 @@ def _algorithm(loss_type: str, reduction: str):
 
 
 def load_policy(root: Path, entry: str) -> Loaded:
-    """SkyRL's "regular" policy loss over one optimizer step, as its policy worker drives it.
+    """SkyRL's "regular" policy loss over one optimizer step, as its policy worker drives it (`policy-dual-clip`:
+    the same function with policy_loss_type "dual_clip", 0.3.1 ppo_utils.py:579-582, 0.1.0 :532-535, v0.4.0
+    :572-575, git main :573-576: for A < 0 the loss is min(-A clip_ratio_c, the clipped loss)).
 
     The worker takes `PolicyLossRegistry.get(cfg.trainer.algorithm.policy_loss_type)` (0.3.1
     skyrl_train/workers/worker.py:611; "regular" and "dual_clip" are both `ppo_policy_loss`, ppo_utils.py:555-557)
@@ -384,10 +388,11 @@ def load_policy(root: Path, entry: str) -> Loaded:
         scale, scale_where = _function(root, "apply_loss_reduction_to_advantages_minibatch")
         where = f"{scale_where} + ppo_policy_loss"
     configs: dict = {}
+    loss_type = POLICY_LOSS_TYPES[entry]
 
     def micro(rows, logp, mask, step):
         case = step.case
-        key = (case.options.get(POLICY_LOSS_TYPE, "regular"), case.options.get(LOSS_REDUCTION, "token_mean"))
+        key = (case.options.get(POLICY_LOSS_TYPE, loss_type), case.options.get(LOSS_REDUCTION, "token_mean"))
         config = configs.setdefault(key, _algorithm(*key))
         old = case.extra["old_logp"][rows].to(device=logp.device, dtype=logp.dtype)
         if scale is None:
@@ -413,7 +418,7 @@ def load_policy(root: Path, entry: str) -> Loaded:
         return run_step(_filtered(case, overlong), device, micro, leaf_name="logp")
 
     notes = [
-        "ppo_policy_loss with cfg.trainer.algorithm at its defaults (regular, eps_clip 0.2 / 0.2, token_mean, "
+        f"ppo_policy_loss with cfg.trainer.algorithm at its defaults ({loss_type}, eps_clip 0.2 / 0.2, token_mean, "
         f"max_seq_len={MAX_SEQ_LEN}); rollout_logprobs None (off-policy correction off by default); loss_mask float",
         "releases: per micro-batch reduce_loss / accumulation steps; git main: the step's advantages pre-scaled by "
         "apply_loss_reduction_to_advantages_minibatch, the summed loss times dp_size",

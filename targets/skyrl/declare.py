@@ -578,6 +578,14 @@ _KIND_OVERRIDES["policy-loss"] = dict(
     # modes are split-invariant on the equal-row micro-batches the loader cuts
     promises=mode_promises("token_mean", ("split-invariance",)),
 )
+# policy-dual-clip: the same ppo_policy_loss with policy_loss_type "dual_clip" (the registry's second name, 0.3.1
+# ppo_utils.py:555-556, dual clip :579-582; git main :556-557, :573-576) and clip_ratio_c 3.0 (0.3.1
+# ppo_base_config.yaml:127; v0.4.0 skyrl-train/skyrl_train/config/ppo_base_config.yaml:120; git main config.py:910)
+_KIND_OVERRIDES["policy-dual-clip"] = dict(
+    _KIND_OVERRIDES["policy-loss"],
+    variant={**_KIND_OVERRIDES["policy-loss"]["variant"], "dual_clip": 3.0},
+    options=(_LOSS_REDUCTION, _OVERLONG),
+)
 _KIND_ENTRIES = tuple(_KIND_OVERRIDES)
 
 # The GAE entry's pipeline at the release layouts (0.3.1 `pipeline`; 0.1.0 and skyrl_train-v0.4.0 by pin, with

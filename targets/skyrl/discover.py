@@ -33,7 +33,7 @@ POLICY_DECORATOR, ADV_DECORATOR = "register_policy_loss", "register_advantage_es
 PACKAGES = ("skyrl_train", "skyrl-train/skyrl_train", "skyrl/backends/skyrl_train", "skyrl/skyrl/backends/skyrl_train")
 # registry key -> the hand-written entry that already calls it with a reference (declare.py / calls_kinds.py)
 COVERED = {
-    "policy-loss": {"regular": "policy-loss"},
+    "policy-loss": {"regular": "policy-loss", "dual_clip": "policy-dual-clip"},
     "adv": {"gae": "default", "grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce++"},
 }
 
