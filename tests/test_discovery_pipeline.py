@@ -24,7 +24,9 @@ def test_verl_grpo_branch_differs_at_0_4_1_and_is_not_shared():
     # 0.4.1: the GRPO branch alone gets the multi-turn loss_mask (gaps allowed); the registry branch the attention
     assert _pipe("verl", "grpo", "0.4.1").gaps and not _pipe("verl", "adv:opo", "0.4.1").gaps
     assert _pipe("verl", "adv:grpo", "0.4.1") is None  # the discovered call is not the trainer's call of grpo
-    assert _pipe("verl", "adv:gpg", "0.9.1") is None  # batch-wide alpha by design: left to the hand-written entry
+    # GPG scales by a batch-wide count by design: its group-isolation is not promised, the domain still shared
+    gpg = get("verl").declared("adv:gpg", "0.9.1")
+    assert gpg.pipeline == _pipe("verl", "rloo", "0.9.1") and [p for p, _ in gpg.not_promised] == ["group-isolation"]
 
 
 @pytest.mark.parametrize("fw,entry", [("verl", "policy-loss:gspo"), ("skyrl", "policy-loss:gspo")])

@@ -40,11 +40,17 @@ from maskfuzz.targets.verl.declare_pipeline import BEFORE_MASKING, MASKING_COMMI
 PINS = ("0.4.1", "0.5.0", "0.9.1", MASKING_COMMIT, BEFORE_MASKING)  # where compute_advantage was read (above)
 # not `masked_zero_why` (it cites the sibling's own line) nor `variant` (another estimator's math)
 NAMES = ("domain", "pipeline", "pipeline_by_pin")
+_GPG_ALPHA = (
+    "group-isolation",
+    "m = torch.count_nonzero(scores); alpha = bsz / m.clamp(min=1): compute_gpg_outcome_advantage scales every "
+    "advantage by the batch's count of non-zero scores (verl/trainer/ppo/core_algos.py:648-649 at 0.5.0, :810-811 "
+    "at 0.9.1), GPG's design",
+)
 # entry or prefix -> the fields (`trainer_options.sibling_recipe` looks the entry up first)
 SIBLING_FIELDS: dict[str, dict] = {
     "adv": pinned(K["rloo"], NAMES, PINS),
     "adv:grpo": {},  # not the trainer's call of it (above): reach api
-    # alpha = bsz / count_nonzero(scores) over the whole batch (core_algos.py:810-811 at 0.9.1) is GPG's design: judged
-    # invariants-only, group-isolation would read as a defect on pipeline input; the hand-written `gpg` entry judges it
-    "adv:gpg": {},
+    # GPG's scale is over the whole batch by design: `m = torch.count_nonzero(scores)`, `alpha = bsz / m.clamp(min=1)`
+    # (core_algos.py:648-649 at 0.5.0, :810-811 at 0.9.1), so another group's scores move this group's advantages
+    "adv:gpg": pinned(K["rloo"], NAMES, PINS) | dict(not_promised=(_GPG_ALPHA,)),
 }
