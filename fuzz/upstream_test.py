@@ -97,6 +97,11 @@ def render(
             f"the upstream-test recipes call the framework's GAE function; a {declared.kind} finding is covered by "
             "the standalone reproducer"
         )
+    if not spec(declared.kind).domain.critic:  # REINFORCE++, REMAX: no values, a signature of their own
+        raise ValueError(
+            "the upstream-test recipes call the framework's GAE function on rewards and values; a "
+            f"{declared.kind} finding (no critic) is covered by the standalone reproducer"
+        )
     if declared.variant.get("kl_reward") or declared.contract == "segment":
         raise ValueError(
             "the upstream-test recipes call the framework's GAE function on rewards and values; a finding of the KL "

@@ -398,10 +398,12 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
     ]  # fmt: skip
     by = {v["entry"]: v for v in first["variants"]}
     assert by["policy-loss:regular"]["covered_by"] == "policy-loss" and by["adv:grpo"]["covered_by"] == "grpo"
+    # dual_clip is judged against the policy-loss reference by its hand-written entry (discover.COVERED)
+    assert by["policy-loss:dual_clip"]["covered_by"] == "policy-dual-clip"
+    assert by["policy-loss:dual_clip"]["judged"] == "reference"
     assert by["adv:gae"]["kind"] == "gae" and not by["adv:gae"]["callable"] and "values" in by["adv:gae"]["reason"]
     assert by["adv:mean_baseline"]["kind"] == "group-advantage" and by["adv:mean_baseline"]["callable"]
-    assert first["labels"] == [f"skyrl:{e}@HEAD" for e in ("policy-loss:dual_clip", "policy-loss:plain_pg",
-                                                           "adv:mean_baseline")]  # fmt: skip
+    assert first["labels"] == [f"skyrl:{e}@HEAD" for e in ("policy-loss:plain_pg", "adv:mean_baseline")]
 
     night1 = first["resolved"]
     commit(repo, {"skyrl_train/utils/ppo_utils.py": _SKY_UTILS + _SKY_NIGHT2}, "register leaky and whitened", 2)
@@ -413,7 +415,7 @@ def test_skyrl_enum_keyed_registries_are_discovered_and_fuzzed_the_next_night(fa
     assert not whitened["callable"] and "masked_whiten at skyrl_train/utils/ppo_utils.py:" in whitened["reason"]
 
     # judged as the fuzzer judges them, through SkyRL's own registry and the pin's config defaults
-    dual = fuzz_cmd.run_job(job(f"skyrl:policy-loss:dual_clip@{night2}", repos, examples=20))
+    dual = fuzz_cmd.run_job(job(f"skyrl:policy-loss:plain_pg@{night2}", repos, examples=20))
     assert dual.status == "ok" and dual.judged == "invariants only", dual.reason
     assert dual.checked["reference"] == 0 and dual.checked["poison"] > 0 and not dual.findings, dual.checked
     assert any("ppo_base_config.yaml" in n for n in dual.notes), dual.notes

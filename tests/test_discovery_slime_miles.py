@@ -99,7 +99,8 @@ def test_slime_options_are_read_at_the_pin_and_a_new_choice_is_an_entry_the_next
     assert by["adv:grpo"]["covered_by"] == "grpo" and by["adv:ppo"]["covered_by"] == "default"
     assert by["adv:ppo"]["kind"] == "gae" and by["adv:gspo"]["at"] == "slime/utils/arguments.py:9"
     assert by["adv:gspo"]["covered_by"] is None and by["adv:gspo"]["callable"]  # grpo's branch, the option set
-    assert by["kl:k2"]["covered_by"] is None and by["kl:k3"]["covered_by"] == "kl-k3"
+    assert by["kl:k2"]["covered_by"] == "kl-k2" and by["kl:k3"]["covered_by"] == "kl-k3"
+    assert by["kl:k2"]["judged"] == "reference"
     # the policy loss tests gspo (its own code): the policy-gspo entry's; ppo it never tests: the policy entry's code
     assert by["policy:gspo"]["covered_by"] == "policy-gspo" and by["policy:ppo"]["covered_by"] == "policy-loss"
     # switches the policy loss reads, read from `reset_arg` too; a switch the kind cannot hold is listed with why
@@ -155,7 +156,7 @@ def _wheel_root() -> Path:
     return acquire(get("miles"), "0.0.2").root
 
 
-def test_miles_release_variants_are_discovered_from_the_wheel_and_k2_runs_invariants_only():
+def test_miles_release_variants_are_discovered_from_the_wheel_and_k2_is_judged_by_its_entry():
     root = _wheel_root()
     found = {v.entry: v for v in discovery.discover("miles", root)}
     adv = [e for e in found if e.startswith("adv:")]
@@ -165,14 +166,16 @@ def test_miles_release_variants_are_discovered_from_the_wheel_and_k2_runs_invari
     opd = found["adv:on_policy_distillation"]
     assert not opd.callable and "miles/backends/training_utils/loss.py:383" in opd.reason
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:gspo", "kl:k2", "switch:use_opsm", "switch:use_tis"], new  # policy:gspo: policy-gspo's
-    # one invariants-only example through miles' own compute_approx_kl(kl_loss_type="k2")
+    assert new == ["adv:gspo", "switch:use_opsm", "switch:use_tis"], new  # policy:gspo: policy-gspo's
+    # k2 is the hand-written kl-k2 entry's (discover.COVERED): miles' compute_approx_kl(kl_loss_type="k2") judged
+    # against the kl reference's (log r)^2 / 2
+    assert found["kl:k2"].covered_by == "kl-k2"
     case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -0.5, -3.0]], "ref_logp": [[-1.2, -0.1, 0.0]]},
                       dtype="float32")  # fmt: skip
-    with open_target("miles:kl:k2@0.0.2", repos={}, timeout=60) as handle:
-        assert handle.declared.reference is False
+    with open_target("miles:kl-k2@0.0.2", repos={}, timeout=60) as handle:
+        assert handle.declared.reference is True
         verdicts = {v.property: v for v in judge(handle.run, case, handle.declared)}
-    assert verdicts["reference"].status == "n/a" and verdicts["no-crash"].status == "pass"
+    assert verdicts["reference"].status == "pass" and verdicts["no-crash"].status == "pass"
     assert all(verdicts[p].status == "pass" for p in ("poison", "pad-invariance", "deterministic")), verdicts
 
 
@@ -224,8 +227,8 @@ def test_slime_variants_at_the_mirror_head():
     ]
     assert found["adv:cispo"].citation == "slime/utils/arguments.py:946"
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:cispo", "adv:gspo", "kl:k2", "policy:cispo", "switch:use_opsm",
-                   "switch:use_tis"], new  # fmt: skip
+    assert new == ["adv:gspo", "policy:cispo", "switch:use_opsm", "switch:use_tis"], new
+    assert found["kl:k2"].covered_by == "kl-k2" and found["adv:cispo"].covered_by == "grpo"  # grpo's option
     extra = {
         "logp": [[-1.0, -0.4, -2.0], [-0.3, -1.2, -0.6]],
         "old_logp": [[-1.1, -0.5, -2.0], [-0.2, -1.0, -0.9]],

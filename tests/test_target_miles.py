@@ -428,6 +428,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert kinds == {
         "grpo": "group-advantage",
         "kl": "kl",
+        "kl-k2": "kl",
         "kl-k3": "kl",
         "kl-low-var": "kl",
         "whiten": "normalization",
@@ -476,6 +477,7 @@ def test_grpo_normalises_per_group_and_broadcasts_to_masked_tokens(kinds_open):
     "entry, expect",
     [
         ("kl", [0.5, -20.0]),
+        ("kl-k2", [0.125, 200.0]),  # (log r)^2 / 2, unclamped
         ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
         ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0]),
     ],
@@ -524,6 +526,7 @@ MILES_KIND_FUZZ = {  # entry -> (properties that must fail, properties that may 
     # the whole-batch fallback of unequal groups mixes them (group-isolation); no twin adds a sample to a group
     "grpo": ({"group-isolation"}, {"no-crash", "affine", "reference"}),
     "kl": (set(), set()),
+    "kl-k2": (set(), set()),
     "kl-k3": (set(), set()),
     "kl-low-var": (set(), set()),
     "whiten": ({"no-crash"}, {"poison-nonfinite", "pad-invariance", "permutation", "affine", "reference"}),

@@ -400,12 +400,13 @@ def test_kind_entries_are_declared_with_cited_pipelines():
         "agg-prompt-mean": "loss-aggregation",
         "value-loss": "value-loss",
         "policy-loss": "policy-loss",
+        "policy-dual-clip": "policy-loss",
         "policy-gspo": "policy-loss",
         "gae-kl": "gae",
         "reinforce++-kl": "returns",
     }
     for e in spec.entries:
-        if e.startswith("agg-") or e in ("value-loss", "policy-loss", "policy-gspo"):  # the losses: not researched
+        if e.startswith("agg-") or e in ("value-loss", "policy-loss", "policy-dual-clip", "policy-gspo"):  # losses
             continue
         for pin in (PIN, "a9564572eb8e"):
             dom = spec.for_entry(e).pipeline_at(pin)
@@ -890,6 +891,31 @@ def test_policy_loss_by_hand_at_git_main():
         loss, _ = h.run(POLICY_UNEVEN)  # the pre-scaled advantages: the step's token mean whatever the split
         assert loss[0, 0].item() == pytest.approx((-2.2 + _R) / 3, rel=1e-6)
         assert kind_verdicts(h, POLICY_UNEVEN)["split-invariance"].status == "pass"
+
+
+def test_policy_dual_clip_entry_is_the_policy_loss_with_the_cap():
+    d = skyrl.SPEC.declared("policy-dual-clip")
+    assert d.variant == {**skyrl.SPEC.declared("policy-loss").variant, "dual_clip": 3.0}  # clip_ratio_c's default
+    assert {o.name for o in skyrl.SPEC.for_entry("policy-dual-clip").options} == {skyrl.LOSS_REDUCTION, skyrl.OVERLONG}
+
+
+@pytest.mark.network
+def test_policy_dual_clip_by_hand_at_the_release():
+    """Row 1's first token: r = e^1.5 with A -1, the unclipped -r A = e^1.5 > -A * 3: the loss is capped at 3 (slope
+    0) by policy_loss_type "dual_clip" (ppo_utils.py:579-582); the regular entry keeps e^1.5."""
+    x = {k: v.clone() for k, v in POLICY_STEP.extra.items()}
+    x["logp"][1, 0] = 0.5
+    case = POLICY_STEP.replace(extra=x)
+    rest = -1.0 - 1.2 - 2 * math.exp(-0.1)
+    with open_target(f"skyrl:policy-dual-clip@{PIN}") as h:
+        loss, grad = h.run(case)
+        assert loss[0, 0].item() == pytest.approx((rest + 3.0) / 4, rel=1e-6)
+        assert grad[1, 0].item() == 0.0
+        v = kind_verdicts(h, case)
+        for prop in ("reference", "split-invariance", "poison", "masked-zero"):
+            assert v[prop].status == "pass", (prop, v[prop])
+    with open_target(f"skyrl:policy-loss@{PIN}") as h:
+        assert h.run(case)[0][0, 0].item() == pytest.approx((rest + math.exp(1.5)) / 4, rel=1e-6)
 
 
 @pytest.mark.network

@@ -291,6 +291,7 @@ def test_kind_entries_are_declared_with_cited_pipelines():
     assert kinds == {
         "grpo": "group-advantage",
         "kl": "kl",
+        "kl-k2": "kl",
         "kl-k3": "kl",
         "kl-low-var": "kl",
         "whiten": "normalization",
@@ -331,6 +332,7 @@ def test_kl_low_var_clamps_and_k3_does_not(kinds_open):
     case = Case.build(trainable=[[1, 1, 0]], extra={"logp": [[-1.0, -21.0, 5.0]], "ref_logp": [[-1.5, -1.0, 0.0]]})
     for entry, expect in (
         ("kl", [0.5, -20.0]),
+        ("kl-k2", [0.125, 200.0]),  # (log r)^2 / 2, unclamped
         ("kl-k3", [math.exp(-0.5) - 0.5, math.exp(20) - 21]),
         ("kl-low-var", [math.exp(-0.5) - 0.5, 10.0]),
     ):
@@ -529,6 +531,10 @@ def test_grpo_options_through_the_rollout_and_the_caller(kinds_open):
         (adv,) = h.run(case.replace(options=opts))
         assert adv[:, 0].tolist() == [0.5, -0.5, -1.0, 1.0], opts
         assert kind_failed(h, case.replace(options=opts)) == set()  # no twin adds a sample to a group any more
+    # cispo takes grpo's path (rollout.py:614, :627, loss.py:763): grpo's output, judged by its reference
+    cispo = case.replace(options={"advantage_estimator": "cispo"})
+    assert h.run(cispo)[0].tolist() == h.run(case)[0].tolist()
+    assert kind_failed(h, cispo) == set()
     # a group of one without the std: r - mean_g = 0 (the effect's singleton="zero")
     single = Case.build(trainable=[[1]], score=[1000.0], group=[0], options={"grpo_std_normalization": False})
     assert h.run(single)[0].tolist() == [[0.0]] and "reference" not in kind_failed(h, single)
@@ -539,6 +545,14 @@ def test_grpo_options_through_the_rollout_and_the_caller(kinds_open):
     s = ((4.25 - 8 * 0.0625**2) / 7 + 1e-8) ** 0.5
     assert adv[:, 0].tolist() == pytest.approx([(r - 0.0625) / s for r in (0.5, -0.5, -1.0, 1.0)], rel=1e-5)
     assert kind_failed(h, case.replace(options=opts)) == set()
+
+
+@pytest.mark.needs_mirror
+def test_grpo_never_draws_cispo_where_the_pin_lacks_it(repos):
+    with open_target(f"slime:grpo@{OLDER}", repos=repos) as h:
+        (opt,) = [o for o in h.declared.options if o.name == "advantage_estimator"]
+        assert "cispo" not in opt.values and "reinforce_plus_plus_baseline" in opt.values
+        assert any("cispo not drawn, absent at this pin" in n for n in h.info["notes"]), h.info["notes"]
 
 
 @pytest.mark.needs_mirror

@@ -138,6 +138,18 @@ def test_kl_in_reward_and_per_turn_returns_get_no_recipe(declared):
         )  # fmt: skip
 
 
+def test_a_returns_estimator_without_a_critic_gets_no_recipe():
+    """REINFORCE++ / REMAX take no values: the GAE call once went out as `fn(rewards, values, mask, gamma, lam)` and
+    the generated test died in a TypeError (verl 0.5.0 remax, 0.9.1 reinforce++, found by a night's repro step)."""
+    case = Case.build(trainable=[[1, 1]], score=[1.0])
+    with pytest.raises(ValueError, match=r"returns finding \(no critic\) is covered by the standalone reproducer"):
+        upstream_test.render(
+            case, Declared("compressed", kind="returns"), target="verl", pin="0.9.1", resolved="verl==0.9.1",
+            where="verl/trainer/ppo/core_algos.py::compute_reinforce_plus_plus_outcome_advantage",
+            mechanism="score-lost", prop="score-kept",
+        )  # fmt: skip
+
+
 def test_the_poisoned_input_is_the_judges_probe_where_the_domain_lets_poison_be():
     """The upstream test poisons what the judge's poison check poisoned (one function, `poison_twins`): without a
     critic only the rewards under the mask carry the probe, the values stay as drawn."""

@@ -51,6 +51,7 @@ ENTRY_KINDS = {
     "reinforce++": "returns",
     "policy-loss": "policy-loss",
     "kl": "kl",
+    "kl-k2": "kl",
     "kl-k3": "kl",
     "kl-low-var": "kl",
     "agg-seq-mean-token-mean": "loss-aggregation",
@@ -250,10 +251,21 @@ def entry_fields(hand_written: dict[str, dict]) -> dict[str, dict]:
 
 
 def sibling_recipe(fields: dict[str, dict]) -> Callable[[str], dict]:
-    """A discover module's `recipe(entry)` (`discovery.overrides`): the spec fields of the entry's prefix in
-    `fields` (`entry_fields`), those of its hand-written sibling."""
+    """A discover module's `recipe(entry)` (`discovery.overrides`): the spec fields of the entry in `fields`, else
+    those of its prefix (`entry_fields`), those of its hand-written sibling; {} for neither."""
 
     def recipe(entry: str) -> dict:
-        return dict(fields.get(entry.partition(":")[0], {}))
+        return dict(fields.get(entry, fields.get(entry.partition(":")[0], {})))
 
     return recipe
+
+
+def pinned(sibling: dict, names: tuple[str, ...], pins: tuple[str, ...]) -> dict:
+    """The fields `names` of a hand-written entry's declaration `sibling`, its pipeline domain kept at `pins` only
+    (each pin's own, as `TargetSpec.pipeline_at` resolves it: `pipeline_by_pin`, else `pipeline`) and None at any
+    other pin: a discovered variant's step is shared with the sibling's where the code was read, not at a pin (a
+    moving one, a new release) nobody read."""
+    out = {k: sibling[k] for k in names if k not in ("pipeline", "pipeline_by_pin")}
+    by_pin = sibling.get("pipeline_by_pin", {})
+    at = {pin: by_pin.get(pin, sibling.get("pipeline")) for pin in pins}
+    return out | dict(pipeline=None, pipeline_by_pin={pin: dom for pin, dom in at.items() if dom is not None})

@@ -24,8 +24,8 @@ Every entry calls miles' own code at the pin; the layout moved between the relea
   by group (stable, groups in order of first appearance), sets `n_samples_per_prompt` to the
   largest group and `rollout_batch_size` to the number of groups, and restores the order after.
   Equal groups take the reshape; unequal ones take the whole-batch fallback, as in miles.
-* `kl`, `kl-k3`, `kl-low-var` (kl): `compute_approx_kl(log_probs, ref_log_probs, kl_loss_type)`
-  with k1 (the `--kl-loss-type` default), k3 and low_var_kl; the eager function under miles'
+* `kl`, `kl-k2`, `kl-k3`, `kl-low-var` (kl): `compute_approx_kl(log_probs, ref_log_probs, kl_loss_type)`
+  with k1 (the `--kl-loss-type` default), k2, k3 and low_var_kl; the eager function under miles'
   `@torch.compile(dynamic=True)` (`_torchdynamo_orig_callable`), so inductor is not under test.
 * `whiten` (normalization): `distributed_masked_whiten(advantages, loss_masks)` on the concatenated
   per-sample tensors, as `--normalize-advantages` calls it; a one-rank gloo process group is
@@ -61,7 +61,7 @@ from maskfuzz.targets.slime.calls import (  # total_lengths = prompt + response
     run_kl_caller,
 )
 
-KL_ENTRIES = {"kl": "k1", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
+KL_ENTRIES = {"kl": "k1", "kl-k2": "k2", "kl-k3": "k3", "kl-low-var": "low_var_kl"}
 KIND_ENTRIES = ("grpo", *KL_ENTRIES, "whiten", "reinforce++")  # + LOSS_ENTRIES (loss-aggregation)
 
 MATH_HOMES = ("miles.backends.training_utils.loss_hub.math_utils", "miles.utils.ppo_utils")

@@ -211,6 +211,8 @@ KIND_OVERRIDES: dict = {
         )
         for name, variant in (
             ("kl", {"estimator": "k1"}),  # --kl-loss-type default k1 (W miles/utils/arguments.py:917)
+            # k2 = log_ratio**2 / 2, unclamped (W miles/utils/ppo_utils.py:85-86, G math_utils.py:159-160)
+            ("kl-k2", {"estimator": "k2"}),
             ("kl-k3", {"estimator": "k3"}),  # k3 unclamped (W miles/utils/ppo_utils.py:100-102 clamps low_var_kl only)
             # low_var_kl: the estimate clamped to [-10, 10] (W miles/utils/ppo_utils.py:101-102,
             # G math_utils.py:177-178); G also clamps -d to [-20, 20] and NaN to 0 first
@@ -729,7 +731,7 @@ TEMPERATURE_PROMISE = Promise(
 )
 KIND_OVERRIDES["grpo"]["promises"] = WHITEN_PROMISES
 KIND_OVERRIDES["whiten"]["promises"] = WHITEN_PROMISES
-for _name in ("kl", "kl-k3", "kl-low-var"):
+for _name in ("kl", "kl-k2", "kl-k3", "kl-low-var"):
     KIND_OVERRIDES[_name]["promises"] = KL_PROMISES
 KIND_OVERRIDES["reinforce++"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
 KL_OVERRIDES["reinforce++-kl"]["promises"] = WHITEN_PROMISES + REINFORCE_PP_PROMISES
@@ -788,7 +790,7 @@ SPEC = TargetSpec(
         "and document no masked semantics; they are judged against the same contract so that the "
         "history is comparable and bisection finds #1827 as the fix. Entries: default = as the PPO "
         "path calls it (chunked_gae where the `chunked` flag exists); vanilla = chunked=False. "
-        "Beyond GAE (targets/miles/calls_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
+        "Beyond GAE (targets/miles/calls_kinds.py): grpo, kl, kl-k2, kl-k3, kl-low-var, whiten, reinforce++, agg-*, "
         "value-loss, policy-loss; KL in the reward: gae-kl (this adapter), reinforce++-kl."
     ),
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},

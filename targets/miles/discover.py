@@ -22,7 +22,7 @@ PREFIXES = dict(to.PREFIXES)  # entry prefix -> kind (of the variants without a 
 COVERED = {
     "adv": {"ppo": "default", "grpo": "grpo", "reinforce_plus_plus": "reinforce++"},
     "policy": {"grpo": "policy-loss", "gspo": "policy-gspo"},
-    "kl": {"k1": "kl", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
+    "kl": {"k1": "kl", "k2": "kl-k2", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
     "loss": {"policy_loss": "policy-loss", "custom_loss": "agg-seq-mean-token-mean"},
     "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option
     "adv-switch": {"normalize_advantages": "default"},  # the option of default, reinforce++

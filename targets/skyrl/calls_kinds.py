@@ -316,14 +316,15 @@ def load_value(root: Path, entry: str) -> Loaded:
     return Loaded(run=run, where=where, notes=notes)
 
 
-POLICY = ("policy-loss", "policy-gspo")
 # entry -> (its function in ppo_utils, the policy_loss_type and loss_reduction it runs at unless the case's options say
-# otherwise): "regular" at the config's defaults; "gspo" (0.3.1 ppo_utils.py:665-722) at the sequence_mean its
-# docstring asks for (:687-694)
+# otherwise): "regular" and "dual_clip" (both names are ppo_policy_loss, 0.3.1 ppo_utils.py:555-556) at the config's
+# defaults; "gspo" (0.3.1 ppo_utils.py:665-722) at the sequence_mean its docstring asks for (:687-694)
 POLICY_RUNS = {
     "policy-loss": ("ppo_policy_loss", "regular", "token_mean"),
+    "policy-dual-clip": ("ppo_policy_loss", "dual_clip", "token_mean"),
     "policy-gspo": ("gspo_policy_loss", "gspo", "sequence_mean"),
 }
+POLICY = tuple(POLICY_RUNS)
 POLICY_LOSS_TYPE = "trainer.algorithm.policy_loss_type"
 LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
 
@@ -362,7 +363,9 @@ def _algorithm(loss_type: str, reduction: str):
 
 
 def load_policy(root: Path, entry: str) -> Loaded:
-    """SkyRL's "regular" policy loss over one optimizer step, as its policy worker drives it.
+    """SkyRL's "regular" policy loss over one optimizer step, as its policy worker drives it (`policy-dual-clip`:
+    the same function with policy_loss_type "dual_clip", 0.3.1 ppo_utils.py:579-582, 0.1.0 :532-535, v0.4.0
+    :572-575, git main :573-576: for A < 0 the loss is min(-A clip_ratio_c, the clipped loss)).
 
     The worker takes `PolicyLossRegistry.get(cfg.trainer.algorithm.policy_loss_type)` (0.3.1
     skyrl_train/workers/worker.py:611; "regular" and "dual_clip" are both `ppo_policy_loss`, ppo_utils.py:555-557)

@@ -578,6 +578,14 @@ _KIND_OVERRIDES["policy-loss"] = dict(
     # modes are split-invariant on the equal-row micro-batches the loader cuts
     promises=mode_promises("token_mean", ("split-invariance",)),
 )
+# policy-dual-clip: the same ppo_policy_loss with policy_loss_type "dual_clip" (the registry's second name, 0.3.1
+# ppo_utils.py:555-556, dual clip :579-582; git main :556-557, :573-576) and clip_ratio_c 3.0 (0.3.1
+# ppo_base_config.yaml:127; v0.4.0 skyrl-train/skyrl_train/config/ppo_base_config.yaml:120; git main config.py:910)
+_KIND_OVERRIDES["policy-dual-clip"] = dict(
+    _KIND_OVERRIDES["policy-loss"],
+    variant={**_KIND_OVERRIDES["policy-loss"]["variant"], "dual_clip": 3.0},
+    options=(_LOSS_REDUCTION, _OVERLONG),
+)
 # gspo_policy_loss (0.3.1 skyrl_train/utils/ppo_utils.py:665-719, GSPO-token): log s = masked_mean(logp - old) per row
 # (:701), straight-through per token and clamped at 10 (:707-709), the plain exp in the case's dtype (no float32
 # cast), -min(s A, clamp(s, 1 - eps_clip_low, 1 + eps_clip_high) A) (:713-715), eps 0.2 / 0.2 (ppo_base_config.yaml:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskfuzz.targets.adapters.trainer_options import sibling_recipe
 from maskfuzz.targets.discovery import Registration, Variant, registrations
 from maskfuzz.targets.skyrl.calls_discovered import adv_kind, adv_problem, policy_problem
+from maskfuzz.targets.skyrl.discover_recipe import SIBLING_FIELDS
 
 PREFIXES = {"policy-loss": "policy-loss", "adv": "group-advantage"}  # entry prefix -> kind
 POLICY_DECORATOR, ADV_DECORATOR = "register_policy_loss", "register_advantage_estimator"
@@ -33,7 +35,7 @@ POLICY_DECORATOR, ADV_DECORATOR = "register_policy_loss", "register_advantage_es
 PACKAGES = ("skyrl_train", "skyrl-train/skyrl_train", "skyrl/backends/skyrl_train", "skyrl/skyrl/backends/skyrl_train")
 # registry key -> the hand-written entry that already calls it with a reference (declare.py / calls_kinds.py)
 COVERED = {
-    "policy-loss": {"regular": "policy-loss", "gspo": "policy-gspo"},
+    "policy-loss": {"regular": "policy-loss", "dual_clip": "policy-dual-clip", "gspo": "policy-gspo"},
     "adv": {"gae": "default", "grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce++"},
 }
 
@@ -86,3 +88,8 @@ def discover(root: Path) -> list[Variant]:
     found = registrations(root, pkg, (POLICY_DECORATOR, ADV_DECORATOR))
     policy = [_variant(r, "policy-loss") for r in found if r.decorator == POLICY_DECORATOR]
     return policy + [_variant(r, "adv") for r in found if r.decorator == ADV_DECORATOR]
+
+
+# --- call recipes (`discovery.overrides`): the pipeline domain of the hand-written entry whose trainer step calls
+# the variant with the same inputs, at the pins where that step was read (discover_recipe.py)
+recipe = sibling_recipe(SIBLING_FIELDS)

@@ -12,7 +12,7 @@ HEAD 624b824a8), so the runners are miles' (`targets.miles.calls_kinds`); the GA
   of `kl_coef == 0` (loss.py:743-746, 763-767), or `get_reinforce_plus_plus_baseline_advantages`, and
   whitens with `--normalize-advantages` (:819): the options `advantage_estimator`,
   `grpo_std_normalization`, `normalize_advantages` are set on the namespaces both read.
-* `kl`, `kl-k3`, `kl-low-var`: `compute_approx_kl` (slime/utils/ppo_utils.py:11-51), the eager
+* `kl`, `kl-k2`, `kl-k3`, `kl-low-var`: `compute_approx_kl` (slime/utils/ppo_utils.py:11-51), the eager
   function under `@torch.compile(dynamic=True)`.
 * `whiten`: `distributed_masked_whiten` (slime/utils/distributed_utils.py:111-171) over a one-rank
   gloo group, as `--normalize-advantages` calls it (loss.py:871).
@@ -77,7 +77,7 @@ def load(root: Path, entry: str) -> Loaded:
             "--normalize-advantages"
         )
         run = grpo_runner(post, caller, lambda r: mk.make_sample(types_mod, r))
-        return Loaded(run, f"{post_where} + {ret_where}", notes)
+        return Loaded(run, f"{post_where} + {ret_where}", notes, absent_options=_absent_estimators(root))
     if entry == "whiten":
         fn, where = function_from(root, [("slime.utils.distributed_utils", "distributed_masked_whiten")])
         notes.append(mk.init_one_rank_gloo())
@@ -131,6 +131,19 @@ def load_reinforce_kl(root: Path) -> Loaded:
         return run_kl_caller(caller, case, device, critic=False, advantage_estimator="reinforce_plus_plus")
 
     return Loaded(run, f"{where} via {caller_where}", notes + kl_smoke(run))
+
+
+# estimators the grpo entry's option may set only where both the rollout and the trainer list them with grpo
+# (624b824a8: slime/ray/rollout.py:614, :627 and slime/backends/megatron_utils/loss.py:763 `["grpo", "gspo", "cispo"]`)
+_SHARED_ESTIMATORS = ("cispo",)
+_ESTIMATOR_FILES = ("slime/ray/rollout.py", "slime/backends/megatron_utils/loss.py")
+
+
+def _absent_estimators(root: Path) -> dict[str, tuple[tuple, str]]:
+    """advantage_estimator values on grpo's path that the pin's rollout or trainer does not name (never drawn)."""
+    texts = [(Path(root) / f).read_text() if (Path(root) / f).is_file() else "" for f in _ESTIMATOR_FILES]
+    gone = tuple(e for e in _SHARED_ESTIMATORS if not all(f'"{e}"' in t for t in texts))
+    return {"advantage_estimator": (gone, f"not named in {' and '.join(_ESTIMATOR_FILES)} at this pin")} if gone else {}
 
 
 def grpo_runner(post, caller, sample_cls):

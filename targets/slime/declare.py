@@ -204,7 +204,8 @@ GAE_TRUNCATION = Truncation(
 # ---------------------------------------------------------------------------------------------
 # Entries beyond GAE (loaders in targets/slime/calls_kinds.py); lines at 624b824a8.
 # ---------------------------------------------------------------------------------------------
-KIND_ENTRIES = ("grpo", "kl", "kl-k3", "kl-low-var", "whiten", "reinforce++")  # = miles' calls_kinds.KIND_ENTRIES
+# = miles' calls_kinds.KIND_ENTRIES
+KIND_ENTRIES = ("grpo", "kl", "kl-k2", "kl-k3", "kl-low-var", "whiten", "reinforce++")
 _F32 = {
     "grpo": "the group statistics run on torch.tensor(raw_rewards, dtype=torch.float) (slime/ray/rollout.py:618) "
     "and the broadcast on float32 rewards and KL (slime/backends/megatron_utils/loss.py:746, 764): the case's "
@@ -256,6 +257,7 @@ KIND_OVERRIDES: dict = {
         )
         for name, variant in (
             ("kl", {"estimator": "k1"}),  # --kl-loss-type default k1 (slime/utils/arguments.py:934-939)
+            ("kl-k2", {"estimator": "k2"}),  # k2 = log_ratio**2 / 2, unclamped (slime/utils/ppo_utils.py:32-33)
             ("kl-k3", {"estimator": "k3"}),  # k3 unclamped (slime/utils/ppo_utils.py:48-49 clamps low_var_kl only)
             ("kl-low-var", {"estimator": "low_var_kl", "clamp": (-10.0, 10.0)}),  # slime/utils/ppo_utils.py:48-49
         )
@@ -521,11 +523,12 @@ GRPO_STD_NORMALIZATION = Option(
 )
 ADVANTAGE_ESTIMATOR = Option(
     "advantage_estimator",
-    ("grpo", "reinforce_plus_plus_baseline"),
+    ("grpo", "reinforce_plus_plus_baseline", "cispo"),
     "grpo",
     "slime/ray/rollout.py:613-627 (group mean, std only for grpo/gspo/cispo) and "
     "slime/backends/megatron_utils/loss.py:795-803 (get_reinforce_plus_plus_baseline_advantages); "
-    "--advantage-estimator slime/utils/arguments.py:940-957 (gspo and cispo share grpo's path here: not listed)",
+    "--advantage-estimator slime/utils/arguments.py:940-957; cispo takes grpo's path (rollout.py:614, :627, "
+    "loss.py:763 at 624b824a8; absent at 166441911: not drawn there); gspo too, not listed",
     "REINFORCE++-baseline: the group baseline (mean) subtracted, no std, broadcast to every token "
     "(get_reinforce_plus_plus_baseline_advantages' docstring, slime/utils/ppo_utils.py:454-466); arguments.py:"
     "1848-1852 require --normalize-advantages with it",
@@ -722,7 +725,7 @@ KL_PROMISE = Promise(
     note="k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r with r = p_base / p (the blog's estimators); the "
     "low_var_kl clamp is the declared variant (ppo_utils.py:48-49)",
 )
-for _name in ("kl", "kl-k3", "kl-low-var"):
+for _name in ("kl", "kl-k2", "kl-k3", "kl-low-var"):
     KIND_OVERRIDES[_name]["promises"] = (KL_PROMISE,)
 # default and vanilla: the SPEC's promises (WHITEN_PROMISES); gae-kl, grpo, whiten, reinforce++(-kl) their own
 KL_OVERRIDES["gae-kl"]["promises"] = WHITEN_PROMISES
@@ -779,7 +782,7 @@ SPEC = TargetSpec(
         "two are comparable; the universal properties do not depend on this choice. Entries: default "
         "= as the PPO caller calls it (chunked_gae where the `chunked` flag exists); vanilla = "
         "chunked=False (absent where the function has no such flag). Beyond GAE "
-        "(targets/slime/calls_kinds.py): grpo, kl, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
+        "(targets/slime/calls_kinds.py): grpo, kl, kl-k2, kl-k3, kl-low-var, whiten, reinforce++, agg-*, value-loss, "
         "policy-loss; KL in the reward: gae-kl (calls.py), reinforce++-kl."
     ),
     entry_overrides={**KIND_OVERRIDES, **KL_OVERRIDES},

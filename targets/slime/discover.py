@@ -24,9 +24,10 @@ COVERED = {
         "grpo": "grpo",
         "reinforce_plus_plus": "reinforce++",
         "reinforce_plus_plus_baseline": "grpo",
+        "cispo": "grpo",
     },  # grpo's option advantage_estimator  # fmt: skip
     "policy": {"grpo": "policy-loss", "gspo": "policy-gspo"},
-    "kl": {"k1": "kl", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
+    "kl": {"k1": "kl", "k2": "kl-k2", "k3": "kl-k3", "low_var_kl": "kl-low-var"},
     "loss": {"policy_loss": "policy-loss", "custom_loss": "agg-seq-mean-token-mean"},
     "switch": {"calculate_per_token_loss": "policy-loss"},  # the entry's option
     "adv-switch": {"normalize_advantages": "default"},  # the option of default, grpo, reinforce++

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskfuzz.targets.adapters.trainer_options import sibling_recipe
 from maskfuzz.targets.discovery import Registration, Variant, registrations
 from maskfuzz.targets.verl.calls_discovered import adv_problem, signature_problem
 from maskfuzz.targets.verl.calls_kinds import POLICY
+from maskfuzz.targets.verl.discover_recipe import SIBLING_FIELDS
 
 PREFIXES = {"policy-loss": "policy-loss", "adv": "group-advantage"}  # entry prefix -> kind
 DECORATOR, ADV_DECORATOR = "register_policy_loss", "register_adv_est"
@@ -112,3 +114,8 @@ def discover(root: Path) -> list[Variant]:
     return [_variant(r) for r in found if r.decorator == DECORATOR] + [
         _adv_variant(r) for r in found if r.decorator == ADV_DECORATOR
     ]
+
+
+# --- call recipes (`discovery.overrides`): the pipeline domain of the hand-written entry whose trainer step calls
+# the variant with the same inputs, at the pins where that step was read (discover_recipe.py)
+recipe = sibling_recipe(SIBLING_FIELDS)
