@@ -75,6 +75,8 @@ def needs(arguments: str) -> dict[str, str]:
         "get_mismatch_metrics": f"requires --custom-tis-function-path ({arguments}'s check), a user's function",
         "use_opd": teacher,
         "adv-switch:use_opd": teacher,
+        "loss:sft_loss": "sft_loss_function is -sum_of_sample_mean(log_probs) (slime loss.py:1269 at git HEAD): the "
+        "policy-loss kind's input, but a `loss:` entry is of the loss-aggregation kind, which draws per-token losses",
         "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
         "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
     }
@@ -221,7 +223,9 @@ def discover(root: Path, layout: Layout) -> list[Variant]:
     for v in _choices(layout, found, LOSS_TYPE, "loss", LOSS_FN, ""):
         if v.covered_by is None:
             at = _dispatched_at(Path(root), layout, v.name)
-            v = replace(v, callable=False, reason=f"no call recipe for this loss type yet: dispatched at {at}")
+            why = layout.needs.get(f"loss:{v.name}")
+            why = f" ({why})" if why else ""
+            v = replace(v, callable=False, reason=f"no call recipe for this loss type yet{why}: dispatched at {at}")
         out.append(v)
     out += _switches(layout, found, found.policy, "switch", "")
     out += _switches(layout, found, found.advantage, "adv-switch", "no call recipe for this switch of the advantage "
