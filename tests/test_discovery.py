@@ -211,11 +211,12 @@ def test_verl_release_policy_losses_are_discovered_from_the_wheel():
     assert {"vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"} <= set(found)
     assert found["vanilla"].covered_by == "policy-loss" and found["gspo"].covered_by == "policy-gspo"
     assert all(v.file == "verl/trainer/ppo/core_algos.py" for v in found.values())
-    # Clip-Cov draws with randperm, KL-Cov ranks with topk: listed with the reason, not judged as if order-free
-    stochastic = {n for n, v in found.items() if not v.callable}
-    assert stochastic == {"clip_cov", "kl_cov"}, stochastic
-    assert "torch.randperm at verl/trainer/ppo/core_algos.py:" in found["clip_cov"].reason
-    assert "torch.topk" in found["kl_cov"].reason
+    # Clip-Cov draws with randperm, KL-Cov ranks with topk: callable through their recipe (adapters.cov_selection),
+    # the invariants their selection does not make declared, never judged as if order-free
+    assert all(v.callable for v in found.values()), [n for n, v in found.items() if not v.callable]
+    assert "call recipe" in found["clip_cov"].reason and "call recipe" in found["kl_cov"].reason
+    assert "torch.randperm at verl/trainer/ppo/core_algos.py:1823" in found["clip_cov"].reason
+    assert "torch.topk at verl/trainer/ppo/core_algos.py:1907" in found["kl_cov"].reason
     # the advantage estimators, keyed by `AdvantageEstimator` members resolved to their values
     adv = {v.name: v for v in variants if v.prefix == "adv"}
     assert {"gae", "grpo", "rloo", "opo", "gpg", "remax", "gdpo", "optimal_token_baseline"} <= set(adv), sorted(adv)

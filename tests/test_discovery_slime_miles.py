@@ -106,9 +106,9 @@ def test_slime_options_are_read_at_the_pin_and_a_new_choice_is_an_entry_the_next
     # switches the policy loss reads, read from `reset_arg` too; a switch the kind cannot hold is listed with why
     assert by["switch:calculate_per_token_loss"]["covered_by"] == "policy-loss"
     assert by["switch:use_tis"]["callable"] and by["switch:use_tis"]["judged"] == "invariants only"
+    # --use-kl-loss runs with the KL loss of slime's example (trainer_options.WITH), the reference = old log-probs
     kl_loss = by["switch:use_kl_loss"]
-    assert not kl_loss["callable"] and "reference log-probs" in kl_loss["reason"]
-    assert "slime/backends/megatron_utils/loss.py:19 (policy_loss_function)" in kl_loss["reason"]
+    assert kl_loss["callable"] and kl_loss["reason"] == "" and kl_loss["judged"] == "invariants only"
     assert by["adv-switch:normalize_advantages"]["covered_by"] == "default"
     sft = by["loss:sft_loss"]
     assert not sft["callable"] and sft["reason"].endswith("slime/backends/megatron_utils/loss.py:28")
@@ -166,7 +166,9 @@ def test_miles_release_variants_are_discovered_from_the_wheel_and_k2_is_judged_b
     opd = found["adv:on_policy_distillation"]
     assert not opd.callable and "miles/backends/training_utils/loss.py:383" in opd.reason
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:gspo", "switch:use_opsm", "switch:use_tis"], new  # policy:gspo: policy-gspo's
+    # policy:gspo: policy-gspo's
+    assert new == ["adv:gspo", "switch:use_kl_loss", "switch:use_opsm", "switch:use_rollout_logprobs",
+                   "switch:use_tis", "switch:use_unbiased_kl"], new  # fmt: skip
     # k2 is the hand-written kl-k2 entry's (discover.COVERED): miles' compute_approx_kl(kl_loss_type="k2") judged
     # against the kl reference's (log r)^2 / 2
     assert found["kl:k2"].covered_by == "kl-k2"
@@ -227,7 +229,8 @@ def test_slime_variants_at_the_mirror_head():
     ]
     assert found["adv:cispo"].citation == "slime/utils/arguments.py:946"
     new = sorted(e for e, v in found.items() if v.covered_by is None and v.callable)
-    assert new == ["adv:gspo", "policy:cispo", "switch:use_opsm", "switch:use_tis"], new
+    assert new == ["adv:gspo", "policy:cispo", "switch:use_kl_loss", "switch:use_opsm",
+                   "switch:use_rollout_logprobs", "switch:use_tis", "switch:use_unbiased_kl"], new  # fmt: skip
     assert found["kl:k2"].covered_by == "kl-k2" and found["adv:cispo"].covered_by == "grpo"  # grpo's option
     extra = {
         "logp": [[-1.0, -0.4, -2.0], [-0.3, -1.2, -0.6]],

@@ -58,19 +58,25 @@ ENTRY_KINDS = {
 }
 
 
+# switch dest -> the options set with it. The KL loss at the coefficient and estimator of slime's example that
+# trains with it (git 624b824a8 examples/search-r1/run_qwen2.5_3B.sh:72-74: --use-kl-loss --kl-loss-coef 0.001
+# --kl-loss-type low_var_kl; at the default coefficient 0 "KL divergence will only be displayed as an observation
+# metric", docs/en/get_started/quick_start.md:259); --use-unbiased-kl weights that loss, read only inside
+# `if args.use_kl_loss:` (slime loss.py:1116-1120 at git HEAD; miles 0.0.2 backends/training_utils/loss.py:783-787)
+_KL_LOSS = {"use_kl_loss": True, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl"}
+WITH = {"use_kl_loss": _KL_LOSS, "use_unbiased_kl": _KL_LOSS}
+
+
 def needs(arguments: str) -> dict[str, str]:
     """Switch dest (or "adv-switch:<dest>") -> what it needs that the kind (log-probs, old log-probs, advantages,
     the mask) does not hold; `arguments` is the arguments file whose check one reason cites."""
     teacher = "needs the teacher's log-probs (on-policy distillation): the kind draws no teacher"
     return {
-        "use_kl_loss": "adds a KL loss to the reference policy: the policy-loss kind draws no reference log-probs",
-        "use_unbiased_kl": "weights the KL loss of --use-kl-loss, which needs reference log-probs the kind does not "
-        "draw",
-        "use_rollout_logprobs": "takes the old log-probs from the rollout engine in place of the trainer's: no call "
-        "recipe sets them from the drawn rollout log-probs yet",
         "get_mismatch_metrics": f"requires --custom-tis-function-path ({arguments}'s check), a user's function",
         "use_opd": teacher,
         "adv-switch:use_opd": teacher,
+        "loss:sft_loss": "sft_loss_function is -sum_of_sample_mean(log_probs) (slime loss.py:1269 at git HEAD): the "
+        "policy-loss kind's input, but a `loss:` entry is of the loss-aggregation kind, which draws per-token losses",
         "adv-switch:use_rollout_logprobs": "takes the log-probs of the reward's KL from the rollout engine: the "
         "group-advantage kind draws no log-probs (its KL is 0 at --kl-coef 0, the default)",
     }
@@ -217,7 +223,9 @@ def discover(root: Path, layout: Layout) -> list[Variant]:
     for v in _choices(layout, found, LOSS_TYPE, "loss", LOSS_FN, ""):
         if v.covered_by is None:
             at = _dispatched_at(Path(root), layout, v.name)
-            v = replace(v, callable=False, reason=f"no call recipe for this loss type yet: dispatched at {at}")
+            why = layout.needs.get(f"loss:{v.name}")
+            why = f" ({why})" if why else ""
+            v = replace(v, callable=False, reason=f"no call recipe for this loss type yet{why}: dispatched at {at}")
         out.append(v)
     out += _switches(layout, found, found.policy, "switch", "")
     out += _switches(layout, found, found.advantage, "adv-switch", "no call recipe for this switch of the advantage "

@@ -61,7 +61,7 @@ def load(root: Path, entry: str, layout: to.Layout, group: Callable, policy: Cal
         settings = {"advantage_estimator": name}
     else:  # a switch turned from its default (store_true on, store_false off)
         dest = {a.dest: a for a in args.values() if a.boolean}[name]
-        settings = {name: not bool(dest.default)}
+        settings = {name: not bool(dest.default), **to.WITH.get(name, {})}
     defaults = to.defaults_read(Path(root), layout)
     loaded = policy(Path(root), settings, defaults)
     try:
@@ -72,5 +72,6 @@ def load(root: Path, entry: str, layout: to.Layout, group: Callable, policy: Cal
     set_ = ", ".join(f"{k}={val!r}" for k, val in settings.items())
     filled = ", ".join(sorted(defaults))
     notes = [note, f"set: {set_}; argparse defaults for the rest it reads ({filled})",
-             "rollout_log_probs: the case's rollout-engine log-probs (drawn near the old ones)"]  # fmt: skip
+             "rollout_log_probs: the case's rollout-engine log-probs (drawn near the old ones); ref_log_probs: the "
+             "old log-probs (reference = rollout policy, as at the first step)"]  # fmt: skip
     return dataclasses.replace(loaded, notes=[*notes, *loaded.notes])

@@ -636,6 +636,13 @@ def with_rollout_log_probs(case: Case, rows: torch.Tensor, pbatch: dict) -> dict
     return {**pbatch, "rollout_log_probs": out}
 
 
+def with_ref_log_probs(pbatch: dict) -> dict:
+    """`pbatch` with "ref_log_probs" per sample, which `--use-kl-loss` reads (slime loss.py:1116-1117 at git HEAD):
+    the old log-probs, detached, as at the first step, where the reference and the rollout policy are one model;
+    poison under the mask reaches them as it reaches the old log-probs."""
+    return {**pbatch, "ref_log_probs": [old.detach().clone() for old in pbatch["log_probs"]]}
+
+
 def bind_policy_stand_ins(loss_mod) -> list[str]:
     """The log-prob stand-in (`token_log_probs`) in the module that calls `calculate_log_probs_and_entropy`, and the
     eager `compute_policy_loss` under its `@torch.compile(dynamic=True)` (inductor is not under test, as for the kl
@@ -709,6 +716,7 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         if settings is not None:
             apply_settings(args, settings, defaults or {})
             pbatch = with_rollout_log_probs(step.case, rows, pbatch)
+            pbatch = with_ref_log_probs(pbatch)
         return fn(args, pbatch, num_microbatches, logits, apply_megatron_loss_scaling=True)
 
     notes += [

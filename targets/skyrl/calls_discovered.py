@@ -32,6 +32,7 @@ import torch
 
 from maskfuzz.oracles.case import Case
 from maskfuzz.oracles.kinds.loss_aggregation import microbatches
+from maskfuzz.targets.adapters import cov_selection
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from
 from maskfuzz.targets.adapters.loss_step import run_step
 from maskfuzz.targets.adapters.selection import selection_problem
@@ -251,9 +252,16 @@ def load_policy(root: Path, name: str) -> Loaded:
     at = _source(root, fn)
     where = f"{at} ({inspect.unwrap(fn).__name__}, PolicyLossRegistry.get({name!r}))"
     required, named = _required(fn)
-    why = policy_problem(inspect.unwrap(fn).__name__, required, named) or selection_problem(fn, root, False)
+    # Clip-Cov / KL-Cov: their selection declared, the draw seeded (adapters.cov_selection), at the config's own
+    # clip_cov / kl_cov defaults, which the example scripts set to the same values
+    # (git a9564572e examples/train/algorithms/clip_cov_kl_cov/run_clip_cov.sh:18-20, run_kl_cov.sh:19-20; 0.3.1
+    # skyrl_train/config/ppo_base_config.yaml:144-152)
+    recipe = name in cov_selection.NAMES
+    problem = policy_problem(inspect.unwrap(fn).__name__, required, named)
+    why = problem or ("" if recipe else selection_problem(fn, root, False))
     if why:
         raise NotPresent(f"{at}: not callable outside the trainer: {why}")
+    loss_fn = cov_selection.seeded(fn) if recipe else fn
     config, config_at = _config(root, _package_of(root, utils), name)
     reduce_loss, _ = _function(root, "reduce_loss")
     prescaled = "loss_reduction" not in inspect.signature(reduce_loss).parameters
@@ -262,7 +270,7 @@ def load_policy(root: Path, name: str) -> Loaded:
 
     def call(logp, old, adv, mask):
         kwargs = dict(config=config, loss_mask=mask, rollout_logprobs=old)
-        got = fn(logp, old, adv, **{k: v for k, v in kwargs.items() if k in accepts})
+        got = loss_fn(logp, old, adv, **{k: v for k, v in kwargs.items() if k in accepts})
         return got[0] if isinstance(got, (tuple, list)) else got
 
     def micro(rows, logp, mask, step):
@@ -293,6 +301,8 @@ def load_policy(root: Path, name: str) -> Loaded:
         f"config: cfg.trainer.algorithm at the defaults of {config_at} (policy_loss_type {name!r}, loss_reduction "
         f"{config.loss_reduction!r}); rollout_logprobs = old log-probs; loss_mask float; {how}",
     ]
+    if recipe:
+        notes.append(f"call recipe: each call under a CPU RNG seeded {cov_selection.SEED} (adapters.cov_selection)")
     return Loaded(run, where, notes)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskfuzz.targets.adapters import cov_selection
 from maskfuzz.targets.adapters.trainer_options import sibling_recipe
 from maskfuzz.targets.discovery import Registration, Variant, registrations
 from maskfuzz.targets.skyrl.calls_discovered import adv_kind, adv_problem, policy_problem
@@ -49,7 +50,10 @@ def _variant(reg: Registration, prefix: str) -> Variant:
         reason = adv_problem(reg.function, reg.required)
     if not reason and not reg.literal:
         reason = f"registered under the expression {reg.key!r}, not a name the AST can read"
-    if not reason and reg.order_ops:  # judged as it is, its random or rank selection would read as a defect
+    has_recipe = bool(not reason and reg.order_ops and reg.key in cov_selection.NAMES)  # Clip-Cov, KL-Cov
+    if has_recipe:
+        reason = cov_selection.reason(reg.key, reg.order_ops)
+    elif not reason and reg.order_ops:  # judged as it is, its random or rank selection would read as a defect
         reason = (
             f"selects tokens by a random draw or a rank over the batch ({', '.join(reg.order_ops)}): permutation, "
             "pad-invariance and determinism are not its promises, and the invariants-only judge has no seeded twin"
@@ -68,7 +72,7 @@ def _variant(reg: Registration, prefix: str) -> Variant:
         file=reg.file,
         line=reg.line,
         function=reg.function,
-        callable=not reason,
+        callable=not reason or has_recipe,
         reason=reason,
         covered_by=COVERED[prefix].get(reg.key),
     )
@@ -77,6 +81,15 @@ def _variant(reg: Registration, prefix: str) -> Variant:
 def package(root: Path) -> str | None:
     """The package directory holding `utils/ppo_utils.py` at this checkout (None when none does)."""
     return next((p for p in PACKAGES if (Path(root) / p / "utils" / "ppo_utils.py").is_file()), None)
+
+
+def recipe(entry: str) -> dict:
+    """The spec fields of a discovered entry's call recipe (`targets.discovery.overrides`): its hand-written
+    sibling's (`discover_recipe.SIBLING_FIELDS`), and for Clip-Cov and KL-Cov (`adapters.cov_selection`) the
+    invariants their selection does not promise."""
+    prefix, _, name = entry.partition(":")
+    own = cov_selection.recipe(name) if prefix == "policy-loss" else None
+    return _sibling(entry) | (own or {})
 
 
 def discover(root: Path) -> list[Variant]:
@@ -92,4 +105,4 @@ def discover(root: Path) -> list[Variant]:
 
 # --- call recipes (`discovery.overrides`): the pipeline domain of the hand-written entry whose trainer step calls
 # the variant with the same inputs, at the pins where that step was read (discover_recipe.py)
-recipe = sibling_recipe(SIBLING_FIELDS)
+_sibling = sibling_recipe(SIBLING_FIELDS)

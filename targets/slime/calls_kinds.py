@@ -437,6 +437,7 @@ def load_policy(root: Path, entry: str, settings: dict | None = None, defaults: 
         if settings is not None:
             mk.apply_settings(args, settings, defaults or {})
             pbatch = mk.with_rollout_log_probs(step.case, rows, pbatch)
+            pbatch = mk.with_ref_log_probs(pbatch)
         if not step_gbs:
             return fn(args, pbatch, num_microbatches, logits)
         sums, rollouts = denominators(step.case)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from maskfuzz.oracles.case import Case
+from maskfuzz.targets.adapters import cov_selection
 from maskfuzz.targets.adapters.base import Loaded, NotPresent, function_from, import_from
 from maskfuzz.targets.adapters.loss_step import run_step
 from maskfuzz.targets.adapters.selection import selection_problem
@@ -31,6 +33,14 @@ _CORE = "verl.trainer.ppo.core_algos"
 REQUIRED = ("old_log_prob", "log_prob", "advantages", "response_mask")
 ACCEPTED = (*REQUIRED, "loss_agg_mode", "config", "rollout_is_weights", "rollout_log_probs")
 LOSS_AGG_MODE = "token-mean"  # actor.loss_agg_mode's default (ActorConfig, verl/workers/config/actor.py)
+# the Entropy-Mechanism recipe's settings (adapters.cov_selection): (actor fields, actor.policy_loss fields), as
+# verl's example scripts set them (v0.5.0 recipe/entropy/7b_clip_cov.sh:17-21, 7b_kl_cov.sh:17-18 and :53-54; the
+# same at v0.4.1); clip_ratio stays at its default 0.2 (ppo_trainer.yaml:175 at 0.4.1)
+COV_SETTINGS = {
+    "clip_cov": ({"clip_ratio_low": 1.0, "clip_ratio_high": 1.0}, {"clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0,
+                                                                   "clip_cov_ub": 5.0}),
+    "kl_cov": ({"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}, {"kl_cov_ratio": 0.002, "ppo_kl_coef": 1.0}),
+}  # fmt: skip
 
 
 def signature_problem(function: str, params: tuple[str, ...]) -> str:
@@ -90,6 +100,24 @@ def _factory(factory, depth: int):
         return None
 
 
+def _config(config_cls, name: str):
+    """The actor config handed to loss `name`: the pin's ActorConfig at its class defaults, or, for a recipe at a
+    pin without one (0.4.1, 0.5.0: the actor passes its omegaconf DictConfig, read by attribute), a namespace of
+    the fields the loss reads; a recipe's settings set (`COV_SETTINGS`)."""
+    actor, policy = COV_SETTINGS.get(name, ({}, {}))
+    if config_cls is None:
+        config = SimpleNamespace(clip_ratio=0.2, policy_loss=SimpleNamespace(loss_mode=name, **policy), **actor)
+    else:
+        config = _defaults(config_cls)
+        for key, value in actor.items():
+            object.__setattr__(config, key, value)
+        for key, value in policy.items():
+            object.__setattr__(config.policy_loss, key, value)
+    object.__setattr__(config, "loss_agg_mode", LOSS_AGG_MODE)
+    object.__setattr__(config, "global_batch_info", {})
+    return config
+
+
 def load(root: Path, entry: str) -> Loaded:
     prefix, _, name = entry.partition(":")
     if prefix == "adv":
@@ -106,12 +134,16 @@ def load(root: Path, entry: str) -> Loaded:
     file = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(root).resolve())
     at = f"{file}:{inspect.getsourcelines(fn)[1]}"
     where = f"{at} ({fn.__name__}, get_policy_loss_fn({name!r}))"
-    why = signature_problem(fn.__name__, tuple(params)) or selection_problem(fn, root, False)
+    recipe = name in COV_SETTINGS  # its selection declared, its draw seeded (adapters.cov_selection)
+    why = signature_problem(fn.__name__, tuple(params)) or ("" if recipe else selection_problem(fn, root, False))
     if why:
         raise NotPresent(f"{at}: not callable outside the trainer: {why}")
+    loss_fn = cov_selection.seeded(fn) if recipe else fn
     try:
         config_cls = import_from(root, "verl.workers.config.actor").ActorConfig
     except (NotPresent, AttributeError):
+        config_cls = None
+    if config_cls is None and not recipe:
         raise NotPresent(
             f"{where}: no ActorConfig dataclass at this pin (verl.workers.config.actor): the config the actor hands "
             "the loss is its omegaconf DictConfig, which cannot be built outside the trainer here"
@@ -123,9 +155,7 @@ def load(root: Path, entry: str) -> Loaded:
         dt = logp.dtype
         old = step.case.extra["old_logp"][rows].to(device=logp.device, dtype=dt)
         adv = step.case.extra["adv"][rows].to(device=logp.device, dtype=dt)
-        config = _defaults(config_cls)
-        object.__setattr__(config, "loss_agg_mode", LOSS_AGG_MODE)
-        object.__setattr__(config, "global_batch_info", {})
+        config = _config(config_cls, name)
         if global_info:  # ppo_loss, losses.py:65-68
             config.global_batch_info.update(
                 dp_size=step.ranks, batch_num_tokens=step.tokens, global_batch_size=step.rows,
@@ -134,32 +164,34 @@ def load(root: Path, entry: str) -> Loaded:
         kwargs = dict(old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask.to(torch.bool))
         optional = dict(loss_agg_mode=LOSS_AGG_MODE, config=config, rollout_is_weights=None, rollout_log_probs=None)
         kwargs.update({k: x for k, x in optional.items() if k in params})
-        got = fn(**kwargs)
+        got = loss_fn(**kwargs)
         loss = got[0] if isinstance(got, (tuple, list)) else got
         return loss if global_info else loss * (len(rows) / step.rank_rows)
 
     def run(case: Case, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         return run_step(case, device, micro, leaf_name="logp")
 
-    _needs_no_setting(fn, params, config_cls, where)
+    _needs_no_setting(loss_fn, params, lambda: _config(config_cls, name), where)
 
     how = "global normalisers set per micro-batch as ppo_loss does" if global_info else "per micro-batch, row share"
     notes = [
         f"discovered: @register_policy_loss({name!r}) at {at}; invariants only (no float64 reference)",
         f"ActorConfig at its class defaults, loss_agg_mode {LOSS_AGG_MODE}, rollout_is_weights None; {how}",
     ]
+    if recipe:
+        shown = ", ".join(f"{k}={v}" for part in COV_SETTINGS[name] for k, v in part.items())
+        base = "ActorConfig" if config_cls is not None else "a namespace of the fields it reads (no ActorConfig here)"
+        notes[1] = f"call recipe: {base} with {shown}, each call under a CPU RNG seeded {cov_selection.SEED}; {how}"
     return Loaded(run, where, notes)
 
 
-def _needs_no_setting(fn, params, config_cls, where: str) -> None:
+def _needs_no_setting(fn, params, new_config, where: str) -> None:
     """One call on a plain valid micro-batch (1 x 2, every token trained) with the config at its defaults: a
     variant that rejects its defaults (DRO: `dro_beta must be a positive value`) needs a setting a user makes, so
     it is listed with that reason instead of crashing on every case."""
     x = torch.zeros(1, 2)
     kwargs = dict(old_log_prob=x, log_prob=x, advantages=torch.ones(1, 2), response_mask=torch.ones(1, 2, dtype=bool))
-    config = _defaults(config_cls)
-    object.__setattr__(config, "loss_agg_mode", LOSS_AGG_MODE)
-    object.__setattr__(config, "global_batch_info", {})
+    config = new_config()
     optional = dict(loss_agg_mode=LOSS_AGG_MODE, config=config, rollout_is_weights=None, rollout_log_probs=None)
     kwargs.update({k: v for k, v in optional.items() if k in params})
     try:
