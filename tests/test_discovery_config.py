@@ -248,3 +248,21 @@ def test_an_areal_kl_choice_added_upstream_is_listed_the_next_night(tmp_path, mo
     # the level has a call recipe, but its not-promised group-isolation rests on Normalization's own words that a
     # batch level is over the entire batch: where the pin lacks them, the recipe is not run
     assert "areal/api/cli_args.py:8: areal/utils/data.py no longer says" in level.reason, level.reason
+
+
+def test_the_real_rolls_step_shaped_estimators_are_listed_with_what_they_need():
+    """gigpo / step_reinforce at ROLL's pins: listed, the reason naming the multi-turn state their math reads."""
+    from maskfuzz.targets.registry import get
+    from maskfuzz.targets.runtime.acquire import acquire
+    from maskfuzz.targets.runtime.repos import parse_repos
+
+    repos = parse_repos(None)
+    if "roll" not in repos:
+        pytest.skip("git-only upstream: set MASKFUZZ_REPOS=roll=/path/to/alibaba-ROLL-clone to test the real code")
+    checkout = acquire(get("roll"), "8eb27cc2dc34", repos)
+    found = {v.name: v for v in discovery.discover("roll", checkout.root)}
+    for name in ("gigpo", "step_reinforce"):
+        assert not found[name].callable, name
+        assert "traj_id, step and step_scores" in found[name].reason, found[name].reason
+        assert "roll/utils/functionals.py:1168 (compute_advantage)" in found[name].reason
+    assert "build_state_group :156-177" in found["gigpo"].reason

@@ -222,7 +222,8 @@ def test_the_variants_of_the_real_pin_are_discovered_and_one_is_fuzzed_invariant
         "adv:gdpo", "adv:grpo", "adv:opd", "adv:reinforce_plus_plus", "adv:gae", "adv:raw_reward"]  # fmt: skip
     invariants_only = sorted(e for e, v in found.items() if v.callable and not v.covered_by)
     assert invariants_only == [
-        "kl:use_on_policy_kl_approximation=true", "loss:disable_ppo_ratio=true", "loss:force_on_policy_ratio=true",
+        "adv:raw_reward", "adv:reinforce_plus_plus", "kl:use_on_policy_kl_approximation=true",
+        "loss:disable_ppo_ratio=true", "loss:force_on_policy_ratio=true",
         "loss:sequence_level_importance_ratios=true", "loss:truncated_importance_sampling_type=icepop",
         "loss:truncated_importance_sampling_type=seq-mask-tis", "loss:truncated_importance_sampling_type=tis",
         "loss:use_cispo=true", "loss:use_importance_sampling_correction=true",
@@ -268,3 +269,35 @@ def test_the_typeddict_config_of_older_pins_reads_the_same(tmp_path):
     assert found["loss:ratio_clip_c"].covered_by == "policy-loss"
     path.write_text("class ClippedPGLossConfig(TypedDict):\n    ratio_clip_c: float\n")  # no loss class
     assert discovery.discover("nemo-rl", tmp_path) == []
+
+
+def test_the_whole_batch_estimators_are_called_with_group_isolation_not_promised():
+    """reinforce_plus_plus and raw_reward run NeMo-RL's own classes on the group-advantage inputs; both normalise
+    over the whole batch, so their recipe sets group-isolation aside with the upstream line; the values below are
+    computed by hand (float32: calculate_baseline_and_std_per_prompt builds a float32 mask matrix)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from maskfuzz.targets.nemo_rl.calls_discovered import load
+    from maskfuzz.targets.runtime.acquire import acquire
+
+    checkout = acquire(get("nemo-rl"), _HEAD, _mirror())
+    for entry in ("adv:reinforce_plus_plus", "adv:raw_reward"):
+        declared = discovery.overrides("nemo-rl", entry)
+        assert [p for p, _ in declared["not_promised"]] == ["group-isolation"], entry
+        assert "advantage_estimator.py:" in declared["not_promised"][0][1] and declared["masked_zero"] is False
+
+    def case(group, score, trainable):
+        t = torch.tensor(trainable, dtype=torch.float32)
+        return SimpleNamespace(group=torch.tensor(group), score=torch.tensor(score, dtype=torch.float32),
+                               trainable=t, shape=t.shape, torch_dtype=torch.float32)  # fmt: skip
+
+    # minus the group mean: [0.5, -0.5, 0, 0]; batch mean 0, var 0.125 over the 4 tokens: times 1 / sqrt(0.125)
+    (adv,) = load(checkout.root, "adv:reinforce_plus_plus").run(
+        case([0, 0, 1, 1], [1.0, 0.0, 2.0, 2.0], [[1]] * 4), "cpu"
+    )
+    torch.testing.assert_close(adv, torch.tensor([[2**0.5], [-(2**0.5)], [0.0], [0.0]], dtype=torch.float32))
+    # the raw score, whitened over the batch's 4 tokens: mean 2, var 1
+    (adv,) = load(checkout.root, "adv:raw_reward").run(case([0, 1], [1.0, 3.0], [[1, 1], [1, 1]]), "cpu")
+    torch.testing.assert_close(adv, torch.tensor([[-1.0, -1.0], [1.0, 1.0]], dtype=torch.float32))

@@ -18,9 +18,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
+from maskfuzz.oracles.case import Case
 from maskfuzz.targets.adapters.base import Loaded, NotPresent
+from maskfuzz.targets.adapters.extract import SourceTree, find_class
+from maskfuzz.targets.nemo_rl.calls import Config
 from maskfuzz.targets.nemo_rl.calls_kinds import load_kl, load_policy
-from maskfuzz.targets.nemo_rl.discover import discover, recipe, setting
+from maskfuzz.targets.nemo_rl.discover import ADV_RECIPES, discover, estimator_class, recipe, setting
+
+_ESTIMATORS = "nemo_rl.algorithms.advantage_estimator"
 
 
 def load(root: Path, entry: str) -> Loaded:
@@ -34,6 +41,8 @@ def load(root: Path, entry: str) -> Loaded:
         raise NotPresent(f"{v.citation}: {v.name!r} is run by the hand-written entry {v.covered_by!r}")
     if not v.callable:
         raise NotPresent(f"{v.citation}: not callable outside the trainer: {v.reason}")
+    if prefix == "adv":
+        return load_estimator(Path(root), v.name, f"discovered: {v.registry} {v.name} at {v.citation}")
     config = setting(v.name)
     loaded = (
         load_kl(Path(root), "kl", settings=config) if prefix == "kl" else load_policy(Path(root), "policy-loss", config)
@@ -44,3 +53,31 @@ def load(root: Path, entry: str) -> Loaded:
         f"reference); generation_logprobs = {gen}"
     )
     return dataclasses.replace(loaded, notes=[note, *loaded.notes])
+
+
+def load_estimator(root: Path, name: str, note: str) -> Loaded:
+    """`<Estimator>(estimator_config, loss_config).compute_advantage(prompt_ids, rewards, mask)` for an estimator
+    with a call recipe (`discover.ADV_RECIPES`), the class compiled from the pin as `grpo-loo` compiles
+    GRPOAdvantageEstimator: prompt_ids the [B, 1] group ids, rewards the [B] scores, mask the trainable mask in the
+    case's dtype. RawRewardAdvantageEstimator returns (advantages, None): the advantages are judged."""
+    cls_name = estimator_class(name)
+    estimator_config, loss_config, _ = ADV_RECIPES[cls_name]
+    tree = SourceTree(root, ("nemo_rl",))
+    path = tree.module_file(_ESTIMATORS)
+    if path is None or find_class(tree.file(path).tree, cls_name) is None:
+        raise NotPresent(f"{_ESTIMATORS}.{cls_name} is not present at this pin")
+    ns = tree.resolve(path, [cls_name])
+    if cls_name not in ns:
+        raise NotPresent(f"{cls_name} could not be compiled: {tree.unresolved}")
+    estimator = ns[cls_name](Config(dict(estimator_config)), Config(dict(loss_config)))
+
+    def run(case: Case, device: str):
+        groups = case.group if case.group is not None else torch.zeros(case.shape[0], dtype=torch.int64)
+        rewards = case.score.to(device=device, dtype=case.torch_dtype)
+        mask = case.trainable.to(device=device, dtype=case.torch_dtype)
+        out = estimator.compute_advantage(groups.to(device)[:, None], rewards, mask)
+        return (out[0] if isinstance(out, tuple) else out,)
+
+    cfg = ", ".join(f"{k}={val}" for k, val in {**estimator_config, **loss_config}.items())
+    notes = [f"{note}; config: {cfg}; invariants only (no float64 reference)", "prompt_ids = group ids as [B, 1]"]
+    return Loaded(run, f"{tree.rel(path)}::{cls_name}.compute_advantage", notes)

@@ -8,8 +8,10 @@ NeMo-RL has no registry. Two config sections switch the masked math:
   :1147-1160: "gae", "raw_reward"; each branch builds one class of nemo_rl/algorithms/advantage_estimator.py).
   Each name is a variant `adv:<name>` at the line it is compared. "grpo" (AdvEstimatorConfig's defaults, leave-one-
   out baseline and normalize_rewards) is the hand-written `grpo-loo` (`grpo` and `rloo` run its other settings),
-  "gae" the entry `default`; the others are listed with the reason (`ADV_LISTED`, by the class the branch builds),
-  a name new upstream with "no call recipe for this estimator yet".
+  "gae" the entry `default`; "reinforce_plus_plus" and "raw_reward" have a call recipe (`ADV_RECIPES`, their class
+  on the group-advantage inputs, invariants only, group-isolation not promised: both normalise over the whole
+  batch); the others are listed with the reason (`ADV_LISTED`, by the class the branch builds), a name new upstream
+  with "no call recipe for this estimator yet".
 - the policy loss, by the fields of `ClippedPGLossConfig` (nemo_rl/algorithms/loss/loss_functions.py:110-161 at
   7ea), read by `ClippedPGLossFn.__init__` / `__call__`. Every field is a variant at its line: a bool the setting
   that is not its default (`loss:disable_ppo_ratio=true`), a string each value the loss compares it with
@@ -46,17 +48,34 @@ ENTRY_KIND = {"default": "gae", "grpo-loo": "group-advantage", "policy-loss": "p
 COVERED_ADV = {"grpo": "grpo-loo", "gae": "default"}
 # the class an estimator's branch builds -> why it is not judged as a group advantage
 ADV_LISTED = {
-    "GDPOAdvantageEstimator": "reads the reward components of repeated_batch (the reward/<name> keys), beyond the "
-    "group-advantage case's one score, and whitens their weighted sum over the whole batch (advantages.std()): "
-    "group-isolation is not its promise",
+    "GDPOAdvantageEstimator": "reads the reward components of repeated_batch (the reward/<name> keys) and raises "
+    "ValueError below two of them (get_gdpo_reward_component_keys, 'GDPO requires multiple reward components'), "
+    "beyond the group-advantage case's one score; then whitens their weighted sum over the whole batch",
     "OPDAdvantageEstimator": "requires teacher_logprobs and prev_logprobs (a token-level distillation advantage): "
     "inputs beyond what the group-advantage case holds",
-    "ReinforcePlusPlusAdvantageEstimator": "normalises over the whole batch whatever its config (the global "
-    "normalization across valid tokens): group-isolation is not its promise, and the invariants-only judge cannot "
-    "set it aside",
-    "RawRewardAdvantageEstimator": "normalize_advantages (True in PPO's defaults, nemo_rl/algorithms/ppo.py) whitens "
-    "over the whole batch: group-isolation is not its promise; off, the advantage is the raw score over the row",
 }
+# the class an estimator's branch builds -> its call recipe (`calls_discovered.load_estimator`): the config it is
+# built with and why group-isolation is not its promise (a statistic over the whole batch, cited at 7ea279abf)
+ADV_RECIPES = {
+    # minus_baseline True (AdvEstimatorConfig's default, advantage_estimator.py:54 at 7ea), use_kl_in_reward False
+    "ReinforcePlusPlusAdvantageEstimator": (
+        {"minus_baseline": True},
+        {"use_kl_in_reward": False, "reference_policy_kl_penalty": 0.0, "reference_policy_kl_type": "k3"},
+        "advantages are 'globally normalized across valid tokens' (7ea279abf nemo_rl/algorithms/"
+        "advantage_estimator.py:231; the batch mean and variance over mask at :262-265)",
+    ),
+    # normalize_advantages True: PPOConfig's default (ppo.py) and examples/configs/ppo_math_1B.yaml
+    "RawRewardAdvantageEstimator": (
+        {"normalize_advantages": True},
+        {},
+        "'Optionally normalizes across the batch' (7ea279abf nemo_rl/algorithms/advantage_estimator.py:265; the "
+        "batch mean and variance over mask at :285-288, normalize_advantages True as in PPO's defaults)",
+    ),
+}
+_ADV_MASKED = (
+    "the row's advantage at every position, not masked (7ea279abf nemo_rl/algorithms/advantage_estimator.py:267, "
+    ":299): the loss multiplies by the token mask"
+)
 # config field -> the hand-written entry that runs it with a float64 reference (its values as options or defaults)
 COVERED_LOSS = {
     "token_level_loss": "policy-loss",  # option loss_fn.token_level_loss (True / False)
@@ -98,7 +117,9 @@ VALUE_SETTINGS = {
 }
 # field -> why it is not an entry of its own
 _BOUND = (
-    "a bound of truncated importance sampling, run by the truncated_importance_sampling_type=<tis|icepop|seq-mask-tis> "
+    "a bound of truncated importance sampling, read only with truncated_importance_sampling_type (7ea279abf "
+    "loss_functions.py:596-668: a ratio without a type raises 'Invalid truncated importance sampling type'), run "
+    "by the truncated_importance_sampling_type=<tis|icepop|seq-mask-tis> "
     "entries at the pin's example values (examples/configs/grpo_math_1B_dynamo.yaml, prorlv2.v2.yaml, "
     "prorlv2_1_moe.v2.yaml): no call recipe for other values yet"
 )
@@ -168,7 +189,7 @@ def _estimators(root: Path) -> list[Variant]:
             covered = COVERED_ADV.get(name)
             at = f"{ESTIMATORS}:{classes[built]} ({built})" if built in classes else f"{rel}:{line}"
             reason = ""
-            if covered is None:
+            if covered is None and built not in ADV_RECIPES:
                 why = ADV_LISTED.get(built, "no call recipe for this estimator yet")
                 reason = f"{why}: {at}"
             out.append(
@@ -181,7 +202,7 @@ def _estimators(root: Path) -> list[Variant]:
                     file=rel,
                     line=line,
                     function=f"{built}.compute_advantage" if built else "",
-                    callable=covered is not None,
+                    callable=not reason,
                     reason=reason,
                     covered_by=covered,
                 )
@@ -342,11 +363,27 @@ def setting(name: str) -> dict:
     return {field: value == "true", **REQUIRES.get(field, {})}
 
 
+def estimator_class(name: str) -> str:
+    """The class the branch of estimator `name` builds at 7ea279abf (the recipes' key), "" when it has no recipe."""
+    return _RECIPE_CLASS.get(name, "")
+
+
+_RECIPE_CLASS = {
+    "reinforce_plus_plus": "ReinforcePlusPlusAdvantageEstimator",
+    "raw_reward": "RawRewardAdvantageEstimator",
+}
+
+
 def recipe(entry: str) -> dict:
     """The spec fields `entry`'s call needs declared (`targets.discovery.overrides`, `RECIPE_FIELDS`): for the
     importance-sampling correction and its truncations (`ROLLOUT_FIELDS`) an api domain whose cases hold the rollout
-    engine's log-probs (`Domain.rollout_logprobs`); nothing for the others."""
-    field = entry.partition(":")[2].partition("=")[0]
+    engine's log-probs (`Domain.rollout_logprobs`); for an estimator with a recipe (`ADV_RECIPES`) its unmasked
+    output and group-isolation not promised; nothing for the others."""
+    prefix, _, name = entry.partition(":")
+    if prefix == "adv" and estimator_class(name):
+        why = ADV_RECIPES[estimator_class(name)][2]
+        return dict(masked_zero=False, masked_zero_why=_ADV_MASKED, not_promised=(("group-isolation", why),))
+    field = name.partition("=")[0]
     return {"domain": Domain(rollout_logprobs=True)} if field in ROLLOUT_FIELDS else {}
 
 

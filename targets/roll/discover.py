@@ -30,6 +30,21 @@ CONFIG, CLASS, FIELD = "roll/configs/base_config.py", "PPOConfig", "adv_estimato
 DISPATCH = "roll/utils/functionals.py"
 ALSO = ("roll/pipeline/agentic/utils.py",)  # other places that switch on the estimator, cited in the reason
 REGISTRY = "PPOConfig.adv_estimator Literal"
+# value -> why it is not callable: compute_advantage runs for it the compute_reinforce_return branch `ret:reinforce`
+# runs; its own math is the agentic pipeline's per-step shaping over multi-turn state no kind's case holds
+# (8eb27cc2dc34 roll/pipeline/agentic/utils.py, the same lines at c09bc8bc9f43 and 090ac94658ad)
+_STEPS = (
+    "non_tensor_batch traj_id, step and step_scores of each turn (compute_discounted_returns, "
+    "roll/pipeline/agentic/utils.py:61-94, the discounted step returns along a trajectory)"
+)
+STEP_SHAPED = {
+    "gigpo": f"needs {_STEPS}, episode_scores (:185) and traj_group_id / state_hash (build_state_group :156-177, "
+    "the anchor-state groups of step rewards): multi-turn env state the group-advantage case cannot express; "
+    "compute_advantage's own branch for it is compute_reinforce_return, run by ret:reinforce",
+    "step_reinforce": f"needs {_STEPS}, normalised by compute_response_level_rewards (:210-215): multi-turn env "
+    "state the group-advantage case cannot express; compute_advantage's own branch for it is "
+    "compute_reinforce_return, run by ret:reinforce",
+}
 # value -> (the hand-written entry that runs it with a reference, that entry's kind)
 COVERED = {
     "gae": ("default", "gae"),  # compute_advantage, RLVR; `agentic` runs agentic_compute_advantage("gae")
@@ -89,7 +104,7 @@ def discover(root: Path) -> list[Variant]:
                 at = f"{DISPATCH}:{fn_line} (compute_advantage has no branch for it: NotImplementedError)"
             else:
                 at = f"{DISPATCH} (no compute_advantage found)"
-            reason = f"no call recipe for this estimator yet: {at}"
+            reason = f"{STEP_SHAPED.get(name, 'no call recipe for this estimator yet')}: {at}"
             elsewhere = [f"{rel}:{','.join(map(str, found[name]))}" for rel, found in also.items() if name in found]
             if elsewhere:
                 reason += f"; also switched at {'; '.join(elsewhere)}"
