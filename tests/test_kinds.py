@@ -513,6 +513,31 @@ def test_cancellation_at_a_large_offset_is_precision_not_grouping():
     assert not any(v.failed for v in judge(zoo.whiten_correct, case, declared))
 
 
+def test_a_row_weighted_by_its_place_is_row_order_not_group_mixing():
+    """`permutation` names two mechanisms: a statistic that crosses group boundaries (it holds again with every
+    row in one group) and an output that depends on where a row sits in the batch (it still fails). A policy loss
+    that weighs each row by its index has no group to mix: its root cause is `row-order`."""
+    from maskfuzz.oracles.kinds.dispatch import diagnose
+
+    def by_place(logp, old, adv):
+        place = torch.arange(1, logp.shape[0] + 1, dtype=logp.dtype)[:, None]
+        return zoo._ppo(logp, old, adv) * place
+
+    weighted = zoo._policy(by_place)  # the row index of its micro-batch: a one-micro-batch step here
+    declared = Declared(kind="policy-loss", variant=zoo.PL)
+    extra = {"logp": [[-0.5, -0.2], [-0.1, -0.3]], "old_logp": [[-0.4, -0.2], [-0.1, -0.3]], "adv": [[1.0, 1.0]] * 2}
+    case = Case.build(trainable=[[1, 1], [1, 1]], extra=extra, group=[0, 1], dtype="float64")
+    assert next(v for v in judge(weighted, case, declared) if v.property == "permutation").failed
+    found = diagnose(weighted, case, declared, "permutation")
+    assert found.mechanism == "row-order", found
+    assert not next(v for v in judge(zoo.policy_correct, case, declared) if v.property == "permutation").failed
+
+    ga = Declared(kind="group-advantage", variant=zoo.GA, masked_zero=True)
+    mixed = Case.build(trainable=[[1]] * 6, score=[0.0, 1.0, 3.0, 2.0, 7.0, 4.0], group=[0, 0, 1, 1, 1, 1])
+    assert next(v for v in judge(zoo.grpo_fixed_group_size, mixed, ga) if v.property == "permutation").failed
+    assert diagnose(zoo.grpo_fixed_group_size, mixed, ga, "permutation").mechanism == "group-mixing"
+
+
 def test_a_score_lost_on_an_observation_tail_is_diagnosed_as_such():
     from maskfuzz.oracles.kinds.dispatch import diagnose
 

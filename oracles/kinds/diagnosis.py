@@ -3,7 +3,8 @@
 The property names most mechanisms: a crash, NaN through the mask, non-zero masked outputs, bits
 that change; `poison` on a group advantage is a masked reward reaching the score, on the other
 kinds a statistic over masked positions; `pad-invariance` a statistic that counts padding or
-all-masked rows; `permutation` / `group-isolation` statistics that cross group boundaries.
+all-masked rows; `group-isolation` statistics that cross group boundaries, `permutation` too unless a probe
+with every row in one group still fails (`row-order`: the place of a row in the batch moves its output).
 `affine` and `reference` get probes: the same inputs in float64 (`precision`), then the reference
 of each neighbouring variant (biased / unbiased std, eps placement, singleton rule, empty rows
 counted, the other estimators): a match is `variant-mismatch`, naming the variant, for a human to
@@ -49,6 +50,10 @@ def diagnose_kind(run, case, declared: Declared, prop: str):
         leak = _leak_probe(run, case, declared, prop)  # a twin of a poisoned case can fail through the leak
         if leak is not None:
             return leak
+    if prop == "permutation":
+        order = _order_probe(run, case, declared)
+        if order is not None:
+            return order
     if prop == "masked-zero" and case.has_nonfinite_poison():  # the outputs under the mask are NaN, not values
         return Diagnosis("nan-through-mask", "NaN / inf under the mask makes the output there non-finite")
     if prop in ("no-crash", "empty-step"):
@@ -124,6 +129,24 @@ def _centred_probe(run, case, declared: Declared, prop: str):
     verdict = next(v for v in judge(run, centred, declared, only=(prop,)) if v.property == prop)
     if verdict.status == "pass":
         return Diagnosis("precision", f"{prop} holds once the inputs are centred (cancellation at a large offset)")
+    return None
+
+
+def _order_probe(run, case, declared: Declared):
+    """Which of two mechanisms a `permutation` failure is: `row-order` when reversing the rows still fails with
+    every row in one group (no group boundary left to cross: the place of a row in the batch moves its output),
+    `group-mixing` when it then holds and the case had several groups. None when the probe cannot tell."""
+    rows = case.trainable.shape[0]
+    try:
+        one = case.replace(group=[0] * rows)
+        verdict = next(v for v in judge(run, one, declared, only=("permutation",)) if v.property == "permutation")
+    except Exception:  # noqa: BLE001 - a probe the target cannot run decides nothing
+        return None
+    if verdict.failed:
+        return Diagnosis("row-order", "reversing the rows changes a row's output with every row in one group")
+    groups = 0 if case.group is None else len(set(case.group.tolist()))
+    if verdict.status == "pass" and groups > 1:
+        return Diagnosis("group-mixing", "reversing the rows holds once every row is in one group")
     return None
 
 
