@@ -245,6 +245,8 @@ def _finding_triage(finding: Any) -> dict | None:
         return None
     keys = ("defect", "mechanism", "evidence", "severity", "reach", "reach_how")
     out = {k: getattr(finding, k, "") for k in keys}
+    if getattr(finding, "judged", ""):  # no float64 reference at the pin: the kind's invariants only
+        out["judged"] = finding.judged
     promise = getattr(finding, "promise", None)
     if promise is not None:
         out |= promise.to_json() | {"reach_evidence": reach_evidence(out["reach"])}

@@ -507,7 +507,7 @@ def _triage_from_json(t: Any) -> dict | None:
             raise CorpusError(f"{t.get(key)!r} is not one of {', '.join(allowed)}", field=f"triage.{key}")
     for key in ("defect", "mechanism"):
         _get(t, key, str, "triage")
-    for key in ("promise", "promise_text"):
+    for key in ("promise", "promise_text", "judged"):
         if key in t:
             _get(t, key, str, "triage")
     if "promise" in t and not t.get("promise_text", "").strip():

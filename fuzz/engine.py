@@ -65,6 +65,7 @@ class Finding:
     promise: Any = None  # oracles.promises.Promise, or None: a fact
     fact: str = ""  # "semantics" | "robustness" when it breaks no promise
     why_fact: str = ""
+    judged: str = ""  # "invariants only": the entry has no float64 reference (a discovered variant)
 
     @property
     def is_defect(self) -> bool:
@@ -74,7 +75,7 @@ class Finding:
         """The finding's JSON, as its job result's row writes it without the corpus file."""
         return {k: v for k, v in self.row().to_json().items() if k != "corpus_file"}
 
-    def row(self, corpus_file: str | None = None, judged: str = "") -> FindingRow:
+    def row(self, corpus_file: str | None = None) -> FindingRow:
         """This finding as a row of its job's result (`fuzz.job_result`), saved as `corpus_file`."""
         promise = self.promise.to_json() if self.promise is not None else {}
         return FindingRow(
@@ -100,7 +101,7 @@ class Finding:
             options=dict(sorted(self.case.options.items())),
             case=case_to_json(self.case),
             corpus_file=corpus_file,
-            judged=judged,
+            judged=self.judged,
         )
 
 

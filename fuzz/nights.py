@@ -308,7 +308,7 @@ def _read_fuzz(data: dict, path: Path, night: Night, roots: list[Path]) -> None:
 
 def _triage_of(d: dict) -> dict:
     keys = ("defect", "mechanism", "severity", "reach", "reach_evidence", "reach_note", "class", "promise",
-            "promise_text")
+            "promise_text", "judged")
     return {k: d[k] for k in keys if d.get(k)}
 
 

@@ -404,10 +404,13 @@ def _out_link(path: Path | None, out: Path, text: str) -> Link | str:
 
 def _defect_json(row: dict) -> dict:
     """A defect row as report.json holds it: `reach` stays `pipeline` / `api`, how it is known beside it
-    (`reach_evidence`, `reach_note`), as the table cell "pipeline (executed); note" says it in words."""
+    (`reach_evidence`, `reach_note`), as the table cell "pipeline (executed); note" says it in words; `promise`
+    stays its id, `judged` beside it where the cell says "(invariants only)"."""
     cell, _, note = row["reach"].partition("; ")
     reach, _, evidence = cell.partition(" (")
-    return row | {"reach": reach, "reach_evidence": evidence.rstrip(")")} | ({"reach_note": note} if note else {})
+    promise, _, judged = row["promise"].partition(" (")
+    out = row | {"reach": reach, "reach_evidence": evidence.rstrip(")"), "promise": promise}
+    return out | ({"reach_note": note} if note else {}) | ({"judged": judged.rstrip(")")} if judged else {})
 
 
 def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
@@ -424,6 +427,8 @@ def _defect_rows(failing: list[Failure], state: dict) -> list[list[str]]:
         sev = _severity(fs)
         small = min((f for f in fs if f.shape), key=lambda f: f.shape[0] * f.shape[1], default=None)
         promise = next((f.triage["promise"] for f in fs if f.triage.get("promise")), "(not triaged)")
+        if any(f.triage.get("judged") for f in fs):  # a discovered variant: no reference, its kind's invariants
+            promise += " (invariants only)"
         rows.append([
             defect, promise, t.get("mechanism", "(not triaged)"), reach, sev,
             ", ".join(sorted({f.identity.where for f in fs})), ", ".join(sorted({f.identity.property for f in fs})),

@@ -281,6 +281,7 @@ def judge_finding(run: Run, finding: Finding, declared: Declared, *, seed: int =
     """Fill in `finding`'s mechanism, reach, promise and severity (or why it is a fact). A finding
     that would break no promise even with a pipeline witness is a semantics fact: no witness search."""
     prop = finding.property
+    finding.judged = "" if declared.reference else "invariants only"
     d = diagnose(run, finding.case, declared, prop)
     finding.mechanism, finding.evidence = d.mechanism, d.evidence
     cfg = declared.configured(finding.case)
@@ -361,6 +362,7 @@ def retriage(run: Run, case: Case, verdict, declared: Declared, key: str, known:
         "reach": f.reach,
         "reach_how": f.reach_how,
         "class": "defect" if f.is_defect else f.fact,
+        **({"judged": f.judged} if f.judged else {}),
     }
     if f.is_defect:
         out |= f.promise.to_json() | {"reach_evidence": reach_evidence(f.reach)}

@@ -529,7 +529,7 @@ def run_job(job: Job) -> JobResult:
     saved = _save_defects(defects, job, got["notes"]) if job.corpus else {}
     rows = []
     for finding in result.findings:
-        rows.append(finding.row(saved.get(finding.mechanism) if finding.is_defect else None, got.get("judged", "")))
+        rows.append(finding.row(saved.get(finding.mechanism) if finding.is_defect else None))
         what = (
             f"DEFECT {finding.property} ({finding.mechanism}, breaks {finding.promise.id}, reach {finding.reach}, "
             f"{finding.severity})"
