@@ -86,6 +86,12 @@ def register(sub) -> None:
         help="with no target: every entry of every framework at the default pins (the default is the first-run set: "
         "at each framework's newest default release, its GAE or PPO-trainer entry, GRPO advantage and policy loss)",
     )
+    p.add_argument(
+        "--discovered",
+        action="store_true",
+        help="only the variants discovered at the pins of the frameworks named whole (with no target: every default "
+        "pin) that no hand-written entry runs; the hand-written entries are left out",
+    )
     p.add_argument("--seed", type=int, help="Hypothesis seed (default 0; the nightly profile uses the date, YYYYMMDD)")
     p.add_argument("--scale", action="store_true", help="draw up to 64 x 4096 instead of 16 x 256")
     p.add_argument("--no-nonfinite", action="store_true", help="draw no NaN / inf poison")
@@ -147,7 +153,12 @@ def main(args) -> int:
     _check_callables(args.callables, args.source)
     if args.all_entries and (args.targets or args.callables):
         raise UsageError("--all is for a run without targets (every entry at the default pins); name entries instead")
-    first_run = not args.targets and not args.callables and not args.all_entries and profile.name != "nightly"
+    if args.discovered and (args.callables or any(":" in t.partition("@")[0] for t in args.targets)):
+        raise UsageError(
+            "--discovered reads the variants of frameworks named whole (e.g. verl@0.9.1, or no target for every "
+            "default pin); it takes no entry and no --callable"
+        )
+    first_run = not (args.targets or args.callables or args.all_entries or args.discovered or profile.name == "nightly")
     labels = resolve_labels(args.targets, args.callables, repos, first_run=first_run)
     left_out = _left_out(labels) if first_run else []
     fixed = _parse_options(args.options)
@@ -166,7 +177,17 @@ def main(args) -> int:
         raise UsageError("no such pin, nothing was run:\n  " + "\n  ".join(problems))
     # variants the frameworks register at each pin asked for whole (not the first run: its budget is fixed)
     discovered = {} if first_run else _discover(args.targets, args.callables, repos)
-    labels += [label for found in discovered.values() for label in found.get("labels", []) if label not in labels]
+    found_labels = [label for found in discovered.values() for label in found.get("labels", [])]
+    if args.discovered:  # no hand-written entry is left to report a pin that could not be read: say it here
+        unread = [f"{k}: {v['error']}" for k, v in discovered.items() if v.get("error")]
+        if unread or not found_labels:
+            raise UsageError(
+                "--discovered: nothing was run: "
+                + ("; ".join(unread) if unread else "no variant without a hand-written entry at these pins (or no "
+                   "framework named has a discover module)")
+            )  # fmt: skip
+        labels = []
+    labels += [label for label in found_labels if label not in labels]
     # a budget (--budget, else the profile's) is the run's: each entry gets its share of the workers' time (at least a
     # second), so a night's wall time is its budget whatever the number of entries the pins register
     run_budget = args.budget if args.budget is not None else profile.budget
