@@ -10,6 +10,8 @@ import textwrap
 import git
 import pytest
 import torch
+from discovery_nights import VERL_ACTOR as _ACTOR
+from discovery_nights import VERL_CORE as _CORE
 from discovery_nights import commit, job
 
 from maskfuzz.fuzz.commands import fuzz as fuzz_cmd
@@ -22,53 +24,7 @@ from maskfuzz.targets import discovery
 from maskfuzz.targets.registry import get
 from maskfuzz.targets.runtime.session import open_target, parse_ref
 
-# -- a fake verl tree: the registry and two losses of the common signature; a second commit adds a third ---------
-_CORE = '''
-import torch
-
-POLICY_LOSS_REGISTRY = {}
-
-
-def register_policy_loss(name):
-    def decorator(func):
-        POLICY_LOSS_REGISTRY[name] = func
-        return func
-
-    return decorator
-
-
-def get_policy_loss_fn(name):
-    return POLICY_LOSS_REGISTRY[name]
-
-
-def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None,
-             loss_scale_factor=None):
-    """token-mean over the step's tokens (the global normaliser), times dp_size as verl does."""
-    return torch.where(loss_mask, loss_mat, 0.0).sum() / max(int(batch_num_tokens), 1) * dp_size
-
-
-def _live(mask, *xs):
-    return [torch.where(mask, x, torch.zeros_like(x)) for x in xs]
-
-
-@register_policy_loss("vanilla")
-def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                config=None, rollout_is_weights=None):
-    old, new, adv = _live(response_mask, old_log_prob, log_prob, advantages)
-    return agg_loss(-adv * torch.exp(new - old), response_mask, loss_agg_mode, **config.global_batch_info), {}
-
-
-@register_policy_loss("plain_pg")
-def compute_policy_loss_plain_pg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                 config=None, rollout_is_weights=None):
-    new, adv = _live(response_mask, log_prob, advantages)
-    return agg_loss(-adv * new, response_mask, loss_agg_mode, **config.global_batch_info), {}
-
-
-@register_policy_loss("needs_values")
-def compute_policy_loss_needs_values(old_log_prob, log_prob, advantages, response_mask, values):
-    raise NotImplementedError
-'''
+# -- a fake verl tree (discovery_nights.VERL_CORE, VERL_ACTOR); a second commit adds a third loss --------------
 _LEAKY = '''
 
 @register_policy_loss("leaky")
@@ -79,17 +35,6 @@ def compute_policy_loss_leaky(old_log_prob, log_prob, advantages, response_mask,
     n = config.global_batch_info["batch_num_tokens"]
     return (-advantages * ratio).sum() / n * config.global_batch_info["dp_size"], {}
 '''
-_ACTOR = """
-from dataclasses import dataclass, field
-
-
-@dataclass
-class ActorConfig:
-    clip_ratio: float = 0.2
-    loss_agg_mode: str = "token-mean"
-    loss_scale_factor: float | None = None
-    global_batch_info: dict = field(default_factory=dict)
-"""
 
 
 @pytest.fixture
