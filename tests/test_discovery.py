@@ -409,3 +409,43 @@ def test_skyrl_config_defaults_are_read_from_the_source(tmp_path):
     block = yaml_block(_SKY_CONFIG, ("trainer", "algorithm"))
     assert block["clip_ratio_c"] == 3.0 and block["sapo"] == {"tau_pos": 1.0} and block["advantage_estimator"] == "grpo"
     assert "n_samples_per_prompt" not in block
+
+
+def test_fuzz_discovered_runs_only_the_discovered_entries_and_tables_count_them(fake_verl, tmp_path, monkeypatch,
+                                                                                capsys):  # fmt: skip
+    """`maskfuzz fuzz verl@HEAD --discovered`: the variants no hand-written entry runs, and nothing else;
+    `scripts/discovered_tables.py` counts them from the JSON (found, no entry before, fuzzed, listed)."""
+    import importlib.util
+    from pathlib import Path
+
+    from maskfuzz.fuzz.cli import main
+
+    repos, repo = fake_verl
+    commit(repo, {"verl/trainer/ppo/core_algos.py": _CORE + _LEAKY}, "register the leaky policy loss", 2)
+    out = tmp_path / "found.json"
+    code = main(["fuzz", "verl@HEAD", "--discovered", "--max-examples", "3", "--jobs", "1", "--repo",
+                 f"verl={repos['verl']}", "--json", str(out), "--quiet"])  # fmt: skip
+    data = json.loads(out.read_text())
+    assert code == 0  # leaky's masked log-prob is a robustness fact here: the fake declares no pipeline domain
+    ran = sorted(t["target"] for t in data["targets"])
+    assert ran == [f"verl:policy-loss:{n}@HEAD" for n in ("leaky", "needs_values", "plain_pg")], ran
+    assert all(t["judged"] == "invariants only" for t in data["targets"] if t["status"] == "ok")
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "discovered_tables.py"
+    spec = importlib.util.spec_from_file_location("discovered_tables", path)
+    tables = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec.loader.exec_module(tables)
+    found, results = tables.load([out])
+    (row,) = tables.summary(found, results)[2:]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:6] == ["4", "3", "2", "1", "1"], row  # found, no entry before, fuzzed, run by vanilla's, listed
+    assert int(cells[6]) == sum(t["examples"] for t in data["targets"] if t["status"] == "ok")
+    table = "\n".join(tables.pin_table("verl@HEAD", found["verl@HEAD"], results))
+    assert "reference: hand-written `policy-loss`" in table and "listed, not fuzzed:" in table
+
+    # an entry or a --callable is refused, and a framework that registers nothing we read runs nothing: exit 2
+    capsys.readouterr()
+    assert main(["fuzz", "verl:policy-loss:leaky@HEAD", "--discovered", "--repo", f"verl={repos['verl']}"]) == 2
+    assert main(["fuzz", "torchrl@0.14.1", "--discovered"]) == 2
+    assert "nothing was run" in capsys.readouterr().err
