@@ -73,7 +73,7 @@ def _judged(v: dict, result: dict | None) -> str:
 
 def _examples(result: dict | None) -> str:
     if result is None:
-        return "not in these files"
+        return "in its entry's run"
     return str(result.get("examples", 0)) if result.get("status") == "ok" else result.get("status", "?")
 
 
