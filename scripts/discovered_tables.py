@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kinds_tables import _cell  # noqa: E402
+from kinds_tables import cell  # noqa: E402
 
 from maskfuzz.targets.registry import get  # noqa: E402
 
@@ -85,7 +85,7 @@ def summary(found: dict[str, dict], results: dict[str, dict]) -> list[str]:
     ]
     for where, block in found.items():
         if block.get("error"):
-            lines.append(f"| {_cell(where)} | cannot be read: {_cell(block['error'])} | | | | | | |")
+            lines.append(f"| {cell(where)} | cannot be read: {cell(block['error'])} | | | | | | |")
             continue
         new, fuzzed, covered, listed, examples, defects = 0, 0, 0, 0, 0, 0
         for v in block["variants"]:
@@ -102,7 +102,7 @@ def summary(found: dict[str, dict], results: dict[str, dict]) -> list[str]:
                 defects += len(result.get("defects", []))
         resolved = block.get("resolved") or ""
         short = resolved[:9] if len(resolved) == 40 else resolved
-        lines.append(f"| {_cell(where)} ({_cell(short)}) | {len(block['variants'])} | {new} | {fuzzed} | {covered} | "
+        lines.append(f"| {cell(where)} ({cell(short)}) | {len(block['variants'])} | {new} | {fuzzed} | {covered} | "
                      f"{listed} | {examples} | {defects} |")  # fmt: skip
     return lines
 
@@ -117,8 +117,8 @@ def pin_table(where: str, block: dict, results: dict[str, dict]) -> list[str]:
     for v in block["variants"]:
         result = results.get(_label(where, v["covered_by"] or v["entry"]))
         at = f"`{v['at']}` `{v['function']}`" if v.get("function") else f"`{v['at']}`"
-        lines.append(f"| `{_cell(v['entry'])}` | {v['kind']} | {_cell(at)} | {_cell(_judged(v, result))} | "
-                     f"{_examples(result)} | {_cell(_defects(result))} | {_cell(_facts(result)) or '-'} |")  # fmt: skip
+        lines.append(f"| `{cell(v['entry'])}` | {v['kind']} | {cell(at)} | {cell(_judged(v, result))} | "
+                     f"{_examples(result)} | {cell(_defects(result))} | {cell(_facts(result)) or '-'} |")  # fmt: skip
     return lines
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 GROUP_DIMS = ("std", "eps_place", "singleton", "empty_rows", "std_level", "estimator", "masked outputs")
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -47,7 +47,7 @@ def entry_rows(targets: list[dict]) -> list[str]:
         short = resolved[:9] if len(resolved) == 40 else resolved
         if t["status"] != "ok":
             reason = (t.get("reason") or "").splitlines()[0][:160] if t.get("reason") else ""
-            lines.append(f"| {_cell(label)} | {t.get('kind', '')} | - | {t['status']}: {_cell(reason)} | |")
+            lines.append(f"| {cell(label)} | {t.get('kind', '')} | - | {t['status']}: {cell(reason)} | |")
             continue
         defects = "; ".join(
             f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}] ({', '.join(d['properties'])})"
@@ -57,8 +57,8 @@ def entry_rows(targets: list[dict]) -> list[str]:
             f"{f['kind']}: {f['mechanism']} ({', '.join(f['properties'])})" for f in t.get("facts", [])
         ) or "-"
         lines.append(
-            f"| {_cell(label)} ({_cell(short)}) | {t.get('kind', '')} | {t.get('examples', 0)} | {_cell(defects)} "
-            f"| {_cell(facts)} |"
+            f"| {cell(label)} ({cell(short)}) | {t.get('kind', '')} | {t.get('examples', 0)} | {cell(defects)} "
+            f"| {cell(facts)} |"
         )
     return lines
 
@@ -71,16 +71,16 @@ def defect_lines(targets: list[dict]) -> list[str]:
         label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
         for d in t.get("defects", []):
             head = (
-                f"- **{_cell(label)}** {d['mechanism']} [{d['reach']}, {d['severity']}]: "
+                f"- **{cell(label)}** {d['mechanism']} [{d['reach']}, {d['severity']}]: "
                 f"breaks `{d.get('promise', '?')}` "
-                f"\"{_cell(d.get('promise_text', ''))}\""
+                f"\"{cell(d.get('promise_text', ''))}\""
             )
             opts = d.get("options") or {}
             if opts:
                 head += "; options " + ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
             built = d.get("built_from") or {}
             if d["reach"] == "pipeline" and built:
-                head += "; witness built from " + "; ".join(f"{f}: {_cell(c)}" for f, c in built.items())
+                head += "; witness built from " + "; ".join(f"{f}: {cell(c)}" for f, c in built.items())
             elif d["reach"] == "pipeline" and "built_from" in d:
                 head += "; witness uses no masking feature (any run of the entry)"
             lines.append(head)
@@ -130,7 +130,7 @@ def group_cards(targets: list[dict]) -> list[str]:
                 cells.append(value if d["as_declared"] else f"**{value}** (declared {d['declared']})")
         label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
         agrees = "yes" if card.get("matches_declared") else "no"
-        lines.append(f"| {_cell(label)} | {agrees} | " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append(f"| {cell(label)} | {agrees} | " + " | ".join(cell(c) for c in cells) + " |")
     return lines
 
 
@@ -151,7 +151,7 @@ def option_rows(targets: list[dict]) -> list[str]:
         trunc = conf.get("truncation")
         cut = f"{trunc['semantics']}: {conf.get('truncated_checked', 0)}" if trunc else "-: 0"
         label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
-        lines.append(f"| {_cell(label)} | {t.get('examples', 0)} | {_cell(per)} | {_cell(cut)} |")
+        lines.append(f"| {cell(label)} | {t.get('examples', 0)} | {cell(per)} | {cell(cut)} |")
     return lines
 
 
@@ -169,7 +169,7 @@ def card_rows(targets: list[dict]) -> list[str]:
             dims.append(f"{d['name']}: {value}{flag}")
         label = t["target"] if "@" in t["target"] else f"{t['target']}@{t['pin']}"
         agrees = "yes" if card.get("matches_declared") else "no"
-        lines.append(f"| {_cell(label)} | {card.get('kind', '')} | {agrees} | {_cell('; '.join(dims))} |")
+        lines.append(f"| {cell(label)} | {card.get('kind', '')} | {agrees} | {cell('; '.join(dims))} |")
     return lines
 
 
@@ -182,13 +182,13 @@ def family_table(targets: list[dict], labels: list[str]) -> list[str]:
     chosen = [by[x] for x in labels]
     lines = group_cards(chosen)
     notes = [(x, (t.get("semantics") or {}).get("note")) for x, t in zip(labels, chosen)]
-    lines += [""] + [f"- {_cell(x)}: {_cell(n)}" for x, n in notes if n] if any(n for _, n in notes) else []
+    lines += [""] + [f"- {cell(x)}: {cell(n)}" for x, n in notes if n] if any(n for _, n in notes) else []
     lines += ["", "| target@pin | defects: promise, mechanism [reach, severity] | facts |", "|---|---|---|"]
     for label, t in zip(labels, chosen):
         defects = "; ".join(f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}]"
                             for d in t.get("defects", [])) or "none"  # fmt: skip
         facts = "; ".join(f"{f['kind']}: {f['mechanism']}" for f in t.get("facts", [])) or "-"
-        lines.append(f"| {_cell(label)} | {_cell(defects)} | {_cell(facts)} |")
+        lines.append(f"| {cell(label)} | {cell(defects)} | {cell(facts)} |")
     return lines
 
 
@@ -219,7 +219,7 @@ def framework_page(name: str, files: list[tuple[Path, list[dict]]]) -> list[str]
             + (f" [options {p.options}]" if p.options else "")
             for p in e.promises
         ) or "none declared: only the universal invariants apply"
-        out.append(f"| {entry} | {e.kind} | {_cell(words)} |")
+        out.append(f"| {entry} | {e.kind} | {cell(words)} |")
     out += [
         "",
         "## Options and truncation, as declared (`targets/adapters/`)",
@@ -232,12 +232,12 @@ def framework_page(name: str, files: list[tuple[Path, list[dict]]]) -> list[str]
         e = spec.for_entry(entry)
         for o in e.options:
             values = ", ".join(map(str, o.values))
-            out.append(f"| {entry} | `{o.name}` ({_cell(values)}; {o.default}) | {_cell(o.cite)} | {_cell(o.doc)} |")
+            out.append(f"| {entry} | `{o.name}` ({cell(values)}; {o.default}) | {cell(o.cite)} | {cell(o.doc)} |")
             rows += 1
         if e.truncation is not None:
             t = e.truncation
             what = f"score {t.score}, bootstrap {t.bootstrap}, row {t.row}" + (" (terminal)" if t.terminal else "")
-            out.append(f"| {entry} | a row cut by the length limit | {_cell(t.cite)} | {_cell(what)} |")
+            out.append(f"| {entry} | a row cut by the length limit | {cell(t.cite)} | {cell(what)} |")
             rows += 1
     if not rows:
         out.append("| - | none declared | | |")
