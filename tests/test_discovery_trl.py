@@ -175,6 +175,22 @@ def test_a_discovered_loss_type_parses_and_declares_no_reference():
     assert spec.declared("agg-grpo").reference is True  # the hand-written entry keeps its reference
 
 
+def test_a_discovered_loss_type_runs_in_agg_grpo_step_where_that_step_was_read():
+    """The call recipe: an `agg:<loss_type>` is a branch of the chain `agg-grpo` runs, on the same micro-batches, so
+    it takes agg-grpo's equal-splits api domain everywhere and its pipeline domain at the pins where the batch code
+    was read; elsewhere (a release nobody read, a moving pin) none, and its findings stay reach api."""
+    from maskfuzz.targets.trl.discover import AGG_PINS
+
+    spec = get("trl")
+    for pin in AGG_PINS:
+        found, hand = spec.declared("agg:luspo", pin), spec.declared("agg-grpo", pin)
+        assert found.pipeline is not None and found.pipeline == hand.pipeline, pin
+        assert found.domain == hand.domain and found.domain.uneven_splits is False
+        assert found.reference is False and found.promises == ()  # still invariants only, no promise of its own
+    for pin in ("1.9.2", "1.10.0", "latest", "main"):
+        assert spec.declared("agg:luspo", pin).pipeline is None, pin
+
+
 def test_trl_release_loss_types_are_discovered_from_the_wheel():
     from maskfuzz.targets.runtime.acquire import acquire
 

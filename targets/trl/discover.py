@@ -16,6 +16,13 @@ branch of `if self.importance_sampling_level == "token": ... elif ... == "sequen
 each value without a hand-written entry ("token" is `policy-grpo`'s) is an entry `policy-is:<level>` of the
 `policy-loss` kind, `load_policy` at GRPOConfig's defaults (loss_type "dapo") with that level, invariants only.
 
+Call recipe (`recipe`, `targets.discovery.overrides`): an `agg:<loss_type>` is a branch of the chain the hand-written
+`agg-*` entries run, on the micro-batches GRPOTrainer cuts the same way for every loss_type, so it takes `agg-grpo`'s
+api domain (equal micro-batches: `split_tensor_dict`, chunk_size = rows // num_chunks, 1.16.0 grpo_trainer.py:1544,
+trl/trainer/utils.py:1077) and its pipeline domain (right-padded completions, tool-masked gaps and tails, rows cleared
+by `mask_truncated_completions`; `declare_kinds._AGG_PIPELINE`) at the pins where that batch was read (`AGG_PINS`);
+at any other pin none (reach api).
+
 Only the aggregation chain is read for loss types: the per-token chain before it (the clipped, CISPO, SAPO, VESPO
 per-token losses, 3109-3138 at 1.16.0) is the policy loss, which `policy-grpo` runs at GRPOConfig's default loss_type.
 """
@@ -24,9 +31,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskfuzz.targets.adapters.trainer_options import pinned, sibling_recipe
 from maskfuzz.targets.discovery import Variant
 from maskfuzz.targets.trl.calls_aggregate import AGGREGATE
 from maskfuzz.targets.trl.calls_discovered import LEVEL, branch_problem, chain_values, level_problem
+from maskfuzz.targets.trl.declare_kinds import GIT
+from maskfuzz.targets.trl.declare_kinds import KIND_OVERRIDES as K
 
 PREFIXES = {"agg": "loss-aggregation", "policy-is": "policy-loss"}  # entry prefix -> kind
 REGISTRY = "GRPOTrainer loss_type chain"
@@ -77,3 +87,8 @@ def discover(root: Path) -> list[Variant]:
             )
         )
     return out
+
+
+# --- call recipes (`discovery.overrides`): the hand-written agg-* entries' step at the pins where it was read
+AGG_PINS = ("1.16.0", "1.12.0", GIT, "0.19.1")
+recipe = sibling_recipe({"agg": pinned(K["agg-grpo"], ("domain", "pipeline", "pipeline_by_pin"), AGG_PINS)})
