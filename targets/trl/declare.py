@@ -91,6 +91,8 @@ SPEC = TargetSpec(
         Pin("0.19.1", "PPOTrainer in trl/trainer/ppo_trainer.py with the k1/k3 KL estimator"),
         Pin("f2cd57710ae345ea6428ae95363267fcf38a3dc8", "git main as mirrored (v1.9.0-26, Jul 2026)", kind="git"),
         Pin("1.16.0", "newest release: ships no PPO trainer at all (skips with that reason)"),
+        Pin("1.9.2", "last release before huggingface/trl#6654: GRPO's luspo loss means over the padded width"),
+        Pin("1.10.0", "first release with huggingface/trl#6654: the luspo loss masked before aggregating"),
     ),
     entries=ENTRIES,
     # train(): `advantages = masked_whiten(advantages, ~padding_mask)`; masked_var is unbiased
