@@ -3,8 +3,9 @@ its promise, "invariants only"), `replay` fails it at the pin and passes it befo
 commit that brought it, `repro` writes a script that exits 1 at the pin and 0 before it, and `report` lists it.
 
 The upstream is a fake verl git repository the test builds: a registered policy loss, correct on the first day,
-made to weigh each row by its place in the batch on the second (a `permutation` defect, which breaks a universal
-invariant whatever the reach), and a commit that changes nothing on the third. No entry of maskfuzz names it."""
+made to divide every token's loss by the padded width on the second (a `pad-invariance` defect, which breaks a
+universal invariant whatever the reach), and a commit that changes nothing on the third. No entry of maskfuzz names
+it."""
 
 from __future__ import annotations
 
@@ -18,18 +19,18 @@ from discovery_nights import VERL_ACTOR, VERL_CORE, commit
 
 from maskfuzz.fuzz.cli import main
 
-_ORDERED = '''
+_WIDTH_LOSS = '''
 
-@register_policy_loss("ordered")
-def compute_policy_loss_ordered(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+@register_policy_loss("width")
+def compute_policy_loss_width(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
                                 config=None, rollout_is_weights=None):
     old, new, adv = _live(response_mask, old_log_prob, log_prob, advantages)
     loss = -adv * torch.exp(new - old)
-    return agg_loss(loss{weigh}, response_mask, loss_agg_mode, **config.global_batch_info), {{}}
+    return agg_loss(loss{scale}, response_mask, loss_agg_mode, **config.global_batch_info), {{}}
 '''
-_PLACE = " * torch.arange(1, adv.shape[0] + 1, dtype=adv.dtype)[:, None]"  # a row's weight: its index in the batch
+_WIDTH = " / response_mask.shape[-1]"  # every token's loss over the padded width: a padding column moves it
 _CORE = "verl/trainer/ppo/core_algos.py"
-_ENTRY = "verl:policy-loss:ordered"
+_ENTRY = "verl:policy-loss:width"
 
 
 @pytest.fixture
@@ -41,9 +42,9 @@ def history(tmp_path, monkeypatch):
     repo = git.Repo.init(tmp_path / "verl")
     inits = {f"{p}/__init__.py": "" for p in ("verl", "verl/trainer", "verl/trainer/ppo", "verl/workers",
                                              "verl/workers/config")}  # fmt: skip
-    good = commit(repo, {**inits, _CORE: VERL_CORE + _ORDERED.format(weigh=""),
-                         "verl/workers/config/actor.py": VERL_ACTOR}, "register ordered", 1)  # fmt: skip
-    cause = commit(repo, {_CORE: VERL_CORE + _ORDERED.format(weigh=_PLACE)}, "weigh rows", 2)
+    good = commit(repo, {**inits, _CORE: VERL_CORE + _WIDTH_LOSS.format(scale=""),
+                         "verl/workers/config/actor.py": VERL_ACTOR}, "register width", 1)  # fmt: skip
+    cause = commit(repo, {_CORE: VERL_CORE + _WIDTH_LOSS.format(scale=_WIDTH)}, "divide by the padded width", 2)
     later = commit(repo, {"NOTES.md": "nothing in the code\n"}, "notes", 3)
     return tmp_path / "verl", [good, cause, later]
 
@@ -57,25 +58,25 @@ def test_a_defect_in_a_discovered_variant_is_filed_replayed_bisected_reproduced_
     (target,) = json.loads(results.read_text())["targets"]
     assert target["judged"] == "invariants only" and target["resolved"] == later
     (defect,) = [f for f in target["findings"] if f["class"] == "defect"]
-    assert defect["property"] == "permutation" and defect["promise"] == "universal:permutation"
-    assert defect["mechanism"] == "row-order" and defect["reach"] == "api" and defect["judged"] == "invariants only"
+    assert defect["property"] == "pad-invariance" and defect["promise"] == "universal:pad-invariance"
+    assert defect["mechanism"] == "masked-statistics" and defect["reach"] == "api"
     assert all(f["judged"] == "invariants only" for f in target["findings"])
     # one corpus entry per defect, its triage saying what was judged; facts are never filed
     (path,) = sorted(corpus.rglob("*.json"))
     entry = json.loads(path.read_text())
-    assert entry["entry_point"] == "policy-loss:ordered" and entry["resolved"] == later
-    assert entry["triage"]["judged"] == "invariants only" and entry["triage"]["promise"] == "universal:permutation"
+    assert entry["entry_point"] == "policy-loss:width" and entry["resolved"] == later
+    assert entry["triage"]["judged"] == "invariants only" and entry["triage"]["promise"] == "universal:pad-invariance"
 
     # replay: fails at the pin it was found at, passes before the change
     code = main(["replay", str(path), "--json", str(tmp_path / "replay.json")])
     (row,) = json.loads((tmp_path / "replay.json").read_text())["results"]
     assert code == 1 and row["status"] == "fail", row
-    assert row["promise"] == "universal:permutation" and row["judged"] == "invariants only"  # triaged at the pin
+    assert row["promise"] == "universal:pad-invariance" and row["judged"] == "invariants only"  # triaged at the pin
     code = main(["replay", str(path), "--target", f"{_ENTRY}@{good}", "--json", str(tmp_path / "before.json")])
     (before,) = json.loads((tmp_path / "before.json").read_text())["results"]
     assert code == 0 and before["status"] == "pass", before
 
-    # bisect: the commit that weighed the rows
+    # bisect: the commit that divided by the padded width
     code = main(["bisect", str(path), "--target", _ENTRY, "--old", good, "--new", later, "--repo", f"verl={root}",
                  "--json", str(tmp_path / "bisect.json")])  # fmt: skip
     found = json.loads((tmp_path / "bisect.json").read_text())
@@ -96,6 +97,6 @@ def test_a_defect_in_a_discovered_variant_is_filed_replayed_bisected_reproduced_
     # report: the defect with its promise, judged on the invariants only
     assert main(["report", str(results), str(tmp_path / "replay.json"), "-o", str(tmp_path / "report")]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    (listed,) = [d for d in report["defects"] if d["id"] == f"{_ENTRY}/row-order"]
-    assert listed["promise"] == "universal:permutation" and listed["judged"] == "invariants only", listed
-    assert "universal:permutation (invariants only)" in (tmp_path / "report" / "report.md").read_text()
+    (listed,) = [d for d in report["defects"] if d["id"] == f"{_ENTRY}/masked-statistics"]
+    assert listed["promise"] == "universal:pad-invariance" and listed["judged"] == "invariants only", listed
+    assert "universal:pad-invariance (invariants only)" in (tmp_path / "report" / "report.md").read_text()
