@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kinds_tables import cell  # noqa: E402
+from kinds_tables import cell, defects_cell, facts_cell  # noqa: E402
 
 from maskfuzz.targets.registry import get  # noqa: E402
 
@@ -45,21 +45,6 @@ def _label(where: str, entry: str) -> str:
     target, _, pin = where.partition("@")
     first = get(target).entries[0]
     return f"{target}@{pin}" if entry == first else f"{target}:{entry}@{pin}"
-
-
-def _defects(result: dict | None) -> str:
-    if not result or result.get("status") != "ok":
-        return "-"
-    return "; ".join(
-        f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}] ({', '.join(d['properties'])})"
-        for d in result.get("defects", [])
-    ) or "none"
-
-
-def _facts(result: dict | None) -> str:
-    if not result or result.get("status") != "ok":
-        return "-"
-    return "; ".join(f"{f['kind']}: {f['mechanism']} ({', '.join(f['properties'])})" for f in result.get("facts", []))
 
 
 def _judged(v: dict, result: dict | None) -> str:
@@ -117,8 +102,10 @@ def pin_table(where: str, block: dict, results: dict[str, dict]) -> list[str]:
     for v in block["variants"]:
         result = results.get(_label(where, v["covered_by"] or v["entry"]))
         at = f"`{v['at']}` `{v['function']}`" if v.get("function") else f"`{v['at']}`"
+        ran = result is not None and result.get("status") == "ok"
+        defects, facts = (defects_cell(result), facts_cell(result)) if ran else ("-", "-")
         lines.append(f"| `{cell(v['entry'])}` | {v['kind']} | {cell(at)} | {cell(_judged(v, result))} | "
-                     f"{_examples(result)} | {cell(_defects(result))} | {cell(_facts(result)) or '-'} |")  # fmt: skip
+                     f"{_examples(result)} | {cell(defects)} | {cell(facts)} |")  # fmt: skip
     return lines
 
 

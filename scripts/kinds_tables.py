@@ -49,18 +49,24 @@ def entry_rows(targets: list[dict]) -> list[str]:
             reason = (t.get("reason") or "").splitlines()[0][:160] if t.get("reason") else ""
             lines.append(f"| {cell(label)} | {t.get('kind', '')} | - | {t['status']}: {cell(reason)} | |")
             continue
-        defects = "; ".join(
-            f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}] ({', '.join(d['properties'])})"
-            for d in t.get("defects", [])
-        ) or "none"
-        facts = "; ".join(
-            f"{f['kind']}: {f['mechanism']} ({', '.join(f['properties'])})" for f in t.get("facts", [])
-        ) or "-"
         lines.append(
-            f"| {cell(label)} ({cell(short)}) | {t.get('kind', '')} | {t.get('examples', 0)} | {cell(defects)} "
-            f"| {cell(facts)} |"
+            f"| {cell(label)} ({cell(short)}) | {t.get('kind', '')} | {t.get('examples', 0)} | "
+            f"{cell(defects_cell(t))} | {cell(facts_cell(t))} |"
         )
     return lines
+
+
+def defects_cell(t: dict) -> str:
+    """An entry's defects as one cell: `promise: mechanism [reach, severity] (properties)`; "none"."""
+    return "; ".join(
+        f"{d.get('promise', '?')}: {d['mechanism']} [{d['reach']}, {d['severity']}] ({', '.join(d['properties'])})"
+        for d in t.get("defects", [])
+    ) or "none"
+
+
+def facts_cell(t: dict) -> str:
+    """An entry's facts as one cell: `kind: mechanism (properties)`; "-"."""
+    return "; ".join(f"{f['kind']}: {f['mechanism']} ({', '.join(f['properties'])})" for f in t.get("facts", [])) or "-"
 
 
 def defect_lines(targets: list[dict]) -> list[str]:
