@@ -1,5 +1,6 @@
 """What the night-over-night discovery tests share: a git repository the test builds, committed one night at a
-time, and a fuzz job of the command line (`fuzz.commands.fuzz.Job`) run on it."""
+time, a fuzz job of the command line (`fuzz.commands.fuzz.Job`) run on it, and the files of a fake verl tree
+(`VERL_CORE`, `VERL_ACTOR`) that test_discovery and test_discovery_findings commit into it."""
 
 from __future__ import annotations
 
